@@ -1,0 +1,64 @@
+"""One hierarchy for every error the engine raises on purpose; the API maps each to a status."""
+
+from __future__ import annotations
+
+
+class GoQueueError(Exception):
+    """Base of every deliberate GoQueue error."""
+
+
+class ConfigError(GoQueueError):
+    """A configuration value is invalid; the message names the option."""
+
+
+class StoreError(GoQueueError):
+    """Base of errors a store raises for a request it refuses."""
+
+
+class DuplicateJob(StoreError):
+    """A job with the same dedupe key was enqueued inside its window."""
+
+    def __init__(self, existing_id: str) -> None:
+        super().__init__(f"duplicate of job {existing_id}")
+        self.existing_id = existing_id
+
+
+class IdempotencyMismatch(StoreError):
+    """An Idempotency-Key was reused with a different request body."""
+
+    def __init__(self, existing_id: str) -> None:
+        super().__init__("Idempotency-Key was already used with a different request body")
+        self.existing_id = existing_id
+
+
+class StoreFull(StoreError):
+    """The bounded in-memory store holds as many pending jobs as it may."""
+
+
+class StoreUnavailable(StoreError):
+    """The store cannot be reached right now (database down); retry later."""
+
+
+class NotFound(StoreError):
+    """No job or dead letter has that id."""
+
+
+class InvalidState(StoreError):
+    """The job is not in a state that allows the request (e.g. cancelling a finished job)."""
+
+    def __init__(self, message: str, status: str) -> None:
+        super().__init__(message)
+        self.status = status
+
+
+class UnknownJobType(GoQueueError):
+    """No actor of that name is registered (on this node, or on any live node)."""
+
+    def __init__(self, job_type: str, path: str = "type") -> None:
+        super().__init__(f"unknown job type {job_type!r}: no actor of that name is registered")
+        self.job_type = job_type
+        self.path = path
+
+
+class Draining(GoQueueError):
+    """The node is shutting down and accepts no new jobs."""

@@ -1,0 +1,229 @@
+"""The job model: what a client asks for (`JobSpec`), what is stored (`Job`), and the
+records around it (leases, dead letters, events, stats). Shared by the stores and the API."""
+
+from __future__ import annotations
+
+import uuid
+from datetime import UTC, datetime, timedelta
+from typing import Annotated, Literal
+
+import msgspec
+
+Status = Literal["pending", "running", "done", "failed", "cancelled"]
+STATUSES: tuple[Status, ...] = ("pending", "running", "done", "failed", "cancelled")
+TERMINAL: frozenset[str] = frozenset({"done", "failed", "cancelled"})
+
+Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:\-]+$")]
+Priority = Annotated[int, msgspec.Meta(ge=0, le=10)]
+Retries = Annotated[int, msgspec.Meta(ge=0, le=100)]
+Seconds = Annotated[float, msgspec.Meta(gt=0, le=7 * 86400)]
+Delay = Annotated[float, msgspec.Meta(ge=0, le=366 * 86400)]
+Url = Annotated[str, msgspec.Meta(pattern=r"^https?://[^\s]+$", max_length=2048)]
+Key = Annotated[str, msgspec.Meta(min_length=1, max_length=512)]
+AwareTime = Annotated[datetime, msgspec.Meta(tz=True)]
+
+DEFAULT_PRIORITY = 5
+DEFAULT_MAX_RETRIES = 3
+
+
+def null_payload() -> msgspec.Raw:
+    """A JSON null, as raw bytes (`Raw` defaults cannot be plain values)."""
+    return msgspec.Raw(b"null")
+
+
+def utcnow() -> datetime:
+    """The current time, timezone-aware in UTC."""
+    return datetime.now(UTC)
+
+
+def new_id() -> str:
+    """A fresh job or dead-letter id (UUID4, globally unique)."""
+    return str(uuid.uuid4())
+
+
+class JobSpec(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """A request to run a job; also the template form of `on_success` / `on_failure`."""
+
+    type: Name
+    queue: Name = "default"
+    payload: msgspec.Raw = msgspec.field(default_factory=null_payload)
+    priority: Priority = DEFAULT_PRIORITY
+    max_retries: Retries | None = None
+    run_at: AwareTime | None = None
+    delay_seconds: Delay | None = None
+    timeout_seconds: Seconds | None = None
+    dedupe_key: Key | None = None
+    dedupe_window_seconds: Seconds | None = None
+    webhook_url: Url | None = None
+    on_success: JobSpec | None = None
+    on_failure: JobSpec | None = None
+
+    def due_at(self, now: datetime) -> datetime:
+        """When the job first becomes runnable."""
+        if self.run_at is not None:
+            return self.run_at
+        if self.delay_seconds:
+            return now + timedelta(seconds=self.delay_seconds)
+        return now
+
+
+class AttemptError(msgspec.Struct, kw_only=True):
+    """Why one attempt failed."""
+
+    attempt: int
+    error: str
+    at: datetime
+
+
+class Job(msgspec.Struct, kw_only=True):
+    """A stored job. `seq` orders jobs enqueued at the same instant (FIFO)."""
+
+    id: str
+    type: str
+    queue: str
+    payload: msgspec.Raw
+    priority: int
+    status: Status
+    attempts: int
+    max_retries: int
+    run_at: datetime
+    timeout_seconds: float | None
+    dedupe_key: str | None
+    webhook_url: str | None
+    on_success: JobSpec | None
+    on_failure: JobSpec | None
+    parent_id: str | None
+    result: msgspec.Raw | None
+    last_error: str | None
+    errors: list[AttemptError]
+    created_at: datetime
+    started_at: datetime | None
+    finished_at: datetime | None
+    updated_at: datetime
+    seq: int = 0
+
+    @classmethod
+    def from_spec(
+        cls, spec: JobSpec, *, now: datetime, max_retries: int, parent_id: str | None = None
+    ) -> Job:
+        """Build a fresh pending job; `max_retries` is already resolved against defaults."""
+        return cls(
+            id=new_id(),
+            type=spec.type,
+            queue=spec.queue,
+            payload=spec.payload,
+            priority=spec.priority,
+            status="pending",
+            attempts=0,
+            max_retries=max_retries,
+            run_at=spec.due_at(now),
+            timeout_seconds=spec.timeout_seconds,
+            dedupe_key=spec.dedupe_key,
+            webhook_url=spec.webhook_url,
+            on_success=spec.on_success,
+            on_failure=spec.on_failure,
+            parent_id=parent_id,
+            result=None,
+            last_error=None,
+            errors=[],
+            created_at=now,
+            started_at=None,
+            finished_at=None,
+            updated_at=now,
+        )
+
+    def replay_spec(self) -> JobSpec:
+        """The fields a replay of this job starts from (no dedupe: a replay is deliberate)."""
+        return JobSpec(
+            type=self.type,
+            queue=self.queue,
+            payload=self.payload,
+            priority=self.priority,
+            max_retries=self.max_retries,
+            timeout_seconds=self.timeout_seconds,
+            webhook_url=self.webhook_url,
+            on_success=self.on_success,
+            on_failure=self.on_failure,
+        )
+
+
+class Lease(msgspec.Struct, kw_only=True):
+    """A claim on one attempt of a job: only the holder of `token` may record its outcome."""
+
+    job: Job
+    token: str
+    owner: str
+    expires_at: datetime
+
+    @property
+    def attempt(self) -> int:
+        """The attempt number this lease covers (from 1)."""
+        return self.job.attempts
+
+
+class DeadLetter(msgspec.Struct, kw_only=True):
+    """A job whose retries are exhausted, archived with every attempt's error."""
+
+    id: str
+    job_id: str
+    job: Job
+    errors: list[AttemptError]
+    created_at: datetime
+
+
+class Event(msgspec.Struct, kw_only=True):
+    """One entry of a job's audit trail."""
+
+    job_id: str
+    event: str
+    at: datetime
+    node: str
+    attempt: int
+    detail: str | None = None
+
+
+class Enqueued(msgspec.Struct):
+    """The outcome of an enqueue: the job, and whether this call created it."""
+
+    job: Job
+    created: bool
+
+
+class Outcome(msgspec.Struct):
+    """What recording an attempt's outcome changed: the job now, and follow-ups created."""
+
+    job: Job
+    followups: list[Job]
+    dead_letter: DeadLetter | None = None
+
+
+class QueueStats(msgspec.Struct):
+    """Counts for one queue."""
+
+    queue: str
+    counts: dict[str, int]
+    depth_by_priority: dict[str, int]
+    paused: bool = False
+
+
+class Stats(msgspec.Struct):
+    """Counts by status and depth (pending, due or not) by queue and priority."""
+
+    counts: dict[str, int]
+    queues: dict[str, dict[str, int]]
+    dead_letters: int
+
+
+class Page(msgspec.Struct):
+    """One page of a listing, plus the total matching."""
+
+    items: list
+    total: int
+
+
+class JobFilter(msgspec.Struct, kw_only=True):
+    """Filters for listing jobs."""
+
+    type: str | None = None
+    status: str | None = None
+    queue: str | None = None

@@ -1,0 +1,150 @@
+"""The store interface: everything the engine and the API ask of a store.
+
+Ordering (priority, then `run_at`, then enqueue order), delays and retries live in what
+`claim` returns; a retry is `fail(..., retry_at=...)` making the job due again later.
+Every write about an attempt is fenced by the lease token: a stale holder gets `None`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import datetime
+from typing import Protocol
+
+import msgspec
+
+from supervisor.jobs import (
+    DeadLetter,
+    Enqueued,
+    Event,
+    Job,
+    JobFilter,
+    JobSpec,
+    Lease,
+    Outcome,
+    Page,
+    QueueStats,
+    Stats,
+)
+
+
+class NewJob(msgspec.Struct, kw_only=True):
+    """An enqueue request after defaults are resolved by the engine."""
+
+    spec: JobSpec
+    max_retries: int
+    idempotency_key: str | None = None
+    request_hash: str | None = None
+
+
+class Store(Protocol):
+    """What a job store provides. Both implementations pass `tests/supervisor/store`."""
+
+    node_id: str
+
+    async def open(self) -> None:
+        """Connect / create the schema; called once before use."""
+
+    async def close(self) -> None:
+        """Release connections and background tasks."""
+
+    async def ping(self) -> bool:
+        """True when the store answers (readiness)."""
+
+    async def register_node(self, limits: Mapping[str, int | None]) -> None:
+        """Declare this node alive with the job types it runs and their concurrency
+        limits (None = unlimited). Called at start, on reload and periodically; with
+        PostgreSQL the smallest limit among live nodes holds for a type globally."""
+
+    async def known_types(self) -> frozenset[str]:
+        """Job types some live node can run (this node's alone for the memory store)."""
+
+    async def enqueue(self, new: NewJob) -> Enqueued:
+        """Store one job. Dedupe and idempotency are checked in the same atomic step.
+
+        Raises DuplicateJob, IdempotencyMismatch, StoreFull, StoreUnavailable.
+        A repeat of an idempotency key with the same `request_hash` returns the
+        original job with `created=False`.
+        """
+
+    async def enqueue_many(self, news: Sequence[NewJob]) -> list[Enqueued | Exception]:
+        """Store several jobs; each answered on its own (an Exception instance on refusal)."""
+
+    async def claim(
+        self, limit: int, queues: frozenset[str] | None, slots: Mapping[str, int]
+    ) -> list[Lease]:
+        """Take up to `limit` due jobs, highest priority first, as running leases.
+
+        Only types present in `slots` are taken, at most `slots[type]` of each (the
+        node's free per-type capacity). `queues=None` means every queue. Paused queues
+        are skipped. Each claim increments `attempts` and sets `started_at`.
+        """
+
+    async def heartbeat(self, leases: Sequence[Lease], lease_seconds: float) -> list[str]:
+        """Extend the leases; return the tokens no longer held (cancelled or taken over)."""
+
+    async def reap_expired(self) -> list[Job]:
+        """Return jobs whose lease expired to pending (or dead-letter them when the lost
+        attempt used the last retry); returns the jobs touched."""
+
+    async def complete(self, lease: Lease, result: msgspec.Raw | None) -> Outcome | None:
+        """Record success and enqueue `on_success` atomically; None if the lease is stale."""
+
+    async def fail(
+        self, lease: Lease, error: str, retry_at: datetime | None
+    ) -> Outcome | None:
+        """Record a failed attempt: pending again at `retry_at`, or (None) dead-lettered
+        with `on_failure` enqueued atomically. None if the lease is stale."""
+
+    async def release(self, lease: Lease) -> bool:
+        """Hand the job back to pending without counting the attempt (shutdown)."""
+
+    async def cancel(self, job_id: str, force: bool) -> tuple[Job, str | None]:
+        """Cancel a pending job, or a running one with `force`.
+
+        Returns the job and the token of the lease it had (when it was running) so the
+        engine can kill the worker. Raises NotFound, or InvalidState when terminal or
+        when running without `force`.
+        """
+
+    async def get(self, job_id: str) -> Job | None:
+        """One job by id."""
+
+    async def list_jobs(self, filters: JobFilter, limit: int, offset: int) -> Page:
+        """Jobs newest first."""
+
+    async def stats(self) -> Stats:
+        """Counts by status, pending depth by queue and priority, dead letters."""
+
+    async def queue_stats(self, queue: str) -> QueueStats:
+        """One queue's counts (all zero for a queue never seen)."""
+
+    async def set_paused(self, queue: str, paused: bool) -> None:
+        """Pause or resume dispatch from a queue (for every node sharing the store)."""
+
+    async def paused_queues(self) -> frozenset[str]:
+        """The queues currently paused."""
+
+    async def list_dead(self, limit: int, offset: int) -> Page:
+        """Dead letters newest first."""
+
+    async def get_dead(self, dead_id: str) -> DeadLetter | None:
+        """One dead letter by its own id."""
+
+    async def replay_dead(self, dead_id: str, max_retries: int) -> Job:
+        """Enqueue a fresh job from a dead letter and remove the letter, atomically.
+        Raises NotFound, StoreFull, StoreUnavailable (the letter then stays)."""
+
+    async def purge_dead(self, dead_id: str) -> bool:
+        """Delete a dead letter; False if there was none."""
+
+    async def events(self, job_id: str) -> list[Event]:
+        """A job's audit trail, oldest first."""
+
+    def next_due_at(self) -> datetime | None:
+        """When the earliest not-yet-due pending job becomes due (None if unknown/none);
+        lets the dispatcher sleep instead of polling."""
+
+    def set_waker(self, wake: object) -> None:
+        """Give the store a zero-argument callable to call when work may be claimable
+        (a job enqueued or made due, here or — through LISTEN/NOTIFY — on another node)."""
