@@ -90,9 +90,7 @@ class Store(Protocol):
     async def complete(self, lease: Lease, result: msgspec.Raw | None) -> Outcome | None:
         """Record success and enqueue `on_success` atomically; None if the lease is stale."""
 
-    async def fail(
-        self, lease: Lease, error: str, retry_at: datetime | None
-    ) -> Outcome | None:
+    async def fail(self, lease: Lease, error: str, retry_at: datetime | None) -> Outcome | None:
         """Record a failed attempt: pending again at `retry_at`, or (None) dead-lettered
         with `on_failure` enqueued atomically. None if the lease is stale."""
 

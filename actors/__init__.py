@@ -1,0 +1,19 @@
+"""The user's side of GoQueue: declare handlers with `@actor`, steer them with `Retry`/`Fail`.
+
+Worker processes import only this package (and the user's actor modules): no aiohttp,
+psycopg or prometheus-client is ever loaded in a worker.
+"""
+
+from actors.errors import ActorDefinitionError, Fail, Retry
+from actors.registry import Actor, Context, Registry, actor, load_actors
+
+__all__ = [
+    "Actor",
+    "ActorDefinitionError",
+    "Context",
+    "Fail",
+    "Registry",
+    "Retry",
+    "actor",
+    "load_actors",
+]

@@ -1,0 +1,131 @@
+"""`@actor`, the `Actor` it makes, and loading actor modules into a `Registry`.
+
+There is no global registry: `load_actors` imports the named modules and collects the
+`Actor` objects they define, so each worker (and each reload) builds its own.
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib
+import inspect
+import re
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from actors.errors import ActorDefinitionError
+from actors.protocol import ActorInfo
+
+_NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}$")
+_OPTIONS = ("timeout", "max_retries", "concurrency")
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What a handler knows about the attempt it runs."""
+
+    job_id: str
+    attempt: int
+    type: str
+    queue: str
+
+
+Handler = Callable[[Any, Context], Any]
+
+
+@dataclass(frozen=True, slots=True)
+class Actor:
+    """A registered handler and its declared defaults."""
+
+    name: str
+    fn: Handler
+    timeout: float | None = None
+    max_retries: int | None = None
+    concurrency: int | None = None
+
+    @property
+    def is_async(self) -> bool:
+        """True for `async def` handlers."""
+        return inspect.iscoroutinefunction(self.fn)
+
+    def info(self) -> ActorInfo:
+        """The declaration as sent to the supervisor."""
+        return ActorInfo(self.name, self.timeout, self.max_retries, self.concurrency)
+
+    def __call__(self, payload: Any, ctx: Context) -> Any:
+        """Call the handler directly (handy in unit tests of user code)."""
+        return self.fn(payload, ctx)
+
+
+def actor(name: str | None = None, **options: Any) -> Callable[[Handler], Actor]:
+    """Declare a handler: `@actor("email", timeout=30, max_retries=3, concurrency=4)`.
+
+    Unknown or invalid options raise ActorDefinitionError at import time.
+    """
+    if callable(name):
+        raise ActorDefinitionError("use @actor(...) with parentheses, e.g. @actor('email')")
+    _check_options(name, options)
+
+    def wrap(fn: Handler) -> Actor:
+        actor_name = name or fn.__name__
+        if not _NAME.match(actor_name):
+            raise ActorDefinitionError(
+                f"actor name {actor_name!r} must be 1-200 characters of letters, digits, _.:-"
+            )
+        return Actor(actor_name, fn, **options)
+
+    return wrap
+
+
+def _check_options(name: str | None, options: Mapping[str, Any]) -> None:
+    label = f"@actor({name!r})"
+    for key, value in options.items():
+        if key not in _OPTIONS:
+            close = difflib.get_close_matches(key, _OPTIONS, n=1)
+            hint = f"; did you mean {close[0]!r}?" if close else ""
+            raise ActorDefinitionError(
+                f"{label}: unknown option {key!r}{hint} (known: {', '.join(_OPTIONS)})"
+            )
+        if value is None:
+            continue
+        if key == "timeout":
+            ok = isinstance(value, int | float) and not isinstance(value, bool) and value > 0
+            if not ok:
+                raise ActorDefinitionError(f"{label}: timeout must be a positive number")
+        else:
+            low = 0 if key == "max_retries" else 1
+            if not isinstance(value, int) or isinstance(value, bool) or value < low:
+                raise ActorDefinitionError(f"{label}: {key} must be an integer >= {low}")
+
+
+class Registry(dict[str, Actor]):
+    """Actors by name."""
+
+    def infos(self) -> list[ActorInfo]:
+        """Every actor's declaration, for the Ready message."""
+        return [a.info() for a in self.values()]
+
+
+def load_actors(modules: Iterable[str], *, fresh: bool = False) -> Registry:
+    """Import `modules` and collect the actors they define; `fresh` re-imports them.
+
+    Raises ActorDefinitionError for a module without actors or a name defined twice.
+    """
+    registry = Registry()
+    for module_name in modules:
+        if fresh:
+            sys.modules.pop(module_name, None)
+        module = importlib.import_module(module_name)
+        found = [v for v in vars(module).values() if isinstance(v, Actor)]
+        if not found:
+            raise ActorDefinitionError(f"module {module_name!r} defines no @actor handlers")
+        for item in found:
+            other = registry.get(item.name)
+            if other is not None and other.fn is not item.fn:
+                raise ActorDefinitionError(
+                    f"actor {item.name!r} is defined twice ({module_name!r} and an earlier module)"
+                )
+            registry[item.name] = item
+    return registry

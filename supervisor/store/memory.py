@@ -1,0 +1,506 @@
+"""The in-memory store: heaps for due and delayed jobs, dicts for everything else.
+
+Single-threaded by design (it lives on the supervisor's event loop), so each method is
+atomic simply because it never awaits. It implements leases too, with this node as the
+only owner, so the same contract tests hold for both stores.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta
+
+import msgspec
+
+from supervisor.errors import (
+    DuplicateJob,
+    IdempotencyMismatch,
+    InvalidState,
+    NotFound,
+    StoreFull,
+)
+from supervisor.jobs import (
+    STATUSES,
+    AttemptError,
+    DeadLetter,
+    Enqueued,
+    Event,
+    Job,
+    JobFilter,
+    JobSpec,
+    Lease,
+    Outcome,
+    Page,
+    QueueStats,
+    Stats,
+    new_id,
+    utcnow,
+)
+from supervisor.store.base import NewJob
+
+ReadyKey = tuple[str, str]  # (queue, type)
+ReadyEntry = tuple[int, float, int, str]  # (-priority, run_at, seq, job id)
+
+
+class MemoryStore:
+    """A bounded, non-durable store for one node."""
+
+    def __init__(
+        self,
+        node_id: str = "local",
+        *,
+        lease_seconds: float = 30.0,
+        max_pending: int = 100_000,
+        idempotency_ttl: float = 86_400.0,
+        max_finished: int = 100_000,
+        max_events_per_job: int = 100,
+    ) -> None:
+        self.node_id = node_id
+        self.lease_seconds = lease_seconds
+        self.max_pending = max_pending
+        self.idempotency_ttl = idempotency_ttl
+        self.max_finished = max_finished
+        self.max_events_per_job = max_events_per_job
+        self._jobs: dict[str, Job] = {}
+        self._ready: dict[ReadyKey, list[ReadyEntry]] = {}
+        self._delayed: list[tuple[float, int, str]] = []
+        self._tokens: dict[str, str] = {}  # job id -> lease token
+        self._leases: dict[str, Lease] = {}  # token -> lease
+        self._dedupe: dict[str, tuple[str, float]] = {}
+        self._idempotency: dict[str, tuple[str, str, float]] = {}
+        self._dead: dict[str, DeadLetter] = {}
+        self._events: dict[str, list[Event]] = {}
+        self._finished: deque[str] = deque()
+        self._paused: set[str] = set()
+        self._counts: dict[str, int] = dict.fromkeys(STATUSES, 0)
+        self._depth: dict[str, dict[int, int]] = {}
+        self._limits: dict[str, int | None] = {}
+        self._seq = itertools.count(1)
+        self._wake: Callable[[], None] = lambda: None
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Nothing to connect to."""
+
+    async def close(self) -> None:
+        """Nothing to release."""
+
+    async def ping(self) -> bool:
+        """Always reachable."""
+        return True
+
+    def set_waker(self, wake: object) -> None:
+        """Remember the dispatcher's wake-up callable."""
+        self._wake = wake  # type: ignore[assignment]
+
+    async def register_node(self, limits: Mapping[str, int | None]) -> None:
+        """Remember this node's job types and limits."""
+        self._limits = dict(limits)
+
+    async def known_types(self) -> frozenset[str]:
+        """The types this node declared."""
+        return frozenset(self._limits)
+
+    # -- enqueue ---------------------------------------------------------------------
+
+    async def enqueue(self, new: NewJob) -> Enqueued:
+        """Store one job after the dedupe and idempotency checks."""
+        return self._enqueue(new, utcnow())
+
+    async def enqueue_many(self, news: Sequence[NewJob]) -> list[Enqueued | Exception]:
+        """Store several jobs, each answered on its own."""
+        now = utcnow()
+        out: list[Enqueued | Exception] = []
+        for new in news:
+            try:
+                out.append(self._enqueue(new, now))
+            except (DuplicateJob, IdempotencyMismatch, StoreFull) as exc:
+                out.append(exc)
+        return out
+
+    def _enqueue(self, new: NewJob, now: datetime) -> Enqueued:
+        ts = now.timestamp()
+        if new.idempotency_key is not None:
+            seen = self._idempotency.get(new.idempotency_key)
+            if seen is not None and seen[2] > ts:
+                if seen[0] != new.request_hash:
+                    raise IdempotencyMismatch(seen[1])
+                job = self._jobs.get(seen[1])
+                if job is not None:
+                    return Enqueued(job, created=False)
+        spec = new.spec
+        if spec.dedupe_key is not None and spec.dedupe_window_seconds:
+            held = self._dedupe.get(spec.dedupe_key)
+            if held is not None and held[1] > ts:
+                raise DuplicateJob(held[0])
+        if self._counts["pending"] >= self.max_pending:
+            raise StoreFull(f"the queue is full ({self.max_pending} pending jobs)")
+        job = self._insert(spec, now, new.max_retries, None)
+        if spec.dedupe_key is not None and spec.dedupe_window_seconds:
+            self._dedupe[spec.dedupe_key] = (job.id, ts + spec.dedupe_window_seconds)
+        if new.idempotency_key is not None:
+            expires = ts + self.idempotency_ttl
+            self._idempotency[new.idempotency_key] = (new.request_hash or "", job.id, expires)
+        return Enqueued(job, created=True)
+
+    def _insert(self, spec: JobSpec, now: datetime, max_retries: int, parent_id: str | None) -> Job:
+        job = Job.from_spec(spec, now=now, max_retries=max_retries, parent_id=parent_id)
+        job.seq = next(self._seq)
+        self._jobs[job.id] = job
+        self._count(job.status, +1)
+        self._make_pending(job, now)
+        self._event(job, "enqueued", now)
+        return job
+
+    def _follow_up(self, spec: JobSpec | None, parent: Job, now: datetime) -> list[Job]:
+        """Chain a template; bypasses max_pending since the parent already had its place."""
+        if spec is None:
+            return []
+        max_retries = spec.max_retries if spec.max_retries is not None else 3
+        return [self._insert(spec, now, max_retries, parent.id)]
+
+    # -- claiming --------------------------------------------------------------------
+
+    async def claim(
+        self, limit: int, queues: frozenset[str] | None, slots: Mapping[str, int]
+    ) -> list[Lease]:
+        """Take up to `limit` due jobs, best first, within the per-type slots."""
+        now = utcnow()
+        self._promote(now.timestamp())
+        free = dict(slots)
+        leases: list[Lease] = []
+        while len(leases) < limit:
+            key = self._best_ready(queues, free)
+            if key is None:
+                break
+            _, _, _, job_id = heapq.heappop(self._ready[key])
+            job = self._jobs[job_id]
+            free[job.type] -= 1
+            leases.append(self._lease(job, now))
+        return leases
+
+    def _best_ready(self, queues: frozenset[str] | None, free: dict[str, int]) -> ReadyKey | None:
+        best: tuple[ReadyEntry, ReadyKey] | None = None
+        for key, heap in self._ready.items():
+            queue, job_type = key
+            if free.get(job_type, 0) <= 0 or queue in self._paused:
+                continue
+            if queues is not None and queue not in queues:
+                continue
+            while heap and not self._is_pending(heap[0][3]):
+                heapq.heappop(heap)  # cancelled while waiting
+            if heap and (best is None or heap[0] < best[0]):
+                best = (heap[0], key)
+        return None if best is None else best[1]
+
+    def _is_pending(self, job_id: str) -> bool:
+        job = self._jobs.get(job_id)
+        return job is not None and job.status == "pending"
+
+    def _promote(self, now_ts: float) -> None:
+        """Move delayed jobs that are now due into their ready heaps."""
+        delayed = self._delayed
+        while delayed and delayed[0][0] <= now_ts:
+            _, _, job_id = heapq.heappop(delayed)
+            job = self._jobs.get(job_id)
+            if job is not None and job.status == "pending":
+                self._push_ready(job)
+
+    def _push_ready(self, job: Job) -> None:
+        entry = (-job.priority, job.run_at.timestamp(), job.seq, job.id)
+        heapq.heappush(self._ready.setdefault((job.queue, job.type), []), entry)
+
+    def _make_pending(self, job: Job, now: datetime) -> None:
+        run_ts = job.run_at.timestamp()
+        if run_ts <= now.timestamp():
+            self._push_ready(job)
+        else:
+            heapq.heappush(self._delayed, (run_ts, job.seq, job.id))
+        self._depth_add(job, +1)
+        self._wake()
+
+    def _lease(self, job: Job, now: datetime) -> Lease:
+        self._set_status(job, "running", now)
+        job.attempts += 1
+        job.started_at = now
+        token = new_id()
+        lease = Lease(
+            job=job,
+            token=token,
+            owner=self.node_id,
+            expires_at=now + timedelta(seconds=self.lease_seconds),
+        )
+        self._tokens[job.id] = token
+        self._leases[token] = lease
+        self._event(job, "started", now)
+        return lease
+
+    def next_due_at(self) -> datetime | None:
+        """When the earliest delayed job becomes due."""
+        while self._delayed and not self._is_pending(self._delayed[0][2]):
+            heapq.heappop(self._delayed)
+        if not self._delayed:
+            return None
+        return self._jobs[self._delayed[0][2]].run_at
+
+    # -- leases and outcomes ---------------------------------------------------------
+
+    async def heartbeat(self, leases: Sequence[Lease], lease_seconds: float) -> list[str]:
+        """Extend held leases; report the tokens that are no longer held."""
+        expires = utcnow() + timedelta(seconds=lease_seconds)
+        lost: list[str] = []
+        for lease in leases:
+            held = self._leases.get(lease.token)
+            if held is None:
+                lost.append(lease.token)
+            else:
+                held.expires_at = expires
+        return lost
+
+    async def reap_expired(self) -> list[Job]:
+        """Return jobs whose lease ran out to pending, or dead-letter them."""
+        now = utcnow()
+        touched: list[Job] = []
+        for token, lease in list(self._leases.items()):
+            if lease.expires_at > now:
+                continue
+            job = self._drop_lease(token)
+            error = f"lease expired (holder {lease.owner} lost)"
+            self._event(job, "lease_expired", now)
+            if job.attempts > job.max_retries:
+                self._dead_letter(job, error, now)
+            else:
+                self._record_error(job, error, now)
+                self._set_status(job, "pending", now)
+                job.run_at = now
+                self._make_pending(job, now)
+            touched.append(job)
+        return touched
+
+    def _held(self, lease: Lease) -> Job | None:
+        job = self._jobs.get(lease.job.id)
+        if job is None or self._tokens.get(job.id) != lease.token or job.status != "running":
+            return None
+        return job
+
+    def _drop_lease(self, token: str) -> Job:
+        lease = self._leases.pop(token)
+        del self._tokens[lease.job.id]
+        return self._jobs[lease.job.id]
+
+    async def complete(self, lease: Lease, result: msgspec.Raw | None) -> Outcome | None:
+        """Record success, then chain `on_success`."""
+        job = self._held(lease)
+        if job is None:
+            return None
+        now = utcnow()
+        self._drop_lease(lease.token)
+        job.result = result
+        job.finished_at = now
+        self._set_status(job, "done", now)
+        self._event(job, "succeeded", now)
+        self._retire(job)
+        return Outcome(job, self._follow_up(job.on_success, job, now))
+
+    async def fail(self, lease: Lease, error: str, retry_at: datetime | None) -> Outcome | None:
+        """Record a failed attempt: retry at `retry_at`, or dead-letter and chain."""
+        job = self._held(lease)
+        if job is None:
+            return None
+        now = utcnow()
+        self._drop_lease(lease.token)
+        if retry_at is None:
+            dead = self._dead_letter(job, error, now)
+            return Outcome(job, self._follow_up(job.on_failure, job, now), dead)
+        self._record_error(job, error, now)
+        self._event(job, "attempt_failed", now, error)
+        self._set_status(job, "pending", now)
+        job.run_at = retry_at
+        self._make_pending(job, now)
+        self._event(job, "retry_scheduled", now, retry_at.isoformat())
+        return Outcome(job, [])
+
+    def _record_error(self, job: Job, error: str, now: datetime) -> None:
+        job.errors.append(AttemptError(attempt=job.attempts, error=error, at=now))
+        job.last_error = error
+
+    def _dead_letter(self, job: Job, error: str, now: datetime) -> DeadLetter:
+        self._record_error(job, error, now)
+        self._event(job, "attempt_failed", now, error)
+        job.finished_at = now
+        self._set_status(job, "failed", now)
+        dead = DeadLetter(
+            id=new_id(),
+            job_id=job.id,
+            job=msgspec.structs.replace(job, errors=list(job.errors)),
+            errors=list(job.errors),
+            created_at=now,
+        )
+        self._dead[dead.id] = dead
+        self._event(job, "dead_lettered", now, dead.id)
+        self._retire(job)
+        return dead
+
+    async def release(self, lease: Lease) -> bool:
+        """Give the job back without counting the attempt."""
+        job = self._held(lease)
+        if job is None:
+            return False
+        now = utcnow()
+        self._drop_lease(lease.token)
+        job.attempts -= 1
+        self._set_status(job, "pending", now)
+        self._make_pending(job, now)
+        return True
+
+    async def cancel(self, job_id: str, force: bool) -> tuple[Job, str | None]:
+        """Cancel a pending job, or a running one with `force`."""
+        job = self._jobs.get(job_id)
+        if job is None:
+            raise NotFound(f"job {job_id} not found")
+        if job.status in ("done", "failed", "cancelled"):
+            raise InvalidState(f"job {job_id} is already {job.status}", job.status)
+        if job.status == "running" and not force:
+            raise InvalidState(f"job {job_id} is running; use force=true to kill it", "running")
+        now = utcnow()
+        token = self._tokens.get(job_id)
+        if token is not None:
+            self._drop_lease(token)
+        job.finished_at = now
+        self._set_status(job, "cancelled", now)
+        self._event(job, "cancelled", now)
+        self._retire(job)
+        return job, token
+
+    # -- reads -----------------------------------------------------------------------
+
+    async def get(self, job_id: str) -> Job | None:
+        """One job by id."""
+        return self._jobs.get(job_id)
+
+    async def list_jobs(self, filters: JobFilter, limit: int, offset: int) -> Page:
+        """Jobs newest first (insertion order reversed)."""
+        matches = [
+            job
+            for job in reversed(self._jobs.values())
+            if (filters.type is None or job.type == filters.type)
+            and (filters.status is None or job.status == filters.status)
+            and (filters.queue is None or job.queue == filters.queue)
+        ]
+        return Page(matches[offset : offset + limit], len(matches))
+
+    async def stats(self) -> Stats:
+        """Counts by status and pending depth by queue and priority."""
+        queues = {
+            queue: {str(p): n for p, n in sorted(depth.items(), reverse=True) if n}
+            for queue, depth in self._depth.items()
+        }
+        return Stats(dict(self._counts), queues, len(self._dead))
+
+    async def queue_stats(self, queue: str) -> QueueStats:
+        """One queue's counts by status and depth by priority."""
+        counts = dict.fromkeys(STATUSES, 0)
+        for job in self._jobs.values():
+            if job.queue == queue:
+                counts[job.status] += 1
+        depth = self._depth.get(queue, {})
+        by_priority = {str(p): n for p, n in sorted(depth.items(), reverse=True) if n}
+        return QueueStats(queue, counts, by_priority, queue in self._paused)
+
+    async def set_paused(self, queue: str, paused: bool) -> None:
+        """Pause or resume a queue."""
+        if paused:
+            self._paused.add(queue)
+        else:
+            self._paused.discard(queue)
+            self._wake()
+
+    async def paused_queues(self) -> frozenset[str]:
+        """The paused queues."""
+        return frozenset(self._paused)
+
+    async def events(self, job_id: str) -> list[Event]:
+        """A job's audit trail, oldest first."""
+        return list(self._events.get(job_id, ()))
+
+    # -- dead letters ----------------------------------------------------------------
+
+    async def list_dead(self, limit: int, offset: int) -> Page:
+        """Dead letters newest first."""
+        letters = list(reversed(self._dead.values()))
+        return Page(letters[offset : offset + limit], len(letters))
+
+    async def get_dead(self, dead_id: str) -> DeadLetter | None:
+        """One dead letter."""
+        return self._dead.get(dead_id)
+
+    async def replay_dead(self, dead_id: str, max_retries: int) -> Job:
+        """Enqueue a fresh job from a dead letter, then drop the letter."""
+        dead = self._dead.get(dead_id)
+        if dead is None:
+            raise NotFound(f"dead letter {dead_id} not found")
+        if self._counts["pending"] >= self.max_pending:
+            raise StoreFull(f"the queue is full ({self.max_pending} pending jobs)")
+        now = utcnow()
+        job = self._insert(dead.job.replay_spec(), now, max_retries, None)
+        del self._dead[dead_id]
+        self._event(job, "replayed", now, dead.job_id)
+        return job
+
+    async def purge_dead(self, dead_id: str) -> bool:
+        """Delete a dead letter."""
+        return self._dead.pop(dead_id, None) is not None
+
+    # -- bookkeeping -----------------------------------------------------------------
+
+    def _set_status(self, job: Job, status: str, now: datetime) -> None:
+        if job.status == "pending":
+            self._depth_add(job, -1)
+        self._count(job.status, -1)
+        self._count(status, +1)
+        job.status = status  # type: ignore[assignment]
+        job.updated_at = now
+
+    def _count(self, status: str, delta: int) -> None:
+        self._counts[status] += delta
+
+    def _depth_add(self, job: Job, delta: int) -> None:
+        depth = self._depth.setdefault(job.queue, {})
+        depth[job.priority] = depth.get(job.priority, 0) + delta
+
+    def _event(self, job: Job, kind: str, now: datetime, detail: str | None = None) -> None:
+        trail = self._events.setdefault(job.id, [])
+        if len(trail) < self.max_events_per_job:
+            trail.append(
+                Event(
+                    job_id=job.id,
+                    event=kind,
+                    at=now,
+                    node=self.node_id,
+                    attempt=job.attempts,
+                    detail=detail,
+                )
+            )
+
+    def _retire(self, job: Job) -> None:
+        """Forget the oldest finished jobs beyond `max_finished` (bounded memory)."""
+        self._finished.append(job.id)
+        while len(self._finished) > self.max_finished:
+            old = self._jobs.pop(self._finished.popleft(), None)
+            if old is not None:
+                self._count(old.status, -1)
+                self._events.pop(old.id, None)
+        self._expire_keys(job.updated_at.timestamp())
+
+    def _expire_keys(self, now_ts: float) -> None:
+        """Drop expired dedupe and idempotency keys, a few at a time (oldest first)."""
+        for table in (self._dedupe, self._idempotency):
+            for _ in range(4):
+                key = next(iter(table), None)
+                if key is None or table[key][-1] > now_ts:
+                    break
+                del table[key]
