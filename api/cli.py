@@ -1,0 +1,84 @@
+"""The `goqueue` command: `serve` runs a node, `migrate` prepares PostgreSQL, and the
+client commands talk to a running node over HTTP."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+from collections.abc import Sequence
+
+from supervisor import config, logs
+from supervisor.errors import ConfigError
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The whole command line."""
+    parser = argparse.ArgumentParser(
+        prog="goqueue",
+        description="GoQueue: a background job processor with a REST API. A supervisor "
+        "process feeds worker processes it can truly kill.",
+    )
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    serve = commands.add_parser(
+        "serve",
+        help="run a node (API + supervisor + workers)",
+        description="Run a node. Every option can also be set as GOQUEUE_<OPTION> in the "
+        "environment or as a key in the TOML file given by --config; flags win over the "
+        "environment, which wins over the file.",
+    )
+    config.add_arguments(serve)
+    serve.set_defaults(func=_serve)
+    migrate = commands.add_parser(
+        "migrate", help="create or upgrade the PostgreSQL schema, then exit"
+    )
+    migrate.add_argument("--database-url", default=None, help="PostgreSQL DSN (env DATABASE_URL)")
+    migrate.set_defaults(func=_migrate)
+    from api.client import add_client_commands
+
+    add_client_commands(commands)
+    return parser
+
+
+def _serve(args: argparse.Namespace) -> int:
+    try:
+        settings = config.load(args, os.environ)
+    except ConfigError as exc:
+        print(f"goqueue: {exc}", file=sys.stderr)
+        return 2
+    logs.configure(settings.log_level)
+    from api.node import serve
+
+    return serve(settings, args)
+
+
+def _migrate(args: argparse.Namespace) -> int:
+    dsn = (
+        args.database_url
+        or os.environ.get("GOQUEUE_DATABASE_URL")
+        or os.environ.get("DATABASE_URL")
+    )
+    if not dsn:
+        print("goqueue migrate: --database-url or DATABASE_URL is required", file=sys.stderr)
+        return 2
+    from supervisor.store.postgres import PostgresStore
+
+    async def run() -> None:
+        store = PostgresStore(dsn, "migrate")
+        await store.open()
+        await store.close()
+
+    asyncio.run(run())
+    print("schema is up to date")
+    return 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `goqueue` command."""
+    args = build_parser().parse_args(argv)
+    return int(args.func(args) or 0)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

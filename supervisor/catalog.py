@@ -1,0 +1,52 @@
+"""What this node knows about its job types: the actors' declared defaults plus the
+operator's overrides (`[limits]`). Rebuilt on every reload from a new worker's Ready."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from actors.protocol import ActorInfo
+from supervisor.jobs import DEFAULT_MAX_RETRIES
+
+
+class Catalog:
+    """Actor declarations by type, with per-type limit overrides applied."""
+
+    def __init__(self, actors: Iterable[ActorInfo], limits: Mapping[str, int]) -> None:
+        self.actors = {a.name: a for a in actors}
+        self.overrides = dict(limits)
+        self.types = frozenset(self.actors)
+
+    def limit(self, job_type: str) -> int | None:
+        """Concurrency limit for a type on this node (None = only the worker count)."""
+        override = self.overrides.get(job_type)
+        if override is not None:
+            return override
+        info = self.actors.get(job_type)
+        return info.concurrency if info else None
+
+    def limits(self) -> dict[str, int | None]:
+        """Every type and its limit, as declared to the store."""
+        return {t: self.limit(t) for t in self.actors}
+
+    def timeout(self, job_type: str, default: float) -> float:
+        """The actor's declared timeout, or the server's default."""
+        info = self.actors.get(job_type)
+        return info.timeout if info and info.timeout else default
+
+    def max_retries(self, job_type: str) -> int:
+        """The actor's declared max_retries, or the server's default (3)."""
+        info = self.actors.get(job_type)
+        if info is not None and info.max_retries is not None:
+            return info.max_retries
+        return DEFAULT_MAX_RETRIES
+
+    def free_slots(self, running: Mapping[str, int], capacity: int) -> dict[str, int]:
+        """How many more attempts of each type may start now, at most `capacity`."""
+        slots: dict[str, int] = {}
+        for job_type in self.types:
+            limit = self.limit(job_type)
+            free = capacity if limit is None else min(capacity, limit - running.get(job_type, 0))
+            if free > 0:
+                slots[job_type] = free
+        return slots

@@ -1,0 +1,242 @@
+"""Dispatch: claim due jobs for idle workers within per-type slots, and record outcomes.
+
+The dispatcher sleeps until woken (a job enqueued, a worker freed, a delayed job due)
+and never polls. Outcomes are written through `_write`, which holds them and retries
+while the store is unavailable, so a finished attempt is never forgotten.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+import time
+from collections import Counter
+from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from functools import partial
+
+import msgspec
+
+from actors.protocol import JobDone, JobFailed
+from supervisor.catalog import Catalog
+from supervisor.errors import StoreUnavailable
+from supervisor.jobs import Job, Lease, Outcome, utcnow
+from supervisor.pool import Pool, Worker, describe_exit
+from supervisor.store.base import Store
+
+log = logging.getLogger("goqueue.dispatch")
+
+OutcomeHook = Callable[[Outcome], None]
+
+
+def backoff(attempt: int, base: float, cap: float, rng: random.Random) -> float:
+    """Seconds before retry number `attempt`: base * 2^(attempt-1), capped, ±25 % jitter."""
+    delay = min(cap, base * 2 ** max(0, attempt - 1))
+    return delay * rng.uniform(0.75, 1.25)
+
+
+class Dispatcher:
+    """Feeds idle workers and turns their reports into store writes."""
+
+    def __init__(
+        self,
+        store: Store,
+        pool: Pool,
+        catalog: Catalog,
+        *,
+        queues: frozenset[str] | None,
+        default_timeout: float,
+        retry_base: float,
+        retry_cap: float,
+        on_outcome: OutcomeHook,
+        on_attempt: Callable[[str, str, float], None],
+    ) -> None:
+        self.store = store
+        self.pool = pool
+        self.catalog = catalog
+        self.queues = queues
+        self.default_timeout = default_timeout
+        self.retry_base = retry_base
+        self.retry_cap = retry_cap
+        self.on_outcome = on_outcome
+        self.on_attempt = on_attempt
+        self.running: Counter[str] = Counter()
+        self.dispatching = True
+        self.rng = random.Random()
+        self._wake = asyncio.Event()
+        self._due_timer: asyncio.TimerHandle | None = None
+        self._writes: set[asyncio.Task[None]] = set()
+
+    def wake(self) -> None:
+        """Something may be claimable: run a dispatch pass soon."""
+        self._wake.set()
+
+    async def run(self) -> None:
+        """The dispatch loop; cancel the task to stop it."""
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            if self.dispatching:
+                await self.fill()
+                self._arm_due_timer()
+
+    def _arm_due_timer(self) -> None:
+        due = self.store.next_due_at()
+        if self._due_timer is not None:
+            self._due_timer.cancel()
+            self._due_timer = None
+        if due is not None:
+            delay = max(0.0, (due - utcnow()).total_seconds())
+            self._due_timer = asyncio.get_running_loop().call_later(delay + 0.001, self.wake)
+
+    async def fill(self) -> None:
+        """Claim jobs for every idle worker that has a free type slot."""
+        while self.dispatching:
+            idle = self.pool.idle()
+            types = frozenset().union(*(w.types for w in idle)) if idle else frozenset()
+            slots = {
+                t: n
+                for t, n in self.catalog.free_slots(self.running, len(idle)).items()
+                if t in types
+            }
+            if not slots:
+                return
+            try:
+                leases = await self.store.claim(len(idle), self.queues, slots)
+            except StoreUnavailable as exc:
+                log.warning("claim failed: store unavailable", extra={"err": str(exc)})
+                asyncio.get_running_loop().call_later(1.0, self.wake)
+                return
+            for lease in leases:
+                self._start(lease)
+            if len(leases) < len(idle):
+                return
+
+    def _start(self, lease: Lease) -> None:
+        job = lease.job
+        worker = next((w for w in self.pool.idle() if job.type in w.types), None)
+        if worker is None:  # a worker vanished while we claimed; hand the job back
+            self._write(partial(self.store.release, lease))
+            return
+        self.running[job.type] += 1
+        timeout = job.timeout_seconds or self.catalog.timeout(job.type, self.default_timeout)
+        log.debug(
+            "attempt started",
+            extra={"job_id": job.id, "type": job.type, "attempt": job.attempts},
+        )
+        self.pool.run(worker, lease, timeout)
+
+    def timeout_of(self, job: Job) -> float:
+        """The deadline in seconds that applies to one attempt of `job`."""
+        return job.timeout_seconds or self.catalog.timeout(job.type, self.default_timeout)
+
+    # -- outcomes --------------------------------------------------------------------
+
+    def job_done(self, worker: Worker, message: JobDone) -> None:
+        """Record a success."""
+        lease = self._finish(worker, "succeeded", message.duration)
+        if lease is not None:
+            self._record(lease, self.store.complete, msgspec.Raw(message.result))
+
+    def job_failed(self, worker: Worker, message: JobFailed) -> None:
+        """Record a failed attempt; retry unless the handler said Fail or retries ran out."""
+        lease = self._finish(worker, "failed", message.duration)
+        if lease is None:
+            return
+        if message.traceback:
+            log.info(
+                "attempt failed",
+                extra={**_job_fields(lease), "error": message.error, "exc": message.traceback},
+            )
+        retry_at = self._retry_at(lease, message.retry, message.delay)
+        self._record(lease, self.store.fail, message.error, retry_at)
+
+    def worker_lost(self, worker: Worker) -> None:
+        """A worker died holding a lease: timeout, crash, cancellation or shutdown."""
+        lease = worker.lease
+        if lease is None:
+            return
+        reason = worker.kill_reason
+        outcome = "timeout" if reason == "timeout" else "crashed"
+        lease = self._finish(worker, outcome, time.monotonic() - worker.attempt_started)
+        if lease is None or reason in ("cancel", "lease_lost"):
+            return  # the store already moved on; any write would be fenced anyway
+        if reason == "shutdown":
+            self._write(partial(self.store.release, lease))
+            return
+        exit_text = describe_exit(worker.exitcode)
+        if reason == "timeout":
+            limit = self.timeout_of(lease.job)
+            error = f"timed out after {limit:g}s; worker {worker.pid} {exit_text}"
+        else:
+            error = f"worker {worker.pid} {exit_text} while running the job"
+        log.warning(error, extra=_job_fields(lease))
+        retry_at = self._retry_at(lease, True, None)
+        self._record(lease, self.store.fail, error, retry_at)
+
+    def _finish(self, worker: Worker, outcome: str, duration: float) -> Lease | None:
+        lease = worker.lease
+        if lease is None:
+            return None
+        job_type = lease.job.type
+        self.running[job_type] -= 1
+        if self.running[job_type] <= 0:
+            del self.running[job_type]
+        self.on_attempt(job_type, outcome, duration)
+        self.wake()
+        return lease
+
+    def _retry_at(self, lease: Lease, retryable: bool, delay: float | None) -> datetime | None:
+        attempt = lease.job.attempts
+        if not retryable or attempt > lease.job.max_retries:
+            return None
+        if delay is None:
+            delay = backoff(attempt, self.retry_base, self.retry_cap, self.rng)
+        return utcnow() + timedelta(seconds=delay)
+
+    def _record(
+        self, lease: Lease, write: Callable[..., Awaitable[Outcome | None]], *args: object
+    ) -> None:
+        """Write an attempt's outcome (fenced by its lease), then run the follow-ups."""
+
+        async def record() -> None:
+            outcome = await write(lease, *args)
+            if outcome is None:
+                log.warning("lease lost before the outcome was recorded", extra=_job_fields(lease))
+                return
+            self.on_outcome(outcome)
+
+        self._write(record)
+
+    # -- writes that must not be lost -----------------------------------------------
+
+    def _write(self, make: Callable[[], Awaitable[object]]) -> None:
+        task = asyncio.ensure_future(self._persist(make))
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
+
+    async def _persist(self, make: Callable[[], Awaitable[object]]) -> None:
+        """Run a store write, retrying while the store is unavailable."""
+        delay = 0.2
+        while True:
+            try:
+                await make()
+                return
+            except StoreUnavailable as exc:
+                log.warning("store unavailable; holding an outcome", extra={"err": str(exc)})
+            except Exception:
+                log.exception("recording an outcome failed")
+                return
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)
+
+    async def flush(self, timeout: float) -> None:
+        """Wait for outstanding outcome writes (shutdown)."""
+        if self._writes:
+            await asyncio.wait(set(self._writes), timeout=timeout)
+
+
+def _job_fields(lease: Lease) -> dict[str, object]:
+    job = lease.job
+    return {"job_id": job.id, "type": job.type, "attempt": job.attempts}

@@ -1,0 +1,221 @@
+"""The engine: what the API may ask of a node, in one place.
+
+It validates job types against the actors that live nodes run, resolves defaults
+(the job's own fields win over the actor's, which win over the server's), and turns
+store results into metrics, logs and webhooks. It knows nothing of HTTP.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable, Sequence
+
+import msgspec
+
+from supervisor.catalog import Catalog
+from supervisor.errors import Draining, UnknownJobType
+from supervisor.jobs import (
+    TERMINAL,
+    DeadLetter,
+    Enqueued,
+    Event,
+    Job,
+    JobFilter,
+    JobSpec,
+    Outcome,
+    Page,
+    QueueStats,
+    Stats,
+)
+from supervisor.metrics import Metrics
+from supervisor.pool import BUSY, IDLE, Pool
+from supervisor.store.base import NewJob, Store
+from supervisor.webhooks import WebhookSender
+
+log = logging.getLogger("goqueue.engine")
+
+_TYPES_TTL = 2.0
+
+
+class Engine:
+    """A node's operations, shared by the API and the arbiter."""
+
+    def __init__(
+        self,
+        store: Store,
+        pool: Pool,
+        catalog: Catalog,
+        metrics: Metrics,
+        webhooks: WebhookSender,
+        *,
+        kill: Callable[[str], bool],
+    ) -> None:
+        self.store = store
+        self.pool = pool
+        self.catalog = catalog
+        self.metrics = metrics
+        self.webhooks = webhooks
+        self.kill = kill
+        self.draining = False
+        self._types: frozenset[str] = frozenset()
+        self._types_at = 0.0
+        self._encode = msgspec.json.Encoder().encode
+
+    # -- writes ----------------------------------------------------------------------
+
+    async def enqueue(
+        self,
+        spec: JobSpec,
+        *,
+        idempotency_key: str | None = None,
+        request_hash: str | None = None,
+    ) -> Enqueued:
+        """Validate and store one job."""
+        new = await self.prepare(spec, idempotency_key, request_hash)
+        enqueued = await self.store.enqueue(new)
+        if enqueued.created:
+            self.metrics.enqueued(spec.type)
+        return enqueued
+
+    async def enqueue_many(self, specs: Sequence[JobSpec]) -> list[Enqueued | Exception]:
+        """Validate and store several jobs, each answered on its own."""
+        news: list[NewJob] = []
+        answers: list[Enqueued | Exception | None] = []
+        for spec in specs:
+            try:
+                news.append(await self.prepare(spec, None, None))
+                answers.append(None)
+            except UnknownJobType as exc:
+                answers.append(exc)
+        stored = iter(await self.store.enqueue_many(news) if news else [])
+        out: list[Enqueued | Exception] = []
+        for answer in answers:
+            result = answer if answer is not None else next(stored)
+            if isinstance(result, Enqueued) and result.created:
+                self.metrics.enqueued(result.job.type)
+            out.append(result)
+        return out
+
+    async def prepare(
+        self, spec: JobSpec, idempotency_key: str | None, request_hash: str | None
+    ) -> NewJob:
+        """Check types (templates too) and resolve `max_retries` defaults."""
+        if self.draining:
+            raise Draining("the node is shutting down and accepts no new jobs")
+        known = await self.known_types()
+        resolved = self._resolve(spec, known, "")
+        return NewJob(
+            spec=resolved,
+            max_retries=resolved.max_retries if resolved.max_retries is not None else 3,
+            idempotency_key=idempotency_key,
+            request_hash=request_hash,
+        )
+
+    def _resolve(self, spec: JobSpec, known: frozenset[str], path: str) -> JobSpec:
+        if spec.type not in known:
+            raise UnknownJobType(spec.type, f"{path}type")
+        retries = spec.max_retries
+        if retries is None:
+            retries = self.catalog.max_retries(spec.type)
+        on_success = spec.on_success and self._resolve(spec.on_success, known, f"{path}on_success.")
+        on_failure = spec.on_failure and self._resolve(spec.on_failure, known, f"{path}on_failure.")
+        return msgspec.structs.replace(
+            spec, max_retries=retries, on_success=on_success, on_failure=on_failure
+        )
+
+    async def known_types(self) -> frozenset[str]:
+        """Types this node or (with a shared store) any live node can run; cached briefly."""
+        now = time.monotonic()
+        if now - self._types_at > _TYPES_TTL:
+            self._types = self.catalog.types | await self.store.known_types()
+            self._types_at = now
+        return self._types | self.catalog.types
+
+    async def cancel(self, job_id: str, force: bool) -> Job:
+        """Cancel a job; a running one (with `force`) has its worker killed, no retry."""
+        job, token = await self.store.cancel(job_id, force)
+        if token is not None:
+            self.kill(token)
+        self.finished(Outcome(job, []))
+        log.info("job cancelled", extra={"job_id": job.id, "type": job.type, "force": force})
+        return job
+
+    async def replay(self, dead_id: str) -> Job:
+        """Re-enqueue a dead letter as a fresh job."""
+        dead = await self.store.get_dead(dead_id)
+        retries = dead.job.max_retries if dead else 3
+        job = await self.store.replay_dead(dead_id, retries)
+        self.metrics.enqueued(job.type)
+        return job
+
+    def finished(self, outcome: Outcome) -> None:
+        """Metrics, logs and webhooks for a recorded outcome."""
+        job = outcome.job
+        if job.status == "pending":
+            self.metrics.retry(job.type)
+        if job.status not in TERMINAL:
+            return
+        self.metrics.job_finished(job.type, job.status)
+        fields = {"job_id": job.id, "type": job.type, "attempt": job.attempts}
+        if job.status == "failed":
+            log.warning("job dead-lettered", extra={**fields, "error": job.last_error})
+        else:
+            log.info(f"job {job.status}", extra=fields)
+        if job.webhook_url:
+            self.webhooks.submit(job.webhook_url, self._encode(job), job_id=job.id)
+
+    # -- reads -----------------------------------------------------------------------
+
+    async def get(self, job_id: str) -> Job | None:
+        """One job."""
+        return await self.store.get(job_id)
+
+    async def list_jobs(self, filters: JobFilter, limit: int, offset: int) -> Page:
+        """Jobs newest first."""
+        return await self.store.list_jobs(filters, limit, offset)
+
+    async def events(self, job_id: str) -> list[Event]:
+        """A job's audit trail."""
+        return await self.store.events(job_id)
+
+    async def stats(self) -> tuple[Stats, dict[str, int]]:
+        """Store counts plus this node's workers by state."""
+        return await self.store.stats(), self.workers()
+
+    async def queue_stats(self, queue: str) -> QueueStats:
+        """One queue's counts."""
+        return await self.store.queue_stats(queue)
+
+    async def set_paused(self, queue: str, paused: bool) -> QueueStats:
+        """Pause or resume a queue; answers its stats."""
+        await self.store.set_paused(queue, paused)
+        return await self.store.queue_stats(queue)
+
+    async def list_dead(self, limit: int, offset: int) -> Page:
+        """Dead letters newest first."""
+        return await self.store.list_dead(limit, offset)
+
+    async def get_dead(self, dead_id: str) -> DeadLetter | None:
+        """One dead letter."""
+        return await self.store.get_dead(dead_id)
+
+    async def purge_dead(self, dead_id: str) -> bool:
+        """Delete a dead letter."""
+        return await self.store.purge_dead(dead_id)
+
+    def workers(self) -> dict[str, int]:
+        """Workers by state (busy, idle, booting, stopping)."""
+        counts = {"busy": 0, "idle": 0, "booting": 0, "stopping": 0}
+        for worker in self.pool:
+            counts[worker.state] = counts.get(worker.state, 0) + 1
+        return counts
+
+    async def readiness(self) -> dict[str, bool]:
+        """The checks behind /ready: store reachable, a worker up, not draining."""
+        try:
+            store_ok = await self.store.ping()
+        except Exception:
+            store_ok = False
+        workers_up = self.pool.count(IDLE, BUSY) > 0
+        return {"store": store_ok, "workers": workers_up, "accepting": not self.draining}
