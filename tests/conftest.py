@@ -1,0 +1,203 @@
+"""Shared fixtures: real `goqueue serve` processes on loopback, and an HTTP helper."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def free_port() -> int:
+    """An unused loopback port."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
+    """Poll `predicate` until it returns something truthy; fail after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"condition not met within {timeout}s")
+        time.sleep(interval)
+
+
+@dataclass
+class Response:
+    """An HTTP answer: status, parsed JSON body (or None), headers."""
+
+    status: int
+    body: Any
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+def request(
+    method: str, url: str, body: Any = None, headers: dict[str, str] | None = None
+) -> Response:
+    """One HTTP request with urllib; JSON in, JSON out; errors are returned, not raised."""
+    data = body if isinstance(body, bytes) else None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method=method, headers=headers or {})
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    try:
+        with urllib.request.urlopen(req, timeout=15) as resp:
+            raw, status, hdrs = resp.read(), resp.status, dict(resp.headers)
+    except urllib.error.HTTPError as err:
+        raw, status, hdrs = err.read(), err.code, dict(err.headers)
+    try:
+        parsed = json.loads(raw) if raw else None
+    except ValueError:
+        parsed = raw.decode(errors="replace")
+    return Response(status, parsed, hdrs)
+
+
+@dataclass
+class Node:
+    """A running `goqueue serve` process."""
+
+    proc: subprocess.Popen[bytes]
+    url: str
+    log_path: Path
+
+    def get(self, path: str, **kw: Any) -> Response:
+        return request("GET", self.url + path, **kw)
+
+    def post(self, path: str, body: Any = None, **kw: Any) -> Response:
+        return request("POST", self.url + path, body, **kw)
+
+    def delete(self, path: str, **kw: Any) -> Response:
+        return request("DELETE", self.url + path, **kw)
+
+    def enqueue(self, **job: Any) -> dict[str, Any]:
+        resp = self.post("/jobs", job)
+        assert resp.status == 201, resp
+        return resp.body
+
+    def wait_status(self, job_id: str, *statuses: str, timeout: float = 15.0) -> dict[str, Any]:
+        def check() -> dict[str, Any] | None:
+            job = self.get(f"/jobs/{job_id}").body
+            return job if job["status"] in statuses else None
+
+        return wait_for(check, timeout)
+
+    def logs(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def signal(self, sig: int) -> None:
+        self.proc.send_signal(sig)
+
+
+def start_node(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> Node:
+    """Start `goqueue serve` with the test actors and wait until /ready answers 200."""
+    port = free_port()
+    log_path = tmp_path / f"node-{port}.log"
+    environ = {
+        k: v for k, v in os.environ.items() if not k.startswith("GOQUEUE_") and k != "API_KEY"
+    }
+    environ["PYTHONPATH"] = os.pathsep.join([str(FIXTURES), str(ROOT)])
+    environ.pop("DATABASE_URL", None)
+    environ.update(env or {})
+    cmd = [sys.executable, "-m", "api.cli", "serve", "--host", "127.0.0.1", "--port", str(port)]
+    if "--actors" not in args:
+        cmd += ["--actors", "testactors"]
+    if "--workers" not in args:
+        cmd += ["--workers", "2"]
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen(
+            [*cmd, *args], stdout=log, stderr=subprocess.STDOUT, env=environ, cwd=tmp_path
+        )
+    node = Node(proc, f"http://127.0.0.1:{port}", log_path)
+
+    def ready() -> bool:
+        if proc.poll() is not None:
+            raise AssertionError(f"node exited with {proc.returncode}:\n{node.logs()}")
+        try:
+            return request("GET", node.url + "/ready").status == 200
+        except OSError:
+            return False
+
+    wait_for(ready, timeout=20)
+    return node
+
+
+def stop_node(node: Node) -> None:
+    """SIGTERM, then SIGKILL of the whole process group if it lingers."""
+    if node.proc.poll() is None:
+        node.proc.send_signal(signal.SIGTERM)
+        try:
+            node.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            node.proc.kill()
+            node.proc.wait(timeout=5)
+
+
+@pytest.fixture
+def make_node(tmp_path: Path) -> Iterator[Callable[..., Node]]:
+    """A factory of nodes, each stopped at the end of the test."""
+    nodes: list[Node] = []
+
+    def make(*args: str, env: dict[str, str] | None = None) -> Node:
+        node = start_node(tmp_path, *args, env=env)
+        nodes.append(node)
+        return node
+
+    yield make
+    for node in nodes:
+        stop_node(node)
+
+
+@pytest.fixture
+def node(make_node: Callable[..., Node]) -> Node:
+    """One node with two workers and the test actors."""
+    return make_node()
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
+    """Run `async def` tests on a fresh event loop (no pytest-asyncio needed)."""
+    if not inspect.iscoroutinefunction(pyfuncitem.obj):
+        return None
+    names = pyfuncitem._fixtureinfo.argnames
+    asyncio.run(pyfuncitem.obj(**{n: pyfuncitem.funcargs[n] for n in names}))
+    return True
+
+
+def postgres_dsn() -> str:
+    """TEST_DATABASE_URL if PostgreSQL answers there; otherwise skip loudly (fail under CI)."""
+    dsn = os.environ.get("TEST_DATABASE_URL")
+    reason = None
+    if not dsn:
+        reason = "TEST_DATABASE_URL is not set"
+    else:
+        try:
+            import psycopg
+
+            psycopg.connect(dsn, connect_timeout=3).close()
+        except Exception as exc:
+            reason = f"PostgreSQL at TEST_DATABASE_URL is unreachable: {exc}"
+    if reason is None:
+        return dsn  # type: ignore[return-value]
+    if os.environ.get("CI"):
+        pytest.fail(f"PostgreSQL tests must run under CI: {reason}")
+    pytest.skip(f"SKIPPING POSTGRESQL TESTS: {reason}")

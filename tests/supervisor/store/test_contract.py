@@ -1,0 +1,295 @@
+"""The store contract: the same tests, run against the memory and PostgreSQL stores."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+
+import msgspec
+import pytest
+
+from supervisor.errors import (
+    DuplicateJob,
+    IdempotencyMismatch,
+    InvalidState,
+    NotFound,
+)
+from supervisor.jobs import JobFilter, JobSpec, utcnow
+from supervisor.store.base import NewJob, Store
+
+pytestmark = pytest.mark.timeout(30)
+
+ALL = {"a": 100, "b": 100}
+
+
+def new(type: str = "a", **fields: object) -> NewJob:
+    """An enqueue request with resolved defaults."""
+    retries = fields.pop("max_retries", 3)
+    idem = fields.pop("idempotency_key", None)
+    digest = fields.pop("request_hash", None)
+    spec = msgspec.json.decode(msgspec.json.encode({"type": type, **fields}), type=JobSpec)
+    return NewJob(spec=spec, max_retries=retries, idempotency_key=idem, request_hash=digest)
+
+
+async def claim_one(store: Store, slots: dict[str, int] | None = None):
+    leases = await store.claim(1, None, slots or ALL)
+    assert len(leases) == 1
+    return leases[0]
+
+
+async def test_enqueue_then_get_and_list_newest_first(open_store) -> None:
+    async with open_store() as store:
+        first = (await store.enqueue(new("a", payload={"n": 1}))).job
+        second = (await store.enqueue(new("b", queue="q2"))).job
+        got = await store.get(first.id)
+        assert got is not None and got.status == "pending" and got.attempts == 0
+        assert msgspec.json.decode(got.payload) == {"n": 1}
+        page = await store.list_jobs(JobFilter(), 10, 0)
+        assert [j.id for j in page.items] == [second.id, first.id] and page.total == 2
+        only_b = await store.list_jobs(JobFilter(type="b"), 10, 0)
+        assert [j.id for j in only_b.items] == [second.id]
+        by_queue = await store.list_jobs(JobFilter(queue="q2", status="pending"), 10, 0)
+        assert by_queue.total == 1
+        assert (await store.list_jobs(JobFilter(), 1, 1)).items[0].id == first.id
+        assert await store.get("00000000-0000-0000-0000-000000000000") is None
+
+
+async def test_claim_orders_by_priority_then_fifo(open_store) -> None:
+    async with open_store() as store:
+        ids = []
+        for priority in (0, 5, 10, 5, 10, 0):
+            ids.append(((await store.enqueue(new("a", priority=priority))).job.id, priority))
+        leases = await store.claim(10, None, ALL)
+        got = [lease.job.id for lease in leases]
+        expected = [i for i, _ in sorted(ids, key=lambda x: -x[1])]  # stable: FIFO kept
+        assert got == expected
+        assert all(lease.job.status == "running" and lease.job.attempts == 1 for lease in leases)
+        assert await store.claim(10, None, ALL) == []
+
+
+async def test_claim_respects_type_slots_queues_and_pauses(open_store) -> None:
+    async with open_store() as store:
+        for _ in range(3):
+            await store.enqueue(new("a"))
+        await store.enqueue(new("b", queue="other"))
+        assert len(await store.claim(10, None, {"a": 2})) == 2
+        assert await store.claim(10, frozenset({"default"}), {"b": 5}) == []
+        await store.set_paused("other", True)
+        assert await store.paused_queues() == frozenset({"other"})
+        assert await store.claim(10, None, {"b": 5}) == []
+        await store.set_paused("other", False)
+        assert len(await store.claim(10, frozenset({"other"}), {"b": 5})) == 1
+        assert len(await store.claim(10, None, {"a": 5})) == 1
+
+
+async def test_delayed_jobs_are_not_claimed_until_due(open_store) -> None:
+    async with open_store() as store:
+        delayed = (await store.enqueue(new("a", delay_seconds=0.4))).job
+        assert await store.claim(1, None, ALL) == []
+        due = store.next_due_at()
+        assert due is not None and due <= delayed.run_at + timedelta(seconds=0.01)
+        await asyncio.sleep(0.5)
+        assert (await claim_one(store)).job.id == delayed.id
+
+
+async def test_complete_stores_result_and_chains_on_success(open_store) -> None:
+    async with open_store() as store:
+        job = (await store.enqueue(new("a", on_success={"type": "b", "payload": 7}))).job
+        lease = await claim_one(store)
+        outcome = await store.complete(lease, msgspec.Raw(b'{"ok":true}'))
+        assert outcome is not None and outcome.job.status == "done"
+        assert [f.parent_id for f in outcome.followups] == [job.id]
+        stored = await store.get(job.id)
+        assert msgspec.json.decode(stored.result) == {"ok": True}
+        assert stored.finished_at is not None
+        child = await store.get(outcome.followups[0].id)
+        assert child.type == "b" and child.status == "pending"
+        assert await store.complete(lease, None) is None  # only once
+
+
+async def test_fail_with_retry_then_dead_letter_and_on_failure(open_store) -> None:
+    async with open_store() as store:
+        job = (await store.enqueue(new("a", max_retries=1, on_failure={"type": "b"}))).job
+        lease = await claim_one(store)
+        retry_at = utcnow() + timedelta(seconds=0.2)
+        outcome = await store.fail(lease, "boom 1", retry_at)
+        assert outcome.job.status == "pending" and outcome.followups == []
+        assert await store.claim(1, None, ALL) == []  # not due yet
+        await asyncio.sleep(0.3)
+        lease = await claim_one(store)
+        assert lease.job.attempts == 2
+        outcome = await store.fail(lease, "boom 2", None)
+        assert outcome.job.status == "failed"
+        assert outcome.dead_letter is not None and outcome.dead_letter.job_id == job.id
+        assert [f.type for f in outcome.followups] == ["b"]
+        assert [e.error for e in outcome.dead_letter.errors] == ["boom 1", "boom 2"]
+        stored = await store.get(job.id)
+        assert stored.last_error == "boom 2" and stored.attempts == 2
+
+
+async def test_stale_lease_cannot_write(open_store) -> None:
+    async with open_store() as store:
+        await store.enqueue(new("a"))
+        lease = await claim_one(store)
+        stale = msgspec.structs.replace(lease, token="00000000-0000-0000-0000-000000000001")
+        assert await store.complete(stale, None) is None
+        assert await store.fail(stale, "x", None) is None
+        assert await store.release(stale) is False
+        assert (await store.get(lease.job.id)).status == "running"
+
+
+async def test_release_does_not_count_the_attempt(open_store) -> None:
+    async with open_store() as store:
+        job = (await store.enqueue(new("a"))).job
+        lease = await claim_one(store)
+        assert await store.release(lease) is True
+        assert (await store.get(job.id)).status == "pending"
+        again = await claim_one(store)
+        assert again.job.attempts == 1
+
+
+async def test_cancel_rules(open_store) -> None:
+    async with open_store() as store:
+        pending = (await store.enqueue(new("a"))).job
+        cancelled, token = await store.cancel(pending.id, False)
+        assert cancelled.status == "cancelled" and token is None
+        with pytest.raises(InvalidState):
+            await store.cancel(pending.id, True)
+        with pytest.raises(NotFound):
+            await store.cancel("00000000-0000-0000-0000-000000000000", False)
+        assert await store.claim(5, None, ALL) == []
+        running = (await store.enqueue(new("a"))).job
+        lease = await claim_one(store)
+        with pytest.raises(InvalidState):
+            await store.cancel(running.id, False)
+        job, token = await store.cancel(running.id, True)
+        assert job.status == "cancelled" and token == lease.token
+        assert await store.heartbeat([lease], 30) == [lease.token]
+        assert await store.complete(lease, None) is None
+
+
+async def test_dedupe_window(open_store) -> None:
+    async with open_store() as store:
+        first = (await store.enqueue(new("a", dedupe_key="k", dedupe_window_seconds=0.3))).job
+        with pytest.raises(DuplicateJob) as dup:
+            await store.enqueue(new("a", dedupe_key="k", dedupe_window_seconds=0.3))
+        assert dup.value.existing_id == first.id
+        await store.cancel(first.id, False)  # the window holds whatever the status
+        with pytest.raises(DuplicateJob):
+            await store.enqueue(new("a", dedupe_key="k", dedupe_window_seconds=0.3))
+        await asyncio.sleep(0.4)
+        assert (await store.enqueue(new("a", dedupe_key="k", dedupe_window_seconds=0.3))).created
+
+
+async def test_idempotency_keys(open_store) -> None:
+    async with open_store() as store:
+        first = await store.enqueue(new("a", idempotency_key="i1", request_hash="h1"))
+        again = await store.enqueue(new("a", idempotency_key="i1", request_hash="h1"))
+        assert first.created and not again.created and again.job.id == first.job.id
+        with pytest.raises(IdempotencyMismatch):
+            await store.enqueue(new("b", idempotency_key="i1", request_hash="h2"))
+        assert (await store.list_jobs(JobFilter(), 10, 0)).total == 1
+
+
+async def test_dead_letters_list_get_replay_purge(open_store) -> None:
+    async with open_store() as store:
+        for _ in range(2):
+            await store.enqueue(new("a", max_retries=0))
+            lease = await claim_one(store)
+            await store.fail(lease, "fatal", None)
+        page = await store.list_dead(10, 0)
+        assert page.total == 2
+        letter = page.items[0]
+        assert (await store.get_dead(letter.id)).job_id == letter.job_id
+        replayed = await store.replay_dead(letter.id, 2)
+        assert replayed.status == "pending" and replayed.id != letter.job_id
+        assert replayed.max_retries == 2
+        assert await store.get_dead(letter.id) is None
+        with pytest.raises(NotFound):
+            await store.replay_dead(letter.id, 2)
+        other = page.items[1]
+        assert await store.purge_dead(other.id) is True
+        assert await store.purge_dead(other.id) is False
+        assert (await store.list_dead(10, 0)).total == 0
+
+
+async def test_expired_lease_is_reaped_and_counted(open_store) -> None:
+    async with open_store(lease_seconds=0.2) as store:
+        job = (await store.enqueue(new("a", max_retries=1))).job
+        await claim_one(store)
+        await asyncio.sleep(0.35)
+        touched = await store.reap_expired()
+        assert [j.id for j in touched] == [job.id]
+        back = await store.get(job.id)
+        assert back.status == "pending" and "lease expired" in back.last_error
+        second = await claim_one(store)
+        assert second.job.attempts == 2
+        await asyncio.sleep(0.35)
+        await store.reap_expired()
+        assert (await store.get(job.id)).status == "failed"
+        assert (await store.list_dead(10, 0)).total == 1
+
+
+async def test_heartbeat_keeps_a_lease_alive(open_store) -> None:
+    async with open_store(lease_seconds=0.3) as store:
+        await store.enqueue(new("a"))
+        lease = await claim_one(store)
+        for _ in range(4):
+            await asyncio.sleep(0.1)
+            assert await store.heartbeat([lease], 0.3) == []
+        assert await store.reap_expired() == []
+        assert (await store.complete(lease, None)) is not None
+
+
+async def test_stats_and_queue_stats(open_store) -> None:
+    async with open_store() as store:
+        await store.enqueue(new("a", priority=10))
+        await store.enqueue(new("a", priority=10, queue="mail"))
+        await store.enqueue(new("b", priority=0, queue="mail"))
+        await claim_one(store, {"a": 1})
+        stats = await store.stats()
+        assert stats.counts["pending"] == 2 and stats.counts["running"] == 1
+        assert stats.counts["done"] == 0
+        assert stats.queues["mail"] == {"10": 1, "0": 1}
+        mail = await store.queue_stats("mail")
+        assert mail.counts["pending"] == 2 and mail.depth_by_priority == {"10": 1, "0": 1}
+        empty = await store.queue_stats("nothing")
+        assert sum(empty.counts.values()) == 0
+
+
+async def test_events_trail(open_store) -> None:
+    async with open_store() as store:
+        job = (await store.enqueue(new("a"))).job
+        lease = await claim_one(store)
+        await store.complete(lease, None)
+        kinds = [e.event for e in await store.events(job.id)]
+        assert kinds == ["enqueued", "started", "succeeded"]
+
+
+async def test_waker_is_called_on_enqueue(open_store) -> None:
+    async with open_store() as store:
+        woken = asyncio.Event()
+        store.set_waker(woken.set)
+        await store.enqueue(new("a"))
+        await asyncio.wait_for(woken.wait(), 5)
+
+
+async def test_enqueue_many_answers_each(open_store) -> None:
+    async with open_store() as store:
+        results = await store.enqueue_many(
+            [
+                new("a", dedupe_key="x", dedupe_window_seconds=60),
+                new("a", dedupe_key="x", dedupe_window_seconds=60),
+                new("b"),
+            ]
+        )
+        assert results[0].created and isinstance(results[1], DuplicateJob)
+        assert results[1].existing_id == results[0].job.id
+        assert results[2].created
+        assert (await store.list_jobs(JobFilter(), 10, 0)).total == 2
+
+
+async def test_register_node_and_known_types(open_store) -> None:
+    async with open_store() as store:
+        await store.register_node({"a": 2, "b": None})
+        assert {"a", "b"} <= await store.known_types()
