@@ -44,8 +44,7 @@ def main(conn: Connection, modules: list[str]) -> None:
         registry = load_actors(modules)
     except BaseException as exc:  # any import-time failure is a boot failure
         message = f"cannot load actor modules {','.join(modules)}: {exc!r}"
-        detail = traceback.format_exc()
-        _send(conn, codec, BootFailed(f"{message}\n{detail}"))
+        _send(conn, codec, BootFailed(message, traceback.format_exc()))
         os._exit(WORKER_BOOT_ERROR)
     _send(conn, codec, Ready(os.getpid(), registry.infos()))
     Worker(conn, codec, registry).serve()

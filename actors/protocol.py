@@ -47,6 +47,7 @@ class BootFailed(msgspec.Struct, tag="boot_failed", tag_field="msg", array_like=
     """A worker could not import its actor modules; it exits with WORKER_BOOT_ERROR."""
 
     error: str
+    traceback: str = ""
 
 
 class JobDone(msgspec.Struct, tag="done", tag_field="msg", array_like=True):

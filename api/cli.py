@@ -10,6 +10,7 @@ import sys
 from collections.abc import Sequence
 
 from supervisor import config, logs
+from supervisor.arbiter import EXIT_BOOT_ERROR
 from supervisor.errors import ConfigError
 
 
@@ -50,7 +51,13 @@ def _serve(args: argparse.Namespace) -> int:
     logs.configure(settings.log_level)
     from api.node import serve
 
-    return serve(settings, args)
+    code = serve(settings, args)
+    if code == EXIT_BOOT_ERROR:
+        print(
+            "goqueue: cannot start: the actor modules failed to load (see the log above)",
+            file=sys.stderr,
+        )
+    return code
 
 
 def _migrate(args: argparse.Namespace) -> int:

@@ -67,6 +67,7 @@ class Arbiter:
         self.exit_code = EXIT_OK
         self._signals: list[int] = []
         self._wakeup = asyncio.Event()
+        self._changed = asyncio.Event()  # a job finished or a worker exited
         self._stopping: asyncio.Task[None] | None = None
         self._done = asyncio.Event()
         self._probe: Worker | None = None
@@ -289,6 +290,7 @@ class Arbiter:
 
     def worker_boot_failed(self, worker: Worker, message: BootFailed) -> None:
         """A worker cannot import the actors: halt at start, abort a reload."""
+        log.debug("worker boot traceback", extra={"exc": message.traceback})
         if self._first_ready is not None and not self._first_ready.done():
             self._first_ready.set_exception(BootError(message.error))
         elif worker is self._probe:
@@ -302,11 +304,13 @@ class Arbiter:
         """Record a success, then recycle the worker if it is due."""
         self.dispatcher.job_done(worker, message)
         self._after_job(worker)
+        self._changed.set()
 
     def job_failed(self, worker: Worker, message: JobFailed) -> None:
         """Record a failure, then recycle the worker if it is due."""
         self.dispatcher.job_failed(worker, message)
         self._after_job(worker)
+        self._changed.set()
 
     def _after_job(self, worker: Worker) -> None:
         settings = self.settings
@@ -325,6 +329,7 @@ class Arbiter:
 
     def worker_exited(self, worker: Worker) -> None:
         """A child is gone: settle its attempt, count the restart, replace it."""
+        self._changed.set()
         if worker is self._probe:
             self._probe = None
         if self._first_ready is not None and not self._first_ready.done():
@@ -384,8 +389,10 @@ class Arbiter:
         self.dispatcher.dispatching = False
         log.info("draining", extra={"grace": grace})
         deadline = time.monotonic() + grace
-        while self.pool.count(BUSY) and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
+        while self.pool.count(BUSY) and (left := deadline - time.monotonic()) > 0:
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), left)
         self._kill_busy("shutdown")
         await self.pool.shutdown(timeout=5.0)
         await self.dispatcher.flush(timeout=10.0)

@@ -1,0 +1,109 @@
+"""Signals to a real `goqueue serve`: drain, drain timeout, reload, TTIN/TTOU, QUIT."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import FIXTURES, wait_for
+
+pytestmark = pytest.mark.timeout(60)
+
+
+def workers(node) -> dict[str, int]:
+    return node.get("/stats").body["workers"]
+
+
+def test_sigterm_drains_a_running_job_and_exits_zero(make_node, tmp_path: Path) -> None:
+    node = make_node("--shutdown-grace", "10")
+    job = node.enqueue(type="sleep", payload={"seconds": 1.0, "dir": str(tmp_path)})
+    wait_for(lambda: node.get(f"/jobs/{job['id']}").body["status"] == "running")
+    node.signal(signal.SIGTERM)
+    wait_for(lambda: node.get("/ready").status == 503, timeout=5)
+    refused = node.post("/jobs", {"type": "noop"})
+    assert refused.status == 503
+    assert node.get(f"/jobs/{job['id']}").status == 200  # reads keep working
+    assert node.proc.wait(timeout=20) == 0
+    assert (tmp_path / f"done-{job['id']}").exists()
+
+
+def test_drain_timeout_kills_and_hands_the_job_back(make_node, tmp_path: Path) -> None:
+    node = make_node("--shutdown-grace", "0.5")
+    job = node.enqueue(type="spin", payload={"dir": str(tmp_path)}, timeout_seconds=60)
+    pid = int(wait_for(lambda: list(tmp_path.glob("spin-*")), timeout=10)[0].read_text())
+    node.signal(signal.SIGTERM)
+    assert node.proc.wait(timeout=20) == 0
+    assert not Path(f"/proc/{pid}").exists() or "Z" in Path(f"/proc/{pid}/stat").read_text()
+    logs = node.logs()
+    assert "draining" in logs and job["id"] not in [
+        line for line in logs.splitlines() if "dead-lettered" in line
+    ]
+
+
+def test_sighup_reloads_actor_code_with_the_same_pid(make_node, tmp_path: Path) -> None:
+    pkg = tmp_path / "mods"
+    pkg.mkdir()
+    module = pkg / "reloadable.py"
+    module.write_text(
+        "from actors import actor\n\n@actor('version')\ndef version(payload, ctx):\n"
+        "    return 'v1'\n"
+    )
+    env = {"PYTHONPATH": os.pathsep.join([str(pkg), str(FIXTURES), os.getcwd()])}
+    node = make_node("--actors", "reloadable", env=env)
+    first = node.enqueue(type="version")
+    assert node.wait_status(first["id"], "done")["result"] == "v1"
+    module.write_text(
+        "from actors import actor\n\n@actor('version')\ndef version(payload, ctx):\n"
+        "    return 'version two'\n\n@actor('added')\ndef added(payload, ctx):\n"
+        "    return 'new type'\n"
+    )
+    pid = node.proc.pid
+    node.signal(signal.SIGHUP)
+
+    def reloaded() -> bool:
+        return node.post("/jobs", {"type": "added"}).status == 201
+
+    wait_for(reloaded, timeout=15)
+    job = node.enqueue(type="version")
+    assert node.wait_status(job["id"], "done")["result"] == "version two"
+    assert node.proc.pid == pid and node.proc.poll() is None
+
+
+def test_sighup_with_broken_code_keeps_the_old_code(make_node, tmp_path: Path) -> None:
+    pkg = tmp_path / "mods"
+    pkg.mkdir()
+    module = pkg / "breakable.py"
+    module.write_text("from actors import actor\n\n@actor('ok')\ndef ok(p, ctx):\n    return 1\n")
+    env = {"PYTHONPATH": os.pathsep.join([str(pkg), str(FIXTURES), os.getcwd()])}
+    node = make_node("--actors", "breakable", env=env)
+    module.write_text("this is not python (\n")
+    node.signal(signal.SIGHUP)
+    wait_for(lambda: "reload aborted" in node.logs(), timeout=15)
+    job = node.enqueue(type="ok")
+    assert node.wait_status(job["id"], "done")["result"] == 1
+
+
+def test_ttin_and_ttou_change_the_worker_count(make_node) -> None:
+    node = make_node("--workers", "2")
+    node.signal(signal.SIGTTIN)
+    wait_for(lambda: workers(node)["idle"] + workers(node)["busy"] == 3, timeout=10)
+    # one at a time: two identical pending signals may be delivered as one
+    node.signal(signal.SIGTTOU)
+    wait_for(lambda: sum(workers(node).values()) == 2, timeout=10)
+    node.signal(signal.SIGTTOU)
+    wait_for(lambda: sum(workers(node).values()) == 1, timeout=10)
+    node.signal(signal.SIGTTOU)  # never below one
+    job = node.enqueue(type="noop", payload=3)
+    assert node.wait_status(job["id"], "done")["result"] == 3
+    assert sum(workers(node).values()) == 1
+
+
+def test_sigquit_exits_fast(make_node, tmp_path: Path) -> None:
+    node = make_node()
+    node.enqueue(type="spin", payload={"dir": str(tmp_path)}, timeout_seconds=60)
+    wait_for(lambda: list(tmp_path.glob("spin-*")), timeout=10)
+    node.signal(signal.SIGQUIT)
+    assert node.proc.wait(timeout=10) == 0
