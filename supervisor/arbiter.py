@@ -295,8 +295,14 @@ class Arbiter:
             self._first_ready.set_exception(BootError(message.error))
         elif worker is self._probe:
             log.error(f"reload aborted, keeping the running code: {message.error}")
+        elif self.pool.count(IDLE, BUSY) > 0:
+            # The code on disk changed under us; keep serving with the workers we have
+            # and retry with backoff instead of spinning (SIGHUP makes a change official).
+            self._spawn_failures += 1
+            self._next_spawn = time.monotonic() + min(30.0, 0.5 * 2**self._spawn_failures)
+            log.error(f"worker cannot boot; retrying later: {message.error}")
         else:
-            log.error(f"worker cannot boot; stopping the node: {message.error}")
+            log.error(f"no worker can boot; stopping the node: {message.error}")
             self.exit_code = EXIT_BOOT_ERROR
             self.handle_quit()
 

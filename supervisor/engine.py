@@ -143,6 +143,8 @@ class Engine:
 
     async def replay(self, dead_id: str) -> Job:
         """Re-enqueue a dead letter as a fresh job."""
+        if self.draining:
+            raise Draining("the node is shutting down and accepts no new jobs")
         dead = await self.store.get_dead(dead_id)
         retries = dead.job.max_retries if dead else 3
         job = await self.store.replay_dead(dead_id, retries)

@@ -13,7 +13,7 @@ Status = Literal["pending", "running", "done", "failed", "cancelled"]
 STATUSES: tuple[Status, ...] = ("pending", "running", "done", "failed", "cancelled")
 TERMINAL: frozenset[str] = frozenset({"done", "failed", "cancelled"})
 
-Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:\-]+$")]
+Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:\-]+\Z")]
 Priority = Annotated[int, msgspec.Meta(ge=0, le=10)]
 Retries = Annotated[int, msgspec.Meta(ge=0, le=100)]
 Seconds = Annotated[float, msgspec.Meta(gt=0, le=7 * 86400)]

@@ -79,6 +79,7 @@ def test_sighup_with_broken_code_keeps_the_old_code(make_node, tmp_path: Path) -
     module.write_text("from actors import actor\n\n@actor('ok')\ndef ok(p, ctx):\n    return 1\n")
     env = {"PYTHONPATH": os.pathsep.join([str(pkg), str(FIXTURES), os.getcwd()])}
     node = make_node("--actors", "breakable", env=env)
+    wait_for(lambda: workers(node)["idle"] == 2)  # both booted on the good code
     module.write_text("this is not python (\n")
     node.signal(signal.SIGHUP)
     wait_for(lambda: "reload aborted" in node.logs(), timeout=15)

@@ -1,0 +1,34 @@
+"""The aiohttp application factory: one app per engine, no module-level state."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from api import dlq, jobs, openapi, ops, queues
+from api.middleware import auth_middleware, errors_middleware, metrics_middleware
+from api.schemas import encode
+from api.state import ENGINE, OPENAPI, SETTINGS
+from supervisor.config import Settings
+from supervisor.engine import Engine
+
+__all__ = ["ENGINE", "SETTINGS", "create_app"]
+
+ROUTE_TABLES = (jobs.routes, dlq.routes, queues.routes, ops.routes)
+
+
+def create_app(engine: Engine, settings: Settings) -> web.Application:
+    """The HTTP API of one node, talking only to `engine`."""
+    app = web.Application(
+        client_max_size=settings.max_body_bytes,
+        middlewares=[
+            metrics_middleware(engine.metrics),
+            errors_middleware(settings.max_body_bytes),
+            auth_middleware(settings.api_key, settings.read_api_key),
+        ],
+    )
+    app[ENGINE] = engine
+    app[SETTINGS] = settings
+    for table in ROUTE_TABLES:
+        app.router.add_routes(table)
+    app[OPENAPI] = encode(openapi.build(app, settings))
+    return app

@@ -1,0 +1,151 @@
+"""Job routes: enqueue (one or a batch), list, show, audit trail, cancel."""
+
+from __future__ import annotations
+
+import hashlib
+
+from aiohttp import web
+
+from api.errors import ApiError, bad_request, from_domain, within
+from api.openapi import Header, operation
+from api.params import (
+    FORCE,
+    IDEMPOTENCY_HEADER,
+    JOB_FILTERS,
+    LIMIT,
+    MAX_IDEMPOTENCY_KEY,
+    OFFSET,
+    QUEUE,
+    STATUS,
+    TYPE,
+    check_spec,
+    decode,
+    idempotency_key,
+    path_id,
+    read_body,
+)
+from api.schemas import (
+    BATCH_DECODER,
+    SPEC_DECODER,
+    BatchItem,
+    BatchRequest,
+    BatchResponse,
+    EventList,
+    JobList,
+    JobOut,
+    job_out,
+    reply,
+)
+from api.state import ENGINE, SETTINGS
+from supervisor.errors import GoQueueError
+from supervisor.jobs import Enqueued, JobFilter, JobSpec
+
+routes = web.RouteTableDef()
+
+IDEMPOTENCY = Header(
+    IDEMPOTENCY_HEADER,
+    {"type": "string", "minLength": 1, "maxLength": MAX_IDEMPOTENCY_KEY},
+    "repeat-safe enqueue: the same key and body answer the original job (200)",
+)
+
+
+@routes.post("/jobs")
+@operation(
+    body=JobSpec,
+    responses={201: JobOut, 200: JobOut},
+    errors=(409, 422, 503),
+    headers=(IDEMPOTENCY,),
+)
+async def enqueue(request: web.Request) -> web.Response:
+    """Enqueue a job."""
+    key = idempotency_key(request)
+    body = await read_body(request, request.app[SETTINGS].max_body_bytes)
+    spec = decode(SPEC_DECODER, body)
+    check_spec(spec)
+    digest = hashlib.sha256(body).hexdigest() if key is not None else None
+    engine = request.app[ENGINE]
+    enqueued = await within(engine.enqueue(spec, idempotency_key=key, request_hash=digest))
+    job = enqueued.job
+    if not enqueued.created:
+        return reply(job_out(job))
+    return reply(job_out(job), 201, {"Location": f"/jobs/{job.id}"})
+
+
+@routes.post("/jobs/batch")
+@operation(body=BatchRequest, responses={200: BatchResponse}, errors=(503,))
+async def enqueue_batch(request: web.Request) -> web.Response:
+    """Enqueue up to 1000 jobs; each is answered on its own (201, 400, 409 or 503)."""
+    if IDEMPOTENCY_HEADER in request.headers:  # refuse rather than silently not honour it
+        raise bad_request(
+            f"{IDEMPOTENCY_HEADER} is only supported on POST /jobs", header=IDEMPOTENCY_HEADER
+        )
+    body = await read_body(request, request.app[SETTINGS].max_body_bytes)
+    batch = decode(BATCH_DECODER, body)
+    for index, spec in enumerate(batch.jobs):
+        check_spec(spec, f"jobs[{index}].")
+    answers = await within(request.app[ENGINE].enqueue_many(batch.jobs))
+    return reply(BatchResponse([batch_item(i, a) for i, a in enumerate(answers)]))
+
+
+def batch_item(index: int, answer: Enqueued | Exception) -> BatchItem:
+    """One job's answer in a batch; an error the API cannot explain is re-raised (500)."""
+    if isinstance(answer, Enqueued):
+        return BatchItem(201, job=job_out(answer.job))
+    error = from_domain(answer) if isinstance(answer, GoQueueError) else None
+    if error is None:
+        raise answer
+    item = BatchItem(error.status, error=error.message)
+    if error.details is not None:
+        details = dict(error.details)
+        if "field" in details:
+            details["field"] = f"jobs[{index}].{details['field']}"
+        item.details = details
+    if error.existing_id is not None:
+        item.existing_id = error.existing_id
+    return item
+
+
+@routes.get("/jobs")
+@operation(responses={200: JobList}, query_params=JOB_FILTERS)
+async def list_jobs(request: web.Request) -> web.Response:
+    """List jobs, newest first, filtered by type, status and queue."""
+    query = request.query
+    filters = JobFilter(
+        type=TYPE.parse(query), status=STATUS.parse(query), queue=QUEUE.parse(query)
+    )
+    limit, offset = LIMIT.parse(query), OFFSET.parse(query)
+    page = await within(request.app[ENGINE].list_jobs(filters, limit, offset))
+    return reply(JobList([job_out(job) for job in page.items], page.total, limit, offset))
+
+
+@routes.get("/jobs/{id}")
+@operation(responses={200: JobOut}, errors=(404, 503))
+async def get_job(request: web.Request) -> web.Response:
+    """Show one job."""
+    job_id = path_id(request)
+    job = await within(request.app[ENGINE].get(job_id))
+    if job is None:
+        raise ApiError(404, f"job {job_id} not found")
+    return reply(job_out(job))
+
+
+@routes.get("/jobs/{id}/events")
+@operation(responses={200: EventList}, errors=(404, 503))
+async def job_events(request: web.Request) -> web.Response:
+    """Show a job's audit trail, oldest first."""
+    job_id = path_id(request)
+    engine = request.app[ENGINE]
+    events = await within(engine.events(job_id))
+    if not events and await within(engine.get(job_id)) is None:
+        raise ApiError(404, f"job {job_id} not found")
+    return reply(EventList(events))
+
+
+@routes.delete("/jobs/{id}")
+@operation(responses={200: JobOut}, errors=(404, 409, 503), query_params=(FORCE,))
+async def cancel_job(request: web.Request) -> web.Response:
+    """Cancel a pending job, or with force=true a running one (its worker is killed)."""
+    job_id = path_id(request)
+    force = FORCE.parse(request.query)
+    job = await within(request.app[ENGINE].cancel(job_id, force))
+    return reply(job_out(job))

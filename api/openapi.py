@@ -1,0 +1,228 @@
+"""The OpenAPI 3.1 document, generated from the handlers themselves.
+
+Each handler carries an `@operation(...)` naming its query parameters, headers, request
+body and responses as the same msgspec types the code decodes and encodes; `build` walks
+the app's router, so a route without a description fails at start-up instead of going
+undocumented. The decorator also enforces the declared query parameters.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from aiohttp import web
+
+from api.middleware import API_KEY_HEADER, MUTATING, OPEN_ROUTES
+from api.params import NAME_SCHEMA, UUID_SCHEMA, QueryParam, check_query
+from api.schemas import JSON, ErrorOut
+from supervisor.config import Settings
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+OPENAPI_VERSION = "3.1.0"
+REF_PREFIX = "#/components/schemas/"
+REF_TEMPLATE = REF_PREFIX + "{name}"
+_ATTR = "__goqueue_operation__"
+_PATH_PARAM = re.compile(r"\{(\w+)\}")
+_PATH_SCHEMAS: Mapping[str, dict[str, Any]] = {"id": UUID_SCHEMA, "name": NAME_SCHEMA}
+
+DESCRIPTIONS: Mapping[int, str] = {
+    200: "OK",
+    201: "Created; `Location` is the new job's URL",
+    400: "Invalid input; `details` names the field, parameter or header",
+    401: "Missing or wrong X-API-Key (when the node has an API key)",
+    404: "No such job, dead letter or route",
+    409: "Conflict: a duplicate (with `existing_id`) or a job in the wrong state",
+    413: "Request body larger than the node's limit",
+    422: "Idempotency-Key reused with a different body",
+    503: "Queue full, store unavailable, or node draining; see `Retry-After`",
+}
+
+
+@dataclass(frozen=True, slots=True)
+class Text:
+    """A non-JSON response body."""
+
+    media_type: str
+
+
+@dataclass(frozen=True, slots=True)
+class Header:
+    """A request header an operation reads."""
+
+    name: str
+    schema: dict[str, Any]
+    description: str
+
+
+@dataclass(frozen=True, slots=True)
+class Operation:
+    """What `build` needs to describe one handler."""
+
+    summary: str
+    responses: Mapping[int, Any]
+    errors: tuple[int, ...] = ()
+    body: Any = None
+    query: Sequence[QueryParam] = ()
+    headers: Sequence[Header] = ()
+    strict_query: bool = True
+
+
+def operation(
+    *,
+    responses: Mapping[int, Any],
+    errors: Sequence[int] = (),
+    body: Any = None,
+    query_params: Sequence[QueryParam] = (),
+    headers: Sequence[Header] = (),
+    strict_query: bool = True,
+) -> Callable[[Handler], Handler]:
+    """Describe a handler for OpenAPI; with `strict_query`, unknown or repeated query
+    parameters are a 400 before it runs. `responses` maps a status to its body type
+    (a msgspec type, `Text`, or None for any JSON)."""
+
+    def describe(handler: Handler) -> Handler:
+        summary = (handler.__doc__ or handler.__name__).strip().splitlines()[0]
+        op = Operation(summary, responses, tuple(errors), body, query_params, headers, strict_query)
+
+        @functools.wraps(handler)
+        async def checked(request: web.Request) -> web.StreamResponse:
+            if strict_query and request.query_string:
+                check_query(request, query_params)
+            return await handler(request)
+
+        checked.__dict__[_ATTR] = op
+        return checked
+
+    return describe
+
+
+def build(app: web.Application, settings: Settings) -> dict[str, Any]:
+    """The OpenAPI document for every route of `app`."""
+    routes: list[tuple[str, str, str, Operation]] = []
+    for route in app.router.routes():
+        if route.method == "HEAD" or route.resource is None:
+            continue  # aiohttp adds HEAD beside each GET
+        op = getattr(route.handler, _ATTR, None)
+        if not isinstance(op, Operation):
+            raise RuntimeError(f"{route.method} {route.resource.canonical} has no @operation")
+        name = getattr(route.handler, "__name__", "handler")
+        routes.append((route.resource.canonical, route.method.lower(), name, op))
+    schemas, components = _components([op for *_, op in routes])
+    paths: dict[str, dict[str, Any]] = {}
+    for path, method, name, op in routes:
+        secured = bool(settings.api_key) and path not in OPEN_ROUTES
+        secured = secured and (method.upper() in MUTATING or settings.read_api_key)
+        paths.setdefault(path, {})[method] = _operation(path, name, op, schemas, secured)
+    return {
+        "openapi": OPENAPI_VERSION,
+        "info": {
+            "title": "GoQueue",
+            "version": "1",
+            "description": "A background job processor: enqueue, inspect and manage jobs.",
+        },
+        "paths": paths,
+        "components": {
+            "schemas": components,
+            "securitySchemes": {
+                "ApiKey": {"type": "apiKey", "in": "header", "name": API_KEY_HEADER}
+            },
+        },
+    }
+
+
+def _components(ops: Sequence[Operation]) -> tuple[dict[Any, Any], dict[str, Any]]:
+    """Schemas of every body type, as refs into one shared components table."""
+    types: list[Any] = [ErrorOut]
+    for op in ops:
+        for kind in (op.body, *op.responses.values()):
+            if kind is not None and not isinstance(kind, Text) and kind not in types:
+                types.append(kind)
+    refs, components = msgspec.json.schema_components(types, ref_template=REF_TEMPLATE)
+    names = {name: name.removesuffix("Out") or name for name in components}
+    refs = [_renamed(ref, names) for ref in refs]
+    renamed = {names[name]: _renamed(schema, names) for name, schema in components.items()}
+    return dict(zip(types, refs, strict=True)), renamed
+
+
+def _renamed(node: Any, names: Mapping[str, str]) -> Any:
+    """`JobOut` is `Job` to a client: drop the suffix from names, titles and refs."""
+    if isinstance(node, list):
+        return [_renamed(item, names) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: _renamed(value, names) for key, value in node.items()}
+    ref = out.get("$ref")
+    if isinstance(ref, str) and ref.startswith(REF_PREFIX):
+        out["$ref"] = REF_PREFIX + names.get(ref[len(REF_PREFIX) :], ref[len(REF_PREFIX) :])
+    if isinstance(out.get("title"), str):
+        out["title"] = names.get(out["title"], out["title"])
+    return out
+
+
+def _operation(
+    path: str, name: str, op: Operation, schemas: Mapping[Any, Any], secured: bool
+) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "operationId": name,
+        "summary": op.summary,
+        "tags": [_tag(path)],
+        "parameters": _parameters(path, op),
+        "responses": _responses(path, op, schemas, secured),
+    }
+    if op.body is not None:
+        content = {JSON: {"schema": schemas[op.body]}}
+        doc["requestBody"] = {"required": True, "content": content}
+    if secured:
+        doc["security"] = [{"ApiKey": []}]
+    return doc
+
+
+def _tag(path: str) -> str:
+    """Group operations by their path's first segment (`jobs`, `dlq`, `queues`, ...)."""
+    return path.strip("/").split("/")[0] or "ops"
+
+
+def _parameters(path: str, op: Operation) -> list[dict[str, Any]]:
+    params = [
+        {"name": name, "in": "path", "required": True, "schema": _PATH_SCHEMAS.get(name, {})}
+        for name in _PATH_PARAM.findall(path)
+    ]
+    params += [
+        {"name": p.name, "in": "query", "description": p.description, "schema": p.schema()}
+        for p in op.query
+    ]
+    params += [
+        {"name": h.name, "in": "header", "description": h.description, "schema": h.schema}
+        for h in op.headers
+    ]
+    return params
+
+
+def _responses(
+    path: str, op: Operation, schemas: Mapping[Any, Any], secured: bool
+) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for status, kind in op.responses.items():
+        if isinstance(kind, Text):
+            content = {kind.media_type: {"schema": {"type": "string"}}}
+        else:
+            content = {JSON: {"schema": schemas[kind] if kind is not None else {}}}
+        out[str(status)] = {"description": DESCRIPTIONS.get(status, "OK"), "content": content}
+    errors = set(op.errors)
+    if op.body is not None:
+        errors |= {400, 413}
+    if op.strict_query or op.query or _PATH_PARAM.search(path):
+        errors.add(400)
+    if secured:
+        errors.add(401)
+    error = {JSON: {"schema": schemas[ErrorOut]}}
+    for status in sorted(errors):
+        out[str(status)] = {"description": DESCRIPTIONS[status], "content": error}
+    out["default"] = {"description": "Unexpected error", "content": error}
+    return out

@@ -1,0 +1,275 @@
+"""Reading a request: path ids, query parameters, headers and JSON bodies.
+
+Each query parameter is one small object that both parses itself (400 naming it on bad
+input) and describes itself for the OpenAPI document, so the two cannot disagree.
+Nothing here touches the engine: a request is fully checked before any state changes.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol, TypeVar
+
+import msgspec
+from aiohttp import web
+
+from api.errors import ApiError, bad_request
+from supervisor.jobs import STATUSES, JobSpec
+
+T = TypeVar("T")
+
+MAX_LIMIT = 1000
+DEFAULT_LIMIT = 50
+MAX_OFFSET = 2**31 - 1
+MAX_IDEMPOTENCY_KEY = 200
+IDEMPOTENCY_HEADER = "Idempotency-Key"
+MAX_CHAIN_DEPTH = 32  # on_success/on_failure nesting; deeper recursion would hit Python's limit
+
+# Matched with `fullmatch`: `$` alone would let a trailing newline through.
+_UUID = re.compile(r"[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}")
+_NAME = re.compile(r"[A-Za-z0-9_.:\-]{1,200}")
+_DIGITS = re.compile(r"[0-9]{1,12}")
+_MSGSPEC_PATH = re.compile(r" - at `\$(?P<path>[^`]*)`$")
+_NAMED_FIELD = re.compile(r"(?:unknown|missing required) field `(?P<name>[^`]+)`")
+
+NAME_SCHEMA: dict[str, Any] = {"type": "string", "pattern": f"^{_NAME.pattern}$"}
+UUID_SCHEMA: dict[str, Any] = {"type": "string", "format": "uuid"}
+_BOOLS = {"true": True, "1": True, "false": False, "0": False}
+
+
+class QueryParam(Protocol):
+    """A query parameter that parses and documents itself."""
+
+    name: str
+    description: str
+
+    def schema(self) -> dict[str, Any]:
+        """Its JSON Schema, for OpenAPI."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class IntParam:
+    """An integer in `[low, high]`, plain decimal digits only."""
+
+    name: str
+    default: int
+    low: int
+    high: int
+    description: str
+
+    def parse(self, query: Mapping[str, str]) -> int:
+        """The value, or the default when absent."""
+        raw = query.get(self.name)
+        if raw is None:
+            return self.default
+        if not _DIGITS.fullmatch(raw) or not self.low <= int(raw) <= self.high:
+            raise bad_request(
+                f"{self.name} must be an integer from {self.low} to {self.high}, got {raw!r}",
+                parameter=self.name,
+            )
+        return int(raw)
+
+    def schema(self) -> dict[str, Any]:
+        """Its JSON Schema, for OpenAPI."""
+        return {
+            "type": "integer",
+            "minimum": self.low,
+            "maximum": self.high,
+            "default": self.default,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class ChoiceParam:
+    """One of a fixed set of strings, or absent."""
+
+    name: str
+    choices: tuple[str, ...]
+    description: str
+
+    def parse(self, query: Mapping[str, str]) -> str | None:
+        """The value, or None when absent."""
+        raw = query.get(self.name)
+        if raw is not None and raw not in self.choices:
+            raise bad_request(
+                f"{self.name} must be one of {', '.join(self.choices)}, got {raw!r}",
+                parameter=self.name,
+            )
+        return raw
+
+    def schema(self) -> dict[str, Any]:
+        """Its JSON Schema, for OpenAPI."""
+        return {"enum": list(self.choices)}
+
+
+@dataclass(frozen=True, slots=True)
+class NameParam:
+    """A type or queue name (the same rule as in a job), or absent."""
+
+    name: str
+    description: str
+
+    def parse(self, query: Mapping[str, str]) -> str | None:
+        """The value, or None when absent."""
+        raw = query.get(self.name)
+        if raw is not None and not _NAME.fullmatch(raw):
+            raise bad_request(
+                f"{self.name} must be 1-200 characters of A-Z a-z 0-9 _ . : -, got {raw[:50]!r}",
+                parameter=self.name,
+            )
+        return raw
+
+    def schema(self) -> dict[str, Any]:
+        """Its JSON Schema, for OpenAPI."""
+        return dict(NAME_SCHEMA)
+
+
+@dataclass(frozen=True, slots=True)
+class BoolParam:
+    """`true`/`false`/`1`/`0`, default false."""
+
+    name: str
+    description: str
+
+    def parse(self, query: Mapping[str, str]) -> bool:
+        """The value, False when absent."""
+        raw = query.get(self.name)
+        if raw is None:
+            return False
+        value = _BOOLS.get(raw.lower())
+        if value is None:
+            raise bad_request(
+                f"{self.name} must be true, false, 1 or 0, got {raw[:50]!r}", parameter=self.name
+            )
+        return value
+
+    def schema(self) -> dict[str, Any]:
+        """Its JSON Schema, for OpenAPI."""
+        return {"type": "boolean", "default": False}
+
+
+LIMIT = IntParam("limit", DEFAULT_LIMIT, 1, MAX_LIMIT, "page size")
+OFFSET = IntParam("offset", 0, 0, MAX_OFFSET, "items to skip")
+STATUS = ChoiceParam("status", STATUSES, "only jobs in this status")
+TYPE = NameParam("type", "only jobs of this type")
+QUEUE = NameParam("queue", "only jobs in this queue")
+FORCE = BoolParam("force", "also cancel a running job (its worker is killed; no retry)")
+
+PAGE = (LIMIT, OFFSET)
+JOB_FILTERS = (TYPE, STATUS, QUEUE, LIMIT, OFFSET)
+
+
+def check_query(request: web.Request, params: Sequence[QueryParam]) -> None:
+    """Refuse unknown or repeated query parameters (a misspelt filter must not silently
+    list everything)."""
+    raw = request.query
+    allowed = {p.name for p in params}
+    for name in raw:
+        if name not in allowed:
+            expected = ", ".join(sorted(allowed)) or "none"
+            raise bad_request(
+                f"unknown query parameter {name[:50]!r} (expected: {expected})", parameter=name[:50]
+            )
+        if len(raw.getall(name)) > 1:
+            raise bad_request(f"query parameter {name!r} is given more than once", parameter=name)
+
+
+def path_id(request: web.Request, what: str = "job") -> str:
+    """The `{id}` path segment as a canonical (lower-case) UUID; 400 when it is not one."""
+    raw = request.match_info["id"]
+    if not _UUID.fullmatch(raw):
+        raise bad_request(f"{what} id must be a UUID, got {raw[:50]!r}", parameter="id")
+    return raw.lower()
+
+
+def queue_name(request: web.Request) -> str:
+    """The `{name}` path segment, checked like a job's queue name."""
+    raw = request.match_info["name"]
+    if not _NAME.fullmatch(raw):
+        raise bad_request(
+            f"queue name must be 1-200 characters of A-Z a-z 0-9 _ . : -, got {raw[:50]!r}",
+            parameter="name",
+        )
+    return raw
+
+
+def idempotency_key(request: web.Request) -> str | None:
+    """The Idempotency-Key header (1-200 characters), or None."""
+    values = request.headers.getall(IDEMPOTENCY_HEADER, [])
+    if not values:
+        return None
+    key = values[0]
+    if len(values) > 1 or not 1 <= len(key) <= MAX_IDEMPOTENCY_KEY:
+        raise bad_request(
+            f"{IDEMPOTENCY_HEADER} must be one value of 1 to {MAX_IDEMPOTENCY_KEY} characters",
+            header=IDEMPOTENCY_HEADER,
+        )
+    return key
+
+
+async def read_body(request: web.Request, max_bytes: int) -> bytes:
+    """The raw body; 413 (by Content-Length, before reading) when it is too large."""
+    length = request.content_length
+    if length is not None and length > max_bytes:
+        raise too_large(max_bytes)
+    return await request.read()  # aiohttp's client_max_size guards chunked bodies
+
+
+def too_large(max_bytes: int) -> ApiError:
+    """The 413 answer."""
+    return ApiError(413, f"request body exceeds {max_bytes} bytes", {"max_bytes": max_bytes})
+
+
+def decode(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
+    """Decode and validate a JSON body; a 400 naming the field on failure."""
+    if not body.strip():
+        raise bad_request("request body is empty; expected a JSON object")
+    try:
+        return decoder.decode(body)
+    except msgspec.ValidationError as exc:
+        field = error_field(str(exc))
+        raise bad_request(str(exc), **({"field": field} if field else {})) from None
+    except msgspec.DecodeError as exc:
+        raise bad_request(f"request body is not valid JSON: {exc}") from None
+    except RecursionError:
+        raise bad_request("request body is nested too deeply") from None
+
+
+def error_field(message: str) -> str | None:
+    """`on_success.priority` from msgspec's "... - at `$.on_success.priority`", with the
+    name of an unknown or missing field appended; None for the document as a whole."""
+    match = _MSGSPEC_PATH.search(message)
+    path = match["path"] if match else ""
+    named = _NAMED_FIELD.search(message)
+    if named:
+        path = f"{path}.{named['name']}"
+    return path.lstrip(".") or None
+
+
+def check_spec(spec: JobSpec, prefix: str = "", depth: int = 0) -> None:
+    """Rules across fields that a schema cannot state, templates included."""
+    if depth > MAX_CHAIN_DEPTH:
+        raise bad_request(
+            f"job templates nest at most {MAX_CHAIN_DEPTH} levels deep", field=prefix.rstrip(".")
+        )
+    if not _NAME.fullmatch(spec.queue):  # msgspec's `pattern` lets a final newline through
+        raise bad_request(
+            f"queue must be 1-200 characters of A-Z a-z 0-9 _ . : -, got {spec.queue[:50]!r}",
+            field=f"{prefix}queue",
+        )
+    if spec.run_at is not None and spec.delay_seconds is not None:
+        raise bad_request("give run_at or delay_seconds, not both", field=f"{prefix}delay_seconds")
+    if spec.dedupe_key is not None and spec.dedupe_window_seconds is None:
+        raise bad_request(
+            "dedupe_key needs dedupe_window_seconds (how long the key blocks duplicates)",
+            field=f"{prefix}dedupe_window_seconds",
+        )
+    if spec.dedupe_window_seconds is not None and spec.dedupe_key is None:
+        raise bad_request("dedupe_window_seconds needs a dedupe_key", field=f"{prefix}dedupe_key")
+    if spec.on_success is not None:
+        check_spec(spec.on_success, f"{prefix}on_success.", depth + 1)
+    if spec.on_failure is not None:
+        check_spec(spec.on_failure, f"{prefix}on_failure.", depth + 1)

@@ -1,0 +1,12 @@
+"""Typed application state (aiohttp's `AppKey`): what a handler may reach, and nothing else."""
+
+from __future__ import annotations
+
+from aiohttp import web
+
+from supervisor.config import Settings
+from supervisor.engine import Engine
+
+ENGINE = web.AppKey("engine", Engine)
+SETTINGS = web.AppKey("settings", Settings)
+OPENAPI = web.AppKey("openapi", bytes)
