@@ -36,9 +36,11 @@ def build_parser() -> argparse.ArgumentParser:
     )
     migrate.add_argument("--database-url", default=None, help="PostgreSQL DSN (env DATABASE_URL)")
     migrate.set_defaults(func=_migrate)
+    from api.bench import add_bench_command
     from api.client import add_client_commands
 
     add_client_commands(commands)
+    add_bench_command(commands)
     return parser
 
 

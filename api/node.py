@@ -32,6 +32,7 @@ def make_store(settings: Settings) -> Store:
         return PostgresStore(
             settings.database_url,
             node_id,
+            schema=settings.database_schema,
             lease_seconds=settings.lease_seconds,
             idempotency_ttl=settings.idempotency_ttl,
         )

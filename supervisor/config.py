@@ -21,6 +21,7 @@ import argparse
 import contextlib
 import math
 import os
+import re
 import socket
 import tomllib
 from collections.abc import Mapping
@@ -34,6 +35,7 @@ import msgspec
 from supervisor.errors import ConfigError
 
 ENV_PREFIX = "GOQUEUE_"
+_IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}\Z")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
@@ -71,6 +73,7 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     actors: tuple[str, ...] = ("actors.examples",)
     queues: tuple[str, ...] | None = None
     database_url: str | None = None
+    database_schema: str = "goqueue"
     api_key: str | None = None
     default_timeout: float = 300.0
     retry_base: float = 1.0
@@ -103,6 +106,11 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
             problem = _check_limit(job_type, limit)
             if problem:
                 raise ConfigError(f"limits: {problem}")
+        if not _IDENTIFIER.match(self.database_schema):
+            raise ConfigError(
+                "database_schema: must be a lower-case SQL identifier "
+                f"(letters, digits, _; at most 63), got {self.database_schema!r}"
+            )
         if self.retry_cap < self.retry_base:
             raise ConfigError(
                 f"retry_cap: must be at least retry_base ({self.retry_base}), got {self.retry_cap}"
@@ -220,6 +228,13 @@ OPTIONS: tuple[Option, ...] = (
         metavar="DSN",
         optional=True,
         legacy_env="DATABASE_URL",
+    ),
+    Option(
+        "database_schema",
+        "str",
+        "goqueue",
+        "PostgreSQL schema holding GoQueue's tables (nodes sharing a queue share it)",
+        metavar="NAME",
     ),
     Option(
         "api_key",

@@ -1,0 +1,478 @@
+"""`goqueue bench`: start real nodes on loopback, drive them, print what they did.
+
+Phases, each bounded in time: open-loop enqueue latency at fixed rates, the highest
+sustained enqueue rate (single and batch), end-to-end throughput of no-op jobs, the
+hard-timeout kill and replacement delays, and supervisor memory per pending job.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import platform
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+NOOP = b'{"type":"bench.noop"}'
+HELD = b'{"type":"bench.noop","queue":"bench-held"}'
+
+
+def add_bench_command(commands: argparse._SubParsersAction) -> None:
+    """Register `goqueue bench`."""
+    bench = commands.add_parser(
+        "bench",
+        help="benchmark GoQueue on this machine (starts its own nodes on loopback)",
+        description="Start nodes on 127.0.0.1, measure enqueue latency, throughput, "
+        "hard-timeout kills and memory, print a table and write JSON.",
+    )
+    bench.add_argument(
+        "--database-url",
+        default=os.environ.get("TEST_DATABASE_URL"),
+        help="also run the PostgreSQL phases against this DSN "
+        "(default: TEST_DATABASE_URL; a throwaway schema is used and dropped)",
+    )
+    bench.add_argument(
+        "--stores",
+        default="memory,postgres",
+        help="which stores to measure (default: memory,postgres)",
+    )
+    bench.add_argument(
+        "--jobs", type=int, default=20_000, help="jobs for the end-to-end phase (default 20000)"
+    )
+    bench.add_argument(
+        "--pending",
+        type=int,
+        default=100_000,
+        help="pending jobs for the memory phase (default 100000)",
+    )
+    bench.add_argument(
+        "--seconds", type=float, default=5.0, help="length of each rate phase (default 5)"
+    )
+    bench.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
+    bench.add_argument("--output", default="bench-results.json", help="JSON results file")
+    bench.set_defaults(func=_run)
+
+
+def _run(args: argparse.Namespace) -> int:
+    results = {"machine": _machine(args.database_url), "stores": {}}
+    for store in [s.strip() for s in args.stores.split(",") if s.strip()]:
+        if store == "postgres" and not args.database_url:
+            print("skipping postgres: no --database-url / TEST_DATABASE_URL", file=sys.stderr)
+            continue
+        dsn = args.database_url if store == "postgres" else None
+        results["stores"][store] = asyncio.run(_bench_store(args, dsn))
+    Path(args.output).write_text(json.dumps(results, indent=2))
+    _print(results)
+    print(f"\nwrote {args.output}")
+    return 0
+
+
+def _machine(dsn: str | None) -> dict[str, Any]:
+    info: dict[str, Any] = {
+        "cores": os.cpu_count(),
+        "python": platform.python_version(),
+        "platform": platform.platform(),
+        "date": datetime.now().isoformat(timespec="seconds"),
+    }
+    if dsn:
+        try:
+            import psycopg
+
+            with psycopg.connect(dsn, connect_timeout=3) as conn:
+                info["postgresql"] = conn.execute("SHOW server_version").fetchone()[0]
+                info["fsync"] = conn.execute("SHOW fsync").fetchone()[0]
+        except Exception as exc:
+            info["postgresql"] = f"unreachable: {exc}"
+    return info
+
+
+# -- nodes --------------------------------------------------------------------------------
+
+
+class BenchNode:
+    """A `goqueue serve` subprocess on a free loopback port."""
+
+    def __init__(self, *args: str, dsn: str | None, schema: str) -> None:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            self.port = s.getsockname()[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        env = {k: v for k, v in os.environ.items() if not k.startswith("GOQUEUE_")}
+        env.pop("DATABASE_URL", None)
+        cmd = [
+            sys.executable,
+            "-m",
+            "api.cli",
+            "serve",
+            "--host",
+            "127.0.0.1",
+            "--port",
+            str(self.port),
+            "--actors",
+            "actors.bench",
+            "--log-level",
+            "warning",
+            "--max-pending",
+            "1000000",
+            *args,
+        ]
+        if dsn:
+            cmd += ["--database-url", dsn, "--database-schema", schema]
+        self.log = tempfile.TemporaryFile()  # noqa: SIM115 (closed in stop())
+        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+
+    async def ready(self, session: aiohttp.ClientSession, timeout: float = 30.0) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                self.log.seek(0)
+                raise RuntimeError(f"node exited: {self.log.read().decode()[-2000:]}")
+            try:
+                async with session.get(self.url + "/ready") as resp:
+                    if resp.status == 200:
+                        return
+            except aiohttp.ClientError:
+                pass
+            await asyncio.sleep(0.05)
+        raise RuntimeError("node not ready in time")
+
+    def rss_kb(self) -> int:
+        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+        return 0
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+
+
+@contextmanager
+def _schema(dsn: str | None) -> Iterator[str]:
+    schema = f"goqueue_bench_{uuid.uuid4().hex[:8]}"
+    try:
+        yield schema
+    finally:
+        if dsn:
+            import psycopg
+
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+async def _with_node(args: argparse.Namespace, dsn: str | None, *flags: str):
+    """Start a node in a fresh schema; returns (node, session, schema context)."""
+    ctx = _schema(dsn)
+    schema = ctx.__enter__()
+    node = BenchNode("--workers", str(args.workers), *flags, dsn=dsn, schema=schema)
+    session = aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(limit=256), headers={"Content-Type": "application/json"}
+    )
+    try:
+        await node.ready(session)
+    except Exception:
+        await session.close()
+        node.stop()
+        ctx.__exit__(None, None, None)
+        raise
+    return node, session, ctx
+
+
+async def _close(node: BenchNode, session: aiohttp.ClientSession, ctx: Any) -> None:
+    await session.close()
+    node.stop()
+    ctx.__exit__(None, None, None)
+
+
+# -- phases -------------------------------------------------------------------------------
+
+
+async def _bench_store(args: argparse.Namespace, dsn: str | None) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    name = "postgres" if dsn else "memory"
+    print(f"[{name}] enqueue latency and rates ...", file=sys.stderr)
+    node, session, ctx = await _with_node(args, dsn, "--queues", "default")
+    try:
+        for rate in (200, 2000):
+            out[f"latency_{rate}"] = await _open_loop(session, node.url, rate, args.seconds)
+        out["max_single"] = await _closed_loop(session, node.url, args.seconds, batch=0)
+        out["max_batch"] = await _closed_loop(session, node.url, args.seconds, batch=1000)
+    finally:
+        await _close(node, session, ctx)
+    print(f"[{name}] end to end ...", file=sys.stderr)
+    out["end_to_end"] = await _end_to_end(args, dsn)
+    print(f"[{name}] hard timeouts ...", file=sys.stderr)
+    out["hard_timeout"] = await _hard_timeout(args, dsn)
+    if not dsn:
+        print(f"[{name}] memory ...", file=sys.stderr)
+        out["memory"] = await _memory(args)
+    return out
+
+
+async def _open_loop(
+    session: aiohttp.ClientSession, url: str, rate: int, seconds: float
+) -> dict[str, Any]:
+    """Send on a fixed schedule; latency counts from the scheduled time, so a slow
+    answer delays nothing else and shows up in full (no coordinated omission)."""
+    loop = asyncio.get_running_loop()
+    total = int(rate * seconds)
+    latencies: list[float] = []
+    statuses: dict[int, int] = {}
+
+    async def one(scheduled: float) -> None:
+        try:
+            async with session.post(url + "/jobs", data=HELD) as resp:
+                await resp.read()
+                statuses[resp.status] = statuses.get(resp.status, 0) + 1
+        except aiohttp.ClientError:
+            statuses[0] = statuses.get(0, 0) + 1
+        latencies.append(loop.time() - scheduled)
+
+    start = loop.time() + 0.05
+    tasks = []
+    for i in range(total):
+        scheduled = start + i / rate
+        delay = scheduled - loop.time()
+        if delay > 0:
+            await asyncio.sleep(delay)
+        tasks.append(asyncio.ensure_future(one(scheduled)))
+    await asyncio.wait_for(asyncio.gather(*tasks), timeout=seconds + 30)
+    latencies.sort()
+    ok = statuses.get(201, 0)
+    return {
+        "rate": rate,
+        "requests": total,
+        "success": ok / total,
+        "p50_ms": _pct(latencies, 50),
+        "p95_ms": _pct(latencies, 95),
+        "p99_ms": _pct(latencies, 99),
+        "max_ms": latencies[-1] * 1000,
+    }
+
+
+def _pct(sorted_values: list[float], p: float) -> float:
+    index = min(len(sorted_values) - 1, int(len(sorted_values) * p / 100))
+    return sorted_values[index] * 1000
+
+
+async def _closed_loop(
+    session: aiohttp.ClientSession, url: str, seconds: float, batch: int
+) -> dict[str, Any]:
+    """As fast as the node answers: 16 connections for singles, 2 for batches."""
+    concurrency = 2 if batch else 16
+    body = b'{"jobs":[' + b",".join([HELD] * batch) + b"]}" if batch else HELD
+    path = "/jobs/batch" if batch else "/jobs"
+    accepted = 0
+    errors = 0
+    deadline = time.monotonic() + seconds
+
+    async def producer() -> None:
+        nonlocal accepted, errors
+        while time.monotonic() < deadline:
+            async with session.post(url + path, data=body) as resp:
+                payload = await resp.read()
+                if batch and resp.status == 200:
+                    accepted += payload.count(b'"status":201')
+                elif resp.status == 201:
+                    accepted += 1
+                else:
+                    errors += 1
+
+    started = time.monotonic()
+    await asyncio.wait_for(asyncio.gather(*(producer() for _ in range(concurrency))), seconds + 60)
+    elapsed = time.monotonic() - started
+    return {"jobs_per_s": accepted / elapsed, "errors": errors, "batch": batch or 1}
+
+
+async def _end_to_end(args: argparse.Namespace, dsn: str | None) -> dict[str, Any]:
+    """N no-op jobs, one per request from one sequential producer, to the last done."""
+    node, session, ctx = await _with_node(args, dsn)
+    try:
+        n = args.jobs
+        started = time.monotonic()
+        for _ in range(n):
+            async with session.post(node.url + "/jobs", data=NOOP) as resp:
+                await resp.read()
+                if resp.status != 201:
+                    raise RuntimeError(f"enqueue answered {resp.status}")
+        enqueued = time.monotonic() - started
+        deadline = started + 300
+        done = 0
+        while time.monotonic() < deadline:
+            async with session.get(node.url + "/stats") as resp:
+                counts = (await resp.json())["counts"]
+            done = counts["done"]
+            if done + counts["failed"] >= n:
+                break
+            await asyncio.sleep(0.01)
+        elapsed = time.monotonic() - started
+        return {
+            "jobs": n,
+            "done": done,
+            "seconds": elapsed,
+            "jobs_per_s": done / elapsed,
+            "enqueue_per_s": n / enqueued,
+            "workers": args.workers,
+        }
+    finally:
+        await _close(node, session, ctx)
+
+
+async def _hard_timeout(args: argparse.Namespace, dsn: str | None) -> dict[str, Any]:
+    """Deadline -> hung worker dead, and death -> a replacement taking a job (1 worker)."""
+    node, session, ctx = await _with_node(args, dsn, "--workers", "1")
+    kills: list[float] = []
+    replacements: list[float] = []
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for i in range(5):
+                pidfile = Path(tmp, f"hang-{i}")
+                hang = {
+                    "type": "bench.hang",
+                    "timeout_seconds": 0.5,
+                    "payload": {"pidfile": str(pidfile)},
+                }
+                async with session.post(node.url + "/jobs", json=hang) as resp:
+                    hang_id = (await resp.json())["id"]
+                async with session.post(node.url + "/jobs", data=NOOP) as resp:
+                    next_id = (await resp.json())["id"]
+                pid = await _wait_file(pidfile)
+                started = await _job_field(session, node.url, hang_id, "started_at")
+                dead_at = await _wait_dead(pid, timeout=10)
+                kills.append(dead_at - (started + 0.5))
+                next_started = await _job_field(session, node.url, next_id, "started_at")
+                replacements.append(next_started - dead_at)
+    finally:
+        await _close(node, session, ctx)
+    return {
+        "deadline_to_dead_ms": [round(k * 1000, 1) for k in kills],
+        "dead_to_next_job_ms": [round(r * 1000, 1) for r in replacements],
+        "median_kill_ms": statistics.median(kills) * 1000,
+        "median_replace_ms": statistics.median(replacements) * 1000,
+    }
+
+
+async def _wait_file(path: Path, timeout: float = 10.0) -> int:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text():
+            return int(path.read_text())
+        await asyncio.sleep(0.005)
+    raise RuntimeError(f"{path} never appeared")
+
+
+async def _wait_dead(pid: int, timeout: float) -> float:
+    """Busy-watch /proc until the process is gone or a zombie; returns the wall time."""
+    deadline = time.monotonic() + timeout
+    stat = Path(f"/proc/{pid}/stat")
+    while time.monotonic() < deadline:
+        try:
+            if stat.read_text().split(") ", 1)[1][0] == "Z":
+                return time.time()
+        except (FileNotFoundError, ProcessLookupError):
+            return time.time()
+        await asyncio.sleep(0.001)
+    raise RuntimeError(f"worker {pid} still alive")
+
+
+async def _job_field(
+    session: aiohttp.ClientSession, url: str, job_id: str, field: str, timeout: float = 10.0
+) -> float:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        async with session.get(f"{url}/jobs/{job_id}") as resp:
+            value = (await resp.json()).get(field)
+        if value:
+            return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
+        await asyncio.sleep(0.01)
+    raise RuntimeError(f"job {job_id} has no {field}")
+
+
+async def _memory(args: argparse.Namespace) -> dict[str, Any]:
+    """Supervisor RSS before and after `--pending` jobs that nobody serves."""
+    node, session, ctx = await _with_node(args, None, "--queues", "default")
+    try:
+        before = node.rss_kb()
+        batch = b'{"jobs":[' + b",".join([HELD] * 1000) + b"]}"
+        for _ in range(args.pending // 1000):
+            async with session.post(node.url + "/jobs/batch", data=batch) as resp:
+                await resp.read()
+        await asyncio.sleep(0.5)
+        after = node.rss_kb()
+        async with session.get(node.url + "/stats") as resp:
+            pending = (await resp.json())["counts"]["pending"]
+    finally:
+        await _close(node, session, ctx)
+    return {
+        "pending": pending,
+        "rss_before_mb": before / 1024,
+        "rss_after_mb": after / 1024,
+        "bytes_per_job": (after - before) * 1024 / max(1, pending),
+    }
+
+
+# -- report -------------------------------------------------------------------------------
+
+
+def _print(results: dict[str, Any]) -> None:
+    m = results["machine"]
+    print(
+        f"\nmachine: {m['cores']} cores, Python {m['python']}, "
+        f"PostgreSQL {m.get('postgresql', 'n/a')} (fsync {m.get('fsync', 'n/a')})"
+    )
+    rows = [
+        ("enqueue p50/p95/p99 @200/s (ms)", lambda r: _lat(r["latency_200"])),
+        ("enqueue p50/p95/p99 @2000/s (ms)", lambda r: _lat(r["latency_2000"])),
+        ("success @2000/s", lambda r: f"{r['latency_2000']['success']:.1%}"),
+        ("max enqueue, single (jobs/s)", lambda r: f"{r['max_single']['jobs_per_s']:,.0f}"),
+        ("max enqueue, batch of 1000 (jobs/s)", lambda r: f"{r['max_batch']['jobs_per_s']:,.0f}"),
+        ("end to end, 1 producer (jobs/s)", lambda r: f"{r['end_to_end']['jobs_per_s']:,.0f}"),
+        (
+            "hung worker dead after deadline (ms)",
+            lambda r: f"{r['hard_timeout']['median_kill_ms']:.0f} (median of 5)",
+        ),
+        (
+            "replacement takes a job after (ms)",
+            lambda r: f"{r['hard_timeout']['median_replace_ms']:.0f} (median of 5)",
+        ),
+        (
+            "supervisor memory per pending job",
+            lambda r: f"{r['memory']['bytes_per_job']:,.0f} B" if "memory" in r else "-",
+        ),
+    ]
+    stores = list(results["stores"])
+    print(f"\n| {'measure':<40} | " + " | ".join(f"{s:<22}" for s in stores) + " |")
+    print(f"|{'-' * 42}|" + "|".join("-" * 24 for _ in stores) + "|")
+    for label, cell in rows:
+        values = []
+        for s in stores:
+            try:
+                values.append(cell(results["stores"][s]))
+            except (KeyError, TypeError):
+                values.append("-")
+        print(f"| {label:<40} | " + " | ".join(f"{v:<22}" for v in values) + " |")
+
+
+def _lat(r: dict[str, Any]) -> str:
+    return f"{r['p50_ms']:.2f} / {r['p95_ms']:.2f} / {r['p99_ms']:.2f}"
