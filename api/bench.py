@@ -26,7 +26,9 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-import aiohttp
+import uvloop
+
+from api.loadgen import LoadClient
 
 NOOP = b'{"type":"bench.noop"}'
 HELD = b'{"type":"bench.noop","queue":"bench-held"}'
@@ -75,7 +77,7 @@ def _run(args: argparse.Namespace) -> int:
             print("skipping postgres: no --database-url / TEST_DATABASE_URL", file=sys.stderr)
             continue
         dsn = args.database_url if store == "postgres" else None
-        results["stores"][store] = asyncio.run(_bench_store(args, dsn))
+        results["stores"][store] = uvloop.run(_bench_store(args, dsn))
     Path(args.output).write_text(json.dumps(results, indent=2))
     _print(results)
     print(f"\nwrote {args.output}")
@@ -136,17 +138,17 @@ class BenchNode:
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 (closed in stop())
         self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
 
-    async def ready(self, session: aiohttp.ClientSession, timeout: float = 30.0) -> None:
+    async def ready(self, client: LoadClient, timeout: float = 30.0) -> None:
+        """Wait for /ready to answer 200."""
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
                 self.log.seek(0)
                 raise RuntimeError(f"node exited: {self.log.read().decode()[-2000:]}")
             try:
-                async with session.get(self.url + "/ready") as resp:
-                    if resp.status == 200:
-                        return
-            except aiohttp.ClientError:
+                if (await client.request("GET", "/ready"))[0] == 200:
+                    return
+            except OSError:
                 pass
             await asyncio.sleep(0.05)
         raise RuntimeError("node not ready in time")
@@ -182,25 +184,23 @@ def _schema(dsn: str | None) -> Iterator[str]:
 
 
 async def _with_node(args: argparse.Namespace, dsn: str | None, *flags: str):
-    """Start a node in a fresh schema; returns (node, session, schema context)."""
+    """Start a node in a fresh schema; returns (node, client, schema context)."""
     ctx = _schema(dsn)
     schema = ctx.__enter__()
     node = BenchNode("--workers", str(args.workers), *flags, dsn=dsn, schema=schema)
-    session = aiohttp.ClientSession(
-        connector=aiohttp.TCPConnector(limit=256), headers={"Content-Type": "application/json"}
-    )
+    client = LoadClient("127.0.0.1", node.port)
     try:
-        await node.ready(session)
+        await node.ready(client)
     except Exception:
-        await session.close()
+        client.close()
         node.stop()
         ctx.__exit__(None, None, None)
         raise
-    return node, session, ctx
+    return node, client, ctx
 
 
-async def _close(node: BenchNode, session: aiohttp.ClientSession, ctx: Any) -> None:
-    await session.close()
+async def _close(node: BenchNode, client: LoadClient, ctx: Any) -> None:
+    client.close()
     node.stop()
     ctx.__exit__(None, None, None)
 
@@ -212,14 +212,14 @@ async def _bench_store(args: argparse.Namespace, dsn: str | None) -> dict[str, A
     out: dict[str, Any] = {}
     name = "postgres" if dsn else "memory"
     print(f"[{name}] enqueue latency and rates ...", file=sys.stderr)
-    node, session, ctx = await _with_node(args, dsn, "--queues", "default")
+    node, client, ctx = await _with_node(args, dsn, "--queues", "default")
     try:
         for rate in (200, 2000):
-            out[f"latency_{rate}"] = await _open_loop(session, node.url, rate, args.seconds)
-        out["max_single"] = await _closed_loop(session, node.url, args.seconds, batch=0)
-        out["max_batch"] = await _closed_loop(session, node.url, args.seconds, batch=1000)
+            out[f"latency_{rate}"] = await _open_loop(client, rate, args.seconds)
+        out["max_single"] = await _closed_loop(client, args.seconds, batch=0)
+        out["max_batch"] = await _closed_loop(client, args.seconds, batch=1000)
     finally:
-        await _close(node, session, ctx)
+        await _close(node, client, ctx)
     print(f"[{name}] end to end ...", file=sys.stderr)
     out["end_to_end"] = await _end_to_end(args, dsn)
     print(f"[{name}] hard timeouts ...", file=sys.stderr)
@@ -230,32 +230,30 @@ async def _bench_store(args: argparse.Namespace, dsn: str | None) -> dict[str, A
     return out
 
 
-async def _open_loop(
-    session: aiohttp.ClientSession, url: str, rate: int, seconds: float
-) -> dict[str, Any]:
+async def _open_loop(client: LoadClient, rate: int, seconds: float) -> dict[str, Any]:
     """Send on a fixed schedule; latency counts from the scheduled time, so a slow
     answer delays nothing else and shows up in full (no coordinated omission)."""
-    loop = asyncio.get_running_loop()
+    clock = time.perf_counter  # uvloop's loop.time() only has millisecond resolution
     total = int(rate * seconds)
     latencies: list[float] = []
     statuses: dict[int, int] = {}
+    raw = client.build("POST", "/jobs", HELD)
 
     async def one(scheduled: float) -> None:
         try:
-            async with session.post(url + "/jobs", data=HELD) as resp:
-                await resp.read()
-                statuses[resp.status] = statuses.get(resp.status, 0) + 1
-        except aiohttp.ClientError:
-            statuses[0] = statuses.get(0, 0) + 1
-        latencies.append(loop.time() - scheduled)
+            status, _ = await client.send(raw)
+        except OSError:
+            status = 0
+        statuses[status] = statuses.get(status, 0) + 1
+        latencies.append(clock() - scheduled)
 
-    start = loop.time() + 0.05
+    start = clock() + 0.05
     tasks = []
     for i in range(total):
         scheduled = start + i / rate
-        delay = scheduled - loop.time()
-        if delay > 0:
-            await asyncio.sleep(delay)
+        while (delay := scheduled - clock()) > 0:
+            # sleep coarsely, then yield to the loop until the exact send time
+            await asyncio.sleep(delay - 0.001 if delay > 0.0015 else 0)
         tasks.append(asyncio.ensure_future(one(scheduled)))
     await asyncio.wait_for(asyncio.gather(*tasks), timeout=seconds + 30)
     latencies.sort()
@@ -276,13 +274,11 @@ def _pct(sorted_values: list[float], p: float) -> float:
     return sorted_values[index] * 1000
 
 
-async def _closed_loop(
-    session: aiohttp.ClientSession, url: str, seconds: float, batch: int
-) -> dict[str, Any]:
+async def _closed_loop(client: LoadClient, seconds: float, batch: int) -> dict[str, Any]:
     """As fast as the node answers: 16 connections for singles, 2 for batches."""
     concurrency = 2 if batch else 16
     body = b'{"jobs":[' + b",".join([HELD] * batch) + b"]}" if batch else HELD
-    path = "/jobs/batch" if batch else "/jobs"
+    raw = client.build("POST", "/jobs/batch" if batch else "/jobs", body)
     accepted = 0
     errors = 0
     deadline = time.monotonic() + seconds
@@ -290,14 +286,13 @@ async def _closed_loop(
     async def producer() -> None:
         nonlocal accepted, errors
         while time.monotonic() < deadline:
-            async with session.post(url + path, data=body) as resp:
-                payload = await resp.read()
-                if batch and resp.status == 200:
-                    accepted += payload.count(b'"status":201')
-                elif resp.status == 201:
-                    accepted += 1
-                else:
-                    errors += 1
+            status, payload = await client.send(raw)
+            if batch and status == 200:
+                accepted += payload.count(b'"status":201')
+            elif status == 201:
+                accepted += 1
+            else:
+                errors += 1
 
     started = time.monotonic()
     await asyncio.wait_for(asyncio.gather(*(producer() for _ in range(concurrency))), seconds + 60)
@@ -307,21 +302,21 @@ async def _closed_loop(
 
 async def _end_to_end(args: argparse.Namespace, dsn: str | None) -> dict[str, Any]:
     """N no-op jobs, one per request from one sequential producer, to the last done."""
-    node, session, ctx = await _with_node(args, dsn)
+    node, client, ctx = await _with_node(args, dsn)
     try:
         n = args.jobs
+        raw = client.build("POST", "/jobs", NOOP)
+        stats = client.build("GET", "/stats")
         started = time.monotonic()
         for _ in range(n):
-            async with session.post(node.url + "/jobs", data=NOOP) as resp:
-                await resp.read()
-                if resp.status != 201:
-                    raise RuntimeError(f"enqueue answered {resp.status}")
+            status, _ = await client.send(raw)
+            if status != 201:
+                raise RuntimeError(f"enqueue answered {status}")
         enqueued = time.monotonic() - started
         deadline = started + 300
         done = 0
         while time.monotonic() < deadline:
-            async with session.get(node.url + "/stats") as resp:
-                counts = (await resp.json())["counts"]
+            counts = json.loads((await client.send(stats))[1])["counts"]
             done = counts["done"]
             if done + counts["failed"] >= n:
                 break
@@ -336,12 +331,12 @@ async def _end_to_end(args: argparse.Namespace, dsn: str | None) -> dict[str, An
             "workers": args.workers,
         }
     finally:
-        await _close(node, session, ctx)
+        await _close(node, client, ctx)
 
 
 async def _hard_timeout(args: argparse.Namespace, dsn: str | None) -> dict[str, Any]:
     """Deadline -> hung worker dead, and death -> a replacement taking a job (1 worker)."""
-    node, session, ctx = await _with_node(args, dsn, "--workers", "1")
+    node, client, ctx = await _with_node(args, dsn, "--workers", "1")
     kills: list[float] = []
     replacements: list[float] = []
     try:
@@ -353,18 +348,16 @@ async def _hard_timeout(args: argparse.Namespace, dsn: str | None) -> dict[str, 
                     "timeout_seconds": 0.5,
                     "payload": {"pidfile": str(pidfile)},
                 }
-                async with session.post(node.url + "/jobs", json=hang) as resp:
-                    hang_id = (await resp.json())["id"]
-                async with session.post(node.url + "/jobs", data=NOOP) as resp:
-                    next_id = (await resp.json())["id"]
+                hang_id = await _enqueue(client, json.dumps(hang).encode())
+                next_id = await _enqueue(client, NOOP)
                 pid = await _wait_file(pidfile)
-                started = await _job_field(session, node.url, hang_id, "started_at")
+                started = await _job_field(client, hang_id, "started_at")
                 dead_at = await _wait_dead(pid, timeout=10)
                 kills.append(dead_at - (started + 0.5))
-                next_started = await _job_field(session, node.url, next_id, "started_at")
+                next_started = await _job_field(client, next_id, "started_at")
                 replacements.append(next_started - dead_at)
     finally:
-        await _close(node, session, ctx)
+        await _close(node, client, ctx)
     return {
         "deadline_to_dead_ms": [round(k * 1000, 1) for k in kills],
         "dead_to_next_job_ms": [round(r * 1000, 1) for r in replacements],
@@ -396,13 +389,17 @@ async def _wait_dead(pid: int, timeout: float) -> float:
     raise RuntimeError(f"worker {pid} still alive")
 
 
-async def _job_field(
-    session: aiohttp.ClientSession, url: str, job_id: str, field: str, timeout: float = 10.0
-) -> float:
+async def _enqueue(client: LoadClient, body: bytes) -> str:
+    status, answer = await client.request("POST", "/jobs", body)
+    if status != 201:
+        raise RuntimeError(f"enqueue answered {status}: {answer[:200]!r}")
+    return json.loads(answer)["id"]
+
+
+async def _job_field(client: LoadClient, job_id: str, field: str, timeout: float = 10.0) -> float:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        async with session.get(f"{url}/jobs/{job_id}") as resp:
-            value = (await resp.json()).get(field)
+        value = json.loads((await client.request("GET", f"/jobs/{job_id}"))[1]).get(field)
         if value:
             return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
         await asyncio.sleep(0.01)
@@ -411,19 +408,18 @@ async def _job_field(
 
 async def _memory(args: argparse.Namespace) -> dict[str, Any]:
     """Supervisor RSS before and after `--pending` jobs that nobody serves."""
-    node, session, ctx = await _with_node(args, None, "--queues", "default")
+    node, client, ctx = await _with_node(args, None, "--queues", "default")
     try:
         before = node.rss_kb()
-        batch = b'{"jobs":[' + b",".join([HELD] * 1000) + b"]}"
+        body = b'{"jobs":[' + b",".join([HELD] * 1000) + b"]}"
+        batch = client.build("POST", "/jobs/batch", body)
         for _ in range(args.pending // 1000):
-            async with session.post(node.url + "/jobs/batch", data=batch) as resp:
-                await resp.read()
+            await client.send(batch)
         await asyncio.sleep(0.5)
         after = node.rss_kb()
-        async with session.get(node.url + "/stats") as resp:
-            pending = (await resp.json())["counts"]["pending"]
+        pending = json.loads((await client.request("GET", "/stats"))[1])["counts"]["pending"]
     finally:
-        await _close(node, session, ctx)
+        await _close(node, client, ctx)
     return {
         "pending": pending,
         "rss_before_mb": before / 1024,
