@@ -1,0 +1,1163 @@
+"""The PostgreSQL store: durable, and how several nodes share one queue.
+
+Every claim is a lease (owner, token, expiry) taken with `FOR UPDATE SKIP LOCKED`; every
+write about an attempt is fenced by the token. Per-type limits hold across nodes: a claim
+of a limited type runs under a per-type advisory lock and counts what is running
+everywhere. Dedupe and idempotency are table constraints inside the enqueue transaction.
+Work made claimable is announced with NOTIFY on the schema's channel (coalesced, after
+the commit); a listening connection on every node wakes its dispatcher. The
+audit trail is buffered and written behind in batches. Times come from the database
+clock (`now()`) so that nodes agree on leases, due-ness and windows.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+import uuid
+from collections import deque
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from contextlib import asynccontextmanager, suppress
+from datetime import UTC, datetime
+from typing import Any
+
+import msgspec
+import psycopg
+from psycopg import AsyncConnection
+from psycopg.adapt import AdaptersMap, Dumper, Loader
+from psycopg.types.string import TextLoader
+from psycopg_pool import AsyncConnectionPool, PoolClosed
+
+from supervisor.errors import (
+    DuplicateJob,
+    IdempotencyMismatch,
+    InvalidState,
+    NotFound,
+    StoreFull,
+    StoreUnavailable,
+)
+from supervisor.jobs import (
+    DEFAULT_MAX_RETRIES,
+    STATUSES,
+    AttemptError,
+    DeadLetter,
+    Enqueued,
+    Event,
+    Job,
+    JobFilter,
+    JobSpec,
+    Lease,
+    Outcome,
+    Page,
+    QueueStats,
+    Stats,
+    new_id,
+)
+from supervisor.store import pg_schema
+from supervisor.store.base import NewJob
+from supervisor.store.pg_schema import JOB_COLUMNS, N_JOB_COLUMNS, Queries
+
+log = logging.getLogger("goqueue.store.postgres")
+
+Row = tuple[Any, ...]
+
+_SPEC = msgspec.json.Decoder(JobSpec)
+_ERRORS = msgspec.json.Decoder(list[AttemptError])
+_JOB = msgspec.json.Decoder(Job)
+_ENCODE = msgspec.json.Encoder()
+
+
+class _RawJsonLoader(Loader):
+    """jsonb/json columns come back as undecoded `msgspec.Raw` (decoded where used)."""
+
+    def load(self, data: Any) -> msgspec.Raw:
+        return msgspec.Raw(bytes(data))
+
+
+class _RawJsonDumper(Dumper):
+    """`msgspec.Raw` parameters are sent as JSON text, without re-encoding; their type is
+    left unknown so the server reads them as the column's (json or jsonb)."""
+
+    def dump(self, obj: Any) -> bytes:
+        return bytes(obj)
+
+
+def _adapters() -> AdaptersMap:
+    """Adapters for the store's connections: raw JSON both ways, uuids as str."""
+    adapters = AdaptersMap(psycopg.adapters)
+    adapters.register_loader("jsonb", _RawJsonLoader)
+    adapters.register_loader("json", _RawJsonLoader)
+    adapters.register_loader("uuid", TextLoader)
+    adapters.register_dumper(msgspec.Raw, _RawJsonDumper)
+    return adapters
+
+
+def _raw(value: object) -> msgspec.Raw | None:
+    """Encode a struct (or list) as a JSON parameter; None stays NULL."""
+    return None if value is None else msgspec.Raw(_ENCODE.encode(value))
+
+
+def _job(row: Row) -> Job:
+    """Build a Job from the first `N_JOB_COLUMNS` of a row selected as `JOB_COLUMNS`."""
+    on_success, on_failure, errors = row[12], row[13], row[17]
+    return Job(
+        id=row[0],
+        type=row[1],
+        queue=row[2],
+        payload=row[3],
+        priority=row[4],
+        status=row[5],
+        attempts=row[6],
+        max_retries=row[7],
+        run_at=row[8],
+        timeout_seconds=row[9],
+        dedupe_key=row[10],
+        webhook_url=row[11],
+        on_success=None if on_success is None else _SPEC.decode(on_success),
+        on_failure=None if on_failure is None else _SPEC.decode(on_failure),
+        parent_id=row[14],
+        result=row[15],
+        last_error=row[16],
+        errors=_ERRORS.decode(errors),
+        created_at=row[18],
+        started_at=row[19],
+        finished_at=row[20],
+        updated_at=row[21],
+        seq=row[22],
+    )
+
+
+def _dead(row: Row) -> DeadLetter:
+    """Build a DeadLetter from `id, job_id, job, errors, created_at`."""
+    return DeadLetter(
+        id=row[0],
+        job_id=row[1],
+        job=_JOB.decode(row[2]),
+        errors=_ERRORS.decode(row[3]),
+        created_at=row[4],
+    )
+
+
+def _text(value: str | None) -> str | None:
+    """PostgreSQL text cannot hold NUL characters: replace them (keys, urls, errors)."""
+    return value.replace("\x00", "\ufffd") if value and "\x00" in value else value
+
+
+def _is_uuid(value: str) -> bool:
+    try:
+        uuid.UUID(value)
+    except (ValueError, TypeError, AttributeError):
+        return False
+    return True
+
+
+def _event(job: Job, kind: str, at: datetime, node: str, detail: str | None = None) -> Event:
+    return Event(job_id=job.id, event=kind, at=at, node=node, attempt=job.attempts, detail=detail)
+
+
+class _EventLog:
+    """The audit trail's write-behind buffer: `add` never blocks; `run` writes batches.
+
+    While the database is down events stay buffered, up to `capacity`; beyond it the
+    oldest are dropped with a warning.
+    """
+
+    def __init__(
+        self,
+        copy_sql: str,
+        connect: Callable[[], Any],
+        *,
+        capacity: int = 100_000,
+        batch: int = 500,
+        interval: float = 0.2,
+    ) -> None:
+        self._copy_sql = copy_sql
+        self._connect = connect
+        self.capacity = capacity
+        self.batch = batch
+        self.interval = interval
+        self._buffer: deque[Event] = deque()
+        self._kick = asyncio.Event()
+        self._lock = asyncio.Lock()
+        self.dropped = 0
+
+    def __len__(self) -> int:
+        return len(self._buffer)
+
+    def add(self, events: Sequence[Event]) -> None:
+        """Buffer events for the next batch."""
+        self._buffer.extend(events)
+        self._trim()
+        if len(self._buffer) >= self.batch:
+            self._kick.set()
+
+    def _trim(self) -> None:
+        excess = len(self._buffer) - self.capacity
+        if excess <= 0:
+            return
+        for _ in range(excess):
+            self._buffer.popleft()
+        if self.dropped == 0:
+            log.warning("audit event buffer full: dropping the oldest events")
+        self.dropped += excess
+
+    async def run(self) -> None:
+        """Write batches every `interval` (sooner when a batch is full), forever."""
+        delay = self.interval
+        while True:
+            with suppress(TimeoutError):
+                await asyncio.wait_for(self._kick.wait(), timeout=delay)
+            self._kick.clear()
+            try:
+                await self.flush()
+                delay = self.interval
+            except StoreUnavailable as exc:
+                delay = min(max(delay * 2, 0.5), 5.0)
+                log.warning(
+                    "audit events held: store unavailable",
+                    extra={"err": str(exc), "held": len(self._buffer)},
+                )
+            except Exception:
+                delay = min(max(delay * 2, 0.5), 5.0)
+                log.exception("audit events held: writing them failed")
+
+    async def flush(self) -> None:
+        """Write every buffered event now; on failure they are put back and re-raised."""
+        async with self._lock:
+            while self._buffer:
+                n = min(self.batch * 10, len(self._buffer))
+                chunk = [self._buffer.popleft() for _ in range(n)]
+                try:
+                    await self._write(chunk)
+                except psycopg.DataError:
+                    # A row the database refuses would block every later one: drop it.
+                    log.exception("audit events refused by the database: %d dropped", n)
+                except BaseException:
+                    self._buffer.extendleft(reversed(chunk))
+                    self._trim()
+                    raise
+            if self.dropped:
+                log.warning(
+                    "audit events dropped while the store was unavailable: %d", self.dropped
+                )
+                self.dropped = 0
+
+    async def _write(self, chunk: list[Event]) -> None:
+        async with (
+            self._connect() as conn,
+            conn.cursor() as cur,
+            cur.copy(self._copy_sql) as copy,
+        ):
+            for e in chunk:
+                await copy.write_row((e.job_id, e.event, e.at, e.node, e.attempt, e.detail))
+
+
+class _Notifier:
+    """Announces new work to the other nodes, coalesced: however many commits poke it,
+    at most one NOTIFY is in flight, and the next one carries everything poked meanwhile.
+
+    A NOTIFY inside every enqueue transaction would serialize their commits on the
+    server's notification queue lock; a hint sent after the commit costs one small
+    statement per round trip instead. The payload is "<node> <epoch>", the epoch being
+    the earliest future run_at poked (empty when all the work is due now).
+    """
+
+    def __init__(self, node_id: str, send: Callable[[str], Awaitable[object]]) -> None:
+        self.node_id = node_id
+        self._send = send
+        self._poked = False
+        self._due: datetime | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def poke(self, due: datetime | None) -> None:
+        """Announce work (due at `due` if that is later than now)."""
+        self._poked = True
+        if due is not None and due > datetime.now(UTC):
+            self._due = due if self._due is None else min(self._due, due)
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run(), name="goqueue-pg-notify")
+
+    async def _run(self) -> None:
+        while self._poked:
+            due, self._due, self._poked = self._due, None, False
+            epoch = "" if due is None else repr(due.timestamp())
+            try:
+                await self._send(f"{self.node_id} {epoch}")
+            except StoreUnavailable as exc:
+                log.info("NOTIFY skipped: store unavailable", extra={"err": str(exc)})
+
+    async def close(self) -> None:
+        """Send what is pending (briefly), then stop."""
+        if self._task is not None:
+            with suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(self._task, timeout=1.0)
+
+
+class _Listener:
+    """One dedicated connection LISTENing on the schema's channel, reconnecting forever.
+
+    `on_note(node, due)` runs for every notification; `on_connect()` after every
+    (re)subscription, since notifications sent while disconnected are lost.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        channel: str,
+        connect_kwargs: dict[str, Any],
+        on_note: Callable[[str, datetime | None], None],
+        on_connect: Callable[[], None],
+        *,
+        keepalive: float = 10.0,
+    ) -> None:
+        self.dsn = dsn
+        self.channel = channel
+        self.connect_kwargs = connect_kwargs
+        self.on_note = on_note
+        self.on_connect = on_connect
+        self.keepalive = keepalive
+        self.listening = asyncio.Event()
+
+    async def run(self) -> None:
+        """Listen until cancelled, reconnecting with backoff."""
+        delay = 0.2
+        while True:
+            try:
+                await self._listen()
+            except (psycopg.Error, OSError, TimeoutError) as exc:
+                lost = self.listening.is_set() or delay == 0.2
+                (log.warning if lost else log.debug)(
+                    "LISTEN connection lost; reconnecting", extra={"err": str(exc)}
+                )
+            delay = 0.2 if self.listening.is_set() else min(delay * 2, 5.0)
+            self.listening.clear()
+            await asyncio.sleep(delay)
+
+    async def _listen(self) -> None:
+        conn = await AsyncConnection.connect(self.dsn, autocommit=True, **self.connect_kwargs)
+        async with conn:
+            await conn.execute(f'LISTEN "{self.channel}"')
+            self.listening.set()
+            self.on_connect()
+            while True:
+                async for note in conn.notifies(timeout=self.keepalive):
+                    self._dispatch(note.payload)
+                async with asyncio.timeout(self.keepalive):
+                    await conn.execute("SELECT 1")  # notices a dead connection when idle
+
+    def _dispatch(self, payload: str) -> None:
+        node, _, epoch = payload.partition(" ")
+        due = None
+        with suppress(ValueError, OverflowError):
+            due = datetime.fromtimestamp(float(epoch), UTC)
+        self.on_note(node, due)
+
+
+class PostgresStore:
+    """The `Store` on PostgreSQL; several instances on one schema act as several nodes."""
+
+    def __init__(
+        self,
+        dsn: str,
+        node_id: str,
+        *,
+        schema: str = "goqueue",
+        lease_seconds: float = 30.0,
+        idempotency_ttl: float = 86400.0,
+        min_pool: int = 2,
+        max_pool: int = 10,
+        command_timeout: float = 10.0,
+        max_pending: int | None = None,
+    ) -> None:
+        self.dsn = dsn
+        self.node_id = node_id
+        self.schema = pg_schema.check_schema_name(schema)
+        self.lease_seconds = lease_seconds
+        self.idempotency_ttl = idempotency_ttl
+        self.min_pool = min_pool
+        self.max_pool = max_pool
+        self.command_timeout = command_timeout
+        self.max_pending = max_pending
+        self.channel = f"goqueue_{schema}"
+        self.q = Queries(schema)
+        self._adapters = _adapters()
+        self._pool: AsyncConnectionPool | None = None
+        self._tasks: list[asyncio.Task[None]] = []
+        self._check_task: asyncio.Task[None] | None = None
+        self._log = _EventLog(self.q.copy_events, self._connection)
+        self._notifier = _Notifier(node_id, self._send_notify)
+        self._wake: Callable[[], None] = lambda: None
+        self._next_due: datetime | None = None
+        self._limits: dict[str, int | None] | None = None
+        self._known: tuple[float, frozenset[str]] = (0.0, frozenset())
+        self._pending_estimate: tuple[float, int] = (0.0, 0)
+        self._down = False  # the last operation failed to reach the database
+        self._limited: set[str] = set()  # types under a global limit, as of the last claim
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def _connect_kwargs(self) -> dict[str, Any]:
+        return {
+            "connect_timeout": max(2, round(self.command_timeout)),
+            "application_name": f"goqueue/{self.node_id}"[:63],
+            "context": self._adapters,
+        }
+
+    async def _configure(self, conn: AsyncConnection) -> None:
+        """Per-connection settings: UTC times, bounded statements and idle transactions,
+        and no JIT (compiling costs more than these short statements ever take)."""
+        ms = int(self.command_timeout * 1000)
+        await conn.execute(
+            f"SET TIME ZONE 'UTC'; SET statement_timeout = {ms}; SET jit = off;"
+            f" SET idle_in_transaction_session_timeout = {max(ms * 3, 30_000)}"
+        )
+
+    async def open(self) -> None:
+        """Migrate the schema, open the pool, start the listener and the event writer."""
+        if self._pool is not None:
+            return
+        try:
+            conn = await AsyncConnection.connect(
+                self.dsn, autocommit=True, **self._connect_kwargs()
+            )
+            async with conn:
+                await self._configure(conn)
+                await pg_schema.migrate(conn, self.schema)
+        except psycopg.Error as exc:
+            raise StoreUnavailable(f"PostgreSQL unavailable: {exc}") from exc
+        pool = AsyncConnectionPool(
+            self.dsn,
+            min_size=self.min_pool,
+            max_size=self.max_pool,
+            open=False,
+            timeout=self.command_timeout,
+            kwargs={"autocommit": True, **self._connect_kwargs()},
+            configure=self._configure,
+            # Give up on background reconnection soon: the next request that finds the
+            # pool short of connections starts a fresh attempt, so recovery after a long
+            # outage does not wait out an ever longer backoff.
+            reconnect_timeout=max(2.0, self.command_timeout),
+            name=f"goqueue-{self.node_id}",
+        )
+        try:
+            await pool.open(wait=True, timeout=self.command_timeout)
+        except psycopg.Error as exc:
+            await pool.close()
+            raise StoreUnavailable(f"PostgreSQL unavailable: {exc}") from exc
+        self._pool = pool
+        listener = _Listener(
+            self.dsn, self.channel, self._connect_kwargs(), self._on_note, self._call_waker
+        )
+        self._tasks = [
+            asyncio.create_task(listener.run(), name="goqueue-pg-listen"),
+            asyncio.create_task(self._log.run(), name="goqueue-pg-events"),
+            asyncio.create_task(self._maintain(), name="goqueue-pg-maintain"),
+            asyncio.create_task(self._beat(), name="goqueue-pg-beat"),
+        ]
+        with suppress(TimeoutError):
+            await asyncio.wait_for(listener.listening.wait(), timeout=self.command_timeout)
+        with suppress(StoreUnavailable):
+            async with self._connection() as conn:
+                self._next_due = await self._scalar(conn, self.q.next_due_any, {})
+
+    async def close(self) -> None:
+        """Write the remaining events, leave the node table, stop tasks, close the pool."""
+        if self._pool is None:
+            return
+        await self._notifier.close()
+        with suppress(StoreUnavailable, TimeoutError):
+            async with asyncio.timeout(self.command_timeout):
+                await self._log.flush()
+        if self._limits is not None:
+            with suppress(StoreUnavailable):
+                await self._execute(self.q.forget_node, {"node": self.node_id})
+        tasks = [t for t in (*self._tasks, self._check_task) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._tasks = []
+        pool, self._pool = self._pool, None
+        await pool.close()
+
+    async def ping(self) -> bool:
+        """True when a trivial query answers."""
+        try:
+            await self._execute("SELECT 1", {})
+        except StoreUnavailable:
+            return False
+        return True
+
+    async def _beat(self) -> None:
+        """Keep this node's row alive while the process is (its limits and types count
+        only while its heartbeat is recent); re-creates the row if it was removed."""
+        while True:
+            await asyncio.sleep(max(0.05, self.lease_seconds / 2))
+            if self._limits is None:
+                continue
+            try:
+                await self._execute(
+                    self.q.register, {"node": self.node_id, "limits": _raw(self._limits)}
+                )
+            except StoreUnavailable as exc:
+                log.warning("node heartbeat failed", extra={"err": str(exc)})
+
+    async def _maintain(self) -> None:
+        """Drop expired dedupe / idempotency keys and long-dead nodes, now and then."""
+        while True:
+            await asyncio.sleep(30.0)
+            try:
+                await self._execute(self.q.expire_keys, {})
+            except StoreUnavailable as exc:
+                log.info("key expiry skipped: store unavailable", extra={"err": str(exc)})
+
+    # -- connections and errors ------------------------------------------------------
+
+    @asynccontextmanager
+    async def _connection(self) -> AsyncIterator[AsyncConnection]:
+        """A pooled connection; every database fault becomes StoreUnavailable, and no
+        operation waits longer than `command_timeout` (nor over a second for a connection
+        while the database is known to be down, so callers answer 503 promptly)."""
+        pool = self._pool
+        if pool is None:
+            raise StoreUnavailable("the PostgreSQL store is not open")
+        wait = min(1.0, self.command_timeout) if self._down else self.command_timeout
+        try:
+            async with (
+                asyncio.timeout(self.command_timeout),
+                pool.connection(timeout=wait) as conn,
+            ):
+                yield conn
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            self._fault()
+            raise StoreUnavailable(f"PostgreSQL unavailable: {exc}") from exc
+        except TimeoutError as exc:
+            self._fault()
+            raise StoreUnavailable(
+                f"PostgreSQL did not answer within {self.command_timeout:g}s"
+            ) from exc
+        except PoolClosed as exc:
+            raise StoreUnavailable("the PostgreSQL store is closed") from exc
+        self._down = False
+
+    def _fault(self) -> None:
+        """After a fault, have the pool test its idle connections and replace dead ones,
+        so one outage does not fail one request per stale connection afterwards."""
+        self._down = True
+        if self._pool is None or (self._check_task is not None and not self._check_task.done()):
+            return
+        self._check_task = asyncio.create_task(self._pool.check())
+
+    async def _execute(self, query: str, params: Mapping[str, Any]) -> list[Row]:
+        """Run one statement on a pooled connection; return its rows (if any)."""
+        async with self._connection() as conn:
+            cur = await conn.execute(query, params)
+            return await cur.fetchall() if cur.description else []
+
+    @staticmethod
+    async def _scalar(conn: AsyncConnection, query: str, params: Mapping[str, Any]) -> Any:
+        cur = await conn.execute(query, params)
+        row = await cur.fetchone()
+        return None if row is None else row[0]
+
+    # -- waking ----------------------------------------------------------------------
+
+    def set_waker(self, wake: object) -> None:
+        """Remember the dispatcher's zero-argument wake-up callable."""
+        self._wake = wake  # type: ignore[assignment]
+
+    def _call_waker(self) -> None:
+        try:
+            self._wake()
+        except Exception:
+            log.exception("waker failed")
+
+    def _on_note(self, node: str, due: datetime | None) -> None:
+        if node == self.node_id:
+            return  # woken already, right after our own commit
+        self._saw_due(due)
+        self._call_waker()
+
+    def _saw_due(self, due: datetime | None) -> None:
+        """Remember a job scheduled for later (one due already needs no timer)."""
+        if due is None or due <= datetime.now(UTC):
+            return
+        if self._next_due is None or due < self._next_due:
+            self._next_due = due
+
+    def _enqueued(self, jobs: Sequence[Job], events: Sequence[Event]) -> None:
+        """After a commit that made jobs pending: log, remember due times, wake this
+        node and (NOTIFY) the others."""
+        self._log.add(events)
+        if not jobs:
+            return
+        for job in jobs:
+            self._saw_due(job.run_at)
+            self._notifier.poke(job.run_at)
+        self._call_waker()
+
+    def _freed(self, job: Job) -> None:
+        """A job stopped running. If its type is under a global limit, a slot opened
+        that a claim made a moment ago (before this commit) could not see: wake this
+        node's dispatcher and the others' to claim again."""
+        if job.type in self._limited:
+            self._notifier.poke(None)
+            self._call_waker()
+
+    async def _send_notify(self, payload: str) -> None:
+        await self._execute(self.q.notify, {"channel": self.channel, "payload": payload})
+
+    @property
+    def buffered_events(self) -> int:
+        """Audit events not yet written (they pile up while the database is down)."""
+        return len(self._log)
+
+    def next_due_at(self) -> datetime | None:
+        """The earliest run_at still ahead among scheduled jobs, as of the last claim or
+        notification. Once it has passed this is None until the next claim refreshes it:
+        the job is due, and answering a past time would make a dispatcher with no free
+        worker spin on its timer."""
+        due = self._next_due
+        return due if due is not None and due > datetime.now(UTC) else None
+
+    # -- nodes -----------------------------------------------------------------------
+
+    async def register_node(self, limits: Mapping[str, int | None]) -> None:
+        """Declare this node alive with its types and per-type limits."""
+        self._limits = dict(limits)
+        self._known = (0.0, frozenset())
+        await self._execute(self.q.register, {"node": self.node_id, "limits": _raw(self._limits)})
+
+    async def known_types(self) -> frozenset[str]:
+        """Types some live node runs (cached for a second: it is asked on every enqueue)."""
+        at, types = self._known
+        if time.monotonic() - at < 1.0:
+            return types
+        rows = await self._execute(self.q.known_types, {"live": self._live_window()})
+        types = frozenset(r[0] for r in rows) | frozenset(self._limits or ())
+        self._known = (time.monotonic(), types)
+        return types
+
+    def _live_window(self) -> float:
+        return 3 * self.lease_seconds
+
+    # -- enqueue ---------------------------------------------------------------------
+
+    async def enqueue(self, new: NewJob) -> Enqueued:
+        """Store one job; dedupe and idempotency are checked in the same transaction."""
+        events: list[Event] = []
+        async with self._connection() as conn:
+            if new.idempotency_key is None and not self._dedupes(new.spec):
+                result = await self._enqueue_in(conn, new, events)
+            else:
+                async with conn.transaction():
+                    result = await self._enqueue_in(conn, new, events)
+        self._enqueued([result.job] if result.created else [], events)
+        return result
+
+    async def enqueue_many(self, news: Sequence[NewJob]) -> list[Enqueued | Exception]:
+        """Store several jobs in one transaction, each answered on its own.
+
+        Plain jobs are inserted pipelined (one round trip for all of them); a job with a
+        dedupe or idempotency key gets a savepoint, so its refusal undoes only itself.
+        """
+        out: list[Enqueued | Exception | psycopg.AsyncCursor[Row]] = []
+        events: list[Event] = []
+        async with self._connection() as conn:
+            async with conn.pipeline(), conn.transaction():
+                for new in news:
+                    out.append(await self._enqueue_one_of_many(conn, new, events))
+            answers = [await self._answer(item, events) for item in out]
+        created = [r.job for r in answers if isinstance(r, Enqueued) and r.created]
+        self._enqueued(created, events)
+        return answers
+
+    async def _enqueue_one_of_many(
+        self, conn: AsyncConnection, new: NewJob, events: list[Event]
+    ) -> Enqueued | Exception | psycopg.AsyncCursor[Row]:
+        """Enqueue a keyed job in a savepoint, or send a plain insert (read later)."""
+        mark = len(events)
+        try:
+            if new.idempotency_key is None and not self._dedupes(new.spec):
+                await self._check_capacity(conn)
+                cur = conn.cursor()
+                await cur.execute(self.q.insert_job, self._insert_params(new.spec, new.max_retries))
+                return cur
+            async with conn.transaction():
+                return await self._enqueue_in(conn, new, events)
+        except (DuplicateJob, IdempotencyMismatch, StoreFull) as exc:
+            del events[mark:]
+            return exc
+
+    async def _answer(
+        self, item: Enqueued | Exception | psycopg.AsyncCursor[Row], events: list[Event]
+    ) -> Enqueued | Exception:
+        """Read a pipelined insert's row (after the commit); pass other answers through."""
+        if not isinstance(item, psycopg.AsyncCursor):
+            return item
+        row = await item.fetchone()
+        assert row is not None
+        job = _job(row)
+        events.append(_event(job, "enqueued", job.created_at, self.node_id))
+        return Enqueued(job, created=True)
+
+    @staticmethod
+    def _dedupes(spec: JobSpec) -> bool:
+        return spec.dedupe_key is not None and bool(spec.dedupe_window_seconds)
+
+    async def _enqueue_in(
+        self, conn: AsyncConnection, new: NewJob, events: list[Event]
+    ) -> Enqueued:
+        """The enqueue steps, inside the caller's transaction when there are keys."""
+        job_id = new_id()
+        if new.idempotency_key is not None:
+            original = await self._take_idempotency_key(conn, new, job_id)
+            if original is not None:
+                return Enqueued(original, created=False)
+        if self._dedupes(new.spec):
+            await self._take_dedupe_key(conn, new.spec, job_id)
+        await self._check_capacity(conn)
+        job = await self._insert(conn, new.spec, new.max_retries, None, job_id)
+        events.append(_event(job, "enqueued", job.created_at, self.node_id))
+        return Enqueued(job, created=True)
+
+    async def _take_idempotency_key(
+        self, conn: AsyncConnection, new: NewJob, job_id: str
+    ) -> Job | None:
+        """Claim the key for `job_id`, or return the job it already names (same body)."""
+        params = {
+            "key": _text(new.idempotency_key),
+            "hash": _text(new.request_hash) or "",
+            "id": job_id,
+            "ttl": self.idempotency_ttl,
+        }
+        if await self._scalar(conn, self.q.claim_idempotency, params) is not None:
+            return None
+        cur = await conn.execute(self.q.idempotency_holder, params)
+        held = await cur.fetchone()
+        if held is None:  # deleted meanwhile by expiry: ours to take on a retry
+            raise StoreUnavailable("idempotency key changed concurrently; retry")
+        if held[0] != (_text(new.request_hash) or ""):
+            raise IdempotencyMismatch(held[1])
+        cur = await conn.execute(self.q.get, {"id": held[1]})
+        row = await cur.fetchone()
+        if row is None:
+            raise StoreUnavailable(f"idempotency key names a missing job {held[1]}")
+        return _job(row)
+
+    async def _take_dedupe_key(self, conn: AsyncConnection, spec: JobSpec, job_id: str) -> None:
+        """Hold the dedupe key for the window, or raise DuplicateJob naming its holder."""
+        params = {
+            "key": _text(spec.dedupe_key),
+            "id": job_id,
+            "window": spec.dedupe_window_seconds,
+        }
+        if await self._scalar(conn, self.q.claim_dedupe, params) is not None:
+            return
+        holder = await self._scalar(conn, self.q.dedupe_holder, params)
+        raise DuplicateJob(holder or "unknown")
+
+    async def _check_capacity(self, conn: AsyncConnection) -> None:
+        """Enforce `max_pending` from a count refreshed at most once a second."""
+        if self.max_pending is None:
+            return
+        at, count = self._pending_estimate
+        if time.monotonic() - at >= 1.0:
+            count = int(await self._scalar(conn, self.q.count_pending, {}))
+            at = time.monotonic()
+        if count >= self.max_pending:
+            raise StoreFull(f"the queue is full ({self.max_pending} pending jobs)")
+        self._pending_estimate = (at, count + 1)
+
+    async def _insert(
+        self,
+        conn: AsyncConnection,
+        spec: JobSpec,
+        max_retries: int,
+        parent_id: str | None,
+        job_id: str | None = None,
+    ) -> Job:
+        """Insert a pending job."""
+        params = self._insert_params(spec, max_retries, parent_id, job_id)
+        cur = await conn.execute(self.q.insert_job, params)
+        row = await cur.fetchone()
+        assert row is not None
+        return _job(row)
+
+    def _insert_params(
+        self,
+        spec: JobSpec,
+        max_retries: int,
+        parent_id: str | None = None,
+        job_id: str | None = None,
+    ) -> dict[str, Any]:
+        return {
+            "id": job_id or new_id(),
+            "type": spec.type,
+            "queue": spec.queue,
+            "payload": spec.payload,
+            "priority": spec.priority,
+            "max_retries": max_retries,
+            "run_at": spec.run_at,
+            "delay": spec.delay_seconds or 0.0,
+            "timeout": spec.timeout_seconds,
+            "dedupe_key": _text(spec.dedupe_key),
+            "webhook_url": _text(spec.webhook_url),
+            "on_success": _raw(spec.on_success),
+            "on_failure": _raw(spec.on_failure),
+            "parent_id": parent_id,
+        }
+
+    async def _follow_up(
+        self, conn: AsyncConnection, spec: JobSpec | None, parent: Job, events: list[Event]
+    ) -> list[Job]:
+        """Chain a template (no max_pending check: the parent already had its place)."""
+        if spec is None:
+            return []
+        max_retries = spec.max_retries if spec.max_retries is not None else DEFAULT_MAX_RETRIES
+        job = await self._insert(conn, spec, max_retries, parent.id)
+        events.append(_event(job, "enqueued", job.created_at, self.node_id, f"after {parent.id}"))
+        return [job]
+
+    # -- claiming --------------------------------------------------------------------
+
+    async def claim(
+        self, limit: int, queues: frozenset[str] | None, slots: Mapping[str, int]
+    ) -> list[Lease]:
+        """Take up to `limit` due jobs as leases, within this node's slots and the global
+        per-type limits: one transaction, one round trip (pipelined)."""
+        types = sorted(t for t, n in slots.items() if n > 0)
+        if limit <= 0 or not types:
+            return []
+        params = {
+            "types": types,
+            "caps": [slots[t] for t in types],
+            "queues": None if queues is None else sorted(queues),
+            "limit": limit,
+            "node": self.node_id,
+            "lease": self.lease_seconds,
+            "live": self._live_window(),
+            "lock_ns": f"goqueue.type.{self.schema}.",
+        }
+        async with self._connection() as conn:
+            async with conn.pipeline(), conn.transaction():
+                setup = await conn.execute(self.q.claim_setup, params)
+                claimed = await conn.execute(self.q.claim, params)
+            setup_row = await setup.fetchone()
+            rows = await claimed.fetchall()
+            if len(rows) < limit:  # else another claim follows soon: refresh then
+                self._next_due = await self._scalar(conn, self.q.next_due, params)
+        self._limited = (self._limited - set(types)) | set(setup_row[-1] if setup_row else ())
+        leases = [self._lease(row) for row in rows]
+        leases.sort(key=lambda lease: (-lease.job.priority, lease.job.run_at, lease.job.seq))
+        self._log.add([_event(x.job, "started", x.job.started_at, self.node_id) for x in leases])
+        return leases
+
+    @staticmethod
+    def _lease(row: Row) -> Lease:
+        n = N_JOB_COLUMNS
+        return Lease(job=_job(row), token=row[n], owner=row[n + 1], expires_at=row[n + 2])
+
+    async def heartbeat(self, leases: Sequence[Lease], lease_seconds: float) -> list[str]:
+        """Extend the leases still held; return the tokens that are not."""
+        if not leases:
+            return []
+        params = {
+            "ids": [x.job.id for x in leases],
+            "tokens": [x.token for x in leases],
+            "lease": lease_seconds,
+        }
+        held = {row[0] for row in await self._execute(self.q.heartbeat, params)}
+        return [x.token for x in leases if x.token not in held]
+
+    async def reap_expired(self) -> list[Job]:
+        """Return jobs whose lease ran out to pending (the lost attempt counts), or
+        dead-letter them when it was their last; several nodes may reap at once."""
+        touched: list[Job] = []
+        pending: list[Job] = []  # requeued jobs and on_failure follow-ups
+        events: list[Event] = []
+        async with self._connection() as conn, conn.transaction():
+            cur = await conn.execute(self.q.expired, {"limit": 100})
+            for expired in await cur.fetchall():
+                outcome = await self._reap_one(conn, expired, events)
+                touched.append(outcome.job)
+                pending.extend(outcome.followups)
+                if outcome.job.status == "pending":
+                    pending.append(outcome.job)
+        self._enqueued(pending, events)
+        for job in touched:
+            self._freed(job)
+        return touched
+
+    async def _reap_one(self, conn: AsyncConnection, expired: Row, events: list[Event]) -> Outcome:
+        """Requeue (or bury) one job whose lease ran out; its row is locked already."""
+        job_id, token, owner, attempts, max_retries = expired
+        error = _text(f"lease expired (node {owner} lost)") or ""
+        params = {"id": job_id, "token": token, "error": error, "retry_at": None}
+        mark = len(events)
+        if attempts > max_retries:
+            outcome = await self._bury(conn, params, events)
+        else:
+            cur = await conn.execute(self.q.retry, params)
+            row = await cur.fetchone()
+            outcome = None if row is None else Outcome(_job(row), [])
+        assert outcome is not None  # locked FOR UPDATE, so the fence still holds
+        job = outcome.job
+        events.insert(mark, _event(job, "lease_expired", job.updated_at, self.node_id, error))
+        return outcome
+
+    # -- outcomes --------------------------------------------------------------------
+
+    async def complete(self, lease: Lease, result: msgspec.Raw | None) -> Outcome | None:
+        """Record success and enqueue `on_success` in the same transaction (a job with
+        nothing to chain needs no transaction: one statement, one round trip)."""
+        events: list[Event] = []
+        async with self._connection() as conn:
+            if lease.job.on_success is None:
+                outcome = await self._complete_in(conn, lease, result, events)
+            else:
+                async with conn.transaction():
+                    outcome = await self._complete_in(conn, lease, result, events)
+        if outcome is not None:
+            self._enqueued(outcome.followups, events)
+            self._freed(outcome.job)
+        return outcome
+
+    async def _complete_in(
+        self, conn: AsyncConnection, lease: Lease, result: msgspec.Raw | None, events: list[Event]
+    ) -> Outcome | None:
+        params = {"id": lease.job.id, "token": lease.token, "result": result}
+        cur = await conn.execute(self.q.complete, params)
+        row = await cur.fetchone()
+        if row is None:
+            return None
+        job = _job(row)
+        assert job.finished_at is not None
+        events.append(_event(job, "succeeded", job.finished_at, self.node_id))
+        return Outcome(job, await self._follow_up(conn, job.on_success, job, events))
+
+    async def fail(self, lease: Lease, error: str, retry_at: datetime | None) -> Outcome | None:
+        """Record a failed attempt: pending again at `retry_at`, or dead-lettered (with
+        `on_failure` enqueued) in one transaction. None if the lease is stale."""
+        error = _text(error) or ""
+        params = {"id": lease.job.id, "token": lease.token, "error": error}
+        if retry_at is not None:
+            return await self._retry(params | {"retry_at": retry_at})
+        events: list[Event] = []
+        async with self._connection() as conn, conn.transaction():
+            outcome = await self._bury(conn, params, events)
+        if outcome is not None:
+            self._enqueued(outcome.followups, events)
+            self._freed(outcome.job)
+        return outcome
+
+    async def _retry(self, params: Mapping[str, Any]) -> Outcome | None:
+        """Make the job pending again at `retry_at`, recording the attempt's error."""
+        rows = await self._execute(self.q.retry, params)
+        if not rows:
+            return None
+        job = _job(rows[0])
+        error, detail = params["error"], job.run_at.isoformat()
+        self._enqueued(
+            [job],
+            [
+                _event(job, "attempt_failed", job.updated_at, self.node_id, error),
+                _event(job, "retry_scheduled", job.updated_at, self.node_id, detail),
+            ],
+        )
+        return Outcome(job, [])
+
+    async def _bury(
+        self, conn: AsyncConnection, params: Mapping[str, Any], events: list[Event]
+    ) -> Outcome | None:
+        """Mark the job failed, archive it as a dead letter, chain `on_failure`."""
+        cur = await conn.execute(self.q.bury, params)
+        row = await cur.fetchone()
+        if row is None:
+            return None
+        job = _job(row)
+        assert job.finished_at is not None
+        dead = DeadLetter(
+            id=new_id(), job_id=job.id, job=job, errors=list(job.errors), created_at=job.finished_at
+        )
+        await conn.execute(
+            self.q.insert_dead,
+            {
+                "id": dead.id,
+                "job_id": job.id,
+                "job": _raw(job),
+                "errors": _raw(dead.errors),
+                "created_at": dead.created_at,
+            },
+        )
+        events.append(_event(job, "attempt_failed", job.finished_at, self.node_id, job.last_error))
+        events.append(_event(job, "dead_lettered", job.finished_at, self.node_id, dead.id))
+        followups = await self._follow_up(conn, job.on_failure, job, events)
+        return Outcome(job, followups, dead)
+
+    async def release(self, lease: Lease) -> bool:
+        """Hand the job back to pending without counting the attempt."""
+        params = {"id": lease.job.id, "token": lease.token}
+        rows = await self._execute(self.q.release, params)
+        if not rows:
+            return False
+        job = _job(rows[0])
+        self._enqueued([job], [_event(job, "released", job.updated_at, self.node_id)])
+        return True
+
+    async def cancel(self, job_id: str, force: bool) -> tuple[Job, str | None]:
+        """Cancel a pending job, or a running one with `force` (its lease is cleared, so
+        the holder is fenced out; its token is returned to kill the worker)."""
+        if not _is_uuid(job_id):
+            raise NotFound(f"job {job_id} not found")
+        async with self._connection() as conn, conn.transaction():
+            cur = await conn.execute(self.q.lock_job, {"id": job_id})
+            found = await cur.fetchone()
+            if found is None:
+                raise NotFound(f"job {job_id} not found")
+            status, token = found
+            if status in ("done", "failed", "cancelled"):
+                raise InvalidState(f"job {job_id} is already {status}", status)
+            if status == "running" and not force:
+                raise InvalidState(f"job {job_id} is running; use force=true to kill it", "running")
+            cur = await conn.execute(self.q.cancel, {"id": job_id})
+            row = await cur.fetchone()
+        assert row is not None
+        job = _job(row)
+        self._log.add([_event(job, "cancelled", job.updated_at, self.node_id)])
+        if status != "running":
+            return job, None
+        self._freed(job)
+        return job, token
+
+    # -- reads -----------------------------------------------------------------------
+
+    async def get(self, job_id: str) -> Job | None:
+        """One job by id (None for an unknown or malformed id)."""
+        if not _is_uuid(job_id):
+            return None
+        rows = await self._execute(self.q.get, {"id": job_id})
+        return _job(rows[0]) if rows else None
+
+    async def list_jobs(self, filters: JobFilter, limit: int, offset: int) -> Page:
+        """Jobs newest first, and how many match."""
+        conds = [
+            f"{col} = %({col})s" for col in ("type", "status", "queue") if getattr(filters, col)
+        ]
+        where = f" WHERE {' AND '.join(conds)}" if conds else ""
+        params = {
+            "type": filters.type,
+            "status": filters.status,
+            "queue": filters.queue,
+            "limit": limit,
+            "offset": offset,
+        }
+        page_sql = (
+            f"SELECT {JOB_COLUMNS} FROM {self.q.jobs_from}{where}"
+            " ORDER BY created_at DESC, seq DESC LIMIT %(limit)s OFFSET %(offset)s"
+        )
+        async with self._connection() as conn:
+            async with conn.pipeline():
+                page = await conn.execute(page_sql, params)
+                total = await conn.execute(
+                    f"SELECT count(*) FROM {self.q.jobs_from}{where}", params
+                )
+            rows = await page.fetchall()
+            count = await total.fetchone()
+        return Page([_job(r) for r in rows], int(count[0]) if count else 0)
+
+    async def stats(self) -> Stats:
+        """Counts by status (all present), pending depth by queue and priority, dead letters."""
+        async with self._connection() as conn:
+            async with conn.pipeline():
+                by_status = await conn.execute(self.q.counts)
+                depth = await conn.execute(self.q.depth)
+                dead = await conn.execute(self.q.dead_count)
+            counts = dict.fromkeys(STATUSES, 0) | dict(await by_status.fetchall())
+            queues: dict[str, dict[str, int]] = {}
+            for queue, priority, n in sorted(await depth.fetchall(), key=lambda r: (r[0], -r[1])):
+                queues.setdefault(queue, {})[str(priority)] = n
+            dead_row = await dead.fetchone()
+        return Stats(counts, queues, int(dead_row[0]) if dead_row else 0)
+
+    async def queue_stats(self, queue: str) -> QueueStats:
+        """One queue's counts by status and pending depth by priority."""
+        params = {"queue": queue}
+        async with self._connection() as conn:
+            async with conn.pipeline():
+                by_status = await conn.execute(self.q.queue_counts, params)
+                depth = await conn.execute(self.q.queue_depth, params)
+                paused = await conn.execute(self.q.is_paused, params)
+            counts = dict.fromkeys(STATUSES, 0) | dict(await by_status.fetchall())
+            by_priority = {str(p): n for p, n in sorted(await depth.fetchall(), reverse=True)}
+            paused_row = await paused.fetchone()
+        return QueueStats(queue, counts, by_priority, bool(paused_row and paused_row[0]))
+
+    async def set_paused(self, queue: str, paused: bool) -> None:
+        """Pause or resume a queue for every node; resuming wakes them."""
+        if paused:
+            await self._execute(self.q.pause, {"queue": queue})
+            return
+        await self._execute(self.q.resume, {"queue": queue})
+        self._notifier.poke(None)
+        self._call_waker()
+
+    async def paused_queues(self) -> frozenset[str]:
+        """The queues currently paused."""
+        return frozenset(r[0] for r in await self._execute(self.q.paused, {}))
+
+    async def events(self, job_id: str) -> list[Event]:
+        """A job's audit trail, oldest first (buffered events are written first)."""
+        if not _is_uuid(job_id):
+            return []
+        await self._log.flush()
+        rows = await self._execute(self.q.events, {"id": job_id})
+        return [
+            Event(job_id=r[0], event=r[1], at=r[2], node=r[3], attempt=r[4], detail=r[5])
+            for r in rows
+        ]
+
+    # -- dead letters ----------------------------------------------------------------
+
+    async def list_dead(self, limit: int, offset: int) -> Page:
+        """Dead letters newest first."""
+        async with self._connection() as conn:
+            async with conn.pipeline():
+                page = await conn.execute(self.q.list_dead, {"limit": limit, "offset": offset})
+                total = await conn.execute(self.q.dead_count)
+            rows = await page.fetchall()
+            count = await total.fetchone()
+        return Page([_dead(r) for r in rows], int(count[0]) if count else 0)
+
+    async def get_dead(self, dead_id: str) -> DeadLetter | None:
+        """One dead letter by its own id."""
+        if not _is_uuid(dead_id):
+            return None
+        rows = await self._execute(self.q.get_dead, {"id": dead_id})
+        return _dead(rows[0]) if rows else None
+
+    async def replay_dead(self, dead_id: str, max_retries: int) -> Job:
+        """Insert a fresh job from the letter and delete the letter, in one transaction."""
+        if not _is_uuid(dead_id):
+            raise NotFound(f"dead letter {dead_id} not found")
+        events: list[Event] = []
+        async with self._connection() as conn, conn.transaction():
+            cur = await conn.execute(self.q.take_dead, {"id": dead_id})
+            row = await cur.fetchone()
+            if row is None:
+                raise NotFound(f"dead letter {dead_id} not found")
+            dead = _dead(row)
+            await self._check_capacity(conn)
+            job = await self._insert(conn, dead.job.replay_spec(), max_retries, None)
+            events.append(_event(job, "enqueued", job.created_at, self.node_id))
+            events.append(_event(job, "replayed", job.created_at, self.node_id, dead.job_id))
+        self._enqueued([job], events)
+        return job
+
+    async def purge_dead(self, dead_id: str) -> bool:
+        """Delete a dead letter; False if there was none."""
+        if not _is_uuid(dead_id):
+            return False
+        async with self._connection() as conn:
+            cur = await conn.execute(self.q.purge_dead, {"id": dead_id})
+            return cur.rowcount > 0
