@@ -23,7 +23,12 @@ def create_app(engine: Engine, settings: Settings) -> web.Application:
         middlewares=[
             metrics_middleware(engine.metrics),
             errors_middleware(settings.max_body_bytes),
-            auth_middleware(settings.api_key, settings.read_api_key),
+            # no key configured, no middleware: each one is a layer on every request
+            *(
+                [auth_middleware(settings.api_key, settings.read_api_key)]
+                if settings.api_key
+                else []
+            ),
         ],
     )
     app[ENGINE] = engine

@@ -35,6 +35,11 @@ def build_parser() -> argparse.ArgumentParser:
         "migrate", help="create or upgrade the PostgreSQL schema, then exit"
     )
     migrate.add_argument("--database-url", default=None, help="PostgreSQL DSN (env DATABASE_URL)")
+    migrate.add_argument(
+        "--database-schema",
+        default=None,
+        help="schema holding GoQueue's tables (env GOQUEUE_DATABASE_SCHEMA; default goqueue)",
+    )
     migrate.set_defaults(func=_migrate)
     from api.bench import add_bench_command
     from api.client import add_client_commands
@@ -73,13 +78,20 @@ def _migrate(args: argparse.Namespace) -> int:
         return 2
     from supervisor.store.postgres import PostgresStore
 
+    schema = args.database_schema or os.environ.get("GOQUEUE_DATABASE_SCHEMA") or "goqueue"
+    try:
+        config.Settings(database_url=dsn, database_schema=schema, workers=1)
+    except ConfigError as exc:
+        print(f"goqueue migrate: {exc}", file=sys.stderr)
+        return 2
+
     async def run() -> None:
-        store = PostgresStore(dsn, "migrate")
+        store = PostgresStore(dsn, "migrate", schema=schema)
         await store.open()
         await store.close()
 
     asyncio.run(run())
-    print("schema is up to date")
+    print(f"schema {schema!r} is up to date")
     return 0
 
 

@@ -163,7 +163,7 @@ class Engine:
         if job.status == "failed":
             log.warning("job dead-lettered", extra={**fields, "error": job.last_error})
         else:
-            log.info(f"job {job.status}", extra=fields)
+            log.debug(f"job {job.status}", extra=fields)
         if job.webhook_url:
             self.webhooks.submit(job.webhook_url, self._encode(job), job_id=job.id)
 

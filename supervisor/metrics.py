@@ -7,7 +7,7 @@ records them, so plain single-process collectors suffice (no multiprocess mode).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Literal
+from typing import Any, Literal
 
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -111,7 +111,17 @@ class Metrics:
             "goqueue_enqueued_total", "Jobs enqueued.", ["type"], registry=reg
         )
         self._depth_keys: set[tuple[str, str]] = set()
+        self._children: dict[tuple[object, ...], Any] = {}
         self._start_at_zero()
+
+    def _labels(self, metric: Any, *values: str) -> Any:
+        """`metric.labels(*values)`, cached: prometheus-client's lookup is slow on hot paths
+        (one per request and per attempt); label sets are bounded, so is the cache."""
+        key = (metric, *values)
+        child = self._children.get(key)
+        if child is None:
+            child = self._children[key] = metric.labels(*values)
+        return child
 
     def _start_at_zero(self) -> None:
         """Export fixed-label series from the start so rate() and alerts see a 0, not a gap."""
@@ -135,16 +145,16 @@ class Metrics:
 
     def job_finished(self, job_type: str, status: TerminalStatus) -> None:
         """A job reached done, failed or cancelled."""
-        self.jobs.labels(job_type, status).inc()
+        self._labels(self.jobs, job_type, status).inc()
 
     def attempt(self, job_type: str, outcome: AttemptOutcome, duration: float) -> None:
         """An attempt ended; `duration` in seconds."""
-        self.attempts.labels(job_type, outcome).inc()
-        self.attempt_seconds.labels(job_type).observe(duration)
+        self._labels(self.attempts, job_type, outcome).inc()
+        self._labels(self.attempt_seconds, job_type).observe(duration)
 
     def retry(self, job_type: str) -> None:
         """A failed attempt was scheduled to run again."""
-        self.retries.labels(job_type).inc()
+        self._labels(self.retries, job_type).inc()
 
     def worker_restart(self, reason: RestartReason) -> None:
         """A worker process was replaced."""
@@ -156,12 +166,12 @@ class Metrics:
 
     def http(self, route: str, method: str, status: int, duration: float) -> None:
         """An answered request; `route` must be the route template, never the raw path."""
-        self.http_requests.labels(route, method, str(status)).inc()
-        self.http_seconds.labels(route).observe(duration)
+        self._labels(self.http_requests, route, method, str(status)).inc()
+        self._labels(self.http_seconds, route).observe(duration)
 
     def enqueued(self, job_type: str, n: int = 1) -> None:
         """`n` jobs of `job_type` were stored."""
-        self.enqueued_jobs.labels(job_type).inc(n)
+        self._labels(self.enqueued_jobs, job_type).inc(n)
 
     def set_running(self, count: int) -> None:
         """How many attempts run now."""

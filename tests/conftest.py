@@ -108,7 +108,13 @@ class Node:
         self.proc.send_signal(sig)
 
 
-def start_node(tmp_path: Path, *args: str, env: dict[str, str] | None = None) -> Node:
+def start_node(
+    tmp_path: Path,
+    *args: str,
+    env: dict[str, str] | None = None,
+    session: bool = False,
+    wait: bool = True,
+) -> Node:
     """Start `goqueue serve` with the test actors and wait until /ready answers 200."""
     port = free_port()
     log_path = tmp_path / f"node-{port}.log"
@@ -125,7 +131,12 @@ def start_node(tmp_path: Path, *args: str, env: dict[str, str] | None = None) ->
         cmd += ["--workers", "2"]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
-            [*cmd, *args], stdout=log, stderr=subprocess.STDOUT, env=environ, cwd=tmp_path
+            [*cmd, *args],
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            env=environ,
+            cwd=tmp_path,
+            start_new_session=session,
         )
     node = Node(proc, f"http://127.0.0.1:{port}", log_path)
 
@@ -137,7 +148,8 @@ def start_node(tmp_path: Path, *args: str, env: dict[str, str] | None = None) ->
         except OSError:
             return False
 
-    wait_for(ready, timeout=20)
+    if wait:
+        wait_for(ready, timeout=20)
     return node
 
 
@@ -157,8 +169,10 @@ def make_node(tmp_path: Path) -> Iterator[Callable[..., Node]]:
     """A factory of nodes, each stopped at the end of the test."""
     nodes: list[Node] = []
 
-    def make(*args: str, env: dict[str, str] | None = None) -> Node:
-        node = start_node(tmp_path, *args, env=env)
+    def make(
+        *args: str, env: dict[str, str] | None = None, session: bool = False, wait: bool = True
+    ) -> Node:
+        node = start_node(tmp_path, *args, env=env, session=session, wait=wait)
         nodes.append(node)
         return node
 

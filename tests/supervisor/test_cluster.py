@@ -1,0 +1,162 @@
+"""Several nodes on one PostgreSQL: exactly-once, crash recovery, global limits, dedupe,
+and a restart of the database itself. Real processes, real database."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import threading
+import uuid
+from collections import Counter
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import Node, postgres_dsn, request, wait_for
+
+pytestmark = [pytest.mark.postgres, pytest.mark.timeout(180)]
+
+
+@pytest.fixture
+def cluster(make_node) -> Iterator[Callable[..., Node]]:
+    """A factory of nodes sharing one fresh schema of the test database."""
+    dsn = postgres_dsn()
+    schema = f"gq_cluster_{uuid.uuid4().hex[:10]}"
+
+    def make(*args: str, session: bool = False, wait: bool = True) -> Node:
+        db = ("--database-url", dsn, "--database-schema", schema)
+        return make_node(*db, *args, session=session, wait=wait)
+
+    yield make
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+def counted_runs(tmp_path: Path) -> Counter[str]:
+    log = tmp_path / "runs.log"
+    lines = log.read_text().splitlines() if log.exists() else []
+    return Counter(line.split()[0] for line in lines)
+
+
+def batch_enqueue(node: Node, jobs: list[dict]) -> list[str]:
+    ids = []
+    for start in range(0, len(jobs), 500):
+        resp = node.post("/jobs/batch", {"jobs": jobs[start : start + 500]})
+        assert resp.status == 200, resp
+        ids += [r["job"]["id"] for r in resp.body["results"]]
+    return ids
+
+
+def all_done(node: Node, total: int) -> bool:
+    counts = node.get("/stats").body["counts"]
+    return counts["done"] == total
+
+
+def test_two_nodes_run_2000_jobs_exactly_once(cluster, tmp_path: Path) -> None:
+    a = cluster("--workers", "2")
+    b = cluster("--workers", "2")
+    jobs = [{"type": "counted", "payload": {"dir": str(tmp_path)}} for _ in range(2000)]
+    ids = batch_enqueue(a, jobs[:1000]) + batch_enqueue(b, jobs[1000:])
+    wait_for(lambda: all_done(a, 2000), timeout=120, interval=0.2)
+    runs = counted_runs(tmp_path)
+    assert set(runs) == set(ids)
+    assert max(runs.values()) == 1
+    pids = {line.split()[1] for line in (tmp_path / "runs.log").read_text().splitlines()}
+    assert len(pids) >= 3  # work was spread over both nodes' workers
+
+
+def test_killing_a_node_loses_nothing(cluster, tmp_path: Path) -> None:
+    victim = cluster("--workers", "2", "--lease-seconds", "2", session=True)
+    survivor = cluster("--workers", "2", "--lease-seconds", "2")
+    jobs = [{"type": "sleep", "payload": {"seconds": 0.05, "dir": str(tmp_path)}}] * 300
+    ids = batch_enqueue(survivor, jobs)
+    wait_for(lambda: len(list(tmp_path.glob("done-*"))) >= 30, timeout=60)
+    os.killpg(victim.proc.pid, signal.SIGKILL)
+    victim.proc.wait(timeout=10)
+    wait_for(lambda: all_done(survivor, 300), timeout=90, interval=0.2)
+    done = {p.name[5:] for p in tmp_path.glob("done-*")}
+    assert done == set(ids)
+    reaped = [
+        e
+        for i in ids
+        for e in survivor.get(f"/jobs/{i}/events").body["events"]
+        if e["event"] == "lease_expired"
+    ]
+    assert all(e["node"] for e in reaped)
+
+
+def test_a_job_that_kills_its_node_every_time_ends_in_the_dlq(cluster, tmp_path: Path) -> None:
+    watcher = cluster("--workers", "1", "--lease-seconds", "2", "--queues", "none")
+    job = watcher.enqueue(type="killnode", payload={"dir": str(tmp_path)}, max_retries=1)
+    for attempt in (1, 2):
+        # not waiting for /ready: the node may claim the job and die before answering
+        node = cluster("--workers", "1", "--lease-seconds", "2", session=True, wait=False)
+        node.proc.wait(timeout=30)  # the job kills it
+        wait_for(
+            lambda a=attempt: (
+                (tmp_path / "kills.log").read_text().split() == [str(i) for i in range(1, a + 1)]
+            ),
+            timeout=10,
+        )
+        if attempt == 1:
+            wait_for(
+                lambda: watcher.get(f"/jobs/{job['id']}").body["status"] == "pending", timeout=30
+            )
+    failed = watcher.wait_status(job["id"], "failed", timeout=30)
+    assert failed["attempts"] == 2
+    assert "lease expired" in failed["last_error"]
+    letters = watcher.get("/dlq").body["dead_letters"]
+    assert [d["job_id"] for d in letters] == [job["id"]]
+
+
+def test_global_type_limit_across_two_nodes(cluster, tmp_path: Path) -> None:
+    a = cluster("--workers", "3")
+    b = cluster("--workers", "3")
+    jobs = [{"type": "limited3", "payload": {"dir": str(tmp_path), "seconds": 0.3}}] * 12
+    batch_enqueue(a, jobs)
+    wait_for(lambda: all_done(b, 12), timeout=60, interval=0.2)
+    seen = [int(x) for x in (tmp_path / "seen.log").read_text().split()]
+    assert len(seen) == 12
+    assert max(seen) == 3
+
+
+def test_forty_concurrent_enqueues_with_one_dedupe_key_on_two_nodes(cluster) -> None:
+    nodes = [cluster("--workers", "1"), cluster("--workers", "1")]
+    statuses: list[int] = []
+    barrier = threading.Barrier(40)
+
+    def enqueue(i: int) -> None:
+        barrier.wait()
+        body = {"type": "noop", "dedupe_key": "same", "dedupe_window_seconds": 60}
+        statuses.append(request("POST", nodes[i % 2].url + "/jobs", body).status)
+
+    threads = [threading.Thread(target=enqueue, args=(i,)) for i in range(40)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=30)
+    assert sorted(Counter(statuses).items()) == [(201, 1), (409, 39)]
+
+
+def test_database_restart_loses_nothing_and_completes_once(cluster, tmp_path: Path) -> None:
+    a = cluster("--workers", "2")
+    b = cluster("--workers", "2")
+    jobs = [{"type": "counted", "payload": {"dir": str(tmp_path)}}] * 400
+    ids = batch_enqueue(a, jobs)
+    wait_for(lambda: len(counted_runs(tmp_path)) >= 50, timeout=60)
+    cluster_name = os.listdir("/etc/postgresql")[0]
+    subprocess.run(
+        ["pg_ctlcluster", "--skip-systemctl-redirect", cluster_name, "main", "restart"],
+        check=True,
+        timeout=60,
+    )
+    wait_for(lambda: request("GET", a.url + "/ready").status == 200, timeout=60)
+    late = batch_enqueue(b, jobs[:100])
+    wait_for(lambda: all_done(a, 500), timeout=120, interval=0.3)
+    runs = counted_runs(tmp_path)
+    assert set(runs) == set(ids + late)
+    assert max(runs.values()) == 1
