@@ -255,11 +255,6 @@ def check_spec(spec: JobSpec, prefix: str = "", depth: int = 0) -> None:
         raise bad_request(
             f"job templates nest at most {MAX_CHAIN_DEPTH} levels deep", field=prefix.rstrip(".")
         )
-    if not _NAME.fullmatch(spec.queue):  # msgspec's `pattern` lets a final newline through
-        raise bad_request(
-            f"queue must be 1-200 characters of A-Z a-z 0-9 _ . : -, got {spec.queue[:50]!r}",
-            field=f"{prefix}queue",
-        )
     if spec.run_at is not None and spec.delay_seconds is not None:
         raise bad_request("give run_at or delay_seconds, not both", field=f"{prefix}delay_seconds")
     if spec.dedupe_key is not None and spec.dedupe_window_seconds is None:

@@ -142,7 +142,9 @@ BAD_BODIES = [
         id="nested-priority",
     ),
     pytest.param(b'{"type": "email", "queue": "a b"}', "queue", "matching regex", id="bad-queue"),
-    pytest.param(b'{"type": "email", "queue": "q\\n"}', "queue", "characters", id="queue-newline"),
+    pytest.param(
+        b'{"type": "email", "queue": "q\\n"}', "queue", "matching regex", id="queue-newline"
+    ),
     pytest.param(
         b'{"type": "email", "run_at": "2030-01-01T00:00:00"}',
         "run_at",
