@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import gc
 import logging
 import signal
 import time
@@ -118,6 +119,7 @@ class Arbiter:
                 "types": sorted(catalog.types),
             },
         )
+        gc.freeze()  # boot-time objects never die: keep them out of every future collection
         self.dispatcher.wake()
         await self._main_loop()
         for sig in SIGNALS:
@@ -144,6 +146,8 @@ class Arbiter:
             retry_cap=self.settings.retry_cap,
             on_outcome=lambda outcome: self.engine.finished(outcome),
             on_attempt=self.metrics.attempt,
+            # a store whose claims cost a round trip keeps a worker's worth in hand
+            prefetch=self.target if getattr(self.store, "claim_ahead", False) else 0,
         )
 
     # -- the loop --------------------------------------------------------------------
@@ -241,7 +245,7 @@ class Arbiter:
     def _kill_token(self, token: str) -> bool:
         worker = self.pool.holding(token)
         if worker is None:
-            return False
+            return self.dispatcher.drop(token)
         self.pool.kill(worker, "cancel")
         return True
 
@@ -257,6 +261,7 @@ class Arbiter:
             return
         self._last_heartbeat = now
         leases = [w.lease for w in self.pool if w.lease is not None]
+        leases += self.dispatcher.buffer
         try:
             lost = await self.store.heartbeat(leases, self.settings.lease_seconds)
             await self.store.reap_expired()
@@ -265,6 +270,7 @@ class Arbiter:
             log.warning("heartbeat failed: store unavailable", extra={"err": str(exc)})
             return
         for token in lost:
+            self.dispatcher.drop(token)
             worker = self.pool.holding(token)
             if worker is not None:
                 log.warning("lease lost; killing its worker", extra={"worker_pid": worker.pid})
@@ -393,6 +399,7 @@ class Arbiter:
         the rest, stop the children, then the HTTP server and the store."""
         self.engine.draining = True
         self.dispatcher.dispatching = False
+        await self.dispatcher.release_buffer()  # let other nodes have them now
         log.info("draining", extra={"grace": grace})
         deadline = time.monotonic() + grace
         while self.pool.count(BUSY) and (left := deadline - time.monotonic()) > 0:

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import random
 import time
-from collections import Counter
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from functools import partial
@@ -51,6 +51,7 @@ class Dispatcher:
         retry_cap: float,
         on_outcome: OutcomeHook,
         on_attempt: Callable[[str, str, float], None],
+        prefetch: int = 0,
     ) -> None:
         self.store = store
         self.pool = pool
@@ -61,7 +62,10 @@ class Dispatcher:
         self.retry_cap = retry_cap
         self.on_outcome = on_outcome
         self.on_attempt = on_attempt
+        self.prefetch = prefetch
         self.running: Counter[str] = Counter()
+        self.buffer: deque[Lease] = deque()  # claimed, not yet started (prefetch)
+        self.buffered: Counter[str] = Counter()
         self.dispatching = True
         self.rng = random.Random()
         self._wake = asyncio.Event()
@@ -91,41 +95,69 @@ class Dispatcher:
             self._due_timer = asyncio.get_running_loop().call_later(delay + 0.001, self.wake)
 
     async def fill(self) -> None:
-        """Claim jobs for every idle worker that has a free type slot."""
+        """Hand buffered leases to idle workers, then claim for the rest (plus `prefetch`
+        more to keep in hand, so a freed worker never waits on a store round trip)."""
         while self.dispatching:
+            self._hand_out()
             idle = self.pool.idle()
-            types = frozenset().union(*(w.types for w in idle)) if idle else frozenset()
-            slots = {
-                t: n
-                for t, n in self.catalog.free_slots(self.running, len(idle)).items()
-                if t in types
-            }
+            want = len(idle) + self.prefetch - len(self.buffer)
+            if want <= 0:
+                return
+            types = self.catalog.types if self.prefetch else _types_of(idle)
+            held = self.running + self.buffered
+            slots = {t: n for t, n in self.catalog.free_slots(held, want).items() if t in types}
             if not slots:
                 return
             try:
-                leases = await self.store.claim(len(idle), self.queues, slots)
+                leases = await self.store.claim(want, self.queues, slots)
             except StoreUnavailable as exc:
                 log.warning("claim failed: store unavailable", extra={"err": str(exc)})
                 asyncio.get_running_loop().call_later(1.0, self.wake)
                 return
-            for lease in leases:
-                self._start(lease)
-            if len(leases) < len(idle):
+            self.buffer.extend(leases)
+            self.buffered.update(lease.job.type for lease in leases)
+            if len(leases) < want:
+                self._hand_out()
                 return
 
-    def _start(self, lease: Lease) -> None:
-        job = lease.job
-        worker = next((w for w in self.pool.idle() if job.type in w.types), None)
-        if worker is None:  # a worker vanished while we claimed; hand the job back
+    def _hand_out(self) -> None:
+        """Start buffered leases on idle workers that know their type, best first."""
+        for worker in self.pool.idle():
+            lease = next((x for x in self.buffer if x.job.type in worker.types), None)
+            if lease is None:
+                continue
+            self._unbuffer(lease)
+            self._start(lease, worker)
+
+    def _unbuffer(self, lease: Lease) -> None:
+        self.buffer.remove(lease)
+        self.buffered[lease.job.type] -= 1
+        if self.buffered[lease.job.type] <= 0:
+            del self.buffered[lease.job.type]
+
+    def drop(self, token: str) -> bool:
+        """Forget a buffered lease that is no longer ours (cancelled, taken over)."""
+        lease = next((x for x in self.buffer if x.token == token), None)
+        if lease is None:
+            return False
+        self._unbuffer(lease)
+        return True
+
+    async def release_buffer(self) -> None:
+        """Hand every buffered lease back to the store, uncounted (shutdown)."""
+        while self.buffer:
+            lease = self.buffer[0]
+            self._unbuffer(lease)
             self._write(partial(self.store.release, lease))
-            return
+
+    def _start(self, lease: Lease, worker: Worker) -> None:
+        job = lease.job
         self.running[job.type] += 1
-        timeout = job.timeout_seconds or self.catalog.timeout(job.type, self.default_timeout)
         log.debug(
             "attempt started",
             extra={"job_id": job.id, "type": job.type, "attempt": job.attempts},
         )
-        self.pool.run(worker, lease, timeout)
+        self.pool.run(worker, lease, self.timeout_of(job))
 
     def timeout_of(self, job: Job) -> float:
         """The deadline in seconds that applies to one attempt of `job`."""
@@ -235,6 +267,10 @@ class Dispatcher:
         """Wait for outstanding outcome writes (shutdown)."""
         if self._writes:
             await asyncio.wait(set(self._writes), timeout=timeout)
+
+
+def _types_of(workers: list[Worker]) -> frozenset[str]:
+    return frozenset().union(*(w.types for w in workers)) if workers else frozenset()
 
 
 def _job_fields(lease: Lease) -> dict[str, object]:

@@ -14,10 +14,11 @@ import logging
 import multiprocessing
 import os
 import signal
+import socket
+import struct
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from multiprocessing.connection import Connection
 from multiprocessing.process import BaseProcess
 from typing import Protocol
 
@@ -45,8 +46,9 @@ class Worker:
 
     slot: int
     generation: int
+    pid: int  # kept here: the Process object is closed once the child is reaped
     process: BaseProcess
-    conn: Connection
+    channel: Channel
     state: str = BOOTING
     types: frozenset[str] = frozenset()
     lease: Lease | None = None
@@ -59,16 +61,70 @@ class Worker:
     exitcode: int | None = None
     _timers: list[asyncio.TimerHandle] = field(default_factory=list)
 
-    @property
-    def pid(self) -> int:
-        """The child's process id."""
-        return self.process.pid or 0
-
     def cancel_timers(self) -> None:
         """Drop the pending deadline and kill timers."""
         for timer in self._timers:
             timer.cancel()
         self._timers.clear()
+
+
+_HEADER = struct.Struct("!i")  # multiprocessing.Connection's frame header
+
+
+class Channel(asyncio.Protocol):
+    """The supervisor's end of a worker's pipe as an asyncio transport: buffered
+    non-blocking writes, and whole frames decoded as they arrive (no extra syscalls)."""
+
+    def __init__(self, pool: Pool) -> None:
+        self.pool = pool
+        self.worker: Worker | None = None
+        self.transport: asyncio.Transport | None = None
+        self.pending: list[bytes] = []
+        self.buffer = bytearray()
+        self.closed = False
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+        for frame in self.pending:
+            self.transport.write(frame)
+        self.pending.clear()
+
+    def send(self, payload: bytes) -> None:
+        """Write one frame (queued until the transport is attached)."""
+        frame = _HEADER.pack(len(payload)) + payload
+        if self.transport is None:
+            self.pending.append(frame)
+        elif not self.closed:
+            self.transport.write(frame)
+
+    def data_received(self, data: bytes) -> None:
+        if self.buffer:
+            self.buffer += data
+            data = bytes(self.buffer)
+            self.buffer.clear()
+        view = memoryview(data)
+        offset, size = 0, len(data)
+        while size - offset >= 4:
+            (length,) = _HEADER.unpack_from(view, offset)
+            end = offset + 4 + length
+            if end > size:
+                break
+            message = self.pool.codec.decode(view[offset + 4 : end])
+            offset = end
+            if self.worker is not None:
+                self.pool._dispatch(self.worker, message)
+        if offset < size:
+            self.buffer += view[offset:]
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closed = True
+        if self.worker is not None and self.worker.exitcode is not None:
+            self.pool._finalize(self.worker)
+
+    def close(self) -> None:
+        """Drop the transport."""
+        if self.transport is not None:
+            self.transport.close()
 
 
 class PoolEvents(Protocol):
@@ -119,6 +175,7 @@ class Pool:
         self.kill_grace = kill_grace
         self.codec = SupervisorCodec()
         self.workers: dict[int, Worker] = {}
+        self._attaching: set[asyncio.Future[object]] = set()
         self._slots = 0
         self._all_gone = asyncio.Event()
         self._mp = multiprocessing.get_context("forkserver")
@@ -158,10 +215,16 @@ class Pool:
         )
         process.start()
         theirs.close()
-        worker = Worker(self._slots, generation, process, ours)
+        channel = Channel(self)
+        sock = socket.socket(fileno=os.dup(ours.fileno()))
+        ours.close()
+        worker = Worker(self._slots, generation, process.pid or 0, process, channel)
+        channel.worker = worker
         self.workers[worker.pid] = worker
         self._all_gone.clear()
-        self.loop.add_reader(ours.fileno(), self._on_readable, worker)
+        self._attaching.add(
+            asyncio.ensure_future(self.loop.connect_accepted_socket(lambda: channel, sock))
+        )
         self.loop.add_reader(process.sentinel, self._on_exit, worker)
         log.debug("worker spawned", extra={"worker_pid": worker.pid, "slot": worker.slot})
         return worker
@@ -202,19 +265,9 @@ class Pool:
             os.kill(worker.pid, sig)
 
     def _send(self, worker: Worker, message: RunJob | Shutdown) -> None:
-        try:
-            worker.conn.send_bytes(self.codec.encode(message))
-        except OSError as exc:  # the child died; its sentinel will report it
-            log.warning("pipe to worker broken", extra={"worker_pid": worker.pid, "err": str(exc)})
+        worker.channel.send(self.codec.encode(message))
 
     # -- reading ---------------------------------------------------------------------
-
-    def _on_readable(self, worker: Worker) -> None:
-        try:
-            while worker.conn.poll():
-                self._dispatch(worker, self.codec.decode(worker.conn.recv_bytes()))
-        except (EOFError, OSError):
-            self.loop.remove_reader(worker.conn.fileno())
 
     def _dispatch(self, worker: Worker, message: object) -> None:
         match message:
@@ -238,14 +291,21 @@ class Pool:
                 self.events.worker_boot_failed(worker, message)
 
     def _on_exit(self, worker: Worker) -> None:
+        """The sentinel fired: note the exit code, then settle once the pipe has been read
+        to its end (whatever the child said before dying still counts)."""
         self.loop.remove_reader(worker.process.sentinel)
-        if not worker.conn.closed:
-            self._on_readable(worker)  # whatever it said before dying still counts
-            self.loop.remove_reader(worker.conn.fileno())
-            worker.conn.close()
         worker.process.join(0)
         worker.exitcode = worker.process.exitcode
         worker.cancel_timers()
+        if worker.channel.closed:
+            self._finalize(worker)
+        else:  # EOF normally follows at once; don't wait on it forever
+            self.loop.call_later(0.2, self._finalize, worker)
+
+    def _finalize(self, worker: Worker) -> None:
+        if self.workers.get(worker.pid) is not worker:
+            return  # already settled
+        worker.channel.close()
         self.workers.pop(worker.pid, None)
         if not self.workers:
             self._all_gone.set()

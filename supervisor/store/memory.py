@@ -325,7 +325,7 @@ class MemoryStore:
         return Outcome(job, [])
 
     def _record_error(self, job: Job, error: str, now: datetime) -> None:
-        job.errors.append(AttemptError(attempt=job.attempts, error=error, at=now))
+        job.errors = (*job.errors, AttemptError(attempt=job.attempts, error=error, at=now))
         job.last_error = error
 
     def _dead_letter(self, job: Job, error: str, now: datetime) -> DeadLetter:
@@ -336,8 +336,8 @@ class MemoryStore:
         dead = DeadLetter(
             id=new_id(),
             job_id=job.id,
-            job=msgspec.structs.replace(job, errors=list(job.errors)),
-            errors=list(job.errors),
+            job=msgspec.structs.replace(job),
+            errors=job.errors,
             created_at=now,
         )
         self._dead[dead.id] = dead
