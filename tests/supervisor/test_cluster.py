@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import threading
+import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
@@ -160,3 +161,36 @@ def test_database_restart_loses_nothing_and_completes_once(cluster, tmp_path: Pa
     runs = counted_runs(tmp_path)
     assert set(runs) == set(ids + late)
     assert max(runs.values()) == 1
+
+
+def pg_ctl(action: str) -> None:
+    name = os.listdir("/etc/postgresql")[0]
+    subprocess.run(
+        ["pg_ctlcluster", "--skip-systemctl-redirect", name, "main", action],
+        check=True,
+        timeout=60,
+    )
+
+
+def test_database_down_answers_503_holds_outcomes_and_recovers(cluster, tmp_path: Path) -> None:
+    node = cluster("--workers", "2")
+    job = node.enqueue(type="sleep", payload={"seconds": 3.0, "dir": str(tmp_path)})
+    wait_for(lambda: node.get(f"/jobs/{job['id']}").body["status"] == "running", timeout=20)
+    pg_ctl("stop")
+    try:
+        assert node.get("/health").status == 200
+        wait_for(lambda: node.get("/ready").status == 503, timeout=15)
+        started = time.monotonic()
+        refused = node.post("/jobs", {"type": "noop"})
+        assert refused.status == 503, refused
+        assert time.monotonic() - started < 12
+        assert node.get(f"/jobs/{job['id']}").status == 503
+        # the attempt finishes while the database is down; its outcome is held
+        wait_for(lambda: (tmp_path / f"done-{job['id']}").exists(), timeout=20)
+    finally:
+        pg_ctl("start")
+    wait_for(lambda: node.get("/ready").status == 200, timeout=60)
+    done = node.wait_status(job["id"], "done", timeout=60)
+    assert done["attempts"] == 1
+    after = node.enqueue(type="noop", payload=1)
+    node.wait_status(after["id"], "done", timeout=30)

@@ -108,3 +108,27 @@ def test_sigquit_exits_fast(make_node, tmp_path: Path) -> None:
     wait_for(lambda: list(tmp_path.glob("spin-*")), timeout=10)
     node.signal(signal.SIGQUIT)
     assert node.proc.wait(timeout=10) == 0
+
+
+def test_sighup_applies_new_limits_from_the_config_file(make_node, tmp_path: Path) -> None:
+    config = tmp_path / "goqueue.toml"
+    config.write_text("[limits]\nlimited3 = 1\n")
+    node = make_node("--workers", "4", "--config", str(config))
+    first, second = tmp_path / "first", tmp_path / "second"
+    first.mkdir()
+    second.mkdir()
+
+    def run_batch(where: Path) -> int:
+        jobs = [
+            node.enqueue(type="limited3", payload={"dir": str(where), "seconds": 0.2})
+            for _ in range(6)
+        ]
+        for job in jobs:
+            node.wait_status(job["id"], "done", timeout=30)
+        return max(int(x) for x in (where / "seen.log").read_text().split())
+
+    assert run_batch(first) == 1
+    config.write_text("[limits]\nlimited3 = 2\n")
+    node.signal(signal.SIGHUP)
+    wait_for(lambda: '"reloaded"' in node.logs(), timeout=15)
+    assert run_batch(second) == 2
