@@ -127,8 +127,17 @@ class Arbiter:
         return self.exit_code
 
     async def _boot(self) -> Catalog:
-        """Spawn the first worker and learn the actors from its Ready message."""
-        await self.store.open()
+        """Open the store (waiting for it if it is not up yet), spawn the first worker and
+        learn the actors from its Ready message."""
+        delay = 0.5
+        while True:
+            try:
+                await self.store.open()
+                break
+            except StoreUnavailable as exc:
+                log.warning(f"store unavailable at start; retrying in {delay:g}s: {exc}")
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
         self._first_ready = asyncio.get_running_loop().create_future()
         self.pool.spawn(self.generation)
         ready = await self._first_ready
@@ -194,6 +203,7 @@ class Arbiter:
     def handle_hup(self) -> None:
         """Reload: re-read config, boot a probe worker with fresh actor modules."""
         if self._stopping is not None or self._probe is not None:
+            log.warning("reload ignored: a reload or a shutdown is already under way")
             return
         try:
             settings = self.hooks.reload_settings()
@@ -379,9 +389,14 @@ class Arbiter:
         self.target = settings.workers
         catalog = Catalog(message.actors, settings.limits)
         self.catalog = catalog
-        self.dispatcher.catalog = catalog
-        self.engine.catalog = catalog
-        self.engine._types_at = 0.0
+        self.dispatcher.reconfigure(
+            catalog,
+            queues=frozenset(settings.queues) if settings.queues else None,
+            default_timeout=settings.default_timeout,
+            retry_base=settings.retry_base,
+            retry_cap=settings.retry_cap,
+        )
+        self.engine.set_catalog(catalog)
         for worker in self.pool:
             if worker.generation < self.generation:
                 self.metrics.worker_restart("reload")

@@ -106,6 +106,8 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
             problem = _check_limit(job_type, limit)
             if problem:
                 raise ConfigError(f"limits: {problem}")
+        if self.database_url is not None:
+            _check_dsn(self.database_url)
         if not _IDENTIFIER.match(self.database_schema):
             raise ConfigError(
                 "database_schema: must be a lower-case SQL identifier "
@@ -115,6 +117,16 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
             raise ConfigError(
                 f"retry_cap: must be at least retry_base ({self.retry_base}), got {self.retry_cap}"
             )
+
+
+def _check_dsn(dsn: str) -> None:
+    """Reject a DSN that cannot even be parsed (no point retrying a typo forever)."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        conninfo_to_dict(dsn)
+    except Exception as exc:
+        raise ConfigError(f"database_url: not a valid PostgreSQL DSN: {exc}".strip()) from None
 
 
 @dataclass(frozen=True, slots=True)

@@ -72,6 +72,23 @@ class Dispatcher:
         self._due_timer: asyncio.TimerHandle | None = None
         self._writes: set[asyncio.Task[None]] = set()
 
+    def reconfigure(
+        self,
+        catalog: Catalog,
+        *,
+        queues: frozenset[str] | None,
+        default_timeout: float,
+        retry_base: float,
+        retry_cap: float,
+    ) -> None:
+        """Apply a reload: new actors and limits, queues, timeouts and backoff."""
+        self.catalog = catalog
+        self.queues = queues
+        self.default_timeout = default_timeout
+        self.retry_base = retry_base
+        self.retry_cap = retry_cap
+        self.wake()
+
     def wake(self) -> None:
         """Something may be claimable: run a dispatch pass soon."""
         self._wake.set()

@@ -62,6 +62,11 @@ class Engine:
         self._types_at = 0.0
         self._encode = msgspec.json.Encoder().encode
 
+    def set_catalog(self, catalog: Catalog) -> None:
+        """Adopt the actors of a reload (and forget the cached list of known types)."""
+        self.catalog = catalog
+        self._types_at = 0.0
+
     # -- writes ----------------------------------------------------------------------
 
     async def enqueue(

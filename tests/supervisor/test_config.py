@@ -236,3 +236,13 @@ def test_reload_rereads_the_file_and_keeps_node_id(toml_file) -> None:
     fresh = config.reload(current, None, {**environ, "GOQUEUE_NODE_ID": "other"})
     assert (fresh.workers, fresh.limits) == (4, {"email": 6})
     assert fresh.node_id == current.node_id
+
+
+def test_a_malformed_database_url_is_refused_naming_the_option() -> None:
+    with pytest.raises(ConfigError, match="database_url: not a valid PostgreSQL DSN"):
+        config.load(None, {"DATABASE_URL": "foo bar"})
+
+
+def test_database_schema_must_be_an_identifier() -> None:
+    with pytest.raises(ConfigError, match="database_schema"):
+        config.load(None, {"GOQUEUE_DATABASE_SCHEMA": "x; drop table jobs"})
