@@ -113,6 +113,150 @@ CREATE TABLE {s}.events (
 CREATE INDEX events_job ON {s}.events (job_id, at, id);
 """,
     ),
+    Migration(
+        2,
+        "claim function, claim index by queue",
+        """
+-- A node serving some queues, or with some paused, walks only the jobs it may take.
+CREATE INDEX jobs_claim_queue ON {s}.jobs (queue, type, priority, run_at, seq)
+    WHERE status = 'pending';
+
+-- The claim in one call, one round trip, no transaction block (see Queries.claim).
+-- Rows: the claimed jobs (as leases), then one last row with no job holding the earliest
+-- future run_at of the types asked for and which of them are under a global limit.
+CREATE FUNCTION {s}.claim(
+    p_types text[], p_caps int[], p_queues text[], p_limit int, p_node text,
+    p_lease float8, p_live float8, p_lock_ns text)
+RETURNS TABLE (o_job {s}.jobs, o_next_due timestamptz, o_limited text[])
+LANGUAGE plpgsql
+-- Ordered index scans, planned once: the queue filters defeat the row estimates (a bitmap
+-- scan plus sort of every due job of a type is ten times slower on a deep queue), and
+-- re-planning these statements would cost more than running them. A plan made while the
+-- table was small must not scan it whole once it is large (no sequential scans), and
+-- generic plans of a deep queue look costly enough to compile: no JIT, whoever calls.
+SET enable_bitmapscan = off
+SET enable_seqscan = off
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+AS $fn$
+DECLARE
+    v_limited text[];
+    v_type text;
+    v_queues text[];
+BEGIN
+    -- A claim lost in a database crash leaves its job pending, and nothing fenced by its
+    -- token can commit without it (a durable commit flushes the WAL before it): the
+    -- claim need not wait for its own flush.
+    PERFORM set_config('synchronous_commit', 'off', true);
+    SELECT coalesce(array_agg(l.type ORDER BY l.type), '{{}}') INTO v_limited
+    FROM (SELECT DISTINCT key AS type FROM {s}.nodes, jsonb_each_text(limits)
+          WHERE heartbeat_at > now() - p_live * interval '1 second'
+            AND value IS NOT NULL AND key = ANY(p_types)) l;
+    -- Types under a global limit are claimed by one node at a time, locked in name order
+    -- (no deadlock); the claim below runs on a snapshot taken after the locks, one that
+    -- counts every claim committed before (each statement of a volatile function takes
+    -- a fresh snapshot).
+    FOREACH v_type IN ARRAY v_limited LOOP
+        PERFORM pg_advisory_xact_lock(hashtextextended(p_lock_ns || v_type, 0));
+    END LOOP;
+    IF p_queues IS NULL AND NOT EXISTS (SELECT 1 FROM {s}.paused_queues) THEN
+        RETURN QUERY
+        WITH lim AS (
+            SELECT key AS type, min(value::int) AS lim FROM {s}.nodes, jsonb_each_text(limits)
+            WHERE heartbeat_at > now() - p_live * interval '1 second'
+              AND value IS NOT NULL AND key = ANY(p_types)
+            GROUP BY key),
+        caps AS (
+            SELECT t.type, CASE WHEN lim.lim IS NULL THEN t.cap ELSE least(t.cap,
+                lim.lim - (SELECT count(*) FROM {s}.jobs r
+                           WHERE r.status = 'running' AND r.type = t.type)) END AS cap
+            FROM unnest(p_types, p_caps) AS t(type, cap) LEFT JOIN lim ON lim.type = t.type),
+        cand AS (
+            SELECT c.* FROM caps CROSS JOIN LATERAL (
+                SELECT x.* FROM generate_series(10, 0, -1) AS p(priority)
+                CROSS JOIN LATERAL (
+                    SELECT j.id, j.priority, j.run_at, j.seq FROM {s}.jobs j
+                    WHERE j.status = 'pending' AND j.type = caps.type
+                      AND j.priority = p.priority AND j.run_at <= now()
+                    ORDER BY j.run_at, j.seq
+                    LIMIT p_limit
+                    FOR UPDATE OF j SKIP LOCKED) x
+                LIMIT least(caps.cap, p_limit)) c
+            WHERE caps.cap > 0),
+        pick AS (SELECT id FROM cand ORDER BY priority DESC, run_at, seq LIMIT p_limit),
+        claimed AS (
+            UPDATE {s}.jobs j SET status = 'running', attempts = j.attempts + 1,
+                started_at = now(), updated_at = now(), lease_owner = p_node,
+                lease_token = gen_random_uuid(),
+                lease_expires_at = now() + p_lease * interval '1 second'
+            WHERE j.id = ANY (ARRAY(SELECT id FROM pick))
+            RETURNING j)
+        SELECT claimed.j, NULL::timestamptz, NULL::text[] FROM claimed;
+    ELSE
+        -- By queue: the queues asked for, or every queue with pending jobs (found by
+        -- skipping along the index), less the paused ones. Within a priority the queues'
+        -- heads are merged by run_at, seq.
+        IF p_queues IS NULL THEN
+            WITH RECURSIVE q AS (
+                SELECT min(queue) AS queue FROM {s}.jobs WHERE status = 'pending'
+                UNION ALL
+                SELECT (SELECT min(j.queue) FROM {s}.jobs j
+                        WHERE j.status = 'pending' AND j.queue > q.queue)
+                FROM q WHERE q.queue IS NOT NULL)
+            SELECT array_agg(q.queue) INTO v_queues FROM q WHERE q.queue IS NOT NULL;
+        ELSE
+            v_queues := p_queues;
+        END IF;
+        v_queues := ARRAY(SELECT unnest(v_queues) EXCEPT SELECT queue FROM {s}.paused_queues);
+        RETURN QUERY
+        WITH lim AS (
+            SELECT key AS type, min(value::int) AS lim FROM {s}.nodes, jsonb_each_text(limits)
+            WHERE heartbeat_at > now() - p_live * interval '1 second'
+              AND value IS NOT NULL AND key = ANY(p_types)
+            GROUP BY key),
+        caps AS (
+            SELECT t.type, CASE WHEN lim.lim IS NULL THEN t.cap ELSE least(t.cap,
+                lim.lim - (SELECT count(*) FROM {s}.jobs r
+                           WHERE r.status = 'running' AND r.type = t.type)) END AS cap
+            FROM unnest(p_types, p_caps) AS t(type, cap) LEFT JOIN lim ON lim.type = t.type),
+        cand AS (
+            SELECT c.* FROM caps CROSS JOIN LATERAL (
+                SELECT x.* FROM generate_series(10, 0, -1) AS p(priority)
+                CROSS JOIN LATERAL (
+                    SELECT y.* FROM unnest(v_queues) AS q(queue) CROSS JOIN LATERAL (
+                        SELECT j.id, j.priority, j.run_at, j.seq FROM {s}.jobs j
+                        WHERE j.status = 'pending' AND j.queue = q.queue
+                          AND j.type = caps.type AND j.priority = p.priority
+                          AND j.run_at <= now()
+                        ORDER BY j.run_at, j.seq
+                        LIMIT least(caps.cap, p_limit)
+                        FOR UPDATE OF j SKIP LOCKED) y
+                    ORDER BY y.run_at, y.seq) x
+                LIMIT least(caps.cap, p_limit)) c
+            WHERE caps.cap > 0),
+        pick AS (SELECT id FROM cand ORDER BY priority DESC, run_at, seq LIMIT p_limit),
+        claimed AS (
+            UPDATE {s}.jobs j SET status = 'running', attempts = j.attempts + 1,
+                started_at = now(), updated_at = now(), lease_owner = p_node,
+                lease_token = gen_random_uuid(),
+                lease_expires_at = now() + p_lease * interval '1 second'
+            WHERE j.id = ANY (ARRAY(SELECT id FROM pick))
+            RETURNING j)
+        SELECT claimed.j, NULL::timestamptz, NULL::text[] FROM claimed;
+    END IF;
+    -- One index probe per (type, priority): cheap even with many scheduled jobs.
+    RETURN QUERY
+    SELECT NULL::{s}.jobs, min(x.run_at), v_limited
+    FROM unnest(p_types) AS t(type) CROSS JOIN generate_series(0, 10) AS p(priority)
+    CROSS JOIN LATERAL (
+        SELECT j.run_at FROM {s}.jobs j
+        WHERE j.status = 'pending' AND j.type = t.type AND j.priority = p.priority
+          AND j.run_at > now()
+        ORDER BY j.run_at LIMIT 1) x;
+END
+$fn$;
+""",
+    ),
 )
 
 
@@ -217,6 +361,29 @@ class Queries:
                 %(timeout)s, %(dedupe_key)s, %(webhook_url)s, %(on_success)s, %(on_failure)s,
                 %(parent_id)s, now(), now())
             RETURNING {cols}"""
+        # The enqueue hot path: the caller knows the job already, so the statements answer
+        # only what the database decides (run_at, created_at, seq), not the payload again.
+        self.add_job = self.insert_job.replace(
+            f"RETURNING {cols}", "RETURNING run_at, created_at, seq"
+        )
+        # Several plain jobs in one statement (group commit, batches): one round trip, one
+        # plan, rows inserted (and seq assigned) in array order. Parameters go binary.
+        self.add_jobs = f"""
+            INSERT INTO {s}.jobs (id, type, queue, payload, priority, status, attempts,
+                max_retries, run_at, timeout_seconds, dedupe_key, webhook_url, on_success,
+                on_failure, parent_id, created_at, updated_at)
+            SELECT t.id, t.type, t.queue, t.payload::json, t.priority, 'pending', 0,
+                t.max_retries, coalesce(t.run_at, now() + t.delay * interval '1 second'),
+                t.timeout, t.dedupe_key, t.webhook_url, t.on_success::json, t.on_failure::json,
+                t.parent_id, now(), now()
+            FROM unnest(%(id)b::uuid[], %(type)b::text[], %(queue)b::text[],
+                %(payload)b::text[], %(priority)b::int2[], %(max_retries)b::int4[],
+                %(run_at)b::timestamptz[], %(delay)b::float8[], %(timeout)b::float8[],
+                %(dedupe_key)b::text[], %(webhook_url)b::text[], %(on_success)b::text[],
+                %(on_failure)b::text[], %(parent_id)b::uuid[])
+                AS t(id, type, queue, payload, priority, max_retries, run_at, delay, timeout,
+                     dedupe_key, webhook_url, on_success, on_failure, parent_id)
+            RETURNING id, run_at, created_at, seq"""
         self.claim_dedupe = f"""
             INSERT INTO {s}.dedupe (key, job_id, expires_at)
             VALUES (%(key)s, %(id)s, now() + %(window)s::float8 * interval '1 second')
@@ -236,68 +403,14 @@ class Queries:
             f"SELECT request_hash, job_id FROM {s}.idempotency WHERE key = %(key)s"
         )
         self.count_pending = f"SELECT count(*) FROM {s}.jobs WHERE status = 'pending'"
-        # Run first in the claim transaction. It locks the limited types in a fixed order
-        # (by name) so claimers never deadlock; it is a statement of its own because the
-        # claim must see a snapshot taken after the locks were granted, one that counts
-        # the other nodes' committed claims. It also pins the claim's plan to ordered
-        # index scans (the queue filters defeat the row estimates, and a bitmap scan plus
-        # sort of every due job of a (type, priority) is ten times slower on a deep
-        # queue), planned once: re-planning this statement costs more than running it.
-        # It answers the types under a global limit.
-        self.claim_setup = f"""
-            WITH limited AS MATERIALIZED (
-                SELECT DISTINCT key AS type FROM {s}.nodes, jsonb_each_text(limits)
-                WHERE {LIVE_NODES} AND value IS NOT NULL AND key = ANY(%(types)s::text[])
-                ORDER BY 1)
-            SELECT set_config('enable_bitmapscan', 'off', true),
-                   set_config('plan_cache_mode', 'force_generic_plan', true),
-                   (SELECT count(pg_advisory_xact_lock(hashtextextended(%(lock_ns)s || type, 0)))
-                    FROM limited),
-                   (SELECT coalesce(array_agg(type), '{{}}') FROM limited)"""
+        # The claim is the function of migration 2; the last row it answers has no job.
+        job = ", ".join(f"(c.o_job).{c.strip()}" for c in cols.split(","))
         self.claim = f"""
-            WITH lim AS (
-                SELECT key AS type, min(value::int) AS lim
-                FROM {s}.nodes, jsonb_each_text(limits)
-                WHERE {LIVE_NODES} AND value IS NOT NULL AND key = ANY(%(types)s::text[])
-                GROUP BY key),
-            caps AS (
-                SELECT t.type, CASE WHEN lim.lim IS NULL THEN t.cap ELSE least(t.cap,
-                    lim.lim - (SELECT count(*) FROM {s}.jobs r
-                               WHERE r.status = 'running' AND r.type = t.type)) END AS cap
-                FROM unnest(%(types)s::text[], %(caps)s::int[]) AS t(type, cap)
-                LEFT JOIN lim ON lim.type = t.type),
-            cand AS (
-                SELECT c.* FROM caps CROSS JOIN LATERAL (
-                    SELECT x.* FROM generate_series(10, 0, -1) AS p(priority)
-                    CROSS JOIN LATERAL (
-                        SELECT j.id, j.priority, j.run_at, j.seq FROM {s}.jobs j
-                        WHERE j.status = 'pending' AND j.type = caps.type
-                          AND j.priority = p.priority AND j.run_at <= now()
-                          AND (%(queues)s::text[] IS NULL OR j.queue = ANY(%(queues)s::text[]))
-                          AND j.queue <> ALL (ARRAY(SELECT queue FROM {s}.paused_queues))
-                        ORDER BY j.run_at, j.seq
-                        LIMIT %(limit)s
-                        FOR UPDATE OF j SKIP LOCKED) x
-                    LIMIT least(caps.cap, %(limit)s)) c
-                WHERE caps.cap > 0),
-            pick AS (
-                SELECT id FROM cand ORDER BY priority DESC, run_at, seq LIMIT %(limit)s)
-            UPDATE {s}.jobs j SET status = 'running', attempts = j.attempts + 1,
-                started_at = now(), updated_at = now(), lease_owner = %(node)s,
-                lease_token = gen_random_uuid(),
-                lease_expires_at = now() + %(lease)s::float8 * interval '1 second'
-            FROM pick WHERE j.id = pick.id
-            RETURNING {", ".join("j." + c.strip() for c in cols.split(","))},
-                j.lease_token, j.lease_owner, j.lease_expires_at"""
-        # One index probe per (type, priority): cheap even with many scheduled jobs.
-        self.next_due = f"""
-            SELECT min(x.run_at) FROM unnest(%(types)s::text[]) AS t(type)
-            CROSS JOIN generate_series(0, 10) AS p(priority)
-            CROSS JOIN LATERAL (
-                SELECT j.run_at FROM {s}.jobs j
-                WHERE j.status = 'pending' AND j.type = t.type AND j.priority = p.priority
-                  AND j.run_at > now()
-                ORDER BY j.run_at LIMIT 1) x"""
+            SELECT {job}, (c.o_job).lease_token, (c.o_job).lease_owner,
+                (c.o_job).lease_expires_at, c.o_next_due, c.o_limited
+            FROM {s}.claim(%(types)s::text[], %(caps)s::int[], %(queues)s::text[],
+                %(limit)s::int, %(node)s::text, %(lease)s::float8, %(live)s::float8,
+                %(lock_ns)s::text) AS c"""
         self.next_due_any = (
             f"SELECT min(run_at) FROM {s}.jobs WHERE status = 'pending' AND run_at > now()"
         )
@@ -305,18 +418,29 @@ class Queries:
             UPDATE {s}.jobs j
             SET lease_expires_at = now() + %(lease)s::float8 * interval '1 second'
             FROM unnest(%(ids)s::uuid[], %(tokens)s::uuid[]) AS l(id, token)
-            WHERE j.id = l.id AND j.lease_token = l.token AND j.status = 'running'
+            WHERE j.id = ANY (%(ids)s::uuid[]) AND j.id = l.id AND j.lease_token = l.token
+              AND j.status = 'running'
             RETURNING j.lease_token"""
         self.expired = f"""
             SELECT id, lease_token, lease_owner, attempts, max_retries FROM {s}.jobs
             WHERE status = 'running' AND lease_expires_at < now()
             ORDER BY lease_expires_at LIMIT %(limit)s
             FOR UPDATE SKIP LOCKED"""
+        # Success needs no more than the commit's time back: the rest of the job is the
+        # lease's (its row cannot change while the lease holds, except through the fence).
         self.complete = f"""
             UPDATE {s}.jobs SET status = 'done', result = %(result)s, finished_at = now(),
                 updated_at = now(), {CLEAR_LEASE}
             WHERE {FENCED}
-            RETURNING {cols}"""
+            RETURNING finished_at"""
+        self.complete_many = f"""
+            UPDATE {s}.jobs j SET status = 'done', result = c.result::json, finished_at = now(),
+                updated_at = now(), {CLEAR_LEASE}
+            FROM unnest(%(ids)b::uuid[], %(tokens)b::uuid[], %(results)b::text[])
+                AS c(id, token, result)
+            WHERE j.id = ANY (%(ids)b::uuid[]) AND j.id = c.id AND j.lease_token = c.token
+              AND j.status = 'running'
+            RETURNING j.id, c.token, j.finished_at"""
         self.retry = f"""
             UPDATE {s}.jobs SET status = 'pending',
                 run_at = coalesce(%(retry_at)s::timestamptz, now()), {APPEND_ERROR},
@@ -376,7 +500,10 @@ class Queries:
         self.forget_node = f"DELETE FROM {s}.nodes WHERE node_id = %(node)s"
         self.known_types = f"""
             SELECT DISTINCT jsonb_object_keys(limits) FROM {s}.nodes WHERE {LIVE_NODES}"""
-        self.copy_events = f"COPY {s}.events (job_id, event, at, node, attempt, detail) FROM STDIN"
+        self.insert_events = f"""
+            INSERT INTO {s}.events (job_id, event, at, node, attempt, detail)
+            SELECT * FROM unnest(%(job_id)b::uuid[], %(event)b::text[], %(at)b::timestamptz[],
+                %(node)b::text[], %(attempt)b::int4[], %(detail)b::text[])"""
         self.events = f"""
             SELECT job_id, event, at, node, attempt, detail FROM {s}.events
             WHERE job_id = %(id)s ORDER BY at, id"""

@@ -4,6 +4,8 @@ Every claim is a lease (owner, token, expiry) taken with `FOR UPDATE SKIP LOCKED
 write about an attempt is fenced by the token. Per-type limits hold across nodes: a claim
 of a limited type runs under a per-type advisory lock and counts what is running
 everywhere. Dedupe and idempotency are table constraints inside the enqueue transaction.
+Enqueues and completes are group-committed: those arriving while one commit is in flight
+share the next transaction, each still answered on its own and only once committed.
 Work made claimable is announced with NOTIFY on the schema's channel (coalesced, after
 the commit); a listening connection on every node wakes its dispatcher. The
 audit trail is buffered and written behind in batches. Times come from the database
@@ -20,7 +22,7 @@ from collections import deque
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 import msgspec
 import psycopg
@@ -61,9 +63,12 @@ from supervisor.store.pg_schema import JOB_COLUMNS, N_JOB_COLUMNS, Queries
 log = logging.getLogger("goqueue.store.postgres")
 
 Row = tuple[Any, ...]
+Done = tuple[Lease, msgspec.Raw | None]  # a complete: the lease and the result
+T = TypeVar("T")
+R = TypeVar("R")
 
 _SPEC = msgspec.json.Decoder(JobSpec)
-_ERRORS = msgspec.json.Decoder(list[AttemptError])
+_ERRORS = msgspec.json.Decoder(tuple[AttemptError, ...])
 _JOB = msgspec.json.Decoder(Job)
 _ENCODE = msgspec.json.Encoder()
 
@@ -96,6 +101,64 @@ def _adapters() -> AdaptersMap:
 def _raw(value: object) -> msgspec.Raw | None:
     """Encode a struct (or list) as a JSON parameter; None stays NULL."""
     return None if value is None else msgspec.Raw(_ENCODE.encode(value))
+
+
+_COLUMNS = (
+    "id",
+    "type",
+    "queue",
+    "payload",
+    "priority",
+    "max_retries",
+    "run_at",
+    "delay",
+    "timeout",
+    "dedupe_key",
+    "webhook_url",
+    "on_success",
+    "on_failure",
+    "parent_id",
+)
+_JSON_COLUMNS = ("payload", "on_success", "on_failure")
+
+
+def _columns(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
+    """Insert parameters of several jobs as one array per column (JSON as text)."""
+    columns = {name: [row[name] for row in rows] for name in _COLUMNS}
+    for name in _JSON_COLUMNS:
+        columns[name] = [None if v is None else bytes(v).decode() for v in columns[name]]
+    return columns
+
+
+def _pending(params: Mapping[str, Any], spec: JobSpec, decided: Row) -> Job:
+    """The job just inserted from `params` (see `_insert_params`); `decided` holds what
+    the database chose: `run_at, created_at, seq`."""
+    run_at, created_at, seq = decided
+    return Job(
+        id=params["id"],
+        type=spec.type,
+        queue=spec.queue,
+        payload=spec.payload,
+        priority=spec.priority,
+        status="pending",
+        attempts=0,
+        max_retries=params["max_retries"],
+        run_at=run_at,
+        timeout_seconds=spec.timeout_seconds,
+        dedupe_key=params["dedupe_key"],
+        webhook_url=params["webhook_url"],
+        on_success=spec.on_success,
+        on_failure=spec.on_failure,
+        parent_id=params["parent_id"],
+        result=None,
+        last_error=None,
+        errors=(),
+        created_at=created_at,
+        started_at=None,
+        finished_at=None,
+        updated_at=created_at,
+        seq=seq,
+    )
 
 
 def _job(row: Row) -> Job:
@@ -165,14 +228,14 @@ class _EventLog:
 
     def __init__(
         self,
-        copy_sql: str,
+        insert_sql: str,
         connect: Callable[[], Any],
         *,
         capacity: int = 100_000,
         batch: int = 500,
         interval: float = 0.2,
     ) -> None:
-        self._copy_sql = copy_sql
+        self._insert_sql = insert_sql
         self._connect = connect
         self.capacity = capacity
         self.batch = batch
@@ -223,10 +286,14 @@ class _EventLog:
                 log.exception("audit events held: writing them failed")
 
     async def flush(self) -> None:
-        """Write every buffered event now; on failure they are put back and re-raised."""
+        """Write the events buffered so far, not those arriving meanwhile (they wait for
+        the next batch, rather than each costing a commit); on failure they are put back
+        and re-raised."""
         async with self._lock:
-            while self._buffer:
-                n = min(self.batch * 10, len(self._buffer))
+            left = len(self._buffer)
+            while left > 0 and self._buffer:
+                n = min(self.batch * 10, left, len(self._buffer))
+                left -= n
                 chunk = [self._buffer.popleft() for _ in range(n)]
                 try:
                     await self._write(chunk)
@@ -244,18 +311,26 @@ class _EventLog:
                 self.dropped = 0
 
     async def _write(self, chunk: list[Event]) -> None:
-        async with (
-            self._connect() as conn,
-            conn.cursor() as cur,
-            cur.copy(self._copy_sql) as copy,
-        ):
-            for e in chunk:
-                await copy.write_row((e.job_id, e.event, e.at, e.node, e.attempt, e.detail))
+        """One statement for the chunk: its columns as arrays (cheaper here than COPY's
+        row by row formatting, which held up the event loop for a large batch)."""
+        columns = {
+            "job_id": [e.job_id for e in chunk],
+            "event": [e.event for e in chunk],
+            "at": [e.at for e in chunk],
+            "node": [e.node for e in chunk],
+            "attempt": [e.attempt for e in chunk],
+            "detail": [e.detail for e in chunk],
+        }
+        async with self._connect() as conn:
+            await conn.execute(self._insert_sql, columns)
 
 
 class _Notifier:
     """Announces new work to the other nodes, coalesced: however many commits poke it,
     at most one NOTIFY is in flight, and the next one carries everything poked meanwhile.
+    The first poke after a quiet spell goes at once; under a stream of commits they go
+    at most every `spacing` seconds (each costs a round trip here and wakes every
+    listener, this node's own included).
 
     A NOTIFY inside every enqueue transaction would serialize their commits on the
     server's notification queue lock; a hint sent after the commit costs one small
@@ -263,9 +338,12 @@ class _Notifier:
     the earliest future run_at poked (empty when all the work is due now).
     """
 
-    def __init__(self, node_id: str, send: Callable[[str], Awaitable[object]]) -> None:
+    def __init__(
+        self, node_id: str, send: Callable[[str], Awaitable[object]], *, spacing: float = 0.005
+    ) -> None:
         self.node_id = node_id
         self._send = send
+        self.spacing = spacing  # at most one NOTIFY per `spacing` seconds under load
         self._poked = False
         self._due: datetime | None = None
         self._task: asyncio.Task[None] | None = None
@@ -286,12 +364,120 @@ class _Notifier:
                 await self._send(f"{self.node_id} {epoch}")
             except StoreUnavailable as exc:
                 log.info("NOTIFY skipped: store unavailable", extra={"err": str(exc)})
+            await asyncio.sleep(self.spacing)
 
     async def close(self) -> None:
         """Send what is pending (briefly), then stop."""
         if self._task is not None:
             with suppress(TimeoutError, asyncio.CancelledError):
                 await asyncio.wait_for(self._task, timeout=1.0)
+
+
+async def _group_or_each(
+    write: Callable[[list[T]], Awaitable[Sequence[R]]], items: list[T]
+) -> list[R | Exception]:
+    """`write(items)` as one group. Should the database refuse the group as a whole (a
+    value it rejects), each item is written again alone, so only that one fails."""
+    try:
+        return list(await write(items))
+    except psycopg.Error:
+        if len(items) == 1:
+            raise
+    answers: list[R | Exception] = []
+    for item in items:
+        try:
+            answers.extend(await write([item]))
+        except psycopg.Error as exc:
+            answers.append(exc)
+    return answers
+
+
+class _Retry(Exception):
+    """An item to write again in a later group (its statement lost a deadlock)."""
+
+
+class _Batcher(Generic[T, R]):
+    """Group commit: calls arriving while a write is in flight wait for it to end, then
+    go together in the next write (one transaction); each gets its own answer, after
+    that transaction committed. A call finding no write in flight writes at once, so an
+    idle store adds no delay.
+
+    `write(items)` answers every item (a result, or an exception for that item alone) or
+    raises for all of them.
+    """
+
+    def __init__(
+        self, write: Callable[[list[T]], Awaitable[Sequence[R | Exception]]], *, limit: int
+    ) -> None:
+        self._write = write
+        self.limit = limit
+        self._waiting: deque[tuple[T, asyncio.Future[R]]] = deque()
+        self._busy = False
+        self._drain_task: asyncio.Task[None] | None = None
+
+    async def submit(self, item: T) -> R:
+        """Write `item` (now, or with the next group) and return its answer."""
+        if self._busy:
+            future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
+            self._waiting.append((item, future))
+            return await future
+        self._busy = True
+        try:
+            (answer,) = await self._write([item])
+        finally:
+            self._hand_over()
+        if isinstance(answer, Exception):
+            raise answer
+        return answer
+
+    def _hand_over(self) -> None:
+        if self._waiting:
+            self._drain_task = asyncio.create_task(self._drain(), name="goqueue-pg-group")
+        else:
+            self._busy = False
+
+    async def _drain(self) -> None:
+        """Write the waiting calls, a group at a time, until none is left."""
+        try:
+            while self._waiting:
+                group: list[tuple[T, asyncio.Future[R]]] = []
+                while self._waiting and len(group) < self.limit:
+                    entry = self._waiting.popleft()
+                    if not entry[1].done():  # a caller gone (timed out) is not written
+                        group.append(entry)
+                if group:
+                    await self._answer(group)
+        finally:
+            self._busy = False
+            for _, future in self._waiting:  # only when cancelled (closing)
+                if not future.done():
+                    future.set_exception(StoreUnavailable("the PostgreSQL store is closed"))
+            self._waiting.clear()
+
+    async def _answer(self, group: list[tuple[T, asyncio.Future[R]]]) -> None:
+        try:
+            answers: Sequence[R | Exception] = await self._write([item for item, _ in group])
+        except Exception as exc:
+            answers = [exc] * len(group)
+        for (_, future), answer in zip(group, answers, strict=True):
+            if future.done():
+                continue
+            if isinstance(answer, Exception):
+                future.set_exception(answer)
+            else:
+                future.set_result(answer)
+
+    async def idle(self, timeout: float) -> None:
+        """Wait (up to `timeout`) for the groups under way to be written."""
+        task = self._drain_task
+        if task is not None and not task.done():
+            with suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(asyncio.shield(task), timeout=timeout)
+
+    def cancel(self) -> None:
+        """Stop writing groups (the store is closing)."""
+        if self._drain_task is not None:
+            self._drain_task.cancel()
 
 
 class _Listener:
@@ -357,6 +543,8 @@ class _Listener:
 class PostgresStore:
     """The `Store` on PostgreSQL; several instances on one schema act as several nodes."""
 
+    claim_ahead = True  # a claim is a round trip: the dispatcher keeps leases in hand
+
     def __init__(
         self,
         dsn: str,
@@ -365,7 +553,7 @@ class PostgresStore:
         schema: str = "goqueue",
         lease_seconds: float = 30.0,
         idempotency_ttl: float = 86400.0,
-        min_pool: int = 2,
+        min_pool: int = 4,
         max_pool: int = 10,
         command_timeout: float = 10.0,
         max_pending: int | None = None,
@@ -385,8 +573,10 @@ class PostgresStore:
         self._pool: AsyncConnectionPool | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._check_task: asyncio.Task[None] | None = None
-        self._log = _EventLog(self.q.copy_events, self._connection)
+        self._log = _EventLog(self.q.insert_events, self._connection)
         self._notifier = _Notifier(node_id, self._send_notify)
+        self._enqueues = _Batcher(self._write_enqueues, limit=1000)
+        self._completes = _Batcher(self._write_completes, limit=1000)
         self._wake: Callable[[], None] = lambda: None
         self._next_due: datetime | None = None
         self._limits: dict[str, int | None] | None = None
@@ -394,6 +584,8 @@ class PostgresStore:
         self._pending_estimate: tuple[float, int] = (0.0, 0)
         self._down = False  # the last operation failed to reach the database
         self._limited: set[str] = set()  # types under a global limit, as of the last claim
+        self._serves: frozenset[str] | None = None  # the queues claimed from (None: all)
+        self._lanes: dict[str, AsyncConnection] = {}  # connections kept (see _connection)
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -465,6 +657,8 @@ class PostgresStore:
         """Write the remaining events, leave the node table, stop tasks, close the pool."""
         if self._pool is None:
             return
+        for batcher in (self._enqueues, self._completes):
+            await batcher.idle(self.command_timeout)
         await self._notifier.close()
         with suppress(StoreUnavailable, TimeoutError):
             async with asyncio.timeout(self.command_timeout):
@@ -472,6 +666,11 @@ class PostgresStore:
         if self._limits is not None:
             with suppress(StoreUnavailable):
                 await self._execute(self.q.forget_node, {"node": self.node_id})
+        self._enqueues.cancel()
+        self._completes.cancel()
+        for conn in self._lanes.values():
+            await self._pool.putconn(conn)
+        self._lanes.clear()
         tasks = [t for t in (*self._tasks, self._check_task) if t is not None]
         for task in tasks:
             task.cancel()
@@ -514,10 +713,14 @@ class PostgresStore:
     # -- connections and errors ------------------------------------------------------
 
     @asynccontextmanager
-    async def _connection(self) -> AsyncIterator[AsyncConnection]:
+    async def _connection(self, lane: str | None = None) -> AsyncIterator[AsyncConnection]:
         """A pooled connection; every database fault becomes StoreUnavailable, and no
         operation waits longer than `command_timeout` (nor over a second for a connection
-        while the database is known to be down, so callers answer 503 promptly)."""
+        while the database is known to be down, so callers answer 503 promptly).
+
+        With a `lane` (a kind of write done one at a time: a group commit) the connection
+        is kept for the lane's next write instead of going back to the pool each time;
+        after an error it does go back (and the pool drops it if it is broken)."""
         pool = self._pool
         if pool is None:
             raise StoreUnavailable("the PostgreSQL store is not open")
@@ -525,7 +728,7 @@ class PostgresStore:
         try:
             async with (
                 asyncio.timeout(self.command_timeout),
-                pool.connection(timeout=wait) as conn,
+                pool.connection(timeout=wait) if lane is None else self._kept(lane, wait) as conn,
             ):
                 yield conn
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
@@ -540,19 +743,46 @@ class PostgresStore:
             raise StoreUnavailable("the PostgreSQL store is closed") from exc
         self._down = False
 
+    @asynccontextmanager
+    async def _kept(self, lane: str, wait: float) -> AsyncIterator[AsyncConnection]:
+        """The lane's connection (see `_connection`)."""
+        pool = self._pool
+        assert pool is not None
+        conn = self._lanes.pop(lane, None) or await pool.getconn(timeout=wait)
+        try:
+            yield conn
+        except BaseException:
+            await pool.putconn(conn)
+            raise
+        idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        if idle and self._pool is pool and lane not in self._lanes:
+            self._lanes[lane] = conn
+        else:
+            await pool.putconn(conn)
+
     def _fault(self) -> None:
-        """After a fault, have the pool test its idle connections and replace dead ones,
-        so one outage does not fail one request per stale connection afterwards."""
+        """After a fault, have the pool test its idle connections (the lanes' kept ones
+        too) and replace dead ones, so one outage does not fail one request per stale
+        connection afterwards."""
         self._down = True
         if self._pool is None or (self._check_task is not None and not self._check_task.done()):
             return
-        self._check_task = asyncio.create_task(self._pool.check())
+        self._check_task = asyncio.create_task(self._check(self._pool))
+
+    async def _check(self, pool: AsyncConnectionPool) -> None:
+        """Hand the lanes' connections back, then have the pool check the idle ones."""
+        kept = list(self._lanes.values())
+        self._lanes.clear()
+        for conn in kept:
+            await pool.putconn(conn)
+        await pool.check()
 
     async def _execute(self, query: str, params: Mapping[str, Any]) -> list[Row]:
         """Run one statement on a pooled connection; return its rows (if any)."""
         async with self._connection() as conn:
             cur = await conn.execute(query, params)
-            return await cur.fetchall() if cur.description else []
+            result = cur.pgresult  # not `description`: it builds a Column per column
+            return await cur.fetchall() if result is not None and result.nfields else []
 
     @staticmethod
     async def _scalar(conn: AsyncConnection, query: str, params: Mapping[str, Any]) -> Any:
@@ -587,14 +817,18 @@ class PostgresStore:
 
     def _enqueued(self, jobs: Sequence[Job], events: Sequence[Event]) -> None:
         """After a commit that made jobs pending: log, remember due times, wake this
-        node and (NOTIFY) the others."""
+        node (if it claims from their queues) and (NOTIFY) the others."""
         self._log.add(events)
         if not jobs:
             return
-        for job in jobs:
-            self._saw_due(job.run_at)
-            self._notifier.poke(job.run_at)
-        self._call_waker()
+        now = datetime.now(UTC)
+        later = [job.run_at for job in jobs if job.run_at > now]
+        due = min(later) if later else None
+        self._saw_due(due)
+        self._notifier.poke(due)
+        serves = self._serves
+        if serves is None or any(job.queue in serves for job in jobs):
+            self._call_waker()  # not for work only other nodes' queues hold: no idle claims
 
     def _freed(self, job: Job) -> None:
         """A job stopped running. If its type is under a global limit, a slot opened
@@ -644,62 +878,112 @@ class PostgresStore:
     # -- enqueue ---------------------------------------------------------------------
 
     async def enqueue(self, new: NewJob) -> Enqueued:
-        """Store one job; dedupe and idempotency are checked in the same transaction."""
-        events: list[Event] = []
-        async with self._connection() as conn:
-            if new.idempotency_key is None and not self._dedupes(new.spec):
-                result = await self._enqueue_in(conn, new, events)
-            else:
-                async with conn.transaction():
-                    result = await self._enqueue_in(conn, new, events)
-        self._enqueued([result.job] if result.created else [], events)
-        return result
+        """Store one job. Enqueues arriving while another's commit is in flight share the
+        next transaction (group commit); each returns once its job is committed. Dedupe
+        and idempotency are checked in that transaction, each call answered on its own."""
+        for _ in range(3):
+            with suppress(_Retry):
+                return await self._enqueues.submit(new)
+        raise StoreUnavailable("the enqueue kept losing deadlocks on its keys; retry")
+
+    async def _write_enqueues(self, news: list[NewJob]) -> list[Enqueued | Exception]:
+        """Write one group of enqueues (see `_group_or_each`)."""
+        return await _group_or_each(self._store_group, news)
+
+    async def _store_group(self, news: list[NewJob]) -> list[Enqueued | Exception]:
+        """Store a group of enqueues in one transaction on the enqueue lane."""
+        return await self._store_jobs(news, sort_keys=True, lane="enqueue")
 
     async def enqueue_many(self, news: Sequence[NewJob]) -> list[Enqueued | Exception]:
-        """Store several jobs in one transaction, each answered on its own.
-
-        Plain jobs are inserted pipelined (one round trip for all of them); a job with a
-        dedupe or idempotency key gets a savepoint, so its refusal undoes only itself.
-        """
-        out: list[Enqueued | Exception | psycopg.AsyncCursor[Row]] = []
-        events: list[Event] = []
-        async with self._connection() as conn:
-            async with conn.pipeline(), conn.transaction():
-                for new in news:
-                    out.append(await self._enqueue_one_of_many(conn, new, events))
-            answers = [await self._answer(item, events) for item in out]
-        created = [r.job for r in answers if isinstance(r, Enqueued) and r.created]
-        self._enqueued(created, events)
+        """Store several jobs in one transaction, each answered on its own (a job whose
+        keys lost a deadlock is written again, in a transaction of its own)."""
+        answers = await self._store_jobs(news, sort_keys=False) if news else []
+        for i, answer in enumerate(answers):
+            if isinstance(answer, _Retry):
+                try:
+                    answers[i] = await self.enqueue(news[i])
+                except Exception as exc:  # this job's answer, like any refusal
+                    answers[i] = exc
         return answers
 
-    async def _enqueue_one_of_many(
+    async def _store_jobs(
+        self, news: Sequence[NewJob], *, sort_keys: bool, lane: str | None = None
+    ) -> list[Enqueued | Exception]:
+        """Store jobs in one transaction, each answered on its own.
+
+        The plain jobs go in one statement: without keyed ones that is the whole
+        transaction, one round trip. A job with a dedupe or idempotency key gets a
+        savepoint first, so its refusal undoes only itself; in key order when `sort_keys`
+        (a group's order is arbitrary anyway), so two nodes rarely wait on each other.
+        """
+        answers: list[Enqueued | Exception | None] = [None] * len(news)
+        events: list[Event] = []
+        keyed = [i for i, new in enumerate(news) if self._keyed(new)]
+        if sort_keys:
+            keyed.sort(key=lambda i: (news[i].idempotency_key or "", news[i].spec.dedupe_key or ""))
+        plain = [i for i, new in enumerate(news) if not self._keyed(new)]
+        async with self._connection(lane) as conn:
+            if keyed:
+                async with conn.pipeline(), conn.transaction():
+                    for i in keyed:
+                        answers[i] = await self._enqueue_keyed(conn, news[i], events)
+                    await self._add_plain(conn, news, plain, answers, events)
+            else:
+                await self._add_plain(conn, news, plain, answers, events)
+        done = [a for a in answers if a is not None]
+        assert len(done) == len(news)
+        self._enqueued([a.job for a in done if isinstance(a, Enqueued) and a.created], events)
+        return done
+
+    async def _enqueue_keyed(
         self, conn: AsyncConnection, new: NewJob, events: list[Event]
-    ) -> Enqueued | Exception | psycopg.AsyncCursor[Row]:
-        """Enqueue a keyed job in a savepoint, or send a plain insert (read later)."""
+    ) -> Enqueued | Exception:
+        """Enqueue a job with keys in a savepoint; a refusal is its answer."""
         mark = len(events)
         try:
-            if new.idempotency_key is None and not self._dedupes(new.spec):
-                await self._check_capacity(conn)
-                cur = conn.cursor()
-                await cur.execute(self.q.insert_job, self._insert_params(new.spec, new.max_retries))
-                return cur
             async with conn.transaction():
                 return await self._enqueue_in(conn, new, events)
-        except (DuplicateJob, IdempotencyMismatch, StoreFull) as exc:
+        except (DuplicateJob, IdempotencyMismatch, StoreFull, StoreUnavailable) as exc:
             del events[mark:]
             return exc
+        except psycopg.errors.DeadlockDetected:
+            del events[mark:]
+            return _Retry()
 
-    async def _answer(
-        self, item: Enqueued | Exception | psycopg.AsyncCursor[Row], events: list[Event]
-    ) -> Enqueued | Exception:
-        """Read a pipelined insert's row (after the commit); pass other answers through."""
-        if not isinstance(item, psycopg.AsyncCursor):
-            return item
-        row = await item.fetchone()
-        assert row is not None
-        job = _job(row)
-        events.append(_event(job, "enqueued", job.created_at, self.node_id))
-        return Enqueued(job, created=True)
+    async def _add_plain(
+        self,
+        conn: AsyncConnection,
+        news: Sequence[NewJob],
+        indexes: list[int],
+        answers: list[Enqueued | Exception | None],
+        events: list[Event],
+    ) -> None:
+        """Insert the jobs without keys (`news[i]` for i in `indexes`) in one statement."""
+        todo: list[tuple[int, dict[str, Any]]] = []
+        for i in indexes:
+            try:
+                await self._check_capacity(conn)
+            except StoreFull as exc:
+                answers[i] = exc
+                continue
+            todo.append((i, self._insert_params(news[i].spec, news[i].max_retries)))
+        if not todo:
+            return
+        if len(todo) == 1:
+            cur = await conn.execute(self.q.add_job, todo[0][1])
+            row = await cur.fetchone()
+            assert row is not None
+            decided = {todo[0][1]["id"]: row}
+        else:
+            cur = await conn.execute(self.q.add_jobs, _columns([p for _, p in todo]))
+            decided = {r[0]: r[1:] for r in await cur.fetchall()}
+        for i, params in todo:
+            job = _pending(params, news[i].spec, decided[params["id"]])
+            events.append(_event(job, "enqueued", job.created_at, self.node_id))
+            answers[i] = Enqueued(job, created=True)
+
+    def _keyed(self, new: NewJob) -> bool:
+        return new.idempotency_key is not None or self._dedupes(new.spec)
 
     @staticmethod
     def _dedupes(spec: JobSpec) -> bool:
@@ -825,7 +1109,7 @@ class PostgresStore:
         self, limit: int, queues: frozenset[str] | None, slots: Mapping[str, int]
     ) -> list[Lease]:
         """Take up to `limit` due jobs as leases, within this node's slots and the global
-        per-type limits: one transaction, one round trip (pipelined)."""
+        per-type limits: one statement (the schema's claim function), one round trip."""
         types = sorted(t for t, n in slots.items() if n > 0)
         if limit <= 0 or not types:
             return []
@@ -839,15 +1123,10 @@ class PostgresStore:
             "live": self._live_window(),
             "lock_ns": f"goqueue.type.{self.schema}.",
         }
-        async with self._connection() as conn:
-            async with conn.pipeline(), conn.transaction():
-                setup = await conn.execute(self.q.claim_setup, params)
-                claimed = await conn.execute(self.q.claim, params)
-            setup_row = await setup.fetchone()
-            rows = await claimed.fetchall()
-            if len(rows) < limit:  # else another claim follows soon: refresh then
-                self._next_due = await self._scalar(conn, self.q.next_due, params)
-        self._limited = (self._limited - set(types)) | set(setup_row[-1] if setup_row else ())
+        *rows, last = await self._execute(self.q.claim, params)
+        self._next_due, limited = last[-2], last[-1]
+        self._serves = queues
+        self._limited = (self._limited - set(types)) | set(limited)
         leases = [self._lease(row) for row in rows]
         leases.sort(key=lambda lease: (-lease.job.priority, lease.job.run_at, lease.job.seq))
         self._log.add([_event(x.job, "started", x.job.started_at, self.node_id) for x in leases])
@@ -909,32 +1188,60 @@ class PostgresStore:
     # -- outcomes --------------------------------------------------------------------
 
     async def complete(self, lease: Lease, result: msgspec.Raw | None) -> Outcome | None:
-        """Record success and enqueue `on_success` in the same transaction (a job with
-        nothing to chain needs no transaction: one statement, one round trip)."""
+        """Record success and enqueue `on_success` atomically; None if the lease is stale.
+        Completes arriving while another's commit is in flight share the next transaction
+        (group commit), one statement for all of them unless some chain a job."""
+        return await self._completes.submit((lease, result))
+
+    async def _write_completes(self, items: list[Done]) -> list[Outcome | Exception | None]:
+        """Write one group of completes (see `_group_or_each`)."""
+        return await _group_or_each(self._complete_group, items)
+
+    async def _complete_group(self, items: list[Done]) -> list[Outcome | None]:
+        """Complete several leases in one transaction; each is fenced by its own token."""
         events: list[Event] = []
-        async with self._connection() as conn:
-            if lease.job.on_success is None:
-                outcome = await self._complete_in(conn, lease, result, events)
-            else:
-                async with conn.transaction():
-                    outcome = await self._complete_in(conn, lease, result, events)
-        if outcome is not None:
-            self._enqueued(outcome.followups, events)
+        async with self._connection("complete") as conn:
+            if all(lease.job.on_success is None for lease, _ in items):
+                outcomes = await self._complete_in(conn, items, events)
+            else:  # pipelined: BEGIN goes with the update, COMMIT with the last insert
+                async with conn.pipeline(), conn.transaction():
+                    outcomes = await self._complete_in(conn, items, events)
+        done = [outcome for outcome in outcomes if outcome is not None]
+        self._enqueued([job for outcome in done for job in outcome.followups], events)
+        for outcome in done:
             self._freed(outcome.job)
-        return outcome
+        return outcomes
 
     async def _complete_in(
-        self, conn: AsyncConnection, lease: Lease, result: msgspec.Raw | None, events: list[Event]
-    ) -> Outcome | None:
-        params = {"id": lease.job.id, "token": lease.token, "result": result}
-        cur = await conn.execute(self.q.complete, params)
-        row = await cur.fetchone()
-        if row is None:
-            return None
-        job = _job(row)
-        assert job.finished_at is not None
-        events.append(_event(job, "succeeded", job.finished_at, self.node_id))
-        return Outcome(job, await self._follow_up(conn, job.on_success, job, events))
+        self, conn: AsyncConnection, items: list[Done], events: list[Event]
+    ) -> list[Outcome | None]:
+        """Mark the group's jobs done (one statement), then chain their `on_success`."""
+        if len(items) == 1:
+            lease, result = items[0]
+            params = {"id": lease.job.id, "token": lease.token, "result": result}
+            cur = await conn.execute(self.q.complete, params)
+            row = await cur.fetchone()
+            finished = {} if row is None else {(lease.job.id, lease.token): row[0]}
+        else:
+            params = {
+                "ids": [lease.job.id for lease, _ in items],
+                "tokens": [lease.token for lease, _ in items],
+                "results": [None if r is None else bytes(r).decode() for _, r in items],
+            }
+            cur = await conn.execute(self.q.complete_many, params)
+            finished = {(r[0], r[1]): r[2] for r in await cur.fetchall()}
+        outcomes: list[Outcome | None] = []
+        for lease, result in items:
+            at = finished.pop((lease.job.id, lease.token), None)  # a repeat is stale
+            if at is None:
+                outcomes.append(None)
+                continue
+            job = msgspec.structs.replace(
+                lease.job, status="done", result=result, finished_at=at, updated_at=at
+            )
+            events.append(_event(job, "succeeded", at, self.node_id))
+            outcomes.append(Outcome(job, await self._follow_up(conn, job.on_success, job, events)))
+        return outcomes
 
     async def fail(self, lease: Lease, error: str, retry_at: datetime | None) -> Outcome | None:
         """Record a failed attempt: pending again at `retry_at`, or dead-lettered (with
@@ -944,7 +1251,7 @@ class PostgresStore:
         if retry_at is not None:
             return await self._retry(params | {"retry_at": retry_at})
         events: list[Event] = []
-        async with self._connection() as conn, conn.transaction():
+        async with self._connection() as conn, conn.pipeline(), conn.transaction():
             outcome = await self._bury(conn, params, events)
         if outcome is not None:
             self._enqueued(outcome.followups, events)
@@ -978,7 +1285,7 @@ class PostgresStore:
         job = _job(row)
         assert job.finished_at is not None
         dead = DeadLetter(
-            id=new_id(), job_id=job.id, job=job, errors=list(job.errors), created_at=job.finished_at
+            id=new_id(), job_id=job.id, job=job, errors=job.errors, created_at=job.finished_at
         )
         await conn.execute(
             self.q.insert_dead,

@@ -27,10 +27,10 @@ from supervisor.errors import (
     StoreFull,
     StoreUnavailable,
 )
-from supervisor.jobs import Enqueued, JobFilter, JobSpec, Lease, utcnow
+from supervisor.jobs import Enqueued, JobFilter, JobSpec, Lease, Outcome, utcnow
 from supervisor.store import pg_schema
 from supervisor.store.base import NewJob
-from supervisor.store.postgres import PostgresStore
+from supervisor.store.postgres import PostgresStore, _Batcher
 from tests.conftest import postgres_dsn
 
 pytestmark = pytest.mark.postgres
@@ -215,6 +215,53 @@ def test_claim_order_slots_queues_and_pauses(nodes: Nodes) -> None:
         rest = await a.claim(10, frozenset({"q2"}), {"u": 5})
         assert len(rest) == 1
         assert [x.job.id for x in await a.claim(10, None, {"t": 5})] == [low.id]
+
+    nodes.run(body)
+
+
+@pytest.mark.timeout(60)
+def test_claim_by_queue_merges_queues_and_skips_foreign_ones(nodes: Nodes) -> None:
+    async def body(nodes: Nodes) -> None:
+        a = await nodes.open("a")
+        # Deep foreign and paused queues first in line: a claim by queue must not walk them.
+        await a.enqueue_many([new(queue="foreign") for _ in range(3000)])
+        await a.enqueue_many([new(queue="held") for _ in range(3000)])
+        await a.set_paused("held", True)
+        jobs = [
+            (await a.enqueue(new(queue=q, priority=p))).job
+            for q, p in [("x", 5), ("y", 5), ("x", 7), ("y", 5), ("x", 5)]
+        ]
+        order = [jobs[2].id, jobs[0].id, jobs[1].id, jobs[3].id, jobs[4].id]
+        start = time.monotonic()
+        leases = await a.claim(10, frozenset({"x", "y", "held"}), {"t": 10})
+        assert [x.job.id for x in leases] == order  # priority, then run_at and seq
+        assert time.monotonic() - start < 1.0
+        for lease in leases:
+            assert await a.release(lease)
+        # Every queue but the paused one: the same order after the foreign jobs' (older).
+        leases = await a.claim(3005, None, {"t": 3005})
+        assert len(leases) == 3005 and {x.job.queue for x in leases} == {"foreign", "x", "y"}
+        assert [x.job.id for x in leases if x.job.queue != "foreign"] == order
+        await a.set_paused("held", False)
+        assert len(await a.claim(10, None, {"t": 10})) == 10
+
+    nodes.run(body)
+
+
+@pytest.mark.timeout(30)
+def test_work_in_queues_this_node_does_not_claim_does_not_wake_it(nodes: Nodes) -> None:
+    async def body(nodes: Nodes) -> None:
+        a = await nodes.open("a")
+        woke = asyncio.Event()
+        a.set_waker(woke.set)
+        await a.enqueue(new(queue="theirs"))
+        assert woke.is_set()  # no claim seen yet: any work may be ours
+        assert await a.claim(5, frozenset({"mine"}), {"t": 5}) == []
+        woke.clear()
+        await a.enqueue(new(queue="theirs"))
+        assert not woke.is_set()
+        await a.enqueue_many([new(queue="theirs"), new(queue="mine")])
+        assert woke.is_set()
 
     nodes.run(body)
 
@@ -514,6 +561,214 @@ def test_json_is_kept_byte_for_byte_and_nul_characters_are_safe(nodes: Nodes) ->
         assert done is not None and bytes(done.job.result or b"") == b'[1,  "\\u0000"]'
 
     nodes.run(body)
+
+
+# -- group commit ----------------------------------------------------------------------
+
+
+def spy_groups(store: PostgresStore, method: str, arg: int = 0) -> list[int]:
+    """Record the size of every group `store.<method>` writes (its argument `arg`)."""
+    sizes: list[int] = []
+    write = getattr(store, method)
+
+    async def spy(*args: Any, **kwargs: Any) -> Any:
+        sizes.append(len(args[arg]))
+        return await write(*args, **kwargs)
+
+    setattr(store, method, spy)
+    return sizes
+
+
+@pytest.mark.timeout(30)
+def test_concurrent_enqueues_share_commits_and_each_is_committed_on_return(nodes: Nodes) -> None:
+    async def body(nodes: Nodes) -> None:
+        a, b = await nodes.open("a"), await nodes.open("b")
+        sizes = spy_groups(a, "_store_jobs")
+        seen_by_b: list[bool] = []
+
+        async def enqueue(n: int) -> Enqueued:
+            result = await a.enqueue(new(payload=msgspec.Raw(b'{"n": %d}' % n), priority=n % 11))
+            seen_by_b.append(await b.get(result.job.id) == result.job)  # committed already
+            return result
+
+        results = await asyncio.gather(*(enqueue(n) for n in range(50)))
+        assert all(r.created for r in results) and all(seen_by_b) and len(seen_by_b) == 50
+        assert sum(sizes) == 50 and sizes[0] == 1 and max(sizes) > 1  # the first went alone
+        assert len({r.job.id for r in results}) == 50
+        # Enqueue order within a group is kept: seq follows the callers' order.
+        seqs = [r.job.seq for r in results]
+        assert seqs == sorted(seqs)
+        # A lone enqueue still goes at once, in a group of its own.
+        await a.enqueue(new())
+        assert sizes[-1] == 1 and sum(sizes) == 51
+
+    nodes.run(body)
+
+
+@pytest.mark.timeout(30)
+def test_keys_inside_one_group_are_answered_one_by_one(nodes: Nodes) -> None:
+    async def body(nodes: Nodes) -> None:
+        a = await nodes.open("a")
+        sizes = spy_groups(a, "_store_jobs")
+        dd = {"dedupe_key": "d", "dedupe_window_seconds": 60}
+        requests = [
+            new("lead"),  # written alone; everything below waits for it, then goes together
+            new(**dd),
+            new(**dd),
+            new(idempotency_key="k", request_hash="h"),
+            new(idempotency_key="k", request_hash="h"),
+            new(idempotency_key="k", request_hash="other"),
+            new(idempotency_key="k2", request_hash="h", **dd),  # the dedupe key is taken
+            new(),
+        ]
+        results = await asyncio.gather(*(a.enqueue(r) for r in requests), return_exceptions=True)
+        assert sizes == [1, 7]
+        lead, first, dupe, idem, again, mismatch, dupe_too, plain = results
+        assert isinstance(first, Enqueued) and first.created
+        assert isinstance(dupe, DuplicateJob) and dupe.existing_id == first.job.id
+        assert isinstance(dupe_too, DuplicateJob) and dupe_too.existing_id == first.job.id
+        assert isinstance(idem, Enqueued) and idem.created
+        assert isinstance(again, Enqueued) and not again.created and again.job == idem.job
+        assert isinstance(mismatch, IdempotencyMismatch) and mismatch.existing_id == idem.job.id
+        assert isinstance(lead, Enqueued) and isinstance(plain, Enqueued) and plain.created
+        assert (await a.stats()).counts["pending"] == 4
+        # The refused ones left nothing behind: k2 is free for a job without the dedupe key.
+        assert (await a.enqueue(new(idempotency_key="k2", request_hash="h"))).created
+
+    nodes.run(body)
+
+
+@pytest.mark.timeout(30)
+def test_a_value_the_database_refuses_fails_only_its_own_enqueue(nodes: Nodes) -> None:
+    async def body(nodes: Nodes) -> None:
+        a = await nodes.open("a")
+        bad = new(payload=msgspec.Raw(b"{not json"))
+        results = await asyncio.gather(
+            a.enqueue(new()),
+            a.enqueue(new()),
+            a.enqueue(bad),
+            a.enqueue(new()),
+            return_exceptions=True,
+        )
+        assert [type(r).__name__ for r in results[:2]] == ["Enqueued", "Enqueued"]
+        assert isinstance(results[2], psycopg.DataError)
+        assert isinstance(results[3], Enqueued)
+        assert (await a.stats()).counts["pending"] == 3
+
+    nodes.run(body)
+
+
+@pytest.mark.timeout(30)
+def test_the_job_an_enqueue_answers_is_the_stored_one(nodes: Nodes) -> None:
+    async def body(nodes: Nodes) -> None:
+        a = await nodes.open("a")
+        template = JobSpec(type="next", payload=msgspec.Raw(b'{"x": [1, 2]}'), max_retries=2)
+        rich = new(
+            queue="q",
+            payload=msgspec.Raw(b'{"b": 1, "a": "\\u00e9"}'),
+            priority=9,
+            max_retries=7,
+            delay_seconds=30.5,
+            timeout_seconds=2.5,
+            dedupe_key="no window",
+            webhook_url="http://example.com/hook\x00",
+            on_success=template,
+            on_failure=template,
+        )
+        scheduled = new(run_at=utcnow() + timedelta(hours=1))
+        for results in (
+            await asyncio.gather(*(a.enqueue(r) for r in (rich, scheduled, rich, scheduled))),
+            await a.enqueue_many([rich, scheduled]),
+        ):
+            for result in results:
+                assert isinstance(result, Enqueued)
+                assert await a.get(result.job.id) == result.job
+
+    nodes.run(body)
+
+
+@pytest.mark.timeout(30)
+def test_concurrent_completes_share_commits_each_fenced(nodes: Nodes) -> None:
+    async def body(nodes: Nodes) -> None:
+        a, b = await nodes.open("a"), await nodes.open("b")
+        await a.enqueue_many([new() for _ in range(20)] + [new(on_success=JobSpec(type="n"))])
+        leases = await claim_all(a)
+        stale = leases[0]
+        await nodes.sql(
+            "UPDATE {s}.jobs SET lease_token = gen_random_uuid() WHERE id = %s", (stale.job.id,)
+        )
+        sizes = spy_groups(a, "_complete_in", arg=1)
+        result = msgspec.Raw(b'{"ok": 1}')
+        outcomes = await asyncio.gather(
+            *(a.complete(x, result) for x in leases), a.complete(leases[1], None)
+        )
+        assert sum(sizes) == 22 and max(sizes) > 1
+        assert outcomes[0] is None  # fenced out
+        assert outcomes[-1] is None  # recorded once, even within one group
+        for lease, outcome in zip(leases[1:], outcomes[1:-1], strict=True):
+            assert outcome is not None and outcome.job.status == "done"
+            assert outcome.job == await b.get(lease.job.id)
+            assert bytes(outcome.job.result or b"") == b'{"ok": 1}'
+        chained = [o for o in outcomes if o is not None and o.followups]
+        assert len(chained) == 1 and chained[0].followups[0].type == "n"
+        assert chained[0].followups[0] == await b.get(chained[0].followups[0].id)
+        assert (await b.stats()).counts == {
+            "pending": 1,
+            "running": 1,
+            "done": 20,
+            "failed": 0,
+            "cancelled": 0,
+        }
+
+    nodes.run(body)
+
+
+@pytest.mark.timeout(30)
+def test_a_result_the_database_refuses_fails_only_its_own_complete(nodes: Nodes) -> None:
+    async def body(nodes: Nodes) -> None:
+        a = await nodes.open("a")
+        await a.enqueue_many([new() for _ in range(4)])
+        first, *rest = await claim_all(a)
+        bad = msgspec.Raw(b"{not json")
+        results = await asyncio.gather(
+            a.complete(first, None),  # alone; the others wait, then go as one group
+            a.complete(rest[0], None),
+            a.complete(rest[1], bad),
+            a.complete(rest[2], None),
+            return_exceptions=True,
+        )
+        assert isinstance(results[2], psycopg.DataError)
+        assert all(isinstance(r, Outcome) for r in results[:2] + results[3:])
+        assert (await a.stats()).counts["done"] == 3
+        assert await a.complete(rest[1], None) is not None  # still held: recorded now
+
+    nodes.run(body)
+
+
+@pytest.mark.timeout(10)
+def test_a_caller_gone_before_its_group_is_not_written() -> None:
+    async def body() -> None:
+        gate = asyncio.Event()
+        written: list[list[int]] = []
+
+        async def write(items: list[int]) -> list[int | Exception]:
+            written.append(items)
+            await gate.wait()
+            return [i * 10 if i != 3 else ValueError("three") for i in items]
+
+        batcher: _Batcher[int, int] = _Batcher(write, limit=2)
+        calls = [asyncio.ensure_future(batcher.submit(i)) for i in range(6)]
+        await asyncio.sleep(0.01)
+        assert written == [[0]]  # the first writes at once; the others wait
+        calls[2].cancel()
+        gate.set()
+        results = await asyncio.gather(*calls, return_exceptions=True)
+        assert written == [[0], [1, 3], [4, 5]]  # groups of at most `limit`, 2 left out
+        assert results[:2] == [0, 10] and isinstance(results[2], asyncio.CancelledError)
+        assert isinstance(results[3], ValueError) and results[4:] == [40, 50]
+        assert await batcher.submit(7) == 70  # idle again: at once
+
+    asyncio.run(body())
 
 
 # -- dead letters ----------------------------------------------------------------------
