@@ -32,6 +32,7 @@ log = logging.getLogger("goqueue.arbiter")
 EXIT_OK = 0
 EXIT_BOOT_ERROR = 3
 TICK = 0.5
+SWEEP = 5.0  # seconds between claims that no notification asked for
 SIGNALS = (
     signal.SIGTERM,
     signal.SIGINT,
@@ -78,6 +79,7 @@ class Arbiter:
         self._next_spawn = 0.0
         self._last_heartbeat = 0.0
         self._last_depth = 0.0
+        self._last_sweep = 0.0
         self._tasks: list[asyncio.Task[None]] = []
 
     # -- start -----------------------------------------------------------------------
@@ -263,6 +265,9 @@ class Arbiter:
         """Heartbeat leases, reap expired ones, refresh gauges (a third of a lease apart)."""
         now = time.monotonic()
         self._refresh_gauges()
+        if now - self._last_sweep >= SWEEP:
+            self._last_sweep = now
+            self.dispatcher.wake()  # a safety net under notifications, never for latency
         if now - self._last_depth >= 2.0:
             self._last_depth = now
             with contextlib.suppress(StoreUnavailable):
@@ -274,7 +279,8 @@ class Arbiter:
         leases += self.dispatcher.buffer
         try:
             lost = await self.store.heartbeat(leases, self.settings.lease_seconds)
-            await self.store.reap_expired()
+            if await self.store.reap_expired():
+                self.dispatcher.wake()
             await self.store.register_node(self.catalog.limits())
         except StoreUnavailable as exc:
             log.warning("heartbeat failed: store unavailable", extra={"err": str(exc)})

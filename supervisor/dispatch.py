@@ -69,6 +69,8 @@ class Dispatcher:
         self.dispatching = True
         self.rng = random.Random()
         self._wake = asyncio.Event()
+        self._news = 1  # bumped by wake(): work may have arrived
+        self._seen = 0  # the `_news` value as of the last claim that came back short
         self._due_timer: asyncio.TimerHandle | None = None
         self._writes: set[asyncio.Task[None]] = set()
 
@@ -90,7 +92,13 @@ class Dispatcher:
         self.wake()
 
     def wake(self) -> None:
-        """Something may be claimable: run a dispatch pass soon."""
+        """New work may be claimable (enqueued, due, a slot freed): claim on the next pass."""
+        self._news += 1
+        self._wake.set()
+
+    def nudge(self) -> None:
+        """A worker freed up: hand it a held lease, but only go to the store if the last
+        claim did not already come back short (an empty queue costs no round trips)."""
         self._wake.set()
 
     async def run(self) -> None:
@@ -123,8 +131,9 @@ class Dispatcher:
             types = self.catalog.types if self.prefetch else _types_of(idle)
             held = self.running + self.buffered
             slots = {t: n for t, n in self.catalog.free_slots(held, want).items() if t in types}
-            if not slots:
+            if not slots or self._seen == self._news:
                 return
+            news = self._news
             try:
                 leases = await self.store.claim(want, self.queues, slots)
             except StoreUnavailable as exc:
@@ -134,6 +143,7 @@ class Dispatcher:
             self.buffer.extend(leases)
             self.buffered.update(lease.job.type for lease in leases)
             if len(leases) < want:
+                self._seen = news  # drained as of then; a wake since means look again
                 self._hand_out()
                 return
 
@@ -233,7 +243,10 @@ class Dispatcher:
         if self.running[job_type] <= 0:
             del self.running[job_type]
         self.on_attempt(job_type, outcome, duration)
-        self.wake()
+        if self.catalog.limit(job_type) is not None:
+            self.wake()  # a limited slot opened: jobs of that type may now be claimable
+        else:
+            self.nudge()
         return lease
 
     def _retry_at(self, lease: Lease, retryable: bool, delay: float | None) -> datetime | None:
