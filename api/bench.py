@@ -70,7 +70,16 @@ def add_bench_command(commands: argparse._SubParsersAction) -> None:
     bench.set_defaults(func=_run)
 
 
+def _normal_priority() -> None:
+    """Nodes run at normal priority even though the load generator is niced (root only)."""
+    os.setpriority(os.PRIO_PROCESS, 0, 0)
+
+
 def _run(args: argparse.Namespace) -> int:
+    # The open-loop generator spins to send on time; on a 2-core machine that spinning
+    # would steal CPU from the node under test, so it yields to it (niceness 10).
+    if os.geteuid() == 0:
+        os.setpriority(os.PRIO_PROCESS, 0, 10)
     results = {"machine": _machine(args.database_url), "stores": {}}
     for store in [s.strip() for s in args.stores.split(",") if s.strip()]:
         if store == "postgres" and not args.database_url:
@@ -136,7 +145,13 @@ class BenchNode:
         if dsn:
             cmd += ["--database-url", dsn, "--database-schema", schema]
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 (closed in stop())
-        self.proc = subprocess.Popen(cmd, stdout=self.log, stderr=subprocess.STDOUT, env=env)
+        self.proc = subprocess.Popen(
+            cmd,
+            stdout=self.log,
+            stderr=subprocess.STDOUT,
+            env=env,
+            preexec_fn=_normal_priority if os.geteuid() == 0 else None,
+        )
 
     async def ready(self, client: LoadClient, timeout: float = 30.0) -> None:
         """Wait for /ready to answer 200."""
@@ -354,13 +369,15 @@ async def _hard_timeout(args: argparse.Namespace, dsn: str | None) -> dict[str, 
                 started = await _job_field(client, hang_id, "started_at")
                 dead_at = await _wait_dead(pid, timeout=10)
                 kills.append(dead_at - (started + 0.5))
-                next_started = await _job_field(client, next_id, "started_at")
-                replacements.append(next_started - dead_at)
+                # finished_at, not started_at: with claim-ahead (PostgreSQL) a job is
+                # "started" when claimed into the node's buffer, before a worker has it
+                next_done = await _job_field(client, next_id, "finished_at")
+                replacements.append(next_done - dead_at)
     finally:
         await _close(node, client, ctx)
     return {
         "deadline_to_dead_ms": [round(k * 1000, 1) for k in kills],
-        "dead_to_next_job_ms": [round(r * 1000, 1) for r in replacements],
+        "dead_to_next_job_done_ms": [round(r * 1000, 1) for r in replacements],
         "median_kill_ms": statistics.median(kills) * 1000,
         "median_replace_ms": statistics.median(replacements) * 1000,
     }
@@ -449,7 +466,7 @@ def _print(results: dict[str, Any]) -> None:
             lambda r: f"{r['hard_timeout']['median_kill_ms']:.0f} (median of 5)",
         ),
         (
-            "replacement takes a job after (ms)",
+            "replacement has run a job after (ms)",
             lambda r: f"{r['hard_timeout']['median_replace_ms']:.0f} (median of 5)",
         ),
         (
