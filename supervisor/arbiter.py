@@ -101,6 +101,7 @@ class Arbiter:
             await self.pool.shutdown(2.0)
             return EXIT_BOOT_ERROR
         self.catalog = catalog
+        self.metrics.declare_types(catalog.types)
         self.dispatcher = self._make_dispatcher(catalog)
         self.engine = Engine(
             self.store, self.pool, catalog, self.metrics, self.webhooks, kill=self._kill_token
@@ -403,6 +404,7 @@ class Arbiter:
             retry_cap=settings.retry_cap,
         )
         self.engine.set_catalog(catalog)
+        self.metrics.declare_types(catalog.types)
         for worker in self.pool:
             if worker.generation < self.generation:
                 self.metrics.worker_restart("reload")

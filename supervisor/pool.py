@@ -52,7 +52,6 @@ class Worker:
     state: str = BOOTING
     types: frozenset[str] = frozenset()
     lease: Lease | None = None
-    started_at: float = field(default_factory=time.monotonic)
     attempt_started: float = 0.0
     jobs_run: int = 0
     rss_kb: int = 0
