@@ -177,8 +177,11 @@ class Arbiter:
                 self._handle(self._signals.pop(0))
             if self._done.is_set():
                 break
-            self.manage_workers()
-            await self._chores()
+            try:
+                self.manage_workers()
+                await self._chores()
+            except Exception:  # keep supervising; the next tick tries again
+                log.exception("supervisor tick failed")
 
     def _handle(self, sig: int) -> None:
         name = signal.Signals(sig).name

@@ -106,9 +106,14 @@ class Dispatcher:
         while True:
             await self._wake.wait()
             self._wake.clear()
-            if self.dispatching:
+            if not self.dispatching:
+                continue
+            try:
                 await self.fill()
                 self._arm_due_timer()
+            except Exception:  # a bug must not stop dispatching for good
+                log.exception("dispatch pass failed; retrying in 1 s")
+                asyncio.get_running_loop().call_later(1.0, self.wake)
 
     def _arm_due_timer(self) -> None:
         due = self.store.next_due_at()
