@@ -233,3 +233,11 @@ def test_bad_actor_module_stops_the_node_with_a_clear_error(tmp_path: Path) -> N
     assert proc.returncode == 3
     assert "no_such_module_here" in proc.stdout + proc.stderr
     assert "Traceback" not in proc.stderr.split("\n")[0]
+
+
+def test_a_segfaulting_worker_fails_its_attempt_naming_the_signal(node: Node) -> None:
+    job = node.enqueue(type="segfault")
+    failed = node.wait_status(job["id"], "failed", timeout=20)
+    assert "killed by SIGSEGV" in failed["last_error"]
+    after = node.enqueue(type="noop", payload="still here")
+    assert node.wait_status(after["id"], "done")["result"] == "still here"
