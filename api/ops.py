@@ -42,7 +42,7 @@ async def ready(request: web.Request) -> web.Response:
 async def metrics(request: web.Request) -> web.Response:
     """Prometheus metrics, text exposition format."""
     engine = request.app[ENGINE]
-    engine.metrics.set_workers(engine.workers())
+    await engine.refresh_gauges()
     body, content_type = engine.metrics.render()
     return web.Response(body=body, headers={"Content-Type": content_type})
 

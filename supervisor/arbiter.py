@@ -78,7 +78,6 @@ class Arbiter:
         self._spawn_failures = 0
         self._next_spawn = 0.0
         self._last_heartbeat = 0.0
-        self._last_depth = 0.0
         self._last_sweep = 0.0
         self._tasks: list[asyncio.Task[None]] = []
 
@@ -272,10 +271,6 @@ class Arbiter:
         if now - self._last_sweep >= SWEEP:
             self._last_sweep = now
             self.dispatcher.wake()  # a safety net under notifications, never for latency
-        if now - self._last_depth >= 2.0:
-            self._last_depth = now
-            with contextlib.suppress(StoreUnavailable):
-                self.metrics.set_depth((await self.store.stats()).queues)
         if now - self._last_heartbeat < self.settings.lease_seconds / 3:
             return
         self._last_heartbeat = now

@@ -7,6 +7,7 @@ store results into metrics, logs and webhooks. It knows nothing of HTTP.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import time
 from collections.abc import Callable, Sequence
@@ -14,7 +15,7 @@ from collections.abc import Callable, Sequence
 import msgspec
 
 from supervisor.catalog import Catalog
-from supervisor.errors import Draining, UnknownJobType
+from supervisor.errors import Draining, StoreError, UnknownJobType
 from supervisor.jobs import (
     TERMINAL,
     DeadLetter,
@@ -210,6 +211,17 @@ class Engine:
     async def purge_dead(self, dead_id: str) -> bool:
         """Delete a dead letter."""
         return await self.store.purge_dead(dead_id)
+
+    async def refresh_gauges(self) -> None:
+        """Bring the gauges up to date for a scrape. Queue depth is read from the store
+        here, on demand, not on a timer: with PostgreSQL it is a count over the table."""
+        self.metrics.set_workers(self.workers())
+        try:
+            async with asyncio.timeout(5):
+                stats = await self.store.stats()
+        except (StoreError, TimeoutError):
+            return  # the scrape still answers; depth keeps its last value
+        self.metrics.set_depth(stats.queues)
 
     def workers(self) -> dict[str, int]:
         """Workers by state (busy, idle, booting, stopping)."""

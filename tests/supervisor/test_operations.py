@@ -113,8 +113,11 @@ def test_paused_queue_holds_its_jobs_until_resumed(node: Node) -> None:
     other = node.enqueue(type="noop")
     node.wait_status(other["id"], "done")
     assert node.get(f"/jobs/{job['id']}").body["status"] == "pending"
+    depth = (("priority", "5"), ("queue", "bulk"))
+    assert metric_samples(node)[("goqueue_queue_depth", depth)] == 1
     assert node.post("/queues/bulk/resume").status == 200
     node.wait_status(job["id"], "done")
+    assert metric_samples(node).get(("goqueue_queue_depth", depth), 0) == 0
 
 
 def test_worker_over_the_rss_limit_is_recycled(make_node, tmp_path: Path) -> None:
