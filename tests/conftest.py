@@ -154,14 +154,18 @@ def start_node(
 
 
 def stop_node(node: Node) -> None:
-    """SIGTERM, then SIGKILL of the whole process group if it lingers."""
-    if node.proc.poll() is None:
-        node.proc.send_signal(signal.SIGTERM)
-        try:
-            node.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            node.proc.kill()
-            node.proc.wait(timeout=5)
+    """SIGTERM; the node must drain and exit 0 within 15 s (else it is killed and the
+    test errors)."""
+    if node.proc.poll() is not None:
+        return  # the test ended it (or it died, which the test has judged)
+    node.proc.send_signal(signal.SIGTERM)
+    try:
+        code = node.proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        node.proc.kill()
+        node.proc.wait(timeout=5)
+        raise AssertionError(f"node ignored SIGTERM for 15 s:\n{node.logs()[-3000:]}") from None
+    assert code == 0, f"node exited with {code} on SIGTERM:\n{node.logs()[-3000:]}"
 
 
 @pytest.fixture

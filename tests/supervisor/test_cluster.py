@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Node, postgres_dsn, request, wait_for
+from tests.conftest import Node, postgres_dsn, request, stop_node, wait_for
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(180)]
 
@@ -26,11 +26,17 @@ def cluster(make_node) -> Iterator[Callable[..., Node]]:
     dsn = postgres_dsn()
     schema = f"gq_cluster_{uuid.uuid4().hex[:10]}"
 
+    nodes: list[Node] = []
+
     def make(*args: str, session: bool = False, wait: bool = True) -> Node:
         db = ("--database-url", dsn, "--database-schema", schema)
-        return make_node(*db, *args, session=session, wait=wait)
+        node = make_node(*db, *args, session=session, wait=wait)
+        nodes.append(node)
+        return node
 
     yield make
+    for node in nodes:  # before the schema goes: a drain still writes to it
+        stop_node(node)
     import psycopg
 
     with psycopg.connect(dsn, autocommit=True) as conn:
