@@ -420,7 +420,7 @@ class Arbiter:
         the rest, stop the children, then the HTTP server and the store."""
         self.engine.draining = True
         self.dispatcher.dispatching = False
-        await self.dispatcher.release_buffer()  # let other nodes have them now
+        self.dispatcher.release_buffer()  # let other nodes have them now
         log.info("draining", extra={"grace": grace})
         deadline = time.monotonic() + grace
         while self.pool.count(BUSY) and (left := deadline - time.monotonic()) > 0:

@@ -175,7 +175,7 @@ class Dispatcher:
         self._unbuffer(lease)
         return True
 
-    async def release_buffer(self) -> None:
+    def release_buffer(self) -> None:
         """Hand every buffered lease back to the store, uncounted (shutdown)."""
         while self.buffer:
             lease = self.buffer[0]
@@ -222,7 +222,8 @@ class Dispatcher:
         if lease is None:
             return
         reason = worker.kill_reason
-        outcome = "timeout" if reason == "timeout" else "crashed"
+        # an attempt we ended on purpose (cancel, shutdown, lost lease) is not a crash
+        outcome = {"timeout": "timeout", None: "crashed"}.get(reason)
         lease = self._finish(worker, outcome, time.monotonic() - worker.attempt_started)
         if lease is None or reason in ("cancel", "lease_lost"):
             return  # the store already moved on; any write would be fenced anyway
@@ -239,7 +240,7 @@ class Dispatcher:
         retry_at = self._retry_at(lease, True, None)
         self._record(lease, self.store.fail, error, retry_at)
 
-    def _finish(self, worker: Worker, outcome: str, duration: float) -> Lease | None:
+    def _finish(self, worker: Worker, outcome: str | None, duration: float) -> Lease | None:
         lease = worker.lease
         if lease is None:
             return None
@@ -247,7 +248,8 @@ class Dispatcher:
         self.running[job_type] -= 1
         if self.running[job_type] <= 0:
             del self.running[job_type]
-        self.on_attempt(job_type, outcome, duration)
+        if outcome is not None:
+            self.on_attempt(job_type, outcome, duration)
         if self.catalog.limit(job_type) is not None:
             self.wake()  # a limited slot opened: jobs of that type may now be claimable
         else:
