@@ -3,6 +3,7 @@
 HTTP goes through `urllib.request` only, so the client needs no event loop and no
 dependency beyond the standard library. Exit codes: 0 success, 1 the server answered with
 an error, 2 the server could not be reached (or the command line was wrong, as argparse).
+The tables and key/value blocks printed for people are formatted in `client_output`.
 """
 
 from __future__ import annotations
@@ -17,12 +18,25 @@ import sys
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
+from api.client_output import (
+    DEAD_COLUMNS,
+    EVENT_COLUMNS,
+    JOB_COLUMNS,
+    JOB_FIELD_ORDER,
+    cell,
+    counts,
+    dead_row,
+    fields,
+    page_footer,
+    priority_depth,
+    table,
+)
 from supervisor.jobs import STATUSES
 
 DEFAULT_URL = "http://127.0.0.1:8080"
@@ -32,32 +46,6 @@ EXIT_OK = 0
 EXIT_HTTP_ERROR = 1
 EXIT_UNREACHABLE = 2
 EXIT_USAGE = 2  # as argparse
-
-JOB_COLUMNS = ("id", "type", "queue", "status", "priority", "attempts", "created_at")
-JOB_FIELD_ORDER = (
-    "id",
-    "type",
-    "queue",
-    "status",
-    "priority",
-    "attempts",
-    "max_retries",
-    "run_at",
-    "timeout_seconds",
-    "dedupe_key",
-    "webhook_url",
-    "parent_id",
-    "created_at",
-    "started_at",
-    "finished_at",
-    "updated_at",
-    "last_error",
-    "payload",
-    "result",
-)
-EVENT_COLUMNS = ("at", "event", "attempt", "node", "detail")
-DEAD_COLUMNS = ("id", "job_id", "type", "queue", "attempts", "created_at", "last_error")
-MAX_CELL = 60
 
 
 class ClientError(Exception):
@@ -241,115 +229,6 @@ def _rfc3339(text: str) -> str:
     return text
 
 
-# --- output ------------------------------------------------------------------------------
-
-
-def _print_json(data: Any) -> int:
-    """Print the server's JSON answer as it is (indented)."""
-    print(json.dumps(data, indent=2))
-    return EXIT_OK
-
-
-def _cell(value: Any) -> str:
-    """One value as text: `-` for null, JSON for structures."""
-    if value is None:
-        return "-"
-    if isinstance(value, str):
-        return value
-    return json.dumps(value, separators=(",", ":"))
-
-
-def _short_time(value: Any) -> Any:
-    """An RFC 3339 time to the second (`2025-01-31 09:00:00Z`); anything else unchanged."""
-    if not isinstance(value, str):
-        return value
-    try:
-        parsed = datetime.fromisoformat(value)
-    except ValueError:
-        return value
-    offset = parsed.utcoffset()
-    zone = "Z" if offset is not None and not offset else parsed.strftime("%z")
-    return parsed.strftime("%Y-%m-%d %H:%M:%S") + zone
-
-
-def _table_cell(column: str, value: Any) -> str:
-    """A value for a table: one line, short, times to the second."""
-    if column == "at" or column.endswith("_at"):
-        value = _short_time(value)
-    text = " ".join(_cell(value).split())
-    return text if len(text) <= MAX_CELL else text[: MAX_CELL - 3] + "..."
-
-
-def _table(rows: Sequence[Mapping[str, Any]], columns: Sequence[str], indent: str = "") -> str:
-    """Rows as an aligned table under upper-case headers; numbers right-aligned."""
-    cells = [[_table_cell(c, row.get(c)) for c in columns] for row in rows]
-    widths = [max([len(c), *(len(r[i]) for r in cells)]) for i, c in enumerate(columns)]
-    numeric = [_is_numeric_column(rows, c) for c in columns]
-    lines = []
-    for line in [[c.upper() for c in columns], *cells]:
-        parts = [
-            text.rjust(width) if right else text.ljust(width)
-            for text, width, right in zip(line, widths, numeric, strict=True)
-        ]
-        lines.append((indent + "  ".join(parts)).rstrip())
-    return "\n".join(lines)
-
-
-def _is_numeric_column(rows: Sequence[Mapping[str, Any]], column: str) -> bool:
-    """True when every value in the column is a number (booleans are not)."""
-    values = [row.get(column) for row in rows]
-    return bool(values) and all(
-        isinstance(v, int | float) and not isinstance(v, bool) for v in values
-    )
-
-
-def _fields(obj: Mapping[str, Any], order: Iterable[str] = (), indent: str = "") -> str:
-    """One object as `key  value` lines: `order` first, then the rest; lists of objects
-    (an attempt's errors) become an indented table."""
-    keys = [k for k in order if k in obj] + [k for k in obj if k not in order]
-    width = max((len(k) for k in keys), default=0)
-    lines = []
-    for key in keys:
-        value = obj[key]
-        if isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
-            lines.append(f"{indent}{key}:")
-            lines.append(_table(value, list(value[0]), indent=indent + "  "))
-        else:
-            # Continuation lines (a traceback in last_error) stay in the value column.
-            text = _cell(value).replace("\n", "\n" + " " * (len(indent) + width + 2))
-            lines.append(f"{indent}{key.ljust(width)}  {text}".rstrip())
-    return "\n".join(lines)
-
-
-def _page_footer(noun: str, shown: int, page: Mapping[str, Any]) -> str:
-    """`showing 1-50 of 120 jobs`, from a list answer's total and offset."""
-    total = page.get("total", shown)
-    offset = page.get("offset", 0)
-    if not shown:
-        return f"no {noun}" if not total else f"no {noun} at offset {offset} (total {total})"
-    return f"showing {offset + 1}-{offset + shown} of {total} {noun}"
-
-
-def _counts(title: str, counts: Mapping[str, Any], order: Sequence[str] = ()) -> str:
-    """A count per name, `order` first, as a two-column table."""
-    names = [n for n in order if n in counts] + [n for n in counts if n not in order]
-    return _table([{title: n, "count": counts[n]} for n in names], (title, "count"))
-
-
-def _priority_depth(depth: Mapping[str, Any]) -> str:
-    """`10:1 5:3`: pending jobs per priority, highest first."""
-    ordered = sorted(depth.items(), key=lambda kv: _as_int(kv[0]), reverse=True)
-    return " ".join(f"{p}:{n}" for p, n in ordered) or "-"
-
-
-def _as_int(text: str) -> int:
-    """A priority key as a number for sorting (non-numbers last)."""
-    try:
-        return int(text)
-    except ValueError:
-        return -1
-
-
 # --- commands ----------------------------------------------------------------------------
 
 Handler = Callable[[Client, argparse.Namespace], int]
@@ -372,7 +251,7 @@ def _report(exc: ClientError, client_has_key: bool) -> None:
         return
     print(f"goqueue: error: {exc} (HTTP {exc.status})", file=sys.stderr)
     if exc.details is not None:
-        print(f"goqueue: details: {_cell(exc.details)}", file=sys.stderr)
+        print(f"goqueue: details: {cell(exc.details)}", file=sys.stderr)
     if exc.status == 401 and not client_has_key:
         print("goqueue: hint: pass --api-key or set GOQUEUE_API_KEY", file=sys.stderr)
 
@@ -394,6 +273,12 @@ def _command(handler: Handler) -> Callable[[argparse.Namespace], int]:
             return exc.exit_code
 
     return run
+
+
+def _print_json(data: Any) -> int:
+    """Print the server's JSON answer as it is (indented)."""
+    print(json.dumps(data, indent=2))
+    return EXIT_OK
 
 
 def _job_body(args: argparse.Namespace) -> dict[str, Any]:
@@ -431,7 +316,7 @@ def cmd_enqueue(client: Client, args: argparse.Namespace) -> int:
         print(f"enqueued job {job['id']}")
     else:
         print(f"job {job['id']} already exists for this Idempotency-Key (nothing enqueued)")
-    print(_fields(job, JOB_FIELD_ORDER))
+    print(fields(job, JOB_FIELD_ORDER))
     return EXIT_OK
 
 
@@ -450,8 +335,8 @@ def cmd_jobs(client: Client, args: argparse.Namespace) -> int:
         return _print_json(page)
     jobs = page.get("jobs", [])
     if jobs:
-        print(_table(jobs, JOB_COLUMNS))
-    print(_page_footer("jobs", len(jobs), page))
+        print(table(jobs, JOB_COLUMNS))
+    print(page_footer("jobs", len(jobs), page))
     return EXIT_OK
 
 
@@ -461,7 +346,7 @@ def cmd_job(client: Client, args: argparse.Namespace) -> int:
     job = client.request("GET", f"/jobs/{_segment(args.id)}").data
     if args.json:
         return _print_json(job)
-    print(_fields(job, JOB_FIELD_ORDER))
+    print(fields(job, JOB_FIELD_ORDER))
     return EXIT_OK
 
 
@@ -472,7 +357,7 @@ def cmd_events(client: Client, args: argparse.Namespace) -> int:
     if args.json:
         return _print_json(data)
     events = data.get("events", [])
-    print(_table(events, EVENT_COLUMNS) if events else "no events")
+    print(table(events, EVENT_COLUMNS) if events else "no events")
     return EXIT_OK
 
 
@@ -493,15 +378,15 @@ def cmd_stats(client: Client, args: argparse.Namespace) -> int:
     stats = client.request("GET", "/stats").data
     if args.json:
         return _print_json(stats)
-    print(_counts("status", stats.get("counts", {}), STATUSES))
+    print(counts("status", stats.get("counts", {}), STATUSES))
     queues = stats.get("queues", {})
     if queues:
         rows = [
-            {"queue": name, "pending": sum(depth.values()), "by_priority": _priority_depth(depth)}
+            {"queue": name, "pending": sum(depth.values()), "by_priority": priority_depth(depth)}
             for name, depth in sorted(queues.items())
         ]
         print()
-        print(_table(rows, ("queue", "pending", "by_priority")))
+        print(table(rows, ("queue", "pending", "by_priority")))
     workers = stats.get("workers") or {}
     print()
     print(f"dead letters  {stats.get('dead_letters', 0)}")
@@ -518,11 +403,11 @@ def cmd_queue_stats(client: Client, args: argparse.Namespace) -> int:
     head = {
         "queue": stats.get("queue", args.name),
         "paused": "yes" if stats.get("paused") else "no",
-        "pending by priority": _priority_depth(stats.get("depth_by_priority", {})),
+        "pending by priority": priority_depth(stats.get("depth_by_priority", {})),
     }
-    print(_fields(head))
+    print(fields(head))
     print()
-    print(_counts("status", stats.get("counts", {}), STATUSES))
+    print(counts("status", stats.get("counts", {}), STATUSES))
     return EXIT_OK
 
 
@@ -552,16 +437,9 @@ def cmd_dlq_list(client: Client, args: argparse.Namespace) -> int:
         return _print_json(page)
     letters = page.get("dead_letters", [])
     if letters:
-        print(_table([_dead_row(d) for d in letters], DEAD_COLUMNS))
-    print(_page_footer("dead letters", len(letters), page))
+        print(table([dead_row(d) for d in letters], DEAD_COLUMNS))
+    print(page_footer("dead letters", len(letters), page))
     return EXIT_OK
-
-
-def _dead_row(dead: Mapping[str, Any]) -> dict[str, Any]:
-    """A dead letter flattened for the table."""
-    job = dead.get("job") or {}
-    picked = {k: job.get(k) for k in ("type", "queue", "attempts", "last_error")}
-    return {**dead, **picked}
 
 
 @_command
@@ -571,11 +449,11 @@ def cmd_dlq_show(client: Client, args: argparse.Namespace) -> int:
     if args.json:
         return _print_json(dead)
     head = {k: v for k, v in dead.items() if k != "job"}
-    print(_fields(head, ("id", "job_id", "created_at", "errors")))
+    print(fields(head, ("id", "job_id", "created_at", "errors")))
     # The snapshot's own `errors` repeat the letter's, shown just above.
     snapshot = {k: v for k, v in (dead.get("job") or {}).items() if k != "errors"}
     print("job:")
-    print(_fields(snapshot, JOB_FIELD_ORDER, indent="  "))
+    print(fields(snapshot, JOB_FIELD_ORDER, indent="  "))
     return EXIT_OK
 
 

@@ -10,6 +10,11 @@ Work made claimable is announced with NOTIFY on the schema's channel (coalesced,
 the commit); a listening connection on every node wakes its dispatcher. The
 audit trail is buffered and written behind in batches. Times come from the database
 clock (`now()`) so that nodes agree on leases, due-ness and windows.
+
+This module is the `PostgresStore` itself; its parts live beside it: `pg_schema` (the
+migrations and statements), `pg_rows` (adapters, row decoding, NUL cleaning),
+`pg_group_commit` (the group commit), `pg_notify` (NOTIFY and LISTEN) and `pg_events`
+(the audit trail writer).
 """
 
 from __future__ import annotations
@@ -18,17 +23,14 @@ import asyncio
 import logging
 import time
 import uuid
-from collections import deque
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager, suppress
 from datetime import UTC, datetime
-from typing import Any, Generic, TypeVar
+from typing import Any
 
 import msgspec
 import psycopg
 from psycopg import AsyncConnection
-from psycopg.adapt import AdaptersMap, Dumper, Loader
-from psycopg.types.string import TextLoader
 from psycopg_pool import AsyncConnectionPool, PoolClosed
 
 from supervisor.errors import (
@@ -42,7 +44,6 @@ from supervisor.errors import (
 from supervisor.jobs import (
     DEFAULT_MAX_RETRIES,
     STATUSES,
-    AttemptError,
     DeadLetter,
     Enqueued,
     Event,
@@ -56,155 +57,17 @@ from supervisor.jobs import (
     Stats,
     new_id,
 )
-from supervisor.store import pg_schema
+from supervisor.store import pg_rows, pg_schema
 from supervisor.store.base import NewJob
+from supervisor.store.pg_events import EventLog
+from supervisor.store.pg_group_commit import Batcher, Retry, group_or_each
+from supervisor.store.pg_notify import Listener, Notifier
+from supervisor.store.pg_rows import Row
 from supervisor.store.pg_schema import JOB_COLUMNS, N_JOB_COLUMNS, Queries
 
 log = logging.getLogger("goqueue.store.postgres")
 
-Row = tuple[Any, ...]
 Done = tuple[Lease, msgspec.Raw | None]  # a complete: the lease and the result
-T = TypeVar("T")
-R = TypeVar("R")
-
-_SPEC = msgspec.json.Decoder(JobSpec)
-_ERRORS = msgspec.json.Decoder(tuple[AttemptError, ...])
-_JOB = msgspec.json.Decoder(Job)
-_ENCODE = msgspec.json.Encoder()
-
-
-class _RawJsonLoader(Loader):
-    """jsonb/json columns come back as undecoded `msgspec.Raw` (decoded where used)."""
-
-    def load(self, data: Any) -> msgspec.Raw:
-        return msgspec.Raw(bytes(data))
-
-
-class _RawJsonDumper(Dumper):
-    """`msgspec.Raw` parameters are sent as JSON text, without re-encoding; their type is
-    left unknown so the server reads them as the column's (json or jsonb)."""
-
-    def dump(self, obj: Any) -> bytes:
-        return bytes(obj)
-
-
-def _adapters() -> AdaptersMap:
-    """Adapters for the store's connections: raw JSON both ways, uuids as str."""
-    adapters = AdaptersMap(psycopg.adapters)
-    adapters.register_loader("jsonb", _RawJsonLoader)
-    adapters.register_loader("json", _RawJsonLoader)
-    adapters.register_loader("uuid", TextLoader)
-    adapters.register_dumper(msgspec.Raw, _RawJsonDumper)
-    return adapters
-
-
-def _raw(value: object) -> msgspec.Raw | None:
-    """Encode a struct (or list) as a JSON parameter; None stays NULL."""
-    return None if value is None else msgspec.Raw(_ENCODE.encode(value))
-
-
-_COLUMNS = (
-    "id",
-    "type",
-    "queue",
-    "payload",
-    "priority",
-    "max_retries",
-    "run_at",
-    "delay",
-    "timeout",
-    "dedupe_key",
-    "webhook_url",
-    "on_success",
-    "on_failure",
-    "parent_id",
-)
-_JSON_COLUMNS = ("payload", "on_success", "on_failure")
-
-
-def _columns(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
-    """Insert parameters of several jobs as one array per column (JSON as text)."""
-    columns = {name: [row[name] for row in rows] for name in _COLUMNS}
-    for name in _JSON_COLUMNS:
-        columns[name] = [None if v is None else bytes(v).decode() for v in columns[name]]
-    return columns
-
-
-def _pending(params: Mapping[str, Any], spec: JobSpec, decided: Row) -> Job:
-    """The job just inserted from `params` (see `_insert_params`); `decided` holds what
-    the database chose: `run_at, created_at, seq`."""
-    run_at, created_at, seq = decided
-    return Job(
-        id=params["id"],
-        type=spec.type,
-        queue=spec.queue,
-        payload=spec.payload,
-        priority=spec.priority,
-        status="pending",
-        attempts=0,
-        max_retries=params["max_retries"],
-        run_at=run_at,
-        timeout_seconds=spec.timeout_seconds,
-        dedupe_key=params["dedupe_key"],
-        webhook_url=params["webhook_url"],
-        on_success=spec.on_success,
-        on_failure=spec.on_failure,
-        parent_id=params["parent_id"],
-        result=None,
-        last_error=None,
-        errors=(),
-        created_at=created_at,
-        started_at=None,
-        finished_at=None,
-        updated_at=created_at,
-        seq=seq,
-    )
-
-
-def _job(row: Row) -> Job:
-    """Build a Job from the first `N_JOB_COLUMNS` of a row selected as `JOB_COLUMNS`."""
-    on_success, on_failure, errors = row[12], row[13], row[17]
-    return Job(
-        id=row[0],
-        type=row[1],
-        queue=row[2],
-        payload=row[3],
-        priority=row[4],
-        status=row[5],
-        attempts=row[6],
-        max_retries=row[7],
-        run_at=row[8],
-        timeout_seconds=row[9],
-        dedupe_key=row[10],
-        webhook_url=row[11],
-        on_success=None if on_success is None else _SPEC.decode(on_success),
-        on_failure=None if on_failure is None else _SPEC.decode(on_failure),
-        parent_id=row[14],
-        result=row[15],
-        last_error=row[16],
-        errors=_ERRORS.decode(errors),
-        created_at=row[18],
-        started_at=row[19],
-        finished_at=row[20],
-        updated_at=row[21],
-        seq=row[22],
-    )
-
-
-def _dead(row: Row) -> DeadLetter:
-    """Build a DeadLetter from `id, job_id, job, errors, created_at`."""
-    return DeadLetter(
-        id=row[0],
-        job_id=row[1],
-        job=_JOB.decode(row[2]),
-        errors=_ERRORS.decode(row[3]),
-        created_at=row[4],
-    )
-
-
-def _text(value: str | None) -> str | None:
-    """PostgreSQL text cannot hold NUL characters: replace them (keys, urls, errors)."""
-    return value.replace("\x00", "\ufffd") if value and "\x00" in value else value
 
 
 def _is_uuid(value: str) -> bool:
@@ -217,327 +80,6 @@ def _is_uuid(value: str) -> bool:
 
 def _event(job: Job, kind: str, at: datetime, node: str, detail: str | None = None) -> Event:
     return Event(job_id=job.id, event=kind, at=at, node=node, attempt=job.attempts, detail=detail)
-
-
-class _EventLog:
-    """The audit trail's write-behind buffer: `add` never blocks; `run` writes batches.
-
-    While the database is down events stay buffered, up to `capacity`; beyond it the
-    oldest are dropped with a warning.
-    """
-
-    def __init__(
-        self,
-        insert_sql: str,
-        connect: Callable[[], Any],
-        *,
-        capacity: int = 100_000,
-        batch: int = 500,
-        interval: float = 0.2,
-    ) -> None:
-        self._insert_sql = insert_sql
-        self._connect = connect
-        self.capacity = capacity
-        self.batch = batch
-        self.interval = interval
-        self._buffer: deque[Event] = deque()
-        self._kick = asyncio.Event()
-        self._lock = asyncio.Lock()
-        self.dropped = 0
-
-    def __len__(self) -> int:
-        return len(self._buffer)
-
-    def add(self, events: Sequence[Event]) -> None:
-        """Buffer events for the next batch."""
-        self._buffer.extend(events)
-        self._trim()
-        if len(self._buffer) >= self.batch:
-            self._kick.set()
-
-    def _trim(self) -> None:
-        excess = len(self._buffer) - self.capacity
-        if excess <= 0:
-            return
-        for _ in range(excess):
-            self._buffer.popleft()
-        if self.dropped == 0:
-            log.warning("audit event buffer full: dropping the oldest events")
-        self.dropped += excess
-
-    async def run(self) -> None:
-        """Write batches every `interval` (sooner when a batch is full), forever."""
-        delay = self.interval
-        while True:
-            with suppress(TimeoutError):
-                await asyncio.wait_for(self._kick.wait(), timeout=delay)
-            self._kick.clear()
-            try:
-                await self.flush()
-                delay = self.interval
-            except StoreUnavailable as exc:
-                delay = min(max(delay * 2, 0.5), 5.0)
-                log.warning(
-                    "audit events held: store unavailable",
-                    extra={"err": str(exc), "held": len(self._buffer)},
-                )
-            except Exception:
-                delay = min(max(delay * 2, 0.5), 5.0)
-                log.exception("audit events held: writing them failed")
-
-    async def flush(self) -> None:
-        """Write the events buffered so far, not those arriving meanwhile (they wait for
-        the next batch, rather than each costing a commit); on failure they are put back
-        and re-raised."""
-        async with self._lock:
-            left = len(self._buffer)
-            while left > 0 and self._buffer:
-                n = min(self.batch * 10, left, len(self._buffer))
-                left -= n
-                chunk = [self._buffer.popleft() for _ in range(n)]
-                try:
-                    await self._write(chunk)
-                except psycopg.DataError:
-                    # A row the database refuses would block every later one: drop it.
-                    log.exception("audit events refused by the database: %d dropped", n)
-                except BaseException:
-                    self._buffer.extendleft(reversed(chunk))
-                    self._trim()
-                    raise
-            if self.dropped:
-                log.warning(
-                    "audit events dropped while the store was unavailable: %d", self.dropped
-                )
-                self.dropped = 0
-
-    async def _write(self, chunk: list[Event]) -> None:
-        """One statement for the chunk: its columns as arrays (cheaper here than COPY's
-        row by row formatting, which held up the event loop for a large batch)."""
-        columns = {
-            "job_id": [e.job_id for e in chunk],
-            "event": [e.event for e in chunk],
-            "at": [e.at for e in chunk],
-            "node": [e.node for e in chunk],
-            "attempt": [e.attempt for e in chunk],
-            "detail": [e.detail for e in chunk],
-        }
-        async with self._connect() as conn:
-            await conn.execute(self._insert_sql, columns)
-
-
-class _Notifier:
-    """Announces new work to the other nodes, coalesced: however many commits poke it,
-    at most one NOTIFY is in flight, and the next one carries everything poked meanwhile.
-    The first poke after a quiet spell goes at once; under a stream of commits they go
-    at most every `spacing` seconds (each costs a round trip here and wakes every
-    listener, this node's own included).
-
-    A NOTIFY inside every enqueue transaction would serialize their commits on the
-    server's notification queue lock; a hint sent after the commit costs one small
-    statement per round trip instead. The payload is "<node> <epoch>", the epoch being
-    the earliest future run_at poked (empty when all the work is due now).
-    """
-
-    def __init__(
-        self, node_id: str, send: Callable[[str], Awaitable[object]], *, spacing: float = 0.005
-    ) -> None:
-        self.node_id = node_id
-        self._send = send
-        self.spacing = spacing  # at most one NOTIFY per `spacing` seconds under load
-        self._poked = False
-        self._due: datetime | None = None
-        self._task: asyncio.Task[None] | None = None
-
-    def poke(self, due: datetime | None) -> None:
-        """Announce work (due at `due` if that is later than now)."""
-        self._poked = True
-        if due is not None and due > datetime.now(UTC):
-            self._due = due if self._due is None else min(self._due, due)
-        if self._task is None or self._task.done():
-            self._task = asyncio.create_task(self._run(), name="goqueue-pg-notify")
-
-    async def _run(self) -> None:
-        while self._poked:
-            due, self._due, self._poked = self._due, None, False
-            epoch = "" if due is None else repr(due.timestamp())
-            try:
-                await self._send(f"{self.node_id} {epoch}")
-            except StoreUnavailable as exc:
-                log.info("NOTIFY skipped: store unavailable", extra={"err": str(exc)})
-            await asyncio.sleep(self.spacing)
-
-    async def close(self) -> None:
-        """Send what is pending (briefly), then stop."""
-        if self._task is not None:
-            with suppress(TimeoutError, asyncio.CancelledError):
-                await asyncio.wait_for(self._task, timeout=1.0)
-
-
-async def _group_or_each(
-    write: Callable[[list[T]], Awaitable[Sequence[R]]], items: list[T]
-) -> list[R | Exception]:
-    """`write(items)` as one group. Should the database refuse the group as a whole (a
-    value it rejects), each item is written again alone, so only that one fails."""
-    try:
-        return list(await write(items))
-    except psycopg.Error:
-        if len(items) == 1:
-            raise
-    answers: list[R | Exception] = []
-    for item in items:
-        try:
-            answers.extend(await write([item]))
-        except psycopg.Error as exc:
-            answers.append(exc)
-    return answers
-
-
-class _Retry(Exception):
-    """An item to write again in a later group (its statement lost a deadlock)."""
-
-
-class _Batcher(Generic[T, R]):
-    """Group commit: calls arriving while a write is in flight wait for it to end, then
-    go together in the next write (one transaction); each gets its own answer, after
-    that transaction committed. A call finding no write in flight writes at once, so an
-    idle store adds no delay.
-
-    `write(items)` answers every item (a result, or an exception for that item alone) or
-    raises for all of them.
-    """
-
-    def __init__(
-        self, write: Callable[[list[T]], Awaitable[Sequence[R | Exception]]], *, limit: int
-    ) -> None:
-        self._write = write
-        self.limit = limit
-        self._waiting: deque[tuple[T, asyncio.Future[R]]] = deque()
-        self._busy = False
-        self._drain_task: asyncio.Task[None] | None = None
-
-    async def submit(self, item: T) -> R:
-        """Write `item` (now, or with the next group) and return its answer."""
-        if self._busy:
-            future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
-            self._waiting.append((item, future))
-            return await future
-        self._busy = True
-        try:
-            (answer,) = await self._write([item])
-        finally:
-            self._hand_over()
-        if isinstance(answer, Exception):
-            raise answer
-        return answer
-
-    def _hand_over(self) -> None:
-        if self._waiting:
-            self._drain_task = asyncio.create_task(self._drain(), name="goqueue-pg-group")
-        else:
-            self._busy = False
-
-    async def _drain(self) -> None:
-        """Write the waiting calls, a group at a time, until none is left."""
-        try:
-            while self._waiting:
-                group: list[tuple[T, asyncio.Future[R]]] = []
-                while self._waiting and len(group) < self.limit:
-                    entry = self._waiting.popleft()
-                    if not entry[1].done():  # a caller gone (timed out) is not written
-                        group.append(entry)
-                if group:
-                    await self._answer(group)
-        finally:
-            self._busy = False
-            for _, future in self._waiting:  # only when cancelled (closing)
-                if not future.done():
-                    future.set_exception(StoreUnavailable("the PostgreSQL store is closed"))
-            self._waiting.clear()
-
-    async def _answer(self, group: list[tuple[T, asyncio.Future[R]]]) -> None:
-        try:
-            answers: Sequence[R | Exception] = await self._write([item for item, _ in group])
-        except Exception as exc:
-            answers = [exc] * len(group)
-        for (_, future), answer in zip(group, answers, strict=True):
-            if future.done():
-                continue
-            if isinstance(answer, Exception):
-                future.set_exception(answer)
-            else:
-                future.set_result(answer)
-
-    async def idle(self, timeout: float) -> None:
-        """Wait (up to `timeout`) for the groups under way to be written."""
-        task = self._drain_task
-        if task is not None and not task.done():
-            with suppress(TimeoutError, asyncio.CancelledError):
-                await asyncio.wait_for(asyncio.shield(task), timeout=timeout)
-
-    def cancel(self) -> None:
-        """Stop writing groups (the store is closing)."""
-        if self._drain_task is not None:
-            self._drain_task.cancel()
-
-
-class _Listener:
-    """One dedicated connection LISTENing on the schema's channel, reconnecting forever.
-
-    `on_note(node, due)` runs for every notification; `on_connect()` after every
-    (re)subscription, since notifications sent while disconnected are lost.
-    """
-
-    def __init__(
-        self,
-        dsn: str,
-        channel: str,
-        connect_kwargs: dict[str, Any],
-        on_note: Callable[[str, datetime | None], None],
-        on_connect: Callable[[], None],
-        *,
-        keepalive: float = 10.0,
-    ) -> None:
-        self.dsn = dsn
-        self.channel = channel
-        self.connect_kwargs = connect_kwargs
-        self.on_note = on_note
-        self.on_connect = on_connect
-        self.keepalive = keepalive
-        self.listening = asyncio.Event()
-
-    async def run(self) -> None:
-        """Listen until cancelled, reconnecting with backoff."""
-        delay = 0.2
-        while True:
-            try:
-                await self._listen()
-            except (psycopg.Error, OSError, TimeoutError) as exc:
-                lost = self.listening.is_set() or delay == 0.2
-                (log.warning if lost else log.debug)(
-                    "LISTEN connection lost; reconnecting", extra={"err": str(exc)}
-                )
-            delay = 0.2 if self.listening.is_set() else min(delay * 2, 5.0)
-            self.listening.clear()
-            await asyncio.sleep(delay)
-
-    async def _listen(self) -> None:
-        conn = await AsyncConnection.connect(self.dsn, autocommit=True, **self.connect_kwargs)
-        async with conn:
-            await conn.execute(f'LISTEN "{self.channel}"')
-            self.listening.set()
-            self.on_connect()
-            while True:
-                async for note in conn.notifies(timeout=self.keepalive):
-                    self._dispatch(note.payload)
-                async with asyncio.timeout(self.keepalive):
-                    await conn.execute("SELECT 1")  # notices a dead connection when idle
-
-    def _dispatch(self, payload: str) -> None:
-        node, _, epoch = payload.partition(" ")
-        due = None
-        with suppress(ValueError, OverflowError):
-            due = datetime.fromtimestamp(float(epoch), UTC)
-        self.on_note(node, due)
 
 
 class PostgresStore:
@@ -569,14 +111,14 @@ class PostgresStore:
         self.max_pending = max_pending
         self.channel = f"goqueue_{schema}"
         self.q = Queries(schema)
-        self._adapters = _adapters()
+        self._adapters = pg_rows.adapters()
         self._pool: AsyncConnectionPool | None = None
         self._tasks: list[asyncio.Task[None]] = []
         self._check_task: asyncio.Task[None] | None = None
-        self._log = _EventLog(self.q.insert_events, self._connection)
-        self._notifier = _Notifier(node_id, self._send_notify)
-        self._enqueues = _Batcher(self._write_enqueues, limit=1000)
-        self._completes = _Batcher(self._write_completes, limit=1000)
+        self._log = EventLog(self.q.insert_events, self._connection)
+        self._notifier = Notifier(node_id, self._send_notify)
+        self._enqueues = Batcher(self._write_enqueues, limit=1000)
+        self._completes = Batcher(self._write_completes, limit=1000)
         self._wake: Callable[[], None] = lambda: None
         self._next_due: datetime | None = None
         self._limits: dict[str, int | None] | None = None
@@ -638,7 +180,7 @@ class PostgresStore:
             await pool.close()
             raise StoreUnavailable(f"PostgreSQL unavailable: {exc}") from exc
         self._pool = pool
-        listener = _Listener(
+        listener = Listener(
             self.dsn, self.channel, self._connect_kwargs(), self._on_note, self._call_waker
         )
         self._tasks = [
@@ -696,7 +238,7 @@ class PostgresStore:
                 continue
             try:
                 await self._execute(
-                    self.q.register, {"node": self.node_id, "limits": _raw(self._limits)}
+                    self.q.register, {"node": self.node_id, "limits": pg_rows.raw(self._limits)}
                 )
             except StoreUnavailable as exc:
                 log.warning("node heartbeat failed", extra={"err": str(exc)})
@@ -860,7 +402,9 @@ class PostgresStore:
         """Declare this node alive with its types and per-type limits."""
         self._limits = dict(limits)
         self._known = (0.0, frozenset())
-        await self._execute(self.q.register, {"node": self.node_id, "limits": _raw(self._limits)})
+        await self._execute(
+            self.q.register, {"node": self.node_id, "limits": pg_rows.raw(self._limits)}
+        )
 
     async def known_types(self) -> frozenset[str]:
         """Types some live node runs (cached for a second: it is asked on every enqueue)."""
@@ -882,13 +426,13 @@ class PostgresStore:
         next transaction (group commit); each returns once its job is committed. Dedupe
         and idempotency are checked in that transaction, each call answered on its own."""
         for _ in range(3):
-            with suppress(_Retry):
+            with suppress(Retry):
                 return await self._enqueues.submit(new)
         raise StoreUnavailable("the enqueue kept losing deadlocks on its keys; retry")
 
     async def _write_enqueues(self, news: list[NewJob]) -> list[Enqueued | Exception]:
-        """Write one group of enqueues (see `_group_or_each`)."""
-        return await _group_or_each(self._store_group, news)
+        """Write one group of enqueues (see `group_or_each`)."""
+        return await group_or_each(self._store_group, news)
 
     async def _store_group(self, news: list[NewJob]) -> list[Enqueued | Exception]:
         """Store a group of enqueues in one transaction on the enqueue lane."""
@@ -899,7 +443,7 @@ class PostgresStore:
         keys lost a deadlock is written again, in a transaction of its own)."""
         answers = await self._store_jobs(news, sort_keys=False) if news else []
         for i, answer in enumerate(answers):
-            if isinstance(answer, _Retry):
+            if isinstance(answer, Retry):
                 try:
                     answers[i] = await self.enqueue(news[i])
                 except Exception as exc:  # this job's answer, like any refusal
@@ -948,7 +492,7 @@ class PostgresStore:
             return exc
         except psycopg.errors.DeadlockDetected:
             del events[mark:]
-            return _Retry()
+            return Retry()
 
     async def _add_plain(
         self,
@@ -975,10 +519,10 @@ class PostgresStore:
             assert row is not None
             decided = {todo[0][1]["id"]: row}
         else:
-            cur = await conn.execute(self.q.add_jobs, _columns([p for _, p in todo]))
+            cur = await conn.execute(self.q.add_jobs, pg_rows.columns([p for _, p in todo]))
             decided = {r[0]: r[1:] for r in await cur.fetchall()}
         for i, params in todo:
-            job = _pending(params, news[i].spec, decided[params["id"]])
+            job = pg_rows.pending(params, news[i].spec, decided[params["id"]])
             events.append(_event(job, "enqueued", job.created_at, self.node_id))
             answers[i] = Enqueued(job, created=True)
 
@@ -1010,8 +554,8 @@ class PostgresStore:
     ) -> Job | None:
         """Claim the key for `job_id`, or return the job it already names (same body)."""
         params = {
-            "key": _text(new.idempotency_key),
-            "hash": _text(new.request_hash) or "",
+            "key": pg_rows.text(new.idempotency_key),
+            "hash": pg_rows.text(new.request_hash) or "",
             "id": job_id,
             "ttl": self.idempotency_ttl,
         }
@@ -1021,18 +565,18 @@ class PostgresStore:
         held = await cur.fetchone()
         if held is None:  # deleted meanwhile by expiry: ours to take on a retry
             raise StoreUnavailable("idempotency key changed concurrently; retry")
-        if held[0] != (_text(new.request_hash) or ""):
+        if held[0] != (pg_rows.text(new.request_hash) or ""):
             raise IdempotencyMismatch(held[1])
         cur = await conn.execute(self.q.get, {"id": held[1]})
         row = await cur.fetchone()
         if row is None:
             raise StoreUnavailable(f"idempotency key names a missing job {held[1]}")
-        return _job(row)
+        return pg_rows.job(row)
 
     async def _take_dedupe_key(self, conn: AsyncConnection, spec: JobSpec, job_id: str) -> None:
         """Hold the dedupe key for the window, or raise DuplicateJob naming its holder."""
         params = {
-            "key": _text(spec.dedupe_key),
+            "key": pg_rows.text(spec.dedupe_key),
             "id": job_id,
             "window": spec.dedupe_window_seconds,
         }
@@ -1066,7 +610,7 @@ class PostgresStore:
         cur = await conn.execute(self.q.insert_job, params)
         row = await cur.fetchone()
         assert row is not None
-        return _job(row)
+        return pg_rows.job(row)
 
     def _insert_params(
         self,
@@ -1085,10 +629,10 @@ class PostgresStore:
             "run_at": spec.run_at,
             "delay": spec.delay_seconds or 0.0,
             "timeout": spec.timeout_seconds,
-            "dedupe_key": _text(spec.dedupe_key),
-            "webhook_url": _text(spec.webhook_url),
-            "on_success": _raw(spec.on_success),
-            "on_failure": _raw(spec.on_failure),
+            "dedupe_key": pg_rows.text(spec.dedupe_key),
+            "webhook_url": pg_rows.text(spec.webhook_url),
+            "on_success": pg_rows.raw(spec.on_success),
+            "on_failure": pg_rows.raw(spec.on_failure),
             "parent_id": parent_id,
         }
 
@@ -1135,7 +679,7 @@ class PostgresStore:
     @staticmethod
     def _lease(row: Row) -> Lease:
         n = N_JOB_COLUMNS
-        return Lease(job=_job(row), token=row[n], owner=row[n + 1], expires_at=row[n + 2])
+        return Lease(job=pg_rows.job(row), token=row[n], owner=row[n + 1], expires_at=row[n + 2])
 
     async def heartbeat(self, leases: Sequence[Lease], lease_seconds: float) -> list[str]:
         """Extend the leases still held; return the tokens that are not."""
@@ -1171,7 +715,7 @@ class PostgresStore:
     async def _reap_one(self, conn: AsyncConnection, expired: Row, events: list[Event]) -> Outcome:
         """Requeue (or bury) one job whose lease ran out; its row is locked already."""
         job_id, token, owner, attempts, max_retries = expired
-        error = _text(f"lease expired (node {owner} lost)") or ""
+        error = pg_rows.text(f"lease expired (node {owner} lost)") or ""
         params = {"id": job_id, "token": token, "error": error, "retry_at": None}
         mark = len(events)
         if attempts > max_retries:
@@ -1179,7 +723,7 @@ class PostgresStore:
         else:
             cur = await conn.execute(self.q.retry, params)
             row = await cur.fetchone()
-            outcome = None if row is None else Outcome(_job(row), [])
+            outcome = None if row is None else Outcome(pg_rows.job(row), [])
         assert outcome is not None  # locked FOR UPDATE, so the fence still holds
         job = outcome.job
         events.insert(mark, _event(job, "lease_expired", job.updated_at, self.node_id, error))
@@ -1194,8 +738,8 @@ class PostgresStore:
         return await self._completes.submit((lease, result))
 
     async def _write_completes(self, items: list[Done]) -> list[Outcome | Exception | None]:
-        """Write one group of completes (see `_group_or_each`)."""
-        return await _group_or_each(self._complete_group, items)
+        """Write one group of completes (see `group_or_each`)."""
+        return await group_or_each(self._complete_group, items)
 
     async def _complete_group(self, items: list[Done]) -> list[Outcome | None]:
         """Complete several leases in one transaction; each is fenced by its own token."""
@@ -1246,7 +790,7 @@ class PostgresStore:
     async def fail(self, lease: Lease, error: str, retry_at: datetime | None) -> Outcome | None:
         """Record a failed attempt: pending again at `retry_at`, or dead-lettered (with
         `on_failure` enqueued) in one transaction. None if the lease is stale."""
-        error = _text(error) or ""
+        error = pg_rows.text(error) or ""
         params = {"id": lease.job.id, "token": lease.token, "error": error}
         if retry_at is not None:
             return await self._retry(params | {"retry_at": retry_at})
@@ -1263,7 +807,7 @@ class PostgresStore:
         rows = await self._execute(self.q.retry, params)
         if not rows:
             return None
-        job = _job(rows[0])
+        job = pg_rows.job(rows[0])
         error, detail = params["error"], job.run_at.isoformat()
         self._enqueued(
             [job],
@@ -1282,7 +826,7 @@ class PostgresStore:
         row = await cur.fetchone()
         if row is None:
             return None
-        job = _job(row)
+        job = pg_rows.job(row)
         assert job.finished_at is not None
         dead = DeadLetter(
             id=new_id(), job_id=job.id, job=job, errors=job.errors, created_at=job.finished_at
@@ -1292,8 +836,8 @@ class PostgresStore:
             {
                 "id": dead.id,
                 "job_id": job.id,
-                "job": _raw(job),
-                "errors": _raw(dead.errors),
+                "job": pg_rows.raw(job),
+                "errors": pg_rows.raw(dead.errors),
                 "created_at": dead.created_at,
             },
         )
@@ -1308,7 +852,7 @@ class PostgresStore:
         rows = await self._execute(self.q.release, params)
         if not rows:
             return False
-        job = _job(rows[0])
+        job = pg_rows.job(rows[0])
         self._enqueued([job], [_event(job, "released", job.updated_at, self.node_id)])
         return True
 
@@ -1330,7 +874,7 @@ class PostgresStore:
             cur = await conn.execute(self.q.cancel, {"id": job_id})
             row = await cur.fetchone()
         assert row is not None
-        job = _job(row)
+        job = pg_rows.job(row)
         self._log.add([_event(job, "cancelled", job.updated_at, self.node_id)])
         if status != "running":
             return job, None
@@ -1344,7 +888,7 @@ class PostgresStore:
         if not _is_uuid(job_id):
             return None
         rows = await self._execute(self.q.get, {"id": job_id})
-        return _job(rows[0]) if rows else None
+        return pg_rows.job(rows[0]) if rows else None
 
     async def list_jobs(self, filters: JobFilter, limit: int, offset: int) -> Page:
         """Jobs newest first, and how many match."""
@@ -1371,7 +915,7 @@ class PostgresStore:
                 )
             rows = await page.fetchall()
             count = await total.fetchone()
-        return Page([_job(r) for r in rows], int(count[0]) if count else 0)
+        return Page([pg_rows.job(r) for r in rows], int(count[0]) if count else 0)
 
     async def stats(self) -> Stats:
         """Counts by status (all present), pending depth by queue and priority, dead letters."""
@@ -1434,14 +978,14 @@ class PostgresStore:
                 total = await conn.execute(self.q.dead_count)
             rows = await page.fetchall()
             count = await total.fetchone()
-        return Page([_dead(r) for r in rows], int(count[0]) if count else 0)
+        return Page([pg_rows.dead(r) for r in rows], int(count[0]) if count else 0)
 
     async def get_dead(self, dead_id: str) -> DeadLetter | None:
         """One dead letter by its own id."""
         if not _is_uuid(dead_id):
             return None
         rows = await self._execute(self.q.get_dead, {"id": dead_id})
-        return _dead(rows[0]) if rows else None
+        return pg_rows.dead(rows[0]) if rows else None
 
     async def replay_dead(self, dead_id: str, max_retries: int) -> Job:
         """Insert a fresh job from the letter and delete the letter, in one transaction."""
@@ -1453,7 +997,7 @@ class PostgresStore:
             row = await cur.fetchone()
             if row is None:
                 raise NotFound(f"dead letter {dead_id} not found")
-            dead = _dead(row)
+            dead = pg_rows.dead(row)
             await self._check_capacity(conn)
             job = await self._insert(conn, dead.job.replay_spec(), max_retries, None)
             events.append(_event(job, "enqueued", job.created_at, self.node_id))

@@ -30,7 +30,8 @@ from supervisor.errors import (
 from supervisor.jobs import Enqueued, JobFilter, JobSpec, Lease, Outcome, utcnow
 from supervisor.store import pg_schema
 from supervisor.store.base import NewJob
-from supervisor.store.postgres import PostgresStore, _Batcher
+from supervisor.store.pg_group_commit import Batcher
+from supervisor.store.postgres import PostgresStore
 from tests.conftest import postgres_dsn
 
 pytestmark = pytest.mark.postgres
@@ -756,7 +757,7 @@ def test_a_caller_gone_before_its_group_is_not_written() -> None:
             await gate.wait()
             return [i * 10 if i != 3 else ValueError("three") for i in items]
 
-        batcher: _Batcher[int, int] = _Batcher(write, limit=2)
+        batcher: Batcher[int, int] = Batcher(write, limit=2)
         calls = [asyncio.ensure_future(batcher.submit(i)) for i in range(6)]
         await asyncio.sleep(0.01)
         assert written == [[0]]  # the first writes at once; the others wait
