@@ -15,6 +15,22 @@ from psycopg import AsyncConnection, sql
 SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,47}$")
 
 
+# How many jobs of each asked-for type a claim may take: the node's free slots, capped by
+# the smallest limit any live node declares minus what runs everywhere (both branches of
+# the claim function use it).
+_TYPE_CAPS = """        WITH lim AS (
+            SELECT key AS type, min(value::int) AS lim FROM {s}.nodes, jsonb_each_text(limits)
+            WHERE heartbeat_at > now() - p_live * interval '1 second'
+              AND value IS NOT NULL AND key = ANY(p_types)
+            GROUP BY key),
+        caps AS (
+            SELECT t.type, CASE WHEN lim.lim IS NULL THEN t.cap ELSE least(t.cap,
+                lim.lim - (SELECT count(*) FROM {s}.jobs r
+                           WHERE r.status = 'running' AND r.type = t.type)) END AS cap
+            FROM unnest(p_types, p_caps) AS t(type, cap) LEFT JOIN lim ON lim.type = t.type),
+"""
+
+
 class Migration(msgspec.Struct, frozen=True):
     """One schema step; `{s}` in the SQL stands for the (quoted) schema name."""
 
@@ -161,17 +177,9 @@ BEGIN
     END LOOP;
     IF p_queues IS NULL AND NOT EXISTS (SELECT 1 FROM {s}.paused_queues) THEN
         RETURN QUERY
-        WITH lim AS (
-            SELECT key AS type, min(value::int) AS lim FROM {s}.nodes, jsonb_each_text(limits)
-            WHERE heartbeat_at > now() - p_live * interval '1 second'
-              AND value IS NOT NULL AND key = ANY(p_types)
-            GROUP BY key),
-        caps AS (
-            SELECT t.type, CASE WHEN lim.lim IS NULL THEN t.cap ELSE least(t.cap,
-                lim.lim - (SELECT count(*) FROM {s}.jobs r
-                           WHERE r.status = 'running' AND r.type = t.type)) END AS cap
-            FROM unnest(p_types, p_caps) AS t(type, cap) LEFT JOIN lim ON lim.type = t.type),
-        cand AS (
+"""
+        + _TYPE_CAPS
+        + """        cand AS (
             SELECT c.* FROM caps CROSS JOIN LATERAL (
                 SELECT x.* FROM generate_series(10, 0, -1) AS p(priority)
                 CROSS JOIN LATERAL (
@@ -209,17 +217,9 @@ BEGIN
         END IF;
         v_queues := ARRAY(SELECT unnest(v_queues) EXCEPT SELECT queue FROM {s}.paused_queues);
         RETURN QUERY
-        WITH lim AS (
-            SELECT key AS type, min(value::int) AS lim FROM {s}.nodes, jsonb_each_text(limits)
-            WHERE heartbeat_at > now() - p_live * interval '1 second'
-              AND value IS NOT NULL AND key = ANY(p_types)
-            GROUP BY key),
-        caps AS (
-            SELECT t.type, CASE WHEN lim.lim IS NULL THEN t.cap ELSE least(t.cap,
-                lim.lim - (SELECT count(*) FROM {s}.jobs r
-                           WHERE r.status = 'running' AND r.type = t.type)) END AS cap
-            FROM unnest(p_types, p_caps) AS t(type, cap) LEFT JOIN lim ON lim.type = t.type),
-        cand AS (
+"""
+        + _TYPE_CAPS
+        + """        cand AS (
             SELECT c.* FROM caps CROSS JOIN LATERAL (
                 SELECT x.* FROM generate_series(10, 0, -1) AS p(priority)
                 CROSS JOIN LATERAL (
