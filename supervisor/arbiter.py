@@ -15,6 +15,7 @@ import signal
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from datetime import timedelta
 
 from actors.protocol import BootFailed, JobDone, JobFailed, Ready
 from supervisor.catalog import Catalog
@@ -22,6 +23,7 @@ from supervisor.config import Settings
 from supervisor.dispatch import Dispatcher
 from supervisor.engine import Engine
 from supervisor.errors import StoreUnavailable
+from supervisor.jobs import utcnow
 from supervisor.metrics import Metrics
 from supervisor.pool import BUSY, IDLE, STOPPING, Pool, Worker, describe_exit
 from supervisor.store.base import Store
@@ -33,6 +35,8 @@ EXIT_OK = 0
 EXIT_BOOT_ERROR = 3
 TICK = 0.5
 SWEEP = 5.0  # seconds between claims that no notification asked for
+PRUNE_EVERY = 60.0  # seconds between deletions of expired finished jobs
+PRUNE_BATCH = 10_000
 SIGNALS = (
     signal.SIGTERM,
     signal.SIGINT,
@@ -79,6 +83,7 @@ class Arbiter:
         self._next_spawn = 0.0
         self._last_heartbeat = 0.0
         self._last_sweep = 0.0
+        self._last_prune = 0.0
         self._tasks: list[asyncio.Task[None]] = []
 
     # -- start -----------------------------------------------------------------------
@@ -271,6 +276,9 @@ class Arbiter:
         if now - self._last_sweep >= SWEEP:
             self._last_sweep = now
             self.dispatcher.wake()  # a safety net under notifications, never for latency
+        if self.settings.retention_seconds and now - self._last_prune >= PRUNE_EVERY:
+            self._last_prune = now
+            await self._prune(self.settings.retention_seconds)
         if now - self._last_heartbeat < self.settings.lease_seconds / 3:
             return
         self._last_heartbeat = now
@@ -290,6 +298,17 @@ class Arbiter:
             if worker is not None:
                 log.warning("lease lost; killing its worker", extra={"worker_pid": worker.pid})
                 self.pool.kill(worker, "lease_lost")
+
+    async def _prune(self, retention: float) -> None:
+        """Delete finished jobs past their retention (one batch per pass)."""
+        cutoff = utcnow() - timedelta(seconds=retention)
+        try:
+            pruned = await self.store.prune(cutoff, PRUNE_BATCH)
+        except StoreUnavailable as exc:
+            log.warning("pruning skipped: store unavailable", extra={"err": str(exc)})
+            return
+        if pruned:
+            log.info("pruned finished jobs", extra={"count": pruned, "before": cutoff.isoformat()})
 
     def _refresh_gauges(self) -> None:
         counts = self.engine.workers()

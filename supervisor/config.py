@@ -88,6 +88,7 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     webhook_allow_hosts: tuple[str, ...] | None = None
     webhook_timeout: float = 5.0
     idempotency_ttl: float = 86_400.0
+    retention_seconds: float = 604_800.0  # 0: keep finished jobs forever
     kill_grace: float = 0.05
     log_level: str = "info"
     config: str | None = None
@@ -112,6 +113,12 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
             raise ConfigError(
                 "database_schema: must be a lower-case SQL identifier "
                 f"(letters, digits, _; at most 63), got {self.database_schema!r}"
+            )
+        if 0 < self.retention_seconds < self.idempotency_ttl:
+            raise ConfigError(
+                f"retention_seconds: must be at least idempotency_ttl ({self.idempotency_ttl:g}) "
+                "so that a repeated Idempotency-Key still finds its job, "
+                f"got {self.retention_seconds:g}"
             )
         if self.retry_cap < self.retry_base:
             raise ConfigError(
@@ -367,6 +374,15 @@ OPTIONS: tuple[Option, ...] = (
         metavar="SECONDS",
         minimum=0,
         above_minimum=True,
+    ),
+    Option(
+        "retention_seconds",
+        "float",
+        "604800 (7 days)",
+        "finished jobs (done, failed, cancelled) and their audit trails are deleted this "
+        "long after they finish; 0 keeps them forever (dead letters always stay)",
+        metavar="SECONDS",
+        minimum=0,
     ),
     Option(
         "kill_grace",

@@ -139,6 +139,10 @@ class Store(Protocol):
     async def events(self, job_id: str) -> list[Event]:
         """A job's audit trail, oldest first."""
 
+    async def prune(self, finished_before: datetime, limit: int) -> int:
+        """Delete up to `limit` finished jobs (done, failed, cancelled) that finished before
+        `finished_before`, with their audit trails; dead letters stay. Returns how many."""
+
     def next_due_at(self) -> datetime | None:
         """When the earliest not-yet-due pending job becomes due (None if unknown/none);
         lets the dispatcher sleep instead of polling."""

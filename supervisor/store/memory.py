@@ -427,6 +427,17 @@ class MemoryStore:
         """A job's audit trail, oldest first."""
         return list(self._events.get(job_id, ()))
 
+    async def prune(self, finished_before: datetime, limit: int) -> int:
+        """Forget finished jobs older than `finished_before` (oldest first)."""
+        pruned = 0
+        while self._finished and pruned < limit:
+            job = self._jobs.get(self._finished[0])
+            if job is not None and (job.finished_at or job.updated_at) >= finished_before:
+                break
+            self._forget(self._finished.popleft())
+            pruned += job is not None
+        return pruned
+
     # -- dead letters ----------------------------------------------------------------
 
     async def list_dead(self, limit: int, offset: int) -> Page:
@@ -490,11 +501,14 @@ class MemoryStore:
         """Forget the oldest finished jobs beyond `max_finished` (bounded memory)."""
         self._finished.append(job.id)
         while len(self._finished) > self.max_finished:
-            old = self._jobs.pop(self._finished.popleft(), None)
-            if old is not None:
-                self._count(old.status, -1)
-                self._events.pop(old.id, None)
+            self._forget(self._finished.popleft())
         self._expire_keys(job.updated_at.timestamp())
+
+    def _forget(self, job_id: str) -> None:
+        old = self._jobs.pop(job_id, None)
+        if old is not None:
+            self._count(old.status, -1)
+            self._events.pop(old.id, None)
 
     def _expire_keys(self, now_ts: float) -> None:
         """Drop expired dedupe and idempotency keys, a few at a time (oldest first)."""

@@ -257,6 +257,14 @@ END
 $fn$;
 """,
     ),
+    Migration(
+        3,
+        "index for pruning finished jobs",
+        """
+CREATE INDEX jobs_finished ON {s}.jobs (finished_at)
+    WHERE status IN ('done', 'failed', 'cancelled');
+""",
+    ),
 )
 
 
@@ -493,6 +501,16 @@ class Queries:
         self.get_dead = f"SELECT {dead_cols} FROM {s}.dead_letters WHERE id = %(id)s"
         self.take_dead = f"DELETE FROM {s}.dead_letters WHERE id = %(id)s RETURNING {dead_cols}"
         self.purge_dead = f"DELETE FROM {s}.dead_letters WHERE id = %(id)s"
+        self.prune = f"""
+            WITH gone AS (
+                DELETE FROM {s}.jobs WHERE id IN (
+                    SELECT id FROM {s}.jobs
+                    WHERE status IN ('done', 'failed', 'cancelled')
+                      AND finished_at < %(before)s
+                    ORDER BY finished_at LIMIT %(limit)s)
+                RETURNING id),
+            trail AS (DELETE FROM {s}.events WHERE job_id IN (SELECT id FROM gone))
+            SELECT count(*) FROM gone"""
         self.register = f"""
             INSERT INTO {s}.nodes (node_id, limits, heartbeat_at)
             VALUES (%(node)s, %(limits)s, now())

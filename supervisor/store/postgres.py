@@ -1005,6 +1005,12 @@ class PostgresStore:
         self._enqueued([job], events)
         return job
 
+    async def prune(self, finished_before: datetime, limit: int) -> int:
+        """Delete old finished jobs and their audit trails, oldest first."""
+        await self._log.flush()  # so no buffered event of a pruned job lands afterwards
+        rows = await self._execute(self.q.prune, {"before": finished_before, "limit": limit})
+        return int(rows[0][0]) if rows else 0
+
     async def purge_dead(self, dead_id: str) -> bool:
         """Delete a dead letter; False if there was none."""
         if not _is_uuid(dead_id):

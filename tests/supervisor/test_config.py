@@ -246,3 +246,10 @@ def test_a_malformed_database_url_is_refused_naming_the_option() -> None:
 def test_database_schema_must_be_an_identifier() -> None:
     with pytest.raises(ConfigError, match="database_schema"):
         config.load(None, {"GOQUEUE_DATABASE_SCHEMA": "x; drop table jobs"})
+
+
+def test_retention_defaults_to_a_week_can_be_disabled_and_must_outlive_idempotency() -> None:
+    assert config.load(None, {}).retention_seconds == 604_800
+    assert config.load(None, {"GOQUEUE_RETENTION_SECONDS": "0"}).retention_seconds == 0
+    with pytest.raises(ConfigError, match="retention_seconds: must be at least idempotency_ttl"):
+        config.load(None, {"GOQUEUE_RETENTION_SECONDS": "60"})

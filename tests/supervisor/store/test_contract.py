@@ -293,3 +293,21 @@ async def test_register_node_and_known_types(open_store) -> None:
     async with open_store() as store:
         await store.register_node({"a": 2, "b": None})
         assert {"a", "b"} <= await store.known_types()
+
+
+async def test_prune_deletes_old_finished_jobs_and_their_trails_only(open_store) -> None:
+    async with open_store() as store:
+        done = (await store.enqueue(new("a"))).job
+        await store.complete(await claim_one(store), None)
+        dead = (await store.enqueue(new("a", max_retries=0))).job
+        await store.fail(await claim_one(store), "fatal", None)
+        pending = (await store.enqueue(new("b"))).job
+        assert await store.prune(utcnow() - timedelta(hours=1), 100) == 0
+        await asyncio.sleep(0.05)
+        assert await store.prune(utcnow(), 1) == 1  # the limit holds, oldest first
+        assert await store.get(done.id) is None and await store.events(done.id) == []
+        assert await store.prune(utcnow(), 100) == 1
+        assert await store.get(dead.id) is None
+        assert (await store.get(pending.id)).status == "pending"
+        assert (await store.list_dead(10, 0)).total == 1  # dead letters stay
+        assert (await store.stats()).counts["done"] == 0
