@@ -31,6 +31,21 @@ _TYPE_CAPS = """        WITH lim AS (
 """
 
 
+# The end of both claim branches: the best `p_limit` candidates become leases.
+_TAKE_BEST = (
+    "        pick AS (SELECT id FROM cand ORDER BY priority DESC, run_at, seq LIMIT p_limit),\n"
+    """        claimed AS (
+            UPDATE {s}.jobs j SET status = 'running', attempts = j.attempts + 1,
+                started_at = now(), updated_at = now(), lease_owner = p_node,
+                lease_token = gen_random_uuid(),
+                lease_expires_at = now() + p_lease * interval '1 second'
+            WHERE j.id = ANY (ARRAY(SELECT id FROM pick))
+            RETURNING j)
+        SELECT claimed.j, NULL::timestamptz, NULL::text[] FROM claimed;
+"""
+)
+
+
 class Migration(msgspec.Struct, frozen=True):
     """One schema step; `{s}` in the SQL stands for the (quoted) schema name."""
 
@@ -191,16 +206,9 @@ BEGIN
                     FOR UPDATE OF j SKIP LOCKED) x
                 LIMIT least(caps.cap, p_limit)) c
             WHERE caps.cap > 0),
-        pick AS (SELECT id FROM cand ORDER BY priority DESC, run_at, seq LIMIT p_limit),
-        claimed AS (
-            UPDATE {s}.jobs j SET status = 'running', attempts = j.attempts + 1,
-                started_at = now(), updated_at = now(), lease_owner = p_node,
-                lease_token = gen_random_uuid(),
-                lease_expires_at = now() + p_lease * interval '1 second'
-            WHERE j.id = ANY (ARRAY(SELECT id FROM pick))
-            RETURNING j)
-        SELECT claimed.j, NULL::timestamptz, NULL::text[] FROM claimed;
-    ELSE
+"""
+        + _TAKE_BEST
+        + """    ELSE
         -- By queue: the queues asked for, or every queue with pending jobs (found by
         -- skipping along the index), less the paused ones. Within a priority the queues'
         -- heads are merged by run_at, seq.
@@ -234,16 +242,9 @@ BEGIN
                     ORDER BY y.run_at, y.seq) x
                 LIMIT least(caps.cap, p_limit)) c
             WHERE caps.cap > 0),
-        pick AS (SELECT id FROM cand ORDER BY priority DESC, run_at, seq LIMIT p_limit),
-        claimed AS (
-            UPDATE {s}.jobs j SET status = 'running', attempts = j.attempts + 1,
-                started_at = now(), updated_at = now(), lease_owner = p_node,
-                lease_token = gen_random_uuid(),
-                lease_expires_at = now() + p_lease * interval '1 second'
-            WHERE j.id = ANY (ARRAY(SELECT id FROM pick))
-            RETURNING j)
-        SELECT claimed.j, NULL::timestamptz, NULL::text[] FROM claimed;
-    END IF;
+"""
+        + _TAKE_BEST
+        + """    END IF;
     -- One index probe per (type, priority): cheap even with many scheduled jobs.
     RETURN QUERY
     SELECT NULL::{s}.jobs, min(x.run_at), v_limited
