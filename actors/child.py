@@ -17,9 +17,8 @@ from multiprocessing.connection import Connection
 from typing import Any
 
 import msgspec
-
-from actors.errors import Fail, Retry
-from actors.protocol import (
+from goqueue.actors.errors import Fail, Retry
+from goqueue.actors.protocol import (
     WORKER_BOOT_ERROR,
     WORKER_OK,
     BootFailed,
@@ -30,7 +29,7 @@ from actors.protocol import (
     Shutdown,
     WorkerCodec,
 )
-from actors.registry import Context, Registry, load_actors
+from goqueue.actors.registry import Context, Registry, load_actors
 
 _PR_SET_PDEATHSIG = 1
 _PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024

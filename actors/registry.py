@@ -15,8 +15,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from actors.errors import ActorDefinitionError
-from actors.protocol import ActorInfo
+from goqueue.actors.errors import ActorDefinitionError
+from goqueue.actors.protocol import ActorInfo
 
 _NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}$")
 _OPTIONS = ("timeout", "max_retries", "concurrency")

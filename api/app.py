@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from aiohttp import web
-
-from api import dlq, jobs, openapi, ops, queues
-from api.middleware import auth_middleware, errors_middleware, metrics_middleware
-from api.schemas import encode
-from api.state import ENGINE, OPENAPI, SETTINGS
-from supervisor.config import Settings
-from supervisor.engine import Engine
+from goqueue.api import dlq, jobs, openapi, ops, queues
+from goqueue.api.middleware import auth_middleware, errors_middleware, metrics_middleware
+from goqueue.api.schemas import encode
+from goqueue.api.state import ENGINE, OPENAPI, SETTINGS
+from goqueue.supervisor.config import Settings
+from goqueue.supervisor.engine import Engine
 
 __all__ = ["ENGINE", "SETTINGS", "create_app"]
 

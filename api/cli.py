@@ -8,10 +8,11 @@ import asyncio
 import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
 
-from supervisor import config, logs
-from supervisor.arbiter import EXIT_BOOT_ERROR
-from supervisor.errors import ConfigError
+from goqueue.supervisor import config, logs
+from goqueue.supervisor.arbiter import EXIT_BOOT_ERROR
+from goqueue.supervisor.errors import ConfigError
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -41,12 +42,35 @@ def build_parser() -> argparse.ArgumentParser:
         help="schema holding GoQueue's tables (env GOQUEUE_DATABASE_SCHEMA; default goqueue)",
     )
     migrate.set_defaults(func=_migrate)
-    from api.bench import add_bench_command
-    from api.client import add_client_commands
+    from goqueue.api.client import add_client_commands
 
     add_client_commands(commands)
-    add_bench_command(commands)
+    _add_bench_command(commands)
     return parser
+
+
+def _add_bench_command(commands: argparse._SubParsersAction) -> None:
+    """`goqueue bench` lives in the checkout's `benchmarks/`, not in the installed package:
+    offer it when that folder is reachable (an editable install, or run from a checkout)."""
+    checkout = Path(__file__).resolve().parent.parent
+    if (checkout / "benchmarks" / "bench.py").is_file() and str(checkout) not in sys.path:
+        sys.path.append(str(checkout))
+    try:
+        from benchmarks.bench import add_bench_command
+    except ImportError:
+        bench = commands.add_parser("bench", help="benchmark GoQueue (needs a source checkout)")
+        bench.set_defaults(func=_no_bench)
+        return
+    add_bench_command(commands)
+
+
+def _no_bench(args: argparse.Namespace) -> int:
+    print(
+        "goqueue bench: needs a source checkout (pip install -e . there, or run "
+        "python -m benchmarks from it)",
+        file=sys.stderr,
+    )
+    return 2
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -56,7 +80,7 @@ def _serve(args: argparse.Namespace) -> int:
         print(f"goqueue: {exc}", file=sys.stderr)
         return 2
     logs.configure(settings.log_level)
-    from api.node import serve
+    from goqueue.api.node import serve
 
     code = serve(settings, args)
     if code == EXIT_BOOT_ERROR:
@@ -76,7 +100,7 @@ def _migrate(args: argparse.Namespace) -> int:
     if not dsn:
         print("goqueue migrate: --database-url or DATABASE_URL is required", file=sys.stderr)
         return 2
-    from supervisor.store.postgres import PostgresStore
+    from goqueue.supervisor.store.postgres import PostgresStore
 
     schema = args.database_schema or os.environ.get("GOQUEUE_DATABASE_SCHEMA") or "goqueue"
     try:

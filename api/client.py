@@ -24,7 +24,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from api.client_output import (
+from goqueue.api.client_output import (
     DEAD_COLUMNS,
     EVENT_COLUMNS,
     JOB_COLUMNS,
@@ -37,7 +37,7 @@ from api.client_output import (
     priority_depth,
     table,
 )
-from supervisor.jobs import STATUSES
+from goqueue.supervisor.jobs import STATUSES
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 DEFAULT_HTTP_TIMEOUT = 10.0

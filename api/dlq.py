@@ -3,13 +3,20 @@
 from __future__ import annotations
 
 from aiohttp import web
-
-from api.errors import ApiError, within
-from api.openapi import operation
-from api.params import LIMIT, OFFSET, PAGE, path_id
-from api.schemas import DeadLetterList, DeadLetterOut, JobOut, Purged, dead_out, job_out, reply
-from api.state import ENGINE
-from supervisor.errors import Draining
+from goqueue.api.errors import ApiError, within
+from goqueue.api.openapi import operation
+from goqueue.api.params import LIMIT, OFFSET, PAGE, path_id
+from goqueue.api.schemas import (
+    DeadLetterList,
+    DeadLetterOut,
+    JobOut,
+    Purged,
+    dead_out,
+    job_out,
+    reply,
+)
+from goqueue.api.state import ENGINE
+from goqueue.supervisor.errors import Draining
 
 routes = web.RouteTableDef()
 

@@ -9,10 +9,8 @@ from collections.abc import Awaitable
 from typing import Any, TypeVar
 
 from aiohttp import web
-from msgspec import UNSET
-
-from api.schemas import JSON, ErrorOut, encode
-from supervisor.errors import (
+from goqueue.api.schemas import JSON, ErrorOut, encode
+from goqueue.supervisor.errors import (
     Draining,
     DuplicateJob,
     GoQueueError,
@@ -23,6 +21,7 @@ from supervisor.errors import (
     StoreUnavailable,
     UnknownJobType,
 )
+from msgspec import UNSET
 
 log = logging.getLogger("goqueue.api")
 

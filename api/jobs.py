@@ -5,10 +5,9 @@ from __future__ import annotations
 import hashlib
 
 from aiohttp import web
-
-from api.errors import ApiError, bad_request, from_domain, within
-from api.openapi import Header, operation
-from api.params import (
+from goqueue.api.errors import ApiError, bad_request, from_domain, within
+from goqueue.api.openapi import Header, operation
+from goqueue.api.params import (
     FORCE,
     IDEMPOTENCY_HEADER,
     JOB_FILTERS,
@@ -24,7 +23,7 @@ from api.params import (
     path_id,
     read_body,
 )
-from api.schemas import (
+from goqueue.api.schemas import (
     BATCH_DECODER,
     SPEC_DECODER,
     BatchItem,
@@ -36,9 +35,9 @@ from api.schemas import (
     job_out,
     reply,
 )
-from api.state import ENGINE, SETTINGS
-from supervisor.errors import GoQueueError
-from supervisor.jobs import Enqueued, JobFilter, JobSpec
+from goqueue.api.state import ENGINE, SETTINGS
+from goqueue.supervisor.errors import GoQueueError
+from goqueue.supervisor.jobs import Enqueued, JobFilter, JobSpec
 
 routes = web.RouteTableDef()
 

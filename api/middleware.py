@@ -14,11 +14,10 @@ from collections.abc import Awaitable, Callable
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
-
-from api.errors import ApiError, from_domain
-from api.params import too_large
-from supervisor.errors import GoQueueError
-from supervisor.metrics import Metrics
+from goqueue.api.errors import ApiError, from_domain
+from goqueue.api.params import too_large
+from goqueue.supervisor.errors import GoQueueError
+from goqueue.supervisor.metrics import Metrics
 
 log = logging.getLogger("goqueue.api")
 

@@ -12,13 +12,12 @@ import os
 
 import uvloop
 from aiohttp import web
-
-from supervisor import config
-from supervisor.arbiter import Arbiter, Hooks
-from supervisor.config import Settings
-from supervisor.engine import Engine
-from supervisor.store.base import Store
-from supervisor.store.memory import MemoryStore
+from goqueue.supervisor import config
+from goqueue.supervisor.arbiter import Arbiter, Hooks
+from goqueue.supervisor.config import Settings
+from goqueue.supervisor.engine import Engine
+from goqueue.supervisor.store.base import Store
+from goqueue.supervisor.store.memory import MemoryStore
 
 log = logging.getLogger("goqueue.node")
 
@@ -27,7 +26,7 @@ def make_store(settings: Settings) -> Store:
     """The in-memory store, or PostgreSQL when a database URL is configured."""
     node_id = settings.node_id or config.default_node_id()
     if settings.database_url:
-        from supervisor.store.postgres import PostgresStore
+        from goqueue.supervisor.store.postgres import PostgresStore
 
         return PostgresStore(
             settings.database_url,
@@ -53,7 +52,7 @@ class HttpServer:
 
     async def start(self, engine: Engine) -> None:
         """Serve the API for `engine`."""
-        from api.app import create_app
+        from goqueue.api.app import create_app
 
         app = create_app(engine, self.settings)
         self.runner = web.AppRunner(app, access_log=None, handle_signals=False)

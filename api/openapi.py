@@ -16,11 +16,10 @@ from typing import Any
 
 import msgspec
 from aiohttp import web
-
-from api.middleware import API_KEY_HEADER, MUTATING, OPEN_ROUTES
-from api.params import NAME_SCHEMA, UUID_SCHEMA, QueryParam, check_query
-from api.schemas import JSON, ErrorOut
-from supervisor.config import Settings
+from goqueue.api.middleware import API_KEY_HEADER, MUTATING, OPEN_ROUTES
+from goqueue.api.params import NAME_SCHEMA, UUID_SCHEMA, QueryParam, check_query
+from goqueue.api.schemas import JSON, ErrorOut
+from goqueue.supervisor.config import Settings
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 

@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 from aiohttp import web
-
-from api.errors import within
-from api.openapi import Text, operation
-from api.schemas import JSON, Health, Ready, reply
-from api.state import ENGINE, OPENAPI
-from supervisor.errors import StoreUnavailable
+from goqueue.api.errors import within
+from goqueue.api.openapi import Text, operation
+from goqueue.api.schemas import JSON, Health, Ready, reply
+from goqueue.api.state import ENGINE, OPENAPI
+from goqueue.supervisor.errors import StoreUnavailable
 
 routes = web.RouteTableDef()
 

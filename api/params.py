@@ -14,9 +14,8 @@ from typing import Any, Protocol, TypeVar
 
 import msgspec
 from aiohttp import web
-
-from api.errors import ApiError, bad_request
-from supervisor.jobs import STATUSES, JobSpec
+from goqueue.api.errors import ApiError, bad_request
+from goqueue.supervisor.jobs import STATUSES, JobSpec
 
 T = TypeVar("T")
 

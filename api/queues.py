@@ -3,13 +3,12 @@
 from __future__ import annotations
 
 from aiohttp import web
-
-from api.errors import within
-from api.openapi import operation
-from api.params import queue_name
-from api.schemas import StatsOut, reply
-from api.state import ENGINE
-from supervisor.jobs import QueueStats
+from goqueue.api.errors import within
+from goqueue.api.openapi import operation
+from goqueue.api.params import queue_name
+from goqueue.api.schemas import StatsOut, reply
+from goqueue.api.state import ENGINE
+from goqueue.supervisor.jobs import QueueStats
 
 routes = web.RouteTableDef()
 

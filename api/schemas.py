@@ -12,9 +12,8 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 from aiohttp import web
+from goqueue.supervisor.jobs import AttemptError, AwareTime, DeadLetter, Event, Job, JobSpec, Status
 from msgspec import UNSET, UnsetType
-
-from supervisor.jobs import AttemptError, AwareTime, DeadLetter, Event, Job, JobSpec, Status
 
 MAX_BATCH = 1000
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from aiohttp import web
-
-from supervisor.config import Settings
-from supervisor.engine import Engine
+from goqueue.supervisor.config import Settings
+from goqueue.supervisor.engine import Engine
 
 ENGINE = web.AppKey("engine", Engine)
 SETTINGS = web.AppKey("settings", Settings)

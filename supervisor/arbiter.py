@@ -17,17 +17,17 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
-from actors.protocol import BootFailed, JobDone, JobFailed, Ready
-from supervisor.catalog import Catalog
-from supervisor.config import Settings
-from supervisor.dispatch import Dispatcher
-from supervisor.engine import Engine
-from supervisor.errors import StoreUnavailable
-from supervisor.jobs import utcnow
-from supervisor.metrics import Metrics
-from supervisor.pool import BUSY, IDLE, STOPPING, Pool, Worker, describe_exit
-from supervisor.store.base import Store
-from supervisor.webhooks import WebhookSender
+from goqueue.actors.protocol import BootFailed, JobDone, JobFailed, Ready
+from goqueue.supervisor.catalog import Catalog
+from goqueue.supervisor.config import Settings
+from goqueue.supervisor.dispatch import Dispatcher
+from goqueue.supervisor.engine import Engine
+from goqueue.supervisor.errors import StoreUnavailable
+from goqueue.supervisor.jobs import utcnow
+from goqueue.supervisor.metrics import Metrics
+from goqueue.supervisor.pool import BUSY, IDLE, STOPPING, Pool, Worker, describe_exit
+from goqueue.supervisor.store.base import Store
+from goqueue.supervisor.webhooks import WebhookSender
 
 log = logging.getLogger("goqueue.arbiter")
 

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from actors.protocol import ActorInfo
-from supervisor.jobs import DEFAULT_MAX_RETRIES
+from goqueue.actors.protocol import ActorInfo
+from goqueue.supervisor.jobs import DEFAULT_MAX_RETRIES
 
 
 class Catalog:

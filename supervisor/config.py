@@ -31,8 +31,7 @@ from types import MappingProxyType
 from typing import Literal
 
 import msgspec
-
-from supervisor.errors import ConfigError
+from goqueue.supervisor.errors import ConfigError
 
 ENV_PREFIX = "GOQUEUE_"
 _IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}\Z")
@@ -70,7 +69,7 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     host: str = "0.0.0.0"
     port: int = 8080
     workers: int = msgspec.field(default_factory=cpu_count)
-    actors: tuple[str, ...] = ("actors.examples",)
+    actors: tuple[str, ...] = ("goqueue.actors.examples",)
     queues: tuple[str, ...] | None = None
     database_url: str | None = None
     database_schema: str = "goqueue"
@@ -230,7 +229,13 @@ OPTIONS: tuple[Option, ...] = (
         maximum=65535,
     ),
     Option("workers", "int", "the CPU count", "worker processes", metavar="N", minimum=1),
-    Option("actors", "list", "actors.examples", "modules holding actors", metavar="MOD[,MOD...]"),
+    Option(
+        "actors",
+        "list",
+        "goqueue.actors.examples",
+        "modules holding actors",
+        metavar="MOD[,MOD...]",
+    ),
     Option(
         "queues",
         "list",

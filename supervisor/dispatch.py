@@ -17,13 +17,12 @@ from datetime import datetime, timedelta
 from functools import partial
 
 import msgspec
-
-from actors.protocol import JobDone, JobFailed
-from supervisor.catalog import Catalog
-from supervisor.errors import StoreUnavailable
-from supervisor.jobs import Job, Lease, Outcome, utcnow
-from supervisor.pool import Pool, Worker, describe_exit
-from supervisor.store.base import Store
+from goqueue.actors.protocol import JobDone, JobFailed
+from goqueue.supervisor.catalog import Catalog
+from goqueue.supervisor.errors import StoreUnavailable
+from goqueue.supervisor.jobs import Job, Lease, Outcome, utcnow
+from goqueue.supervisor.pool import Pool, Worker, describe_exit
+from goqueue.supervisor.store.base import Store
 
 log = logging.getLogger("goqueue.dispatch")
 

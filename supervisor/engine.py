@@ -13,10 +13,9 @@ import time
 from collections.abc import Callable, Sequence
 
 import msgspec
-
-from supervisor.catalog import Catalog
-from supervisor.errors import Draining, StoreError, UnknownJobType
-from supervisor.jobs import (
+from goqueue.supervisor.catalog import Catalog
+from goqueue.supervisor.errors import Draining, StoreError, UnknownJobType
+from goqueue.supervisor.jobs import (
     TERMINAL,
     DeadLetter,
     Enqueued,
@@ -29,10 +28,10 @@ from supervisor.jobs import (
     QueueStats,
     Stats,
 )
-from supervisor.metrics import Metrics
-from supervisor.pool import BUSY, IDLE, Pool
-from supervisor.store.base import NewJob, Store
-from supervisor.webhooks import WebhookSender
+from goqueue.supervisor.metrics import Metrics
+from goqueue.supervisor.pool import BUSY, IDLE, Pool
+from goqueue.supervisor.store.base import NewJob, Store
+from goqueue.supervisor.webhooks import WebhookSender
 
 log = logging.getLogger("goqueue.engine")
 

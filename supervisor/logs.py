@@ -12,8 +12,7 @@ from datetime import UTC, datetime
 from typing import Any, TextIO
 
 import msgspec
-
-from supervisor.errors import ConfigError
+from goqueue.supervisor.errors import ConfigError
 
 LEVELS = ("debug", "info", "warning", "error", "critical")
 

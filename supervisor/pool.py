@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from multiprocessing.process import BaseProcess
 from typing import Protocol
 
-from actors import child
-from actors.protocol import (
+from goqueue.actors import child
+from goqueue.actors.protocol import (
     WORKER_BOOT_ERROR,
     BootFailed,
     JobDone,
@@ -33,7 +33,7 @@ from actors.protocol import (
     Shutdown,
     SupervisorCodec,
 )
-from supervisor.jobs import Lease
+from goqueue.supervisor.jobs import Lease
 
 log = logging.getLogger("goqueue.pool")
 
@@ -178,7 +178,7 @@ class Pool:
         self._slots = 0
         self._all_gone = asyncio.Event()
         self._mp = multiprocessing.get_context("forkserver")
-        self._mp.set_forkserver_preload(["actors.child"])
+        self._mp.set_forkserver_preload(["goqueue.actors.child"])
 
     def __iter__(self) -> Iterator[Worker]:
         return iter(list(self.workers.values()))

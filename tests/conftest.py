@@ -121,10 +121,19 @@ def start_node(
     environ = {
         k: v for k, v in os.environ.items() if not k.startswith("GOQUEUE_") and k != "API_KEY"
     }
-    environ["PYTHONPATH"] = os.pathsep.join([str(FIXTURES), str(ROOT)])
+    environ["PYTHONPATH"] = str(FIXTURES)
     environ.pop("DATABASE_URL", None)
     environ.update(env or {})
-    cmd = [sys.executable, "-m", "api.cli", "serve", "--host", "127.0.0.1", "--port", str(port)]
+    cmd = [
+        sys.executable,
+        "-m",
+        "goqueue.api.cli",
+        "serve",
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+    ]
     if "--actors" not in args:
         cmd += ["--actors", "testactors"]
     if "--workers" not in args:

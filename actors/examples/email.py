@@ -3,7 +3,7 @@
 import random
 import time
 
-from actors import Context, Fail, Retry, actor
+from goqueue.actors import Context, Fail, Retry, actor
 
 
 @actor("email", timeout=30, max_retries=3, concurrency=4)

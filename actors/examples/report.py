@@ -2,7 +2,7 @@
 
 import hashlib
 
-from actors import Context, actor
+from goqueue.actors import Context, actor
 
 
 @actor("report", timeout=120, concurrency=2)

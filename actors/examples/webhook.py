@@ -3,7 +3,7 @@
 import asyncio
 import random
 
-from actors import Context, actor
+from goqueue.actors import Context, actor
 
 
 @actor("webhook", timeout=10)

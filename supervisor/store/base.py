@@ -12,8 +12,7 @@ from datetime import datetime
 from typing import Protocol
 
 import msgspec
-
-from supervisor.jobs import (
+from goqueue.supervisor.jobs import (
     DeadLetter,
     Enqueued,
     Event,

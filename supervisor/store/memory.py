@@ -14,15 +14,14 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 
 import msgspec
-
-from supervisor.errors import (
+from goqueue.supervisor.errors import (
     DuplicateJob,
     IdempotencyMismatch,
     InvalidState,
     NotFound,
     StoreFull,
 )
-from supervisor.jobs import (
+from goqueue.supervisor.jobs import (
     STATUSES,
     AttemptError,
     DeadLetter,
@@ -39,7 +38,7 @@ from supervisor.jobs import (
     new_id,
     utcnow,
 )
-from supervisor.store.base import NewJob
+from goqueue.supervisor.store.base import NewJob
 
 ReadyKey = tuple[str, str]  # (queue, type)
 ReadyEntry = tuple[int, float, int, str]  # (-priority, run_at, seq, job id)

@@ -16,9 +16,8 @@ from contextlib import suppress
 from typing import Any
 
 import psycopg
-
-from supervisor.errors import StoreUnavailable
-from supervisor.jobs import Event
+from goqueue.supervisor.errors import StoreUnavailable
+from goqueue.supervisor.jobs import Event
 
 # The store's logger: these records keep the name operators already filter on.
 log = logging.getLogger("goqueue.store.postgres")

@@ -16,9 +16,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
+from goqueue.supervisor.errors import StoreUnavailable
 from psycopg import AsyncConnection
-
-from supervisor.errors import StoreUnavailable
 
 # The store's logger: these records keep the name operators already filter on.
 log = logging.getLogger("goqueue.store.postgres")

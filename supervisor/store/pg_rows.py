@@ -14,10 +14,9 @@ from typing import Any
 
 import msgspec
 import psycopg
+from goqueue.supervisor.jobs import AttemptError, DeadLetter, Job, JobSpec
 from psycopg.adapt import AdaptersMap, Dumper, Loader
 from psycopg.types.string import TextLoader
-
-from supervisor.jobs import AttemptError, DeadLetter, Job, JobSpec
 
 Row = tuple[Any, ...]
 

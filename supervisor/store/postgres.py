@@ -30,10 +30,7 @@ from typing import Any
 
 import msgspec
 import psycopg
-from psycopg import AsyncConnection
-from psycopg_pool import AsyncConnectionPool, PoolClosed
-
-from supervisor.errors import (
+from goqueue.supervisor.errors import (
     DuplicateJob,
     IdempotencyMismatch,
     InvalidState,
@@ -41,7 +38,7 @@ from supervisor.errors import (
     StoreFull,
     StoreUnavailable,
 )
-from supervisor.jobs import (
+from goqueue.supervisor.jobs import (
     DEFAULT_MAX_RETRIES,
     STATUSES,
     DeadLetter,
@@ -57,13 +54,15 @@ from supervisor.jobs import (
     Stats,
     new_id,
 )
-from supervisor.store import pg_rows, pg_schema
-from supervisor.store.base import NewJob
-from supervisor.store.pg_events import EventLog
-from supervisor.store.pg_group_commit import Batcher, Retry, group_or_each
-from supervisor.store.pg_notify import Listener, Notifier
-from supervisor.store.pg_rows import Row
-from supervisor.store.pg_schema import JOB_COLUMNS, N_JOB_COLUMNS, Queries
+from goqueue.supervisor.store import pg_rows, pg_schema
+from goqueue.supervisor.store.base import NewJob
+from goqueue.supervisor.store.pg_events import EventLog
+from goqueue.supervisor.store.pg_group_commit import Batcher, Retry, group_or_each
+from goqueue.supervisor.store.pg_notify import Listener, Notifier
+from goqueue.supervisor.store.pg_rows import Row
+from goqueue.supervisor.store.pg_schema import JOB_COLUMNS, N_JOB_COLUMNS, Queries
+from psycopg import AsyncConnection
+from psycopg_pool import AsyncConnectionPool, PoolClosed
 
 log = logging.getLogger("goqueue.store.postgres")
 

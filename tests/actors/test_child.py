@@ -7,10 +7,9 @@ import threading
 
 import msgspec
 import pytest
-
-from actors import Context, Fail, Retry, actor
-from actors.child import Worker
-from actors.protocol import (
+from goqueue.actors import Context, Fail, Retry, actor
+from goqueue.actors.child import Worker
+from goqueue.actors.protocol import (
     JobDone,
     JobFailed,
     Ready,
@@ -19,7 +18,7 @@ from actors.protocol import (
     SupervisorCodec,
     WorkerCodec,
 )
-from actors.registry import Registry
+from goqueue.actors.registry import Registry
 
 pytestmark = pytest.mark.timeout(10)
 

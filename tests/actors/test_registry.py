@@ -6,8 +6,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from actors import ActorDefinitionError, actor, load_actors
+from goqueue.actors import ActorDefinitionError, actor, load_actors
 
 pytestmark = pytest.mark.timeout(10)
 

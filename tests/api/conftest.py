@@ -19,16 +19,15 @@ from typing import Any, TypeVar
 import pytest
 import uvloop
 from aiohttp import web
-
-from actors.protocol import ActorInfo, BootFailed, JobDone, JobFailed, Ready
-from api.app import create_app
-from supervisor.catalog import Catalog
-from supervisor.config import Settings
-from supervisor.engine import Engine
-from supervisor.metrics import Metrics
-from supervisor.pool import Pool, Worker
-from supervisor.store.memory import MemoryStore
-from supervisor.webhooks import WebhookSender
+from goqueue.actors.protocol import ActorInfo, BootFailed, JobDone, JobFailed, Ready
+from goqueue.api.app import create_app
+from goqueue.supervisor.catalog import Catalog
+from goqueue.supervisor.config import Settings
+from goqueue.supervisor.engine import Engine
+from goqueue.supervisor.metrics import Metrics
+from goqueue.supervisor.pool import Pool, Worker
+from goqueue.supervisor.store.memory import MemoryStore
+from goqueue.supervisor.webhooks import WebhookSender
 
 T = TypeVar("T")
 

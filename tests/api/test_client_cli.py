@@ -20,9 +20,8 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from goqueue.api.client import add_client_commands
 from multidict import CIMultiDict
-
-from api.client import add_client_commands
 
 JOB_ID = "0b6f3f5e-6a38-4c1e-9a55-3f0c1f6c2a01"
 OTHER_ID = "7d1c2b9a-1111-4c1e-9a55-3f0c1f6c2a02"

@@ -25,7 +25,7 @@ def live(tmp_path_factory: pytest.TempPathFactory):
     node = start_node(
         tmp_path_factory.mktemp("live"),
         "--actors",
-        "actors.examples",
+        "goqueue.actors.examples",
         "--queues",
         "served-by-nobody",
         "--workers",

@@ -18,17 +18,17 @@ import aiohttp
 import msgspec
 import pytest
 from aiohttp import web
+from goqueue.api.errors import from_domain, within
+from goqueue.api.middleware import errors_middleware, metrics_middleware
+from goqueue.api.schemas import HIDDEN_JOB_FIELDS, JobOut
+from goqueue.supervisor.errors import StoreUnavailable
+from goqueue.supervisor.jobs import Job, JobSpec
+from goqueue.supervisor.metrics import Metrics
+from goqueue.supervisor.pool import IDLE
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
 
-from api.errors import from_domain, within
-from api.middleware import errors_middleware, metrics_middleware
-from api.schemas import HIDDEN_JOB_FIELDS, JobOut
-from supervisor.errors import StoreUnavailable
-from supervisor.jobs import Job, JobSpec
-from supervisor.metrics import Metrics
-from supervisor.pool import IDLE
 from tests.api.conftest import ApiServer, wait_until
 
 pytestmark = pytest.mark.timeout(60)

@@ -3,8 +3,7 @@
 import random
 
 import pytest
-
-from supervisor.dispatch import backoff
+from goqueue.supervisor.dispatch import backoff
 
 pytestmark = pytest.mark.timeout(10)
 

@@ -7,10 +7,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-from supervisor import config
-from supervisor.config import Settings
-from supervisor.errors import ConfigError
+from goqueue.supervisor import config
+from goqueue.supervisor.config import Settings
+from goqueue.supervisor.errors import ConfigError
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -46,7 +45,7 @@ def test_defaults_without_any_source() -> None:
     assert settings.port == 8080
     assert settings.host == "0.0.0.0"
     assert settings.workers >= 1
-    assert settings.actors == ("actors.examples",)
+    assert settings.actors == ("goqueue.actors.examples",)
     assert settings.queues is None
     assert settings.database_url is None
     assert settings.kill_grace == 0.05

@@ -11,9 +11,8 @@ from datetime import datetime
 from pathlib import Path
 
 import pytest
-
-from supervisor import logs
-from supervisor.errors import ConfigError
+from goqueue.supervisor import logs
+from goqueue.supervisor.errors import ConfigError
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 import pytest
+from goqueue.supervisor.metrics import Metrics
 from prometheus_client.parser import text_string_to_metric_families
-
-from supervisor.metrics import Metrics
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -208,14 +208,14 @@ def test_bad_actor_module_stops_the_node_with_a_clear_error(tmp_path: Path) -> N
     import subprocess
     import sys
 
-    from tests.conftest import FIXTURES, ROOT, free_port
+    from tests.conftest import FIXTURES, free_port
 
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(FIXTURES), str(ROOT)])}
+    env = {**os.environ, "PYTHONPATH": str(FIXTURES)}
     proc = subprocess.run(
         [
             sys.executable,
             "-m",
-            "api.cli",
+            "goqueue.api.cli",
             "serve",
             "--port",
             str(free_port()),

@@ -145,7 +145,7 @@ def test_logs_are_json_lines_with_job_fields(make_node) -> None:
 def test_cli_client_against_a_live_node(node: Node) -> None:
     def goqueue(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(
-            [sys.executable, "-m", "api.cli", *args, "--url", node.url],
+            [sys.executable, "-m", "goqueue.api.cli", *args, "--url", node.url],
             capture_output=True,
             text=True,
             timeout=30,

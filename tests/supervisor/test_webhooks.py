@@ -21,11 +21,10 @@ from typing import Any
 
 import pytest
 from aiohttp import web
+from goqueue.supervisor.webhooks import WebhookSender, retry_delay, sign
 from multidict import CIMultiDict
 
-from supervisor.webhooks import WebhookSender, retry_delay, sign
-
-LOGGER = "supervisor.webhooks"
+LOGGER = "goqueue.supervisor.webhooks"
 BODY = b'{"id":"6f1c2a9e-0000-4000-8000-000000000001","status":"done","result":{"ok":true}}'
 JOB_ID = "6f1c2a9e-0000-4000-8000-000000000001"
 

@@ -8,9 +8,9 @@ from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
+from goqueue.supervisor.store.base import Store
+from goqueue.supervisor.store.memory import MemoryStore
 
-from supervisor.store.base import Store
-from supervisor.store.memory import MemoryStore
 from tests.conftest import postgres_dsn
 
 OpenStore = Callable[..., contextlib.AbstractAsyncContextManager[Store]]
@@ -31,7 +31,7 @@ def open_store(request: pytest.FixtureRequest) -> OpenStore:
             store = shared.setdefault("store", MemoryStore(node_id, **options))
             yield store
             return
-        from supervisor.store.postgres import PostgresStore
+        from goqueue.supervisor.store.postgres import PostgresStore
 
         store = PostgresStore(dsn, node_id, schema=schema, **options)
         await store.open()

@@ -7,15 +7,14 @@ from datetime import timedelta
 
 import msgspec
 import pytest
-
-from supervisor.errors import (
+from goqueue.supervisor.errors import (
     DuplicateJob,
     IdempotencyMismatch,
     InvalidState,
     NotFound,
 )
-from supervisor.jobs import JobFilter, JobSpec, utcnow
-from supervisor.store.base import NewJob, Store
+from goqueue.supervisor.jobs import JobFilter, JobSpec, utcnow
+from goqueue.supervisor.store.base import NewJob, Store
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -18,8 +18,7 @@ from typing import Any, TypeVar
 import msgspec
 import psycopg
 import pytest
-
-from supervisor.errors import (
+from goqueue.supervisor.errors import (
     DuplicateJob,
     IdempotencyMismatch,
     InvalidState,
@@ -27,11 +26,12 @@ from supervisor.errors import (
     StoreFull,
     StoreUnavailable,
 )
-from supervisor.jobs import Enqueued, JobFilter, JobSpec, Lease, Outcome, utcnow
-from supervisor.store import pg_schema
-from supervisor.store.base import NewJob
-from supervisor.store.pg_group_commit import Batcher
-from supervisor.store.postgres import PostgresStore
+from goqueue.supervisor.jobs import Enqueued, JobFilter, JobSpec, Lease, Outcome, utcnow
+from goqueue.supervisor.store import pg_schema
+from goqueue.supervisor.store.base import NewJob
+from goqueue.supervisor.store.pg_group_commit import Batcher
+from goqueue.supervisor.store.postgres import PostgresStore
+
 from tests.conftest import postgres_dsn
 
 pytestmark = pytest.mark.postgres

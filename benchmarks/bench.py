@@ -1,4 +1,5 @@
-"""`goqueue bench`: start real nodes on loopback, drive them, print what they did.
+"""`goqueue bench` (or `python -m benchmarks`): start real nodes on loopback, drive them,
+print what they did.
 
 Phases, each bounded in time: open-loop enqueue latency at fixed rates, the highest
 sustained enqueue rate (single and batch), end-to-end throughput of no-op jobs, the
@@ -28,7 +29,9 @@ from typing import Any
 
 import uvloop
 
-from api.loadgen import LoadClient
+from benchmarks.loadgen import LoadClient
+
+CHECKOUT = Path(__file__).resolve().parent.parent
 
 NOOP = b'{"type":"bench.noop"}'
 HELD = b'{"type":"bench.noop","queue":"bench-held"}'
@@ -125,17 +128,19 @@ class BenchNode:
         self.url = f"http://127.0.0.1:{self.port}"
         env = {k: v for k, v in os.environ.items() if not k.startswith("GOQUEUE_")}
         env.pop("DATABASE_URL", None)
+        # the bench actors live beside this file, outside the installed package
+        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(CHECKOUT), env.get("PYTHONPATH")]))
         cmd = [
             sys.executable,
             "-m",
-            "api.cli",
+            "goqueue.api.cli",
             "serve",
             "--host",
             "127.0.0.1",
             "--port",
             str(self.port),
             "--actors",
-            "actors.bench",
+            "benchmarks.actors",
             "--log-level",
             "warning",
             "--max-pending",

@@ -3,7 +3,7 @@
 import os
 import signal
 
-from actors import Context, actor
+from goqueue import Context, actor
 
 
 @actor("bench.noop", max_retries=0)
