@@ -20,6 +20,8 @@ from typing import Any
 
 import pytest
 
+pytest_plugins = ["tests.pgcluster"]  # the private PostgreSQL cluster fixture
+
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import threading
 import time
 import uuid
@@ -16,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Node, postgres_dsn, request, stop_node, wait_for
+from tests.pgcluster import PgCluster
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(180)]
 
@@ -23,9 +23,17 @@ pytestmark = [pytest.mark.postgres, pytest.mark.timeout(180)]
 @pytest.fixture
 def cluster(make_node) -> Iterator[Callable[..., Node]]:
     """A factory of nodes sharing one fresh schema of the test database."""
-    dsn = postgres_dsn()
-    schema = f"gq_cluster_{uuid.uuid4().hex[:10]}"
+    yield from _nodes_on(make_node, postgres_dsn())
 
+
+@pytest.fixture
+def private_cluster(make_node, pg_cluster: PgCluster) -> Iterator[Callable[..., Node]]:
+    """The same, on a private PostgreSQL the test may stop, crash and restart."""
+    yield from _nodes_on(make_node, pg_cluster.dsn)
+
+
+def _nodes_on(make_node, dsn: str) -> Iterator[Callable[..., Node]]:
+    schema = f"gq_cluster_{uuid.uuid4().hex[:10]}"
     nodes: list[Node] = []
 
     def make(*args: str, session: bool = False, wait: bool = True) -> Node:
@@ -149,18 +157,15 @@ def test_forty_concurrent_enqueues_with_one_dedupe_key_on_two_nodes(cluster) -> 
     assert sorted(Counter(statuses).items()) == [(201, 1), (409, 39)]
 
 
-def test_database_restart_loses_nothing_and_completes_once(cluster, tmp_path: Path) -> None:
-    a = cluster("--workers", "2")
-    b = cluster("--workers", "2")
+def test_database_restart_loses_nothing_and_completes_once(
+    private_cluster, pg_cluster: PgCluster, tmp_path: Path
+) -> None:
+    a = private_cluster("--workers", "2")
+    b = private_cluster("--workers", "2")
     jobs = [{"type": "counted", "payload": {"dir": str(tmp_path)}}] * 400
     ids = batch_enqueue(a, jobs)
     wait_for(lambda: len(counted_runs(tmp_path)) >= 50, timeout=60)
-    cluster_name = os.listdir("/etc/postgresql")[0]
-    subprocess.run(
-        ["pg_ctlcluster", "--skip-systemctl-redirect", cluster_name, "main", "restart"],
-        check=True,
-        timeout=60,
-    )
+    pg_cluster.restart()
     wait_for(lambda: request("GET", a.url + "/ready").status == 200, timeout=60)
     late = batch_enqueue(b, jobs[:100])
     wait_for(lambda: all_done(a, 500), timeout=120, interval=0.3)
@@ -169,20 +174,13 @@ def test_database_restart_loses_nothing_and_completes_once(cluster, tmp_path: Pa
     assert max(runs.values()) == 1
 
 
-def pg_ctl(action: str) -> None:
-    name = os.listdir("/etc/postgresql")[0]
-    subprocess.run(
-        ["pg_ctlcluster", "--skip-systemctl-redirect", name, "main", action],
-        check=True,
-        timeout=60,
-    )
-
-
-def test_database_down_answers_503_holds_outcomes_and_recovers(cluster, tmp_path: Path) -> None:
-    node = cluster("--workers", "2")
+def test_database_down_answers_503_holds_outcomes_and_recovers(
+    private_cluster, pg_cluster: PgCluster, tmp_path: Path
+) -> None:
+    node = private_cluster("--workers", "2")
     job = node.enqueue(type="sleep", payload={"seconds": 3.0, "dir": str(tmp_path)})
     wait_for(lambda: node.get(f"/jobs/{job['id']}").body["status"] == "running", timeout=20)
-    pg_ctl("stop")
+    pg_cluster.stop()
     try:
         assert node.get("/health").status == 200
         wait_for(lambda: node.get("/ready").status == 503, timeout=15)
@@ -194,7 +192,7 @@ def test_database_down_answers_503_holds_outcomes_and_recovers(cluster, tmp_path
         # the attempt finishes while the database is down; its outcome is held
         wait_for(lambda: (tmp_path / f"done-{job['id']}").exists(), timeout=20)
     finally:
-        pg_ctl("start")
+        pg_cluster.start()
     wait_for(lambda: node.get("/ready").status == 200, timeout=60)
     done = node.wait_status(job["id"], "done", timeout=60)
     assert done["attempts"] == 1
