@@ -24,7 +24,7 @@ from goqueue.api.schemas import HIDDEN_JOB_FIELDS, JobOut
 from goqueue.supervisor.errors import StoreUnavailable
 from goqueue.supervisor.jobs import Job, JobSpec
 from goqueue.supervisor.metrics import Metrics
-from goqueue.supervisor.pool import IDLE
+from goqueue.supervisor.vocab import WorkerState
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
@@ -560,7 +560,7 @@ def test_health_ready_and_draining(api_server: ApiServer) -> None:
     engine = api_server.engine
     assert engine is not None
     api_server.sync(lambda: engine.pool.spawn(1))  # one real (empty) worker process
-    wait_until(lambda: api_server.sync(lambda: engine.pool.count(IDLE)), "a worker", 30)
+    wait_until(lambda: api_server.sync(lambda: engine.pool.count(WorkerState.IDLE)), "a worker", 30)
     ready = api_server.get("/ready")
     assert ready.status == 200
     assert ready.json == {
