@@ -17,7 +17,7 @@ from goqueue.supervisor.jobs import Lease
 from goqueue.supervisor.vocab import KillReason, WorkerState
 
 if TYPE_CHECKING:
-    from goqueue.supervisor.pool import Channel
+    from goqueue.supervisor.channel import Channel
 
 
 @dataclass(eq=False)

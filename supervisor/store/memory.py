@@ -7,7 +7,6 @@ only owner, so the same contract tests hold for both stores.
 
 from __future__ import annotations
 
-import heapq
 import itertools
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -40,10 +39,8 @@ from goqueue.supervisor.jobs import (
     utcnow,
 )
 from goqueue.supervisor.store.base import NewJob
+from goqueue.supervisor.store.memory_heaps import PendingHeaps
 from goqueue.supervisor.vocab import TERMINAL, EventKind, Status
-
-ReadyKey = tuple[str, str]  # (queue, type)
-ReadyEntry = tuple[int, float, int, str]  # (-priority, run_at, seq, job id)
 
 
 class MemoryStore:
@@ -71,8 +68,7 @@ class MemoryStore:
         self.max_finished = max_finished
         self.max_events_per_job = max_events_per_job
         self._jobs: dict[str, Job] = {}
-        self._ready: dict[ReadyKey, list[ReadyEntry]] = {}
-        self._delayed: list[tuple[float, int, str]] = []
+        self._pending = PendingHeaps(self._jobs)
         self._tokens: dict[str, str] = {}  # job id -> lease token
         self._leases: dict[str, Lease] = {}  # token -> lease
         self._dedupe: dict[str, tuple[str, float]] = {}
@@ -176,56 +172,20 @@ class MemoryStore:
     ) -> list[Lease]:
         """Take up to `limit` due jobs, best first, within the per-type slots."""
         now = self.clock()
-        self._promote(now.timestamp())
+        self._pending.promote(now.timestamp())
         free = dict(slots)
         leases: list[Lease] = []
         while len(leases) < limit:
-            key = self._best_ready(queues, free)
+            key = self._pending.best(queues, free, self._paused)
             if key is None:
                 break
-            _, _, _, job_id = heapq.heappop(self._ready[key])
-            job = self._jobs[job_id]
+            job = self._pending.pop(key)
             free[job.type] -= 1
             leases.append(self._lease(job, now))
         return leases
 
-    def _best_ready(self, queues: frozenset[str] | None, free: dict[str, int]) -> ReadyKey | None:
-        best: tuple[ReadyEntry, ReadyKey] | None = None
-        for key, heap in self._ready.items():
-            queue, job_type = key
-            if free.get(job_type, 0) <= 0 or queue in self._paused:
-                continue
-            if queues is not None and queue not in queues:
-                continue
-            while heap and not self._is_pending(heap[0][3]):
-                heapq.heappop(heap)  # cancelled while waiting
-            if heap and (best is None or heap[0] < best[0]):
-                best = (heap[0], key)
-        return None if best is None else best[1]
-
-    def _is_pending(self, job_id: str) -> bool:
-        job = self._jobs.get(job_id)
-        return job is not None and job.status == Status.PENDING
-
-    def _promote(self, now_ts: float) -> None:
-        """Move delayed jobs that are now due into their ready heaps."""
-        delayed = self._delayed
-        while delayed and delayed[0][0] <= now_ts:
-            _, _, job_id = heapq.heappop(delayed)
-            job = self._jobs.get(job_id)
-            if job is not None and job.status == Status.PENDING:
-                self._push_ready(job)
-
-    def _push_ready(self, job: Job) -> None:
-        entry = (-job.priority, job.run_at.timestamp(), job.seq, job.id)
-        heapq.heappush(self._ready.setdefault((job.queue, job.type), []), entry)
-
     def _make_pending(self, job: Job, now: datetime) -> None:
-        run_ts = job.run_at.timestamp()
-        if run_ts <= now.timestamp():
-            self._push_ready(job)
-        else:
-            heapq.heappush(self._delayed, (run_ts, job.seq, job.id))
+        self._pending.add(job, now.timestamp())
         self._depth_add(job, +1)
         self._wake()
 
@@ -247,11 +207,7 @@ class MemoryStore:
 
     def next_due_at(self) -> datetime | None:
         """When the earliest delayed job becomes due."""
-        while self._delayed and not self._is_pending(self._delayed[0][2]):
-            heapq.heappop(self._delayed)
-        if not self._delayed:
-            return None
-        return self._jobs[self._delayed[0][2]].run_at
+        return self._pending.next_due()
 
     # -- leases and outcomes ---------------------------------------------------------
 

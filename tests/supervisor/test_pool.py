@@ -22,8 +22,9 @@ from goqueue.actors.protocol import (
     SupervisorCodec,
     WorkerCodec,
 )
+from goqueue.supervisor.channel import Channel
 from goqueue.supervisor.jobs import Job, JobSpec, Lease
-from goqueue.supervisor.pool import Channel, Pool, Recycle
+from goqueue.supervisor.pool import Pool, Recycle
 from goqueue.supervisor.vocab import KillReason, WorkerState
 from goqueue.supervisor.worker import Worker
 
