@@ -80,10 +80,10 @@ class Dispatcher:
         self.prefetch = prefetch
         self.clock = clock
         self.sleep = sleep
-        self.running: Counter[str] = Counter()
-        self.started: dict[str, Lease] = {}  # token -> lease of each attempt on a worker
-        self.buffer: deque[Lease] = deque()  # claimed, not yet started (prefetch)
-        self.buffered: Counter[str] = Counter()
+        self._running: Counter[str] = Counter()
+        self._started: dict[str, Lease] = {}  # token -> lease of each attempt on a worker
+        self._buffer: deque[Lease] = deque()  # claimed, not yet started (prefetch)
+        self._buffered: Counter[str] = Counter()
         self.dispatching = True
         self.rng = random.Random()
         self._wake = asyncio.Event()
@@ -137,11 +137,11 @@ class Dispatcher:
         while self.dispatching:
             self._hand_out()
             idle = self.pool.idle()
-            want = len(idle) + self.prefetch - len(self.buffer)
+            want = len(idle) + self.prefetch - len(self._buffer)
             if want <= 0:
                 return
             types = self.catalog.types if self.prefetch else _types_of(idle)
-            held = self.running + self.buffered
+            held = self._running + self._buffered
             slots = {t: n for t, n in self.catalog.free_slots(held, want).items() if t in types}
             if not slots or self._seen == self._news:
                 return
@@ -152,8 +152,8 @@ class Dispatcher:
                 log.warning("claim failed: store unavailable", extra={"err": str(exc)})
                 asyncio.get_running_loop().call_later(RETRY_CLAIM, self.wake)
                 return
-            self.buffer.extend(leases)
-            self.buffered.update(lease.job.type for lease in leases)
+            self._buffer.extend(leases)
+            self._buffered.update(lease.job.type for lease in leases)
             if len(leases) < want:
                 self._seen = news  # drained as of then; a wake since means look again
                 self._hand_out()
@@ -162,22 +162,22 @@ class Dispatcher:
     def _hand_out(self) -> None:
         """Start buffered leases on idle workers that know their type, best first."""
         for worker in self.pool.idle():
-            lease = next((x for x in self.buffer if x.job.type in worker.types), None)
+            lease = next((x for x in self._buffer if x.job.type in worker.types), None)
             if lease is None:
                 continue
             self._unbuffer(lease)
             self._start(lease, worker)
 
     def _unbuffer(self, lease: Lease) -> None:
-        self.buffer.remove(lease)
-        self.buffered[lease.job.type] -= 1
-        if self.buffered[lease.job.type] <= 0:
-            del self.buffered[lease.job.type]
+        self._buffer.remove(lease)
+        self._buffered[lease.job.type] -= 1
+        if self._buffered[lease.job.type] <= 0:
+            del self._buffered[lease.job.type]
 
     def _start(self, lease: Lease, worker: Worker) -> None:
         job = lease.job
-        self.running[job.type] += 1
-        self.started[lease.token] = lease
+        self._running[job.type] += 1
+        self._started[lease.token] = lease
         self.hooks.after_start(job)
         self.pool.run(worker, lease, self.timeout_of(job))
 
@@ -189,11 +189,11 @@ class Dispatcher:
 
     def held_leases(self) -> list[Lease]:
         """Every lease this node holds: attempts on workers, then those in hand."""
-        return [*self.started.values(), *self.buffer]
+        return [*self._started.values(), *self._buffer]
 
     def drop(self, token: str) -> bool:
         """Forget a buffered lease that is no longer ours (cancelled, taken over)."""
-        lease = next((x for x in self.buffer if x.token == token), None)
+        lease = next((x for x in self._buffer if x.token == token), None)
         if lease is None:
             return False
         self._unbuffer(lease)
@@ -214,8 +214,8 @@ class Dispatcher:
 
     def release_buffer(self) -> None:
         """Hand every buffered lease back to the store, uncounted (shutdown)."""
-        while self.buffer:
-            lease = self.buffer[0]
+        while self._buffer:
+            lease = self._buffer[0]
             self._unbuffer(lease)
             self._write(partial(self.store.release, lease))
 
@@ -261,10 +261,10 @@ class Dispatcher:
 
     def _finish(self, lease: Lease, outcome: AttemptOutcome | None, duration: float) -> None:
         job_type = lease.job.type
-        self.started.pop(lease.token, None)
-        self.running[job_type] -= 1
-        if self.running[job_type] <= 0:
-            del self.running[job_type]
+        self._started.pop(lease.token, None)
+        self._running[job_type] -= 1
+        if self._running[job_type] <= 0:
+            del self._running[job_type]
         if outcome is not None:
             self.hooks.after_attempt(job_type, outcome, duration)
         if self.catalog.limit(job_type) is not None:

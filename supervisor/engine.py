@@ -105,7 +105,7 @@ class Engine:
         """Check types (templates too) and resolve `max_retries` defaults."""
         if self.draining:
             raise Draining("the node is shutting down and accepts no new jobs")
-        known = await self.known_types()
+        known = await self._known_types()
         resolved = self._resolve(spec, known, "")
         return NewJob(
             spec=resolved,
@@ -128,7 +128,7 @@ class Engine:
             spec, max_retries=retries, on_success=on_success, on_failure=on_failure
         )
 
-    async def known_types(self) -> frozenset[str]:
+    async def _known_types(self) -> frozenset[str]:
         """Types this node or (with a shared store) any live node can run; cached briefly."""
         now = time.monotonic()
         if now - self._types_at > _TYPES_TTL:
