@@ -174,11 +174,10 @@ class DeadLetter(msgspec.Struct, kw_only=True, gc=False):
 
 
 class Event(msgspec.Struct, kw_only=True):
-    """One entry of a job's audit trail. `event` holds an `EventKind`; it is declared
-    `str` because the API documents it as a plain string."""
+    """One entry of a job's audit trail."""
 
     job_id: str
-    event: str
+    event: str  # an EventKind, declared str: the API documents a plain string
     at: datetime
     node: str
     attempt: int
