@@ -119,7 +119,6 @@ def build_node(settings: Settings, reload_settings: Callable[[], Settings]) -> N
         settings=settings,
         store=store,
         pool=pool,
-        catalog=catalog,
         dispatcher=dispatcher,
         engine=engine,
         hooks=hooks,

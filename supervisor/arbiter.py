@@ -67,7 +67,7 @@ class Arbiter:
         self.dispatcher = node.dispatcher
         self.metrics = node.metrics
         self.leases = node.leases
-        self.catalog = node.catalog
+        self.catalog = node.dispatcher.catalog  # empty until the first worker is Ready
         self.target = node.settings.workers
         self.generation = 0
         self.exit_code = EXIT_OK

@@ -11,7 +11,7 @@ the store writes them inside the outcome's own transaction.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 import msgspec
 from goqueue.supervisor.jobs import Job, Outcome
@@ -47,35 +47,66 @@ class Hook:
 
 
 class Hooks(Hook):
-    """Every hook of a node, called in a fixed order; a hook that raises is logged."""
+    """Every hook of a node, called in a fixed order; a hook that raises is logged.
+
+    Each event is fanned out only to the hooks that override its method: the calls sit
+    on every job's path, and most hooks care about few events."""
 
     def __init__(self, hooks: Sequence[Hook]) -> None:
         self.hooks = tuple(hooks)
-
-    def _each(self, event: str, call: Callable[[Hook], None]) -> None:
-        for hook in self.hooks:
-            try:
-                call(hook)
-            except Exception:
-                log.exception("hook failed", extra={"hook": type(hook).__name__, "event": event})
+        hs = self.hooks
+        self._enqueue = [h for h in hs if type(h).after_enqueue is not Hook.after_enqueue]
+        self._start = [h for h in hs if type(h).after_start is not Hook.after_start]
+        self._attempt = [h for h in hs if type(h).after_attempt is not Hook.after_attempt]
+        self._error = [h for h in hs if type(h).after_error is not Hook.after_error]
+        self._outcome = [h for h in hs if type(h).after_outcome is not Hook.after_outcome]
+        self._cancel = [h for h in hs if type(h).after_cancel is not Hook.after_cancel]
 
     def after_enqueue(self, job: Job) -> None:
-        self._each("after_enqueue", lambda hook: hook.after_enqueue(job))
+        for hook in self._enqueue:
+            try:
+                hook.after_enqueue(job)
+            except Exception:
+                _failed(hook, "after_enqueue")
 
     def after_start(self, job: Job) -> None:
-        self._each("after_start", lambda hook: hook.after_start(job))
+        for hook in self._start:
+            try:
+                hook.after_start(job)
+            except Exception:
+                _failed(hook, "after_start")
 
     def after_attempt(self, job_type: str, outcome: AttemptOutcome, duration: float) -> None:
-        self._each("after_attempt", lambda hook: hook.after_attempt(job_type, outcome, duration))
+        for hook in self._attempt:
+            try:
+                hook.after_attempt(job_type, outcome, duration)
+            except Exception:
+                _failed(hook, "after_attempt")
 
     def after_error(self, job: Job, error: str, traceback: str) -> None:
-        self._each("after_error", lambda hook: hook.after_error(job, error, traceback))
+        for hook in self._error:
+            try:
+                hook.after_error(job, error, traceback)
+            except Exception:
+                _failed(hook, "after_error")
 
     def after_outcome(self, outcome: Outcome) -> None:
-        self._each("after_outcome", lambda hook: hook.after_outcome(outcome))
+        for hook in self._outcome:
+            try:
+                hook.after_outcome(outcome)
+            except Exception:
+                _failed(hook, "after_outcome")
 
     def after_cancel(self, job: Job, force: bool) -> None:
-        self._each("after_cancel", lambda hook: hook.after_cancel(job, force))
+        for hook in self._cancel:
+            try:
+                hook.after_cancel(job, force)
+            except Exception:
+                _failed(hook, "after_cancel")
+
+
+def _failed(hook: Hook, event: str) -> None:
+    log.exception("hook failed", extra={"hook": type(hook).__name__, "event": event})
 
 
 class MetricsHook(Hook):

@@ -7,7 +7,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from goqueue.supervisor.catalog import Catalog
 from goqueue.supervisor.config import Settings
 from goqueue.supervisor.dispatch import Dispatcher
 from goqueue.supervisor.engine import Engine
@@ -36,7 +35,6 @@ class Node:
     settings: Settings
     store: Store
     pool: Pool
-    catalog: Catalog  # empty until the first worker reports its actors
     dispatcher: Dispatcher
     engine: Engine
     hooks: Hooks

@@ -27,8 +27,9 @@ class PendingHeaps:
     def add(self, job: Job, now_ts: float) -> None:
         """A job became pending: ready if due at `now_ts`, delayed otherwise."""
         run_ts = job.run_at.timestamp()
-        if run_ts <= now_ts:
-            self._push_ready(job)
+        if run_ts <= now_ts:  # as _push_ready, inline: this runs for every job enqueued
+            entry = (-job.priority, run_ts, job.seq, job.id)
+            heapq.heappush(self.ready.setdefault((job.queue, job.type), []), entry)
         else:
             heapq.heappush(self.delayed, (run_ts, job.seq, job.id))
 

@@ -53,6 +53,7 @@ class FakePool:
 @dataclass
 class FakeDispatcher:
     woken: int = 0
+    catalog: Catalog = field(default_factory=lambda: Catalog((), {}))
 
     def wake(self) -> None:
         self.woken += 1
@@ -74,7 +75,6 @@ def arbiter() -> tuple[Arbiter, FakePool, FakeDispatcher, Metrics]:
     node = Node(
         settings=settings,
         pool=pool,
-        catalog=Catalog((), {}),
         dispatcher=dispatcher,
         metrics=metrics,
         reload_settings=lambda: settings,
