@@ -10,7 +10,6 @@ import difflib
 import importlib
 import inspect
 import re
-import sys
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -108,15 +107,14 @@ class Registry(dict[str, Actor]):
         return [a.info() for a in self.values()]
 
 
-def load_actors(modules: Iterable[str], *, fresh: bool = False) -> Registry:
-    """Import `modules` and collect the actors they define; `fresh` re-imports them.
+def load_actors(modules: Iterable[str]) -> Registry:
+    """Import `modules` and collect the actors they define (a reload boots a new worker
+    process, so each worker imports its modules once).
 
     Raises ActorDefinitionError for a module without actors or a name defined twice.
     """
     registry = Registry()
     for module_name in modules:
-        if fresh:
-            sys.modules.pop(module_name, None)
         module = importlib.import_module(module_name)
         found = [v for v in vars(module).values() if isinstance(v, Actor)]
         if not found:

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from goqueue.api.client_output import (
     DEAD_COLUMNS,
@@ -38,6 +38,9 @@ from goqueue.api.client_output import (
     table,
 )
 from goqueue.supervisor.jobs import STATUSES
+
+if TYPE_CHECKING:
+    Subparsers: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
 
 DEFAULT_URL = "http://127.0.0.1:8080"
 DEFAULT_HTTP_TIMEOUT = 10.0
@@ -502,7 +505,7 @@ def _common_options() -> argparse.ArgumentParser:
     return common
 
 
-def _add_enqueue(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+def _add_enqueue(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     """`goqueue enqueue TYPE [options]`."""
     p = subparsers.add_parser("enqueue", parents=[common], help="enqueue a job")
     p.add_argument("type", metavar="TYPE", help="the job type (an actor's name)")
@@ -530,7 +533,7 @@ def _add_enqueue(subparsers: argparse._SubParsersAction, common: argparse.Argume
     p.set_defaults(func=cmd_enqueue)
 
 
-def _add_jobs(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+def _add_jobs(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     """`goqueue jobs`, `job ID`, `events ID`, `cancel ID`."""
     p = subparsers.add_parser("jobs", parents=[common], help="list jobs, newest first")
     p.add_argument("--type", metavar="T", help="only this job type")
@@ -553,7 +556,7 @@ def _add_jobs(subparsers: argparse._SubParsersAction, common: argparse.ArgumentP
     p.set_defaults(func=cmd_cancel)
 
 
-def _add_queues(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+def _add_queues(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     """`goqueue stats`, `queue-stats NAME`, `pause QUEUE`, `resume QUEUE`."""
     p = subparsers.add_parser("stats", parents=[common], help="counts, depth, workers")
     p.set_defaults(func=cmd_stats)
@@ -571,7 +574,7 @@ def _add_queues(subparsers: argparse._SubParsersAction, common: argparse.Argumen
     p.set_defaults(func=cmd_resume)
 
 
-def _add_dlq(subparsers: argparse._SubParsersAction, common: argparse.ArgumentParser) -> None:
+def _add_dlq(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     """`goqueue dlq list|show ID|replay ID|purge ID`."""
     dlq = subparsers.add_parser("dlq", help="dead letters: list, show, replay, purge")
     actions = dlq.add_subparsers(dest="dlq_action", metavar="ACTION", required=True)
@@ -596,7 +599,7 @@ def _add_paging(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--offset", type=int, metavar="N", help="skip the first N")
 
 
-def add_client_commands(subparsers: argparse._SubParsersAction) -> None:
+def add_client_commands(subparsers: Subparsers) -> None:
     """Register the client subcommands; each sets `func(args) -> exit code`."""
     common = _common_options()
     _add_enqueue(subparsers, common)

@@ -1,23 +1,35 @@
-"""`goqueue serve`: wire a store, the arbiter and the HTTP API into one running node.
+"""`goqueue serve`: build a node (store, pool, dispatcher, engine, hooks, HTTP) in one place,
+then let the arbiter run it.
 
 This is the only place that knows both the engine and HTTP; the engine never imports
-the API.
+the API. The wiring reads top to bottom as the events flow: the pool reports attempts to
+the dispatcher, which writes them to the store and then tells the hooks.
 """
 
 from __future__ import annotations
 
 import argparse
+import asyncio
 import logging
 import os
+from collections.abc import Callable
 
 import uvloop
 from aiohttp import web
 from goqueue.supervisor import config
-from goqueue.supervisor.arbiter import Arbiter, Hooks
+from goqueue.supervisor.arbiter import Arbiter
+from goqueue.supervisor.catalog import Catalog
 from goqueue.supervisor.config import Settings
+from goqueue.supervisor.dispatch import Dispatcher, Policy
 from goqueue.supervisor.engine import Engine
+from goqueue.supervisor.hooks import Hooks, LogHook, MetricsHook, WebhookHook
+from goqueue.supervisor.leases import Leases
+from goqueue.supervisor.metrics import Metrics
+from goqueue.supervisor.node import Node
+from goqueue.supervisor.pool import Pool, Recycle
 from goqueue.supervisor.store.base import Store
 from goqueue.supervisor.store.memory import MemoryStore
+from goqueue.supervisor.webhooks import WebhookSender
 
 log = logging.getLogger("goqueue.node")
 
@@ -43,19 +55,27 @@ def make_store(settings: Settings) -> Store:
     )
 
 
-class HttpServer:
-    """The aiohttp runner, started once the engine exists and stopped last."""
+def make_webhooks(settings: Settings, metrics: Metrics) -> WebhookSender:
+    """The webhook sender, counting every delivery outcome."""
+    return WebhookSender(
+        secret=settings.webhook_secret.encode() if settings.webhook_secret else None,
+        timeout=settings.webhook_timeout,
+        allow_hosts=frozenset(settings.webhook_allow_hosts or ()) or None,
+        on_outcome=metrics.webhook,
+    )
 
-    def __init__(self, settings: Settings) -> None:
+
+class HttpServer:
+    """The aiohttp runner over an app made when the node starts serving."""
+
+    def __init__(self, settings: Settings, make_app: Callable[[], web.Application]) -> None:
         self.settings = settings
+        self.make_app = make_app
         self.runner: web.AppRunner | None = None
 
-    async def start(self, engine: Engine) -> None:
-        """Serve the API for `engine`."""
-        from goqueue.api.app import create_app
-
-        app = create_app(engine, self.settings)
-        self.runner = web.AppRunner(app, access_log=None, handle_signals=False)
+    async def start(self) -> None:
+        """Serve the API."""
+        self.runner = web.AppRunner(self.make_app(), access_log=None, handle_signals=False)
         await self.runner.setup()
         site = web.TCPSite(self.runner, self.settings.host, self.settings.port, backlog=1024)
         await site.start()
@@ -67,16 +87,56 @@ class HttpServer:
             await self.runner.cleanup()
 
 
+def build_node(settings: Settings, reload_settings: Callable[[], Settings]) -> Node:
+    """Every part of one node, wired. Call it on the running loop the node will use."""
+    from goqueue.api.app import create_app
+
+    store = make_store(settings)
+    metrics = Metrics()
+    webhooks = make_webhooks(settings, metrics)
+    hooks = Hooks([MetricsHook(metrics), LogHook(), WebhookHook(webhooks)])
+    catalog = Catalog((), settings.limits)  # the first worker's Ready fills it in
+    pool = Pool(
+        asyncio.get_running_loop(),
+        settings.actors,
+        kill_grace=settings.kill_grace,
+        recycle=Recycle.of(settings),
+    )
+    dispatcher = Dispatcher(
+        store,
+        pool,
+        catalog,
+        hooks,
+        policy=Policy.of(settings),
+        # a store whose claims cost a round trip keeps a worker's worth in hand
+        prefetch=settings.workers if store.claim_ahead else 0,
+    )
+    pool.listen(jobs=dispatcher)
+    store.set_waker(dispatcher.wake)
+    engine = Engine(store, pool, catalog, hooks, metrics, kill=dispatcher.cancel_lease)
+    http = HttpServer(settings, lambda: create_app(engine, settings))
+    return Node(
+        settings=settings,
+        store=store,
+        pool=pool,
+        dispatcher=dispatcher,
+        engine=engine,
+        hooks=hooks,
+        metrics=metrics,
+        webhooks=webhooks,
+        leases=Leases(store, dispatcher, pool),
+        http=http,
+        reload_settings=reload_settings,
+    )
+
+
 async def serve_async(settings: Settings, args: argparse.Namespace | None) -> int:
     """Run one node until it is stopped; returns the exit code."""
-    http = HttpServer(settings)
 
     def reload_settings() -> Settings:
         return config.reload(settings, args, os.environ)
 
-    store = make_store(settings)
-    arbiter = Arbiter(settings, store, Hooks(http.start, http.stop, reload_settings))
-    return await arbiter.run()
+    return await Arbiter(build_node(settings, reload_settings)).run()
 
 
 def serve(settings: Settings, args: argparse.Namespace | None) -> int:

@@ -144,9 +144,9 @@ def _components(ops: Sequence[Operation]) -> tuple[dict[Any, Any], dict[str, Any
                 types.append(kind)
     refs, components = msgspec.json.schema_components(types, ref_template=REF_TEMPLATE)
     names = {name: name.removesuffix("Out") or name for name in components}
-    refs = [_renamed(ref, names) for ref in refs]
+    renamed_refs = [_renamed(ref, names) for ref in refs]
     renamed = {names[name]: _renamed(schema, names) for name, schema in components.items()}
-    return dict(zip(types, refs, strict=True)), renamed
+    return dict(zip(types, renamed_refs, strict=True)), renamed
 
 
 def _renamed(node: Any, names: Mapping[str, str]) -> Any:

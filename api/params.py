@@ -41,8 +41,15 @@ _BOOLS = {"true": True, "1": True, "false": False, "0": False}
 class QueryParam(Protocol):
     """A query parameter that parses and documents itself."""
 
-    name: str
-    description: str
+    @property
+    def name(self) -> str:
+        """Its name in the query string."""
+        ...
+
+    @property
+    def description(self) -> str:
+        """What it does, for OpenAPI."""
+        ...
 
     def schema(self) -> dict[str, Any]:
         """Its JSON Schema, for OpenAPI."""

@@ -1,8 +1,12 @@
 """The arbiter: a node's main loop, in the manner of a pre-fork server.
 
-Signal handlers only queue the signal; the loop drains the queue into small `handle_*`
-methods, then once per tick runs `manage_workers()` and the lease chores. Deadlines are
-timers in the pool, so a hung attempt is killed on time whatever the tick is doing.
+It receives a node already built (`goqueue.supervisor.node.Node`) and only runs its
+lifecycle. Signal handlers only queue the signal; the loop drains the queue into small
+`handle_*` methods, then once per tick runs `manage_workers()` and the chores (gauges, a
+claim sweep, the lease chores). It hears the pool's worker lifecycle events (boot,
+reload probe, respawn); attempts' outcomes go from the pool to the dispatcher, never
+through here. Deadlines are timers in the pool, so a hung attempt is killed on time
+whatever the tick is doing.
 """
 
 from __future__ import annotations
@@ -11,23 +15,20 @@ import asyncio
 import contextlib
 import gc
 import logging
+import random
 import signal
 import time
-from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
-from datetime import timedelta
 
-from goqueue.actors.protocol import BootFailed, JobDone, JobFailed, Ready
+from goqueue.actors.protocol import BootFailed, Ready
+from goqueue.supervisor.backoff import Backoff, backoff
 from goqueue.supervisor.catalog import Catalog
 from goqueue.supervisor.config import Settings
-from goqueue.supervisor.dispatch import Dispatcher
-from goqueue.supervisor.engine import Engine
-from goqueue.supervisor.errors import StoreUnavailable
-from goqueue.supervisor.jobs import utcnow
-from goqueue.supervisor.metrics import Metrics
-from goqueue.supervisor.pool import BUSY, IDLE, STOPPING, Pool, Worker, describe_exit
-from goqueue.supervisor.store.base import Store
-from goqueue.supervisor.webhooks import WebhookSender
+from goqueue.supervisor.dispatch import Policy
+from goqueue.supervisor.errors import BootError, StoreUnavailable
+from goqueue.supervisor.node import Node
+from goqueue.supervisor.pool import Recycle, describe_exit
+from goqueue.supervisor.vocab import KillReason, RestartReason, WorkerState
+from goqueue.supervisor.worker import Worker
 
 log = logging.getLogger("goqueue.arbiter")
 
@@ -36,7 +37,6 @@ EXIT_BOOT_ERROR = 3
 TICK = 0.5
 SWEEP = 5.0  # seconds between claims that no notification asked for
 PRUNE_EVERY = 60.0  # seconds between deletions of expired finished jobs
-PRUNE_BATCH = 10_000
 SIGNALS = (
     signal.SIGTERM,
     signal.SIGINT,
@@ -46,34 +46,34 @@ SIGNALS = (
     signal.SIGTTOU,
 )
 
-
-class BootError(Exception):
-    """The first worker could not import the actor modules."""
-
-
-@dataclass
-class Hooks:
-    """What the command that starts a node plugs in: the HTTP server and config reload."""
-
-    start_http: Callable[[Engine], Awaitable[None]]
-    stop_http: Callable[[], Awaitable[None]]
-    reload_settings: Callable[[], Settings]
+# A worker that died of these is replaced and counted under that restart reason; the
+# other endings (stopped, recycled, shut down, boot failure) are counted where decided.
+_RESTARTS: dict[KillReason | None, RestartReason] = {
+    None: RestartReason.CRASH,
+    KillReason.TIMEOUT: RestartReason.TIMEOUT,
+    KillReason.CANCEL: RestartReason.CANCEL,
+    KillReason.LEASE_LOST: RestartReason.LEASE_LOST,
+}
 
 
 class Arbiter:
-    """Owns the worker processes, the dispatcher and the node's lifecycle."""
+    """Runs one node's lifecycle: boot, signals, ticks, reload, drain and stop."""
 
-    def __init__(self, settings: Settings, store: Store, hooks: Hooks) -> None:
-        self.settings = settings
-        self.store = store
-        self.hooks = hooks
-        self.metrics = Metrics()
-        self.target = settings.workers
+    def __init__(self, node: Node) -> None:
+        self.node = node
+        self.settings = node.settings
+        self.store = node.store
+        self.pool = node.pool
+        self.dispatcher = node.dispatcher
+        self.metrics = node.metrics
+        self.leases = node.leases
+        self.catalog = node.dispatcher.catalog  # empty until the first worker is Ready
+        self.target = node.settings.workers
         self.generation = 0
         self.exit_code = EXIT_OK
+        self.rng = random.Random()
         self._signals: list[int] = []
         self._wakeup = asyncio.Event()
-        self._changed = asyncio.Event()  # a job finished or a worker exited
         self._stopping: asyncio.Task[None] | None = None
         self._done = asyncio.Event()
         self._probe: Worker | None = None
@@ -85,47 +85,29 @@ class Arbiter:
         self._last_sweep = 0.0
         self._last_prune = 0.0
         self._tasks: list[asyncio.Task[None]] = []
+        node.pool.listen(workers=self)
 
     # -- start -----------------------------------------------------------------------
 
     async def run(self) -> int:
         """Start the node, loop until stopped, return the exit code."""
         loop = asyncio.get_running_loop()
-        self.webhooks = WebhookSender(
-            secret=self.settings.webhook_secret.encode() if self.settings.webhook_secret else None,
-            timeout=self.settings.webhook_timeout,
-            allow_hosts=frozenset(self.settings.webhook_allow_hosts or ()) or None,
-            on_outcome=self.metrics.webhook,
-        )
-        self.pool = Pool(loop, self, self.settings.actors, kill_grace=self.settings.kill_grace)
         try:
             catalog = await self._boot()
         except BootError as exc:
             log.error(f"cannot start: {exc}")
             await self.pool.shutdown(2.0)
             return EXIT_BOOT_ERROR
-        self.catalog = catalog
-        self.metrics.declare_types(catalog.types)
-        self.dispatcher = self._make_dispatcher(catalog)
-        self.engine = Engine(
-            self.store, self.pool, catalog, self.metrics, self.webhooks, kill=self._kill_token
-        )
-        self.store.set_waker(self.dispatcher.wake)
+        self._adopt(catalog, Policy.of(self.settings))
         await self.store.register_node(catalog.limits())
-        await self.webhooks.start()
+        await self.node.webhooks.start()
         self.manage_workers()
         self._tasks.append(asyncio.ensure_future(self.dispatcher.run()))
         for sig in SIGNALS:
             loop.add_signal_handler(sig, self._queue_signal, sig)
-        await self.hooks.start_http(self.engine)
-        log.info(
-            "node started",
-            extra={
-                "workers": self.target,
-                "node": self.store.node_id,
-                "types": sorted(catalog.types),
-            },
-        )
+        await self.node.http.start()
+        extra = {"workers": self.target, "node": self.store.node_id, "types": sorted(catalog.types)}
+        log.info("node started", extra=extra)
         gc.freeze()  # boot-time objects never die: keep them out of every future collection
         self.dispatcher.wake()
         await self._main_loop()
@@ -136,35 +118,26 @@ class Arbiter:
     async def _boot(self) -> Catalog:
         """Open the store (waiting for it if it is not up yet), spawn the first worker and
         learn the actors from its Ready message."""
-        delay = 0.5
+        delays = Backoff(0.5, 10.0, self.rng)
         while True:
             try:
                 await self.store.open()
                 break
             except StoreUnavailable as exc:
-                log.warning(f"store unavailable at start; retrying in {delay:g}s: {exc}")
+                delay = delays.next()
+                log.warning(f"store unavailable at start; retrying in {delay:.2g}s: {exc}")
                 await asyncio.sleep(delay)
-                delay = min(delay * 2, 10.0)
         self._first_ready = asyncio.get_running_loop().create_future()
         self.pool.spawn(self.generation)
         ready = await self._first_ready
         return Catalog(ready.actors, self.settings.limits)
 
-    def _make_dispatcher(self, catalog: Catalog) -> Dispatcher:
-        queues = frozenset(self.settings.queues) if self.settings.queues else None
-        return Dispatcher(
-            self.store,
-            self.pool,
-            catalog,
-            queues=queues,
-            default_timeout=self.settings.default_timeout,
-            retry_base=self.settings.retry_base,
-            retry_cap=self.settings.retry_cap,
-            on_outcome=lambda outcome: self.engine.finished(outcome),
-            on_attempt=self.metrics.attempt,
-            # a store whose claims cost a round trip keeps a worker's worth in hand
-            prefetch=self.target if getattr(self.store, "claim_ahead", False) else 0,
-        )
+    def _adopt(self, catalog: Catalog, policy: Policy) -> None:
+        """Make `catalog` (the actors a worker reported) the node's, everywhere it counts."""
+        self.catalog = catalog
+        self.dispatcher.reconfigure(catalog, policy)
+        self.node.engine.set_catalog(catalog)
+        self.metrics.declare_types(catalog.types)
 
     # -- the loop --------------------------------------------------------------------
 
@@ -190,7 +163,14 @@ class Arbiter:
     def _handle(self, sig: int) -> None:
         name = signal.Signals(sig).name
         log.info("signal received", extra={"signal": name})
-        handler = getattr(self, f"handle_{name[3:].lower()}")
+        handler = {
+            "SIGTERM": self.handle_term,
+            "SIGINT": self.handle_int,
+            "SIGQUIT": self.handle_quit,
+            "SIGHUP": self.handle_hup,
+            "SIGTTIN": self.handle_ttin,
+            "SIGTTOU": self.handle_ttou,
+        }[name]
         handler()
 
     def handle_term(self) -> None:
@@ -199,7 +179,7 @@ class Arbiter:
             self._stopping = asyncio.ensure_future(self._shutdown(self.settings.shutdown_grace))
         else:
             log.warning("second stop signal: stopping now")
-            self._kill_busy("shutdown")
+            self._kill_busy(KillReason.SHUTDOWN)
 
     handle_int = handle_term
 
@@ -208,7 +188,7 @@ class Arbiter:
         if self._stopping is None:
             self._stopping = asyncio.ensure_future(self._shutdown(0.0))
         else:
-            self._kill_busy("shutdown")
+            self._kill_busy(KillReason.SHUTDOWN)
 
     def handle_hup(self) -> None:
         """Reload: re-read config, boot a probe worker with fresh actor modules."""
@@ -216,7 +196,7 @@ class Arbiter:
             log.warning("reload ignored: a reload or a shutdown is already under way")
             return
         try:
-            settings = self.hooks.reload_settings()
+            settings = self.node.reload_settings()
         except Exception as exc:
             log.error(f"reload aborted: {exc}")
             return
@@ -241,10 +221,12 @@ class Arbiter:
         if self._stopping is not None:
             return
         live = [
-            w for w in self.pool if w.state != STOPPING and not w.retire and w is not self._probe
+            w
+            for w in self.pool
+            if w.state != WorkerState.STOPPING and not w.retire and w is not self._probe
         ]
         excess = len(live) - self.target
-        for worker in sorted(live, key=lambda w: w.state != IDLE)[: max(0, excess)]:
+        for worker in sorted(live, key=lambda w: w.state != WorkerState.IDLE)[: max(0, excess)]:
             self._retire(worker)
         now = time.monotonic()
         for _ in range(max(0, -excess)):
@@ -254,68 +236,50 @@ class Arbiter:
 
     def _retire(self, worker: Worker) -> None:
         worker.retire = True
-        if worker.state == IDLE:
+        if worker.state == WorkerState.IDLE:
             self.pool.stop(worker)
 
-    def _kill_busy(self, reason: str) -> None:
+    def _kill_busy(self, reason: KillReason) -> None:
         for worker in self.pool:
-            if worker.state == BUSY or (worker.state == STOPPING and worker.lease):
+            if worker.state == WorkerState.BUSY or (
+                worker.state == WorkerState.STOPPING and worker.lease
+            ):
                 self.pool.kill(worker, reason)
 
-    def _kill_token(self, token: str) -> bool:
-        worker = self.pool.holding(token)
-        if worker is None:
-            return self.dispatcher.drop(token)
-        self.pool.kill(worker, "cancel")
-        return True
-
     async def _chores(self) -> None:
-        """Heartbeat leases, reap expired ones, refresh gauges (a third of a lease apart)."""
+        """Gauges every tick; a claim sweep, pruning and the lease heartbeat when due
+        (the heartbeat a third of a lease apart)."""
         now = time.monotonic()
         self._refresh_gauges()
         if now - self._last_sweep >= SWEEP:
             self._last_sweep = now
             self.dispatcher.wake()  # a safety net under notifications, never for latency
-        if self.settings.retention_seconds and now - self._last_prune >= PRUNE_EVERY:
+        retention = self.settings.retention_seconds
+        if retention and now - self._last_prune >= PRUNE_EVERY:
             self._last_prune = now
-            await self._prune(self.settings.retention_seconds)
-        if now - self._last_heartbeat < self.settings.lease_seconds / 3:
-            return
-        self._last_heartbeat = now
-        leases = [w.lease for w in self.pool if w.lease is not None]
-        leases += self.dispatcher.buffer
+            await self.leases.prune(retention)
+        if now - self._last_heartbeat >= self.settings.lease_seconds / 3:
+            self._last_heartbeat = now
+            await self._heartbeat()
+
+    async def _heartbeat(self) -> None:
+        """Extend held leases, reap expired ones, say this node is alive; then stop the
+        attempts whose lease was lost."""
         try:
-            lost = await self.store.heartbeat(leases, self.settings.lease_seconds)
-            if await self.store.reap_expired():
-                self.dispatcher.wake()
+            lost = await self.leases.heartbeat(self.settings.lease_seconds)
+            await self.leases.reap()
             await self.store.register_node(self.catalog.limits())
         except StoreUnavailable as exc:
             log.warning("heartbeat failed: store unavailable", extra={"err": str(exc)})
             return
-        for token in lost:
-            self.dispatcher.drop(token)
-            worker = self.pool.holding(token)
-            if worker is not None:
-                log.warning("lease lost; killing its worker", extra={"worker_pid": worker.pid})
-                self.pool.kill(worker, "lease_lost")
-
-    async def _prune(self, retention: float) -> None:
-        """Delete finished jobs past their retention (one batch per pass)."""
-        cutoff = utcnow() - timedelta(seconds=retention)
-        try:
-            pruned = await self.store.prune(cutoff, PRUNE_BATCH)
-        except StoreUnavailable as exc:
-            log.warning("pruning skipped: store unavailable", extra={"err": str(exc)})
-            return
-        if pruned:
-            log.info("pruned finished jobs", extra={"count": pruned, "before": cutoff.isoformat()})
+        self.leases.kill_lost(lost)
 
     def _refresh_gauges(self) -> None:
-        counts = self.engine.workers()
+        counts = self.node.engine.workers()
         self.metrics.set_workers(counts)
-        self.metrics.set_running(counts["busy"])
+        self.metrics.set_running(counts[WorkerState.BUSY])
 
-    # -- pool events -----------------------------------------------------------------
+    # -- pool events (WorkerEvents) --------------------------------------------------
 
     def worker_ready(self, worker: Worker, message: Ready) -> None:
         """A worker booted: the first defines the catalog, a probe completes a reload."""
@@ -335,70 +299,41 @@ class Arbiter:
             self._first_ready.set_exception(BootError(message.error))
         elif worker is self._probe:
             log.error(f"reload aborted, keeping the running code: {message.error}")
-        elif self.pool.count(IDLE, BUSY) > 0:
+        elif self.pool.count(WorkerState.IDLE, WorkerState.BUSY) > 0:
             # The code on disk changed under us; keep serving with the workers we have
             # and retry with backoff instead of spinning (SIGHUP makes a change official).
             self._spawn_failures += 1
-            self._next_spawn = time.monotonic() + min(30.0, 0.5 * 2**self._spawn_failures)
+            delay = backoff(self._spawn_failures, 1.0, 30.0, self.rng)
+            self._next_spawn = time.monotonic() + delay
             log.error(f"worker cannot boot; retrying later: {message.error}")
         else:
             log.error(f"no worker can boot; stopping the node: {message.error}")
             self.exit_code = EXIT_BOOT_ERROR
             self.handle_quit()
 
-    def job_done(self, worker: Worker, message: JobDone) -> None:
-        """Record a success, then recycle the worker if it is due."""
-        self.dispatcher.job_done(worker, message)
-        self._after_job(worker)
-        self._changed.set()
-
-    def job_failed(self, worker: Worker, message: JobFailed) -> None:
-        """Record a failure, then recycle the worker if it is due."""
-        self.dispatcher.job_failed(worker, message)
-        self._after_job(worker)
-        self._changed.set()
-
-    def _after_job(self, worker: Worker) -> None:
-        settings = self.settings
-        if worker.retire:
-            self.pool.stop(worker)
-            return
-        limit_jobs = settings.max_jobs_per_worker
-        limit_kb = (settings.max_worker_rss_mb or 0) * 1024
-        if (limit_jobs and worker.jobs_run >= limit_jobs) or (
-            limit_kb and worker.rss_kb > limit_kb
-        ):
-            worker.kill_reason = "recycle"
-            self.metrics.worker_restart("recycle")
-            self.pool.stop(worker)
-            self.manage_workers()
+    def worker_recycled(self, worker: Worker) -> None:
+        """The pool is replacing a worker after its job: count it, start its successor."""
+        self.metrics.worker_restart(RestartReason.RECYCLE)
+        self.manage_workers()
 
     def worker_exited(self, worker: Worker) -> None:
-        """A child is gone: settle its attempt, count the restart, replace it."""
-        self._changed.set()
+        """A child is gone (its attempt already settled): count the restart, replace it."""
         if worker is self._probe:
             self._probe = None
         if self._first_ready is not None and not self._first_ready.done():
             error = f"worker {worker.pid} {describe_exit(worker.exitcode)} during boot"
             self._first_ready.set_exception(BootError(error))
             return
-        reason = worker.kill_reason
-        if worker.lease is not None:
-            self.dispatcher.worker_lost(worker)
-        if reason in (None, "timeout", "cancel", "lease_lost"):
-            self.metrics.worker_restart(reason or "crash")
-            log.warning(
-                "worker exited",
-                extra={
-                    "worker_pid": worker.pid,
-                    "reason": reason or "crash",
-                    "exit": describe_exit(worker.exitcode),
-                },
-            )
-            if reason is None:
-                self._spawn_failures += 1
-                backoff = min(5.0, 0.1 * 2 ** min(self._spawn_failures, 6))
-                self._next_spawn = time.monotonic() + (backoff if self._spawn_failures > 3 else 0)
+        restart = _RESTARTS.get(worker.kill_reason)
+        if restart is not None:
+            self.metrics.worker_restart(restart)
+            extra = {"worker_pid": worker.pid, "reason": restart}
+            log.warning("worker exited", extra={**extra, "exit": describe_exit(worker.exitcode)})
+        if restart == RestartReason.CRASH:
+            self._spawn_failures += 1
+            delay = backoff(self._spawn_failures, 0.2, 5.0, self.rng)
+            # a few crashes in a row respawn at once; past that, back off
+            self._next_spawn = time.monotonic() + (delay if self._spawn_failures > 3 else 0.0)
         self.manage_workers()
         self.dispatcher.wake()
 
@@ -409,25 +344,15 @@ class Arbiter:
         self._probe = None
         self.generation = probe.generation
         self.settings = settings
-        self.pool.modules = list(settings.actors)
+        self.pool.reconfigure(settings.actors, Recycle.of(settings))
         self.target = settings.workers
-        catalog = Catalog(message.actors, settings.limits)
-        self.catalog = catalog
-        self.dispatcher.reconfigure(
-            catalog,
-            queues=frozenset(settings.queues) if settings.queues else None,
-            default_timeout=settings.default_timeout,
-            retry_base=settings.retry_base,
-            retry_cap=settings.retry_cap,
-        )
-        self.engine.set_catalog(catalog)
-        self.metrics.declare_types(catalog.types)
+        self._adopt(Catalog(message.actors, settings.limits), Policy.of(settings))
         for worker in self.pool:
             if worker.generation < self.generation:
-                self.metrics.worker_restart("reload")
+                self.metrics.worker_restart(RestartReason.RELOAD)
                 self._retire(worker)
-        self._tasks.append(asyncio.ensure_future(self.store.register_node(catalog.limits())))
-        extra = {"generation": self.generation, "types": sorted(catalog.types)}
+        self._tasks.append(asyncio.ensure_future(self.store.register_node(self.catalog.limits())))
+        extra = {"generation": self.generation, "types": sorted(self.catalog.types)}
         log.info("reloaded", extra=extra)
         self.manage_workers()
         self.dispatcher.wake()
@@ -437,22 +362,18 @@ class Arbiter:
     async def _shutdown(self, grace: float) -> None:
         """Drain: refuse new jobs, let running attempts finish within `grace`, hand back
         the rest, stop the children, then the HTTP server and the store."""
-        self.engine.draining = True
+        self.node.engine.draining = True
         self.dispatcher.dispatching = False
         self.dispatcher.release_buffer()  # let other nodes have them now
         log.info("draining", extra={"grace": grace})
-        deadline = time.monotonic() + grace
-        while self.pool.count(BUSY) and (left := deadline - time.monotonic()) > 0:
-            self._changed.clear()
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._changed.wait(), left)
-        self._kill_busy("shutdown")
+        await self.pool.wait_idle(grace)
+        self._kill_busy(KillReason.SHUTDOWN)
         await self.pool.shutdown(timeout=5.0)
         await self.dispatcher.flush(timeout=10.0)
         for task in self._tasks:
             task.cancel()
-        await self.webhooks.close(drain_timeout=2.0)
-        await self.hooks.stop_http()
+        await self.node.webhooks.close(drain_timeout=2.0)
+        await self.node.http.stop()
         await self.store.close()
         log.info("stopped", extra={"exit_code": self.exit_code})
         self._done.set()

@@ -35,7 +35,7 @@ class Catalog:
         return info.timeout if info and info.timeout else default
 
     def max_retries(self, job_type: str) -> int:
-        """The actor's declared max_retries, or the server's default (3)."""
+        """The actor's declared max_retries, or the server's default."""
         info = self.actors.get(job_type)
         if info is not None and info.max_retries is not None:
             return info.max_retries

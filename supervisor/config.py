@@ -28,7 +28,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from difflib import get_close_matches
 from types import MappingProxyType
-from typing import Literal
+from typing import Any, Literal
 
 import msgspec
 from goqueue.supervisor.errors import ConfigError
@@ -458,7 +458,7 @@ def load(args: argparse.Namespace | None, environ: Mapping[str, str]) -> Setting
     flags = _from_flags(args)
     env = _from_environ(environ)
     path = flags.get("config") or env.get("config")
-    values: dict[str, object] = {}
+    values: dict[str, Any] = {}  # each value already parsed and checked by its option
     limits: dict[str, int] = {}
     if isinstance(path, str):
         file_values, limits = _from_file(path)

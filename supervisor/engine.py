@@ -1,66 +1,63 @@
 """The engine: what the API may ask of a node, in one place.
 
 It validates job types against the actors that live nodes run, resolves defaults
-(the job's own fields win over the actor's, which win over the server's), and turns
-store results into metrics, logs and webhooks. It knows nothing of HTTP.
+(the job's own fields win over the actor's, which win over the server's), and answers
+reads, stats and readiness. What follows a write (metrics, logs, webhooks) is the hooks'
+business. It knows nothing of HTTP.
 """
 
 from __future__ import annotations
 
 import asyncio
-import logging
 import time
 from collections.abc import Callable, Sequence
 
 import msgspec
 from goqueue.supervisor.catalog import Catalog
 from goqueue.supervisor.errors import Draining, StoreError, UnknownJobType
+from goqueue.supervisor.hooks import Hook
 from goqueue.supervisor.jobs import (
-    TERMINAL,
+    DEFAULT_MAX_RETRIES,
     DeadLetter,
     Enqueued,
     Event,
     Job,
     JobFilter,
     JobSpec,
-    Outcome,
     Page,
     QueueStats,
     Stats,
 )
 from goqueue.supervisor.metrics import Metrics
-from goqueue.supervisor.pool import BUSY, IDLE, Pool
+from goqueue.supervisor.pool import Pool
 from goqueue.supervisor.store.base import NewJob, Store
-from goqueue.supervisor.webhooks import WebhookSender
-
-log = logging.getLogger("goqueue.engine")
+from goqueue.supervisor.vocab import WorkerState
 
 _TYPES_TTL = 2.0
 
 
 class Engine:
-    """A node's operations, shared by the API and the arbiter."""
+    """A node's operations as the API sees them."""
 
     def __init__(
         self,
         store: Store,
         pool: Pool,
         catalog: Catalog,
+        hooks: Hook,
         metrics: Metrics,
-        webhooks: WebhookSender,
         *,
         kill: Callable[[str], bool],
     ) -> None:
         self.store = store
         self.pool = pool
         self.catalog = catalog
-        self.metrics = metrics
-        self.webhooks = webhooks
-        self.kill = kill
+        self.hooks = hooks
+        self.metrics = metrics  # for a scrape: the gauges, and the exposition
+        self.kill = kill  # ends the attempt holding a lease token; False if none here
         self.draining = False
         self._types: frozenset[str] = frozenset()
         self._types_at = 0.0
-        self._encode = msgspec.json.Encoder().encode
 
     def set_catalog(self, catalog: Catalog) -> None:
         """Adopt the actors of a reload (and forget the cached list of known types)."""
@@ -77,10 +74,10 @@ class Engine:
         request_hash: str | None = None,
     ) -> Enqueued:
         """Validate and store one job."""
-        new = await self.prepare(spec, idempotency_key, request_hash)
+        new = await self._prepare(spec, idempotency_key, request_hash)
         enqueued = await self.store.enqueue(new)
         if enqueued.created:
-            self.metrics.enqueued(spec.type)
+            self.hooks.after_enqueue(enqueued.job)
         return enqueued
 
     async def enqueue_many(self, specs: Sequence[JobSpec]) -> list[Enqueued | Exception]:
@@ -89,7 +86,7 @@ class Engine:
         answers: list[Enqueued | Exception | None] = []
         for spec in specs:
             try:
-                news.append(await self.prepare(spec, None, None))
+                news.append(await self._prepare(spec, None, None))
                 answers.append(None)
             except UnknownJobType as exc:
                 answers.append(exc)
@@ -98,21 +95,23 @@ class Engine:
         for answer in answers:
             result = answer if answer is not None else next(stored)
             if isinstance(result, Enqueued) and result.created:
-                self.metrics.enqueued(result.job.type)
+                self.hooks.after_enqueue(result.job)
             out.append(result)
         return out
 
-    async def prepare(
+    async def _prepare(
         self, spec: JobSpec, idempotency_key: str | None, request_hash: str | None
     ) -> NewJob:
         """Check types (templates too) and resolve `max_retries` defaults."""
         if self.draining:
             raise Draining("the node is shutting down and accepts no new jobs")
-        known = await self.known_types()
+        known = await self._known_types()
         resolved = self._resolve(spec, known, "")
         return NewJob(
             spec=resolved,
-            max_retries=resolved.max_retries if resolved.max_retries is not None else 3,
+            max_retries=(
+                resolved.max_retries if resolved.max_retries is not None else DEFAULT_MAX_RETRIES
+            ),
             idempotency_key=idempotency_key,
             request_hash=request_hash,
         )
@@ -129,7 +128,7 @@ class Engine:
             spec, max_retries=retries, on_success=on_success, on_failure=on_failure
         )
 
-    async def known_types(self) -> frozenset[str]:
+    async def _known_types(self) -> frozenset[str]:
         """Types this node or (with a shared store) any live node can run; cached briefly."""
         now = time.monotonic()
         if now - self._types_at > _TYPES_TTL:
@@ -142,8 +141,7 @@ class Engine:
         job, token = await self.store.cancel(job_id, force)
         if token is not None:
             self.kill(token)
-        self.finished(Outcome(job, []))
-        log.info("job cancelled", extra={"job_id": job.id, "type": job.type, "force": force})
+        self.hooks.after_cancel(job, force)
         return job
 
     async def replay(self, dead_id: str) -> Job:
@@ -151,26 +149,10 @@ class Engine:
         if self.draining:
             raise Draining("the node is shutting down and accepts no new jobs")
         dead = await self.store.get_dead(dead_id)
-        retries = dead.job.max_retries if dead else 3
+        retries = dead.job.max_retries if dead else DEFAULT_MAX_RETRIES
         job = await self.store.replay_dead(dead_id, retries)
-        self.metrics.enqueued(job.type)
+        self.hooks.after_enqueue(job)
         return job
-
-    def finished(self, outcome: Outcome) -> None:
-        """Metrics, logs and webhooks for a recorded outcome."""
-        job = outcome.job
-        if job.status == "pending":
-            self.metrics.retry(job.type)
-        if job.status not in TERMINAL:
-            return
-        self.metrics.job_finished(job.type, job.status)
-        fields = {"job_id": job.id, "type": job.type, "attempt": job.attempts}
-        if job.status == "failed":
-            log.warning("job dead-lettered", extra={**fields, "error": job.last_error})
-        else:
-            log.debug(f"job {job.status}", extra=fields)
-        if job.webhook_url:
-            self.webhooks.submit(job.webhook_url, self._encode(job), job_id=job.id)
 
     # -- reads -----------------------------------------------------------------------
 
@@ -224,9 +206,9 @@ class Engine:
 
     def workers(self) -> dict[str, int]:
         """Workers by state (busy, idle, booting, stopping)."""
-        counts = {"busy": 0, "idle": 0, "booting": 0, "stopping": 0}
+        counts: dict[str, int] = dict.fromkeys(WorkerState, 0)
         for worker in self.pool:
-            counts[worker.state] = counts.get(worker.state, 0) + 1
+            counts[worker.state] += 1
         return counts
 
     async def readiness(self) -> dict[str, bool]:
@@ -235,5 +217,5 @@ class Engine:
             store_ok = await self.store.ping()
         except Exception:
             store_ok = False
-        workers_up = self.pool.count(IDLE, BUSY) > 0
+        workers_up = self.pool.count(WorkerState.IDLE, WorkerState.BUSY) > 0
         return {"store": store_ok, "workers": workers_up, "accepting": not self.draining}

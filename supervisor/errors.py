@@ -1,4 +1,5 @@
-"""One hierarchy for every error the engine raises on purpose; the API maps each to a status."""
+"""One hierarchy for every error the supervisor raises on purpose (engine, stores, the
+node's start); the API maps those a request can meet to a status."""
 
 from __future__ import annotations
 
@@ -62,3 +63,7 @@ class UnknownJobType(GoQueueError):
 
 class Draining(GoQueueError):
     """The node is shutting down and accepts no new jobs."""
+
+
+class BootError(GoQueueError):
+    """The first worker could not import the actor modules: the node cannot start."""

@@ -5,13 +5,12 @@ from __future__ import annotations
 
 import uuid
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Literal
+from typing import Annotated, Any
 
 import msgspec
+from goqueue.supervisor.vocab import Status
 
-Status = Literal["pending", "running", "done", "failed", "cancelled"]
-STATUSES: tuple[Status, ...] = ("pending", "running", "done", "failed", "cancelled")
-TERMINAL: frozenset[str] = frozenset({"done", "failed", "cancelled"})
+STATUSES: tuple[Status, ...] = tuple(Status)
 
 Name = Annotated[str, msgspec.Meta(min_length=1, max_length=200, pattern=r"^[A-Za-z0-9_.:\-]+\Z")]
 Priority = Annotated[int, msgspec.Meta(ge=0, le=10)]
@@ -116,7 +115,7 @@ class Job(msgspec.Struct, kw_only=True, gc=False):
             queue=spec.queue,
             payload=spec.payload,
             priority=spec.priority,
-            status="pending",
+            status=Status.PENDING,
             attempts=0,
             max_retries=max_retries,
             run_at=spec.due_at(now),
@@ -178,7 +177,7 @@ class Event(msgspec.Struct, kw_only=True):
     """One entry of a job's audit trail."""
 
     job_id: str
-    event: str
+    event: str  # an EventKind, declared str: the API documents a plain string
     at: datetime
     node: str
     attempt: int
@@ -220,7 +219,7 @@ class Stats(msgspec.Struct):
 class Page(msgspec.Struct):
     """One page of a listing, plus the total matching."""
 
-    items: list
+    items: list[Any]
     total: int
 
 

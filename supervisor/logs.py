@@ -64,7 +64,7 @@ class JsonFormatter(logging.Formatter):
         return entry
 
 
-class _Handler(logging.StreamHandler):  # type: ignore[type-arg]
+class _Handler(logging.StreamHandler[TextIO]):
     """The handler `configure` installs; its type marks it for replacement on the next call."""
 
 

@@ -7,8 +7,16 @@ records them, so plain single-process collectors suffice (no multiprocess mode).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from typing import Any, Literal
+from typing import Any
 
+from goqueue.supervisor.vocab import (
+    TERMINAL,
+    AttemptOutcome,
+    RestartReason,
+    Status,
+    WebhookOutcome,
+    WorkerState,
+)
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -18,30 +26,7 @@ from prometheus_client import (
     generate_latest,
 )
 
-TerminalStatus = Literal["done", "failed", "cancelled"]
-AttemptOutcome = Literal["succeeded", "failed", "timeout", "crashed"]
-WorkerState = Literal["idle", "busy", "booting", "stopping"]
-RestartReason = Literal["timeout", "crash", "recycle", "reload", "cancel", "shutdown"]
-WebhookOutcome = Literal["delivered", "retried", "failed", "dropped", "rejected"]
-
-TERMINAL_STATUSES: tuple[TerminalStatus, ...] = ("done", "failed", "cancelled")
-ATTEMPT_OUTCOMES: tuple[AttemptOutcome, ...] = ("succeeded", "failed", "timeout", "crashed")
-WORKER_STATES: tuple[WorkerState, ...] = ("idle", "busy", "booting", "stopping")
-RESTART_REASONS: tuple[RestartReason, ...] = (
-    "timeout",
-    "crash",
-    "recycle",
-    "reload",
-    "cancel",
-    "shutdown",
-)
-WEBHOOK_OUTCOMES: tuple[WebhookOutcome, ...] = (
-    "delivered",
-    "retried",
-    "failed",
-    "dropped",
-    "rejected",
-)
+TERMINAL_STATUSES: tuple[Status, ...] = tuple(s for s in Status if s in TERMINAL)
 
 ATTEMPT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 HTTP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
@@ -125,11 +110,11 @@ class Metrics:
 
     def _start_at_zero(self) -> None:
         """Export fixed-label series from the start so rate() and alerts see a 0, not a gap."""
-        for state in WORKER_STATES:
+        for state in WorkerState:
             self.workers.labels(state)
-        for reason in RESTART_REASONS:
+        for reason in RestartReason:
             self.restarts.labels(reason)
-        for outcome in WEBHOOK_OUTCOMES:
+        for outcome in WebhookOutcome:
             self.webhooks.labels(outcome)
 
     def declare_types(self, job_types: Iterable[str]) -> None:
@@ -140,10 +125,10 @@ class Metrics:
             self.attempt_seconds.labels(job_type)
             for status in TERMINAL_STATUSES:
                 self.jobs.labels(job_type, status)
-            for outcome in ATTEMPT_OUTCOMES:
+            for outcome in AttemptOutcome:
                 self.attempts.labels(job_type, outcome)
 
-    def job_finished(self, job_type: str, status: TerminalStatus) -> None:
+    def job_finished(self, job_type: str, status: Status) -> None:
         """A job reached done, failed or cancelled."""
         self._labels(self.jobs, job_type, status).inc()
 
@@ -160,7 +145,7 @@ class Metrics:
         """A worker process was replaced."""
         self.restarts.labels(reason).inc()
 
-    def webhook(self, outcome: str) -> None:
+    def webhook(self, outcome: WebhookOutcome) -> None:
         """A webhook delivery outcome (fits `WebhookSender`'s `on_outcome` hook)."""
         self.webhooks.labels(outcome).inc()
 
@@ -179,7 +164,7 @@ class Metrics:
 
     def set_workers(self, counts: Mapping[str, int]) -> None:
         """Workers by state; known states missing from `counts` are set to 0."""
-        for state in {*WORKER_STATES, *counts}:
+        for state in {*WorkerState, *counts}:
             self.workers.labels(state).set(counts.get(state, 0))
 
     def set_depth(self, queues: Mapping[str, Mapping[str, int]]) -> None:

@@ -1,9 +1,13 @@
 """Worker processes: spawning, the pipes, deadlines, the two-phase kill and reaping.
 
 Children come from a `forkserver` (never a plain fork of this threaded, event-looped
-process). Each child's pipe and its process sentinel are watched with `add_reader`, so
-nothing here blocks the loop; the sentinel firing is the death notice, and its exit code
-or signal is named in the error of whatever attempt the child was running.
+process). Each child's pipe and its process sentinel are watched by the loop, so nothing
+here blocks; the sentinel firing is the death notice, and its exit code or signal is named
+in the error of whatever attempt the child was running.
+
+The pool reports on two channels: what became of each attempt (`JobEvents`, the
+dispatcher) and a worker's lifecycle (`WorkerEvents`, the arbiter). Replacing a worker
+after a job (its own policy, `Recycle`) happens here, before either hears of it.
 """
 
 from __future__ import annotations
@@ -15,17 +19,16 @@ import multiprocessing
 import os
 import signal
 import socket
-import struct
-import time
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
-from multiprocessing.process import BaseProcess
-from typing import Protocol
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING, Protocol
 
 from goqueue.actors import child
 from goqueue.actors.protocol import (
     WORKER_BOOT_ERROR,
     BootFailed,
+    FromWorker,
     JobDone,
     JobFailed,
     Ready,
@@ -33,101 +36,35 @@ from goqueue.actors.protocol import (
     Shutdown,
     SupervisorCodec,
 )
+from goqueue.supervisor.channel import Channel
 from goqueue.supervisor.jobs import Lease
+from goqueue.supervisor.vocab import KillReason, WorkerState
+from goqueue.supervisor.worker import Worker
+
+if TYPE_CHECKING:
+    from goqueue.supervisor.config import Settings
 
 log = logging.getLogger("goqueue.pool")
 
-BOOTING, IDLE, BUSY, STOPPING = "booting", "idle", "busy", "stopping"
+STOP_GRACE = 5.0  # seconds a worker asked to exit cleanly gets before SIGKILL
+EOF_GRACE = 0.2  # seconds to wait for a dead child's pipe to drain before settling it
 
 
-@dataclass(eq=False)
-class Worker:
-    """The supervisor's handle on one child process."""
+class JobEvents(Protocol):
+    """What became of the attempts the pool ran; implemented by the dispatcher."""
 
-    slot: int
-    generation: int
-    pid: int  # kept here: the Process object is closed once the child is reaped
-    process: BaseProcess
-    channel: Channel
-    state: str = BOOTING
-    types: frozenset[str] = frozenset()
-    lease: Lease | None = None
-    attempt_started: float = 0.0
-    jobs_run: int = 0
-    rss_kb: int = 0
-    kill_reason: str | None = None
-    retire: bool = False  # replace after the current job (reload, recycle, shrink)
-    exitcode: int | None = None
-    _timers: list[asyncio.TimerHandle] = field(default_factory=list)
+    def job_done(self, lease: Lease, message: JobDone) -> None:
+        """An attempt succeeded."""
 
-    def cancel_timers(self) -> None:
-        """Drop the pending deadline and kill timers."""
-        for timer in self._timers:
-            timer.cancel()
-        self._timers.clear()
+    def job_failed(self, lease: Lease, message: JobFailed) -> None:
+        """An attempt raised."""
+
+    def job_lost(self, lease: Lease, worker: Worker) -> None:
+        """A worker died holding `lease` (`worker.kill_reason` and `exitcode` say how)."""
 
 
-_HEADER = struct.Struct("!i")  # multiprocessing.Connection's frame header
-
-
-class Channel(asyncio.Protocol):
-    """The supervisor's end of a worker's pipe as an asyncio transport: buffered
-    non-blocking writes, and whole frames decoded as they arrive (no extra syscalls)."""
-
-    def __init__(self, pool: Pool) -> None:
-        self.pool = pool
-        self.worker: Worker | None = None
-        self.transport: asyncio.Transport | None = None
-        self.pending: list[bytes] = []
-        self.buffer = bytearray()
-        self.closed = False
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-        for frame in self.pending:
-            self.transport.write(frame)
-        self.pending.clear()
-
-    def send(self, payload: bytes) -> None:
-        """Write one frame (queued until the transport is attached)."""
-        frame = _HEADER.pack(len(payload)) + payload
-        if self.transport is None:
-            self.pending.append(frame)
-        elif not self.closed:
-            self.transport.write(frame)
-
-    def data_received(self, data: bytes) -> None:
-        if self.buffer:
-            self.buffer += data
-            data = bytes(self.buffer)
-            self.buffer.clear()
-        view = memoryview(data)
-        offset, size = 0, len(data)
-        while size - offset >= 4:
-            (length,) = _HEADER.unpack_from(view, offset)
-            end = offset + 4 + length
-            if end > size:
-                break
-            message = self.pool.codec.decode(view[offset + 4 : end])
-            offset = end
-            if self.worker is not None:
-                self.pool._dispatch(self.worker, message)
-        if offset < size:
-            self.buffer += view[offset:]
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.closed = True
-        if self.worker is not None and self.worker.exitcode is not None:
-            self.pool._finalize(self.worker)
-
-    def close(self) -> None:
-        """Drop the transport."""
-        if self.transport is not None:
-            self.transport.close()
-
-
-class PoolEvents(Protocol):
-    """What the pool reports; implemented by the dispatcher."""
+class WorkerEvents(Protocol):
+    """A worker's lifecycle; implemented by the arbiter (boot, reload, respawn)."""
 
     def worker_ready(self, worker: Worker, message: Ready) -> None:
         """A child booted."""
@@ -135,14 +72,61 @@ class PoolEvents(Protocol):
     def worker_boot_failed(self, worker: Worker, message: BootFailed) -> None:
         """A child could not import its actors."""
 
-    def job_done(self, worker: Worker, message: JobDone) -> None:
-        """An attempt succeeded."""
-
-    def job_failed(self, worker: Worker, message: JobFailed) -> None:
-        """An attempt raised."""
+    def worker_recycled(self, worker: Worker) -> None:
+        """A worker is being replaced after its job (the `Recycle` policy)."""
 
     def worker_exited(self, worker: Worker) -> None:
-        """A child is gone (`worker.exitcode`, `worker.kill_reason`, maybe `worker.lease`)."""
+        """A child is gone (`worker.exitcode`, `worker.kill_reason`), its attempt settled."""
+
+
+class Unheard:
+    """The listener a pool starts with: events before anyone listens are logged."""
+
+    def job_done(self, lease: Lease, message: JobDone) -> None:
+        """Logged."""
+        log.error("attempt outcome with no listener", extra={"job_id": lease.job.id})
+
+    def job_failed(self, lease: Lease, message: JobFailed) -> None:
+        """Logged."""
+        log.error("attempt outcome with no listener", extra={"job_id": lease.job.id})
+
+    def job_lost(self, lease: Lease, worker: Worker) -> None:
+        """Logged."""
+        log.error("attempt outcome with no listener", extra={"job_id": lease.job.id})
+
+    def worker_ready(self, worker: Worker, message: Ready) -> None:
+        """Ignored: nobody asked for workers yet."""
+
+    def worker_boot_failed(self, worker: Worker, message: BootFailed) -> None:
+        """Logged."""
+        log.error(f"worker cannot boot: {message.error}", extra={"worker_pid": worker.pid})
+
+    def worker_recycled(self, worker: Worker) -> None:
+        """Ignored."""
+
+    def worker_exited(self, worker: Worker) -> None:
+        """Ignored."""
+
+
+@dataclass(frozen=True, slots=True)
+class Recycle:
+    """When a worker is replaced after a job: after `max_jobs` jobs, or once its resident
+    memory passes `max_rss_kb` (None: never)."""
+
+    max_jobs: int | None = None
+    max_rss_kb: int | None = None
+
+    @classmethod
+    def of(cls, settings: Settings) -> Recycle:
+        """The policy `settings` ask for."""
+        rss_mb = settings.max_worker_rss_mb
+        return cls(settings.max_jobs_per_worker, rss_mb * 1024 if rss_mb else None)
+
+    def due(self, worker: Worker) -> bool:
+        """True when `worker` should be replaced now."""
+        if self.max_jobs and worker.jobs_run >= self.max_jobs:
+            return True
+        return bool(self.max_rss_kb and worker.rss_kb > self.max_rss_kb)
 
 
 def describe_exit(exitcode: int | None) -> str:
@@ -163,22 +147,37 @@ class Pool:
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
-        events: PoolEvents,
         modules: Sequence[str],
         *,
         kill_grace: float = 0.05,
+        recycle: Recycle = Recycle(),
     ) -> None:
         self.loop = loop
-        self.events = events
         self.modules = list(modules)
         self.kill_grace = kill_grace
+        self.recycle = recycle
+        self.jobs: JobEvents = Unheard()
+        self.lifecycle: WorkerEvents = Unheard()
         self.codec = SupervisorCodec()
         self.workers: dict[int, Worker] = {}
         self._attaching: set[asyncio.Future[object]] = set()
         self._slots = 0
         self._all_gone = asyncio.Event()
+        self._freed = asyncio.Event()  # a worker stopped being busy
         self._mp = multiprocessing.get_context("forkserver")
         self._mp.set_forkserver_preload(["goqueue.actors.child"])
+
+    def listen(self, *, jobs: JobEvents | None = None, workers: WorkerEvents | None = None) -> None:
+        """Say who hears about attempts (the dispatcher) and about workers (the arbiter)."""
+        if jobs is not None:
+            self.jobs = jobs
+        if workers is not None:
+            self.lifecycle = workers
+
+    def reconfigure(self, modules: Sequence[str], recycle: Recycle) -> None:
+        """Apply a reload: the actor modules new workers import, and the recycling policy."""
+        self.modules = list(modules)
+        self.recycle = recycle
 
     def __iter__(self) -> Iterator[Worker]:
         return iter(list(self.workers.values()))
@@ -186,18 +185,18 @@ class Pool:
     def __len__(self) -> int:
         return len(self.workers)
 
-    def count(self, *states: str) -> int:
+    def count(self, *states: WorkerState) -> int:
         """How many workers are in any of `states`."""
         return sum(1 for w in self.workers.values() if w.state in states)
 
     def idle(self) -> list[Worker]:
         """Workers ready for a job."""
-        return [w for w in self.workers.values() if w.state == IDLE]
+        return [w for w in self.workers.values() if w.state == WorkerState.IDLE]
 
     def holding(self, token: str) -> Worker | None:
         """The worker running the attempt with lease `token`."""
         for worker in self.workers.values():
-            if worker.lease is not None and worker.lease.token == token:
+            if worker.holds(token):
                 return worker
         return None
 
@@ -214,11 +213,11 @@ class Pool:
         )
         process.start()
         theirs.close()
-        channel = Channel(self)
+        channel = Channel(self.codec.decode)
         sock = socket.socket(fileno=os.dup(ours.fileno()))
         ours.close()
         worker = Worker(self._slots, generation, process.pid or 0, process, channel)
-        channel.worker = worker
+        channel.listen(partial(self.received, worker), partial(self.pipe_closed, worker))
         self.workers[worker.pid] = worker
         self._all_gone.clear()
         self._attaching.add(
@@ -231,29 +230,24 @@ class Pool:
     def run(self, worker: Worker, lease: Lease, timeout: float) -> None:
         """Hand `lease` to an idle worker and arm its deadline."""
         job = lease.job
-        message = RunJob(job.id, job.type, job.attempts, job.queue, bytes(job.payload))
-        worker.state = BUSY
-        worker.lease = lease
-        worker.attempt_started = time.monotonic()
-        worker._timers.append(self.loop.call_later(timeout, self.kill, worker, "timeout"))
-        self._send(worker, message)
+        worker.begin(lease)
+        worker.arm(self.loop, timeout, partial(self.kill, worker, KillReason.TIMEOUT))
+        self._send(worker, RunJob(job.id, job.type, job.attempts, job.queue, bytes(job.payload)))
 
     def stop(self, worker: Worker) -> None:
         """Ask an idle worker to exit cleanly (recycling, reload, shrink)."""
-        worker.state = STOPPING
-        worker.kill_reason = worker.kill_reason or "stopped"
+        worker.ending(worker.kill_reason or KillReason.STOPPED)
         self._send(worker, Shutdown())
-        worker._timers.append(self.loop.call_later(5.0, self._sigkill, worker))
+        worker.arm(self.loop, STOP_GRACE, partial(self._sigkill, worker))
 
-    def kill(self, worker: Worker, reason: str) -> None:
+    def kill(self, worker: Worker, reason: KillReason) -> None:
         """Two-phase kill: SIGTERM now, SIGKILL after the grace if it is still there."""
-        if worker.exitcode is not None or worker.kill_reason not in (None, "stopped"):
+        if worker.exitcode is not None or worker.kill_reason not in (None, KillReason.STOPPED):
             return
-        worker.kill_reason = reason
-        worker.state = STOPPING
+        worker.ending(reason)
         worker.cancel_timers()
         self._signal(worker, signal.SIGTERM)
-        worker._timers.append(self.loop.call_later(self.kill_grace, self._sigkill, worker))
+        worker.arm(self.loop, self.kill_grace, partial(self._sigkill, worker))
 
     def _sigkill(self, worker: Worker) -> None:
         if worker.exitcode is None:
@@ -266,28 +260,49 @@ class Pool:
     def _send(self, worker: Worker, message: RunJob | Shutdown) -> None:
         worker.channel.send(self.codec.encode(message))
 
+    async def wait_idle(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds until no worker is busy; True if none is."""
+        deadline = self.loop.time() + timeout
+        while self.count(WorkerState.BUSY) and (left := deadline - self.loop.time()) > 0:
+            self._freed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._freed.wait(), left)
+        return not self.count(WorkerState.BUSY)
+
     # -- reading ---------------------------------------------------------------------
 
-    def _dispatch(self, worker: Worker, message: object) -> None:
+    def received(self, worker: Worker, message: FromWorker) -> None:
+        """A message from `worker`'s pipe."""
         match message:
             case JobDone() | JobFailed():
-                worker.cancel_timers()
-                worker.jobs_run += 1
-                worker.rss_kb = message.rss_kb
-                if worker.state == BUSY:
-                    worker.state = IDLE
-                if isinstance(message, JobDone):
-                    self.events.job_done(worker, message)
-                else:
-                    self.events.job_failed(worker, message)
-                worker.lease = None
+                self._settle(worker, message)
             case Ready():
-                worker.types = frozenset(a.name for a in message.actors)
-                if worker.state == BOOTING:
-                    worker.state = IDLE
-                self.events.worker_ready(worker, message)
+                worker.booted(frozenset(a.name for a in message.actors))
+                self.lifecycle.worker_ready(worker, message)
             case BootFailed():
-                self.events.worker_boot_failed(worker, message)
+                self.lifecycle.worker_boot_failed(worker, message)
+
+    def _settle(self, worker: Worker, message: JobDone | JobFailed) -> None:
+        """Free the worker, report the outcome, then replace the worker if it is due
+        (the dispatcher hands out work on its next pass, so a retiring worker gets none)."""
+        lease = worker.end(message.rss_kb)
+        self._freed.set()
+        if lease is not None:
+            if isinstance(message, JobDone):
+                self.jobs.job_done(lease, message)
+            else:
+                self.jobs.job_failed(lease, message)
+        if worker.retire:
+            self.stop(worker)
+        elif worker.state == WorkerState.IDLE and self.recycle.due(worker):
+            worker.kill_reason = KillReason.RECYCLE
+            self.stop(worker)
+            self.lifecycle.worker_recycled(worker)
+
+    def pipe_closed(self, worker: Worker) -> None:
+        """`worker`'s pipe reached its end; settle it if the process is gone too."""
+        if worker.exitcode is not None:
+            self._finalize(worker)
 
     def _on_exit(self, worker: Worker) -> None:
         """The sentinel fired: note the exit code, then settle once the pipe has been read
@@ -299,27 +314,30 @@ class Pool:
         if worker.channel.closed:
             self._finalize(worker)
         else:  # EOF normally follows at once; don't wait on it forever
-            self.loop.call_later(0.2, self._finalize, worker)
+            self.loop.call_later(EOF_GRACE, self._finalize, worker)
 
     def _finalize(self, worker: Worker) -> None:
         if self.workers.get(worker.pid) is not worker:
             return  # already settled
         worker.channel.close()
         self.workers.pop(worker.pid, None)
+        self._freed.set()
         if not self.workers:
             self._all_gone.set()
         if worker.exitcode == WORKER_BOOT_ERROR and worker.kill_reason is None:
-            worker.kill_reason = "boot"
-        self.events.worker_exited(worker)
+            worker.kill_reason = KillReason.BOOT
+        if worker.lease is not None:
+            self.jobs.job_lost(worker.lease, worker)
+        self.lifecycle.worker_exited(worker)
         worker.process.close()
 
     async def shutdown(self, timeout: float = 5.0) -> None:
         """Stop every child: Shutdown to the idle, SIGTERM/SIGKILL to the rest."""
         for worker in self:
-            if worker.state == IDLE:
+            if worker.state == WorkerState.IDLE:
                 self.stop(worker)
-            elif worker.state != STOPPING:
-                self.kill(worker, "shutdown")
+            elif worker.state != WorkerState.STOPPING:
+                self.kill(worker, KillReason.SHUTDOWN)
         if self.workers:
             try:
                 await asyncio.wait_for(self._all_gone.wait(), timeout)

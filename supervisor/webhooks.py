@@ -17,26 +17,20 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import aiohttp
+from goqueue.supervisor.backoff import backoff
+from goqueue.supervisor.vocab import WebhookOutcome
 from yarl import URL
 
 SIGNATURE_HEADER = "X-GoQueue-Signature"
 JOB_ID_HEADER = "X-GoQueue-Job-Id"
 USER_AGENT = "goqueue-webhook"
 
-OutcomeHook = Callable[[str], None]
+OutcomeHook = Callable[[WebhookOutcome], None]
 
 
 def sign(secret: bytes, body: bytes) -> str:
     """The `X-GoQueue-Signature` value: `sha256=` + lowercase hex HMAC-SHA256 of the body."""
     return "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
-
-
-def retry_delay(
-    failed_attempts: int, base: float, cap: float, rng: random.Random | None = None
-) -> float:
-    """Seconds to wait after `failed_attempts` failures: `base * 2^(n-1)`, capped, ±25 %."""
-    delay = min(cap, base * 2 ** (failed_attempts - 1))
-    return delay * (rng or random.Random()).uniform(0.75, 1.25)
 
 
 @dataclass(eq=False)
@@ -55,9 +49,7 @@ class _Delivery:
 class WebhookSender:
     """Delivers webhooks with a timeout, retries with backoff, and counts every outcome.
 
-    Outcomes passed to `on_outcome`: "delivered", "retried" (per retry scheduled),
-    "failed" (attempts exhausted), "dropped" (queue full, or sender closed), "rejected"
-    (URL not deliverable or host not in `allow_hosts`).
+    Every outcome (a `WebhookOutcome`) is passed to `on_outcome`.
 
     `max_queued` bounds every outstanding delivery (queued, in flight, or waiting out a
     backoff), so a dead receiver cannot grow memory without limit through pending retries.
@@ -121,17 +113,17 @@ class WebhookSender:
             target = URL(url)
             log_url = _redacted(target)
         except (ValueError, TypeError):
-            self._refuse(url, job_id, "rejected", "unparseable URL")
+            self._refuse(url, job_id, WebhookOutcome.REJECTED, "unparseable URL")
             return
         reason = self._unacceptable(target)
         if reason is not None:
-            self._refuse(log_url, job_id, "rejected", reason)
+            self._refuse(log_url, job_id, WebhookOutcome.REJECTED, reason)
             return
         if self._closing:
-            self._refuse(log_url, job_id, "dropped", "webhook sender is closed")
+            self._refuse(log_url, job_id, WebhookOutcome.DROPPED, "webhook sender is closed")
             return
         if len(self._live) >= self._max_queued:
-            self._refuse(log_url, job_id, "dropped", "webhook queue is full")
+            self._refuse(log_url, job_id, WebhookOutcome.DROPPED, "webhook queue is full")
             return
         delivery = _Delivery(url, body, self._headers(body, job_id), job_id, log_url)
         # Cannot overflow: the queue only ever holds deliveries counted in `_live`.
@@ -141,7 +133,7 @@ class WebhookSender:
 
     async def close(self, drain_timeout: float = 5.0) -> None:
         """Stop accepting, let pending deliveries (and due retries) finish for up to
-        `drain_timeout` seconds, then abandon the rest as "dropped" and close the session."""
+        `drain_timeout` seconds, then abandon the rest as dropped and close the session."""
         if self._closing:
             return
         self._closing = True
@@ -159,7 +151,7 @@ class WebhookSender:
                 "webhook abandoned at shutdown",
                 extra=self._fields(delivery, "sender closed before delivery finished"),
             )
-            self._finish(delivery, "dropped")
+            self._finish(delivery, WebhookOutcome.DROPPED)
         if self._session is not None:
             await self._session.close()
             self._session = None
@@ -191,7 +183,7 @@ class WebhookSender:
                 self._log.exception(
                     "webhook delivery crashed", extra=self._fields(delivery, "internal error")
                 )
-                self._finish(delivery, "failed")
+                self._finish(delivery, WebhookOutcome.FAILED)
             finally:
                 self._queue.task_done()
 
@@ -200,16 +192,16 @@ class WebhookSender:
         delivery.attempt += 1
         reason = await self._post(delivery)
         if reason is None:
-            self._finish(delivery, "delivered")
+            self._finish(delivery, WebhookOutcome.DELIVERED)
         elif delivery.attempt >= self._attempts:
             self._log.error("webhook delivery gave up", extra=self._fields(delivery, reason))
-            self._finish(delivery, "failed")
+            self._finish(delivery, WebhookOutcome.FAILED)
         else:
             self._log.warning("webhook delivery failed", extra=self._fields(delivery, reason))
-            delay = retry_delay(delivery.attempt, self._backoff, self._backoff_cap, self._rng)
+            delay = backoff(delivery.attempt, self._backoff, self._backoff_cap, self._rng)
             loop = asyncio.get_running_loop()
             delivery.timer = loop.call_later(delay, self._requeue, delivery)
-            self._count("retried")
+            self._count(WebhookOutcome.RETRIED)
 
     async def _post(self, delivery: _Delivery) -> str | None:
         """POST once; None on a 2xx, otherwise why it failed."""
@@ -236,20 +228,20 @@ class WebhookSender:
         if delivery in self._live:
             self._queue.put_nowait(delivery)
 
-    def _finish(self, delivery: _Delivery, outcome: str) -> None:
+    def _finish(self, delivery: _Delivery, outcome: WebhookOutcome) -> None:
         self._live.discard(delivery)
         if not self._live:
             self._idle.set()
         self._count(outcome)
 
-    def _refuse(self, log_url: str, job_id: str, outcome: str, reason: str) -> None:
+    def _refuse(self, log_url: str, job_id: str, outcome: WebhookOutcome, reason: str) -> None:
         self._log.warning(
             f"webhook {outcome}",
             extra={"url": log_url, "job_id": job_id, "attempt": 0, "reason": reason},
         )
         self._count(outcome)
 
-    def _count(self, outcome: str) -> None:
+    def _count(self, outcome: WebhookOutcome) -> None:
         if self._on_outcome is None:
             return
         try:

@@ -2,12 +2,13 @@
 
 import random
 import time
+from typing import Any
 
 from goqueue.actors import Context, Fail, Retry, actor
 
 
 @actor("email", timeout=30, max_retries=3, concurrency=4)
-def send_email(payload: dict | None, ctx: Context) -> dict:
+def send_email(payload: dict[str, Any] | None, ctx: Context) -> dict[str, Any]:
     """Simulate an SMTP call: ~20 ms, 5% transient failures, a missing address fails now."""
     payload = payload or {}
     if payload.get("to") == "":

@@ -2,12 +2,13 @@
 
 import asyncio
 import random
+from typing import Any
 
 from goqueue.actors import Context, actor
 
 
 @actor("webhook", timeout=10)
-async def call_webhook(payload: dict | None, ctx: Context) -> dict:
+async def call_webhook(payload: dict[str, Any] | None, ctx: Context) -> dict[str, Any]:
     """Simulate an outbound HTTP call: ~50 ms, 10% failures retried with backoff."""
     payload = payload or {}
     await asyncio.sleep(payload.get("sleep", 0.05))

@@ -7,7 +7,7 @@ Every write about an attempt is fenced by the lease token: a stale holder gets `
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from typing import Protocol
 
@@ -40,6 +40,9 @@ class Store(Protocol):
     """What a job store provides. Both implementations pass `tests/supervisor/store`."""
 
     node_id: str
+    claim_ahead: bool
+    """True when a claim costs a round trip (PostgreSQL): the dispatcher then claims a
+    worker's worth ahead and keeps it in hand. False for the in-memory store."""
 
     async def open(self) -> None:
         """Connect / create the schema; called once before use."""
@@ -119,9 +122,6 @@ class Store(Protocol):
     async def set_paused(self, queue: str, paused: bool) -> None:
         """Pause or resume dispatch from a queue (for every node sharing the store)."""
 
-    async def paused_queues(self) -> frozenset[str]:
-        """The queues currently paused."""
-
     async def list_dead(self, limit: int, offset: int) -> Page:
         """Dead letters newest first."""
 
@@ -146,6 +146,6 @@ class Store(Protocol):
         """When the earliest not-yet-due pending job becomes due (None if unknown/none);
         lets the dispatcher sleep instead of polling."""
 
-    def set_waker(self, wake: object) -> None:
-        """Give the store a zero-argument callable to call when work may be claimable
+    def set_waker(self, wake: Callable[[], None]) -> None:
+        """Give the store the dispatcher's wake-up, to call when work may be claimable
         (a job enqueued or made due, here or — through LISTEN/NOTIFY — on another node)."""

@@ -7,7 +7,6 @@ only owner, so the same contract tests hold for both stores.
 
 from __future__ import annotations
 
-import heapq
 import itertools
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
@@ -22,6 +21,7 @@ from goqueue.supervisor.errors import (
     StoreFull,
 )
 from goqueue.supervisor.jobs import (
+    DEFAULT_MAX_RETRIES,
     STATUSES,
     AttemptError,
     DeadLetter,
@@ -39,13 +39,15 @@ from goqueue.supervisor.jobs import (
     utcnow,
 )
 from goqueue.supervisor.store.base import NewJob
-
-ReadyKey = tuple[str, str]  # (queue, type)
-ReadyEntry = tuple[int, float, int, str]  # (-priority, run_at, seq, job id)
+from goqueue.supervisor.store.memory_heaps import PendingHeaps
+from goqueue.supervisor.vocab import TERMINAL, EventKind, Status
 
 
 class MemoryStore:
-    """A bounded, non-durable store for one node."""
+    """A bounded, non-durable store for one node. `clock` says what time it is (tests
+    give it one they move by hand, so leases and delays expire without waiting)."""
+
+    claim_ahead = False  # a claim costs no round trip: claim for idle workers only
 
     def __init__(
         self,
@@ -56,16 +58,17 @@ class MemoryStore:
         idempotency_ttl: float = 86_400.0,
         max_finished: int = 100_000,
         max_events_per_job: int = 100,
+        clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.node_id = node_id
+        self.clock = clock
         self.lease_seconds = lease_seconds
         self.max_pending = max_pending
         self.idempotency_ttl = idempotency_ttl
         self.max_finished = max_finished
         self.max_events_per_job = max_events_per_job
         self._jobs: dict[str, Job] = {}
-        self._ready: dict[ReadyKey, list[ReadyEntry]] = {}
-        self._delayed: list[tuple[float, int, str]] = []
+        self._pending = PendingHeaps(self._jobs)
         self._tokens: dict[str, str] = {}  # job id -> lease token
         self._leases: dict[str, Lease] = {}  # token -> lease
         self._dedupe: dict[str, tuple[str, float]] = {}
@@ -92,9 +95,9 @@ class MemoryStore:
         """Always reachable."""
         return True
 
-    def set_waker(self, wake: object) -> None:
+    def set_waker(self, wake: Callable[[], None]) -> None:
         """Remember the dispatcher's wake-up callable."""
-        self._wake = wake  # type: ignore[assignment]
+        self._wake = wake
 
     async def register_node(self, limits: Mapping[str, int | None]) -> None:
         """Remember this node's job types and limits."""
@@ -108,11 +111,11 @@ class MemoryStore:
 
     async def enqueue(self, new: NewJob) -> Enqueued:
         """Store one job after the dedupe and idempotency checks."""
-        return self._enqueue(new, utcnow())
+        return self._enqueue(new, self.clock())
 
     async def enqueue_many(self, news: Sequence[NewJob]) -> list[Enqueued | Exception]:
         """Store several jobs, each answered on its own."""
-        now = utcnow()
+        now = self.clock()
         out: list[Enqueued | Exception] = []
         for new in news:
             try:
@@ -136,7 +139,7 @@ class MemoryStore:
             held = self._dedupe.get(spec.dedupe_key)
             if held is not None and held[1] > ts:
                 raise DuplicateJob(held[0])
-        if self._counts["pending"] >= self.max_pending:
+        if self._counts[Status.PENDING] >= self.max_pending:
             raise StoreFull(f"the queue is full ({self.max_pending} pending jobs)")
         job = self._insert(spec, now, new.max_retries, None)
         if spec.dedupe_key is not None and spec.dedupe_window_seconds:
@@ -152,14 +155,14 @@ class MemoryStore:
         self._jobs[job.id] = job
         self._count(job.status, +1)
         self._make_pending(job, now)
-        self._event(job, "enqueued", now)
+        self._event(job, EventKind.ENQUEUED, now)
         return job
 
     def _follow_up(self, spec: JobSpec | None, parent: Job, now: datetime) -> list[Job]:
         """Chain a template; bypasses max_pending since the parent already had its place."""
         if spec is None:
             return []
-        max_retries = spec.max_retries if spec.max_retries is not None else 3
+        max_retries = spec.max_retries if spec.max_retries is not None else DEFAULT_MAX_RETRIES
         return [self._insert(spec, now, max_retries, parent.id)]
 
     # -- claiming --------------------------------------------------------------------
@@ -168,62 +171,26 @@ class MemoryStore:
         self, limit: int, queues: frozenset[str] | None, slots: Mapping[str, int]
     ) -> list[Lease]:
         """Take up to `limit` due jobs, best first, within the per-type slots."""
-        now = utcnow()
-        self._promote(now.timestamp())
+        now = self.clock()
+        self._pending.promote(now.timestamp())
         free = dict(slots)
         leases: list[Lease] = []
         while len(leases) < limit:
-            key = self._best_ready(queues, free)
+            key = self._pending.best(queues, free, self._paused)
             if key is None:
                 break
-            _, _, _, job_id = heapq.heappop(self._ready[key])
-            job = self._jobs[job_id]
+            job = self._pending.pop(key)
             free[job.type] -= 1
             leases.append(self._lease(job, now))
         return leases
 
-    def _best_ready(self, queues: frozenset[str] | None, free: dict[str, int]) -> ReadyKey | None:
-        best: tuple[ReadyEntry, ReadyKey] | None = None
-        for key, heap in self._ready.items():
-            queue, job_type = key
-            if free.get(job_type, 0) <= 0 or queue in self._paused:
-                continue
-            if queues is not None and queue not in queues:
-                continue
-            while heap and not self._is_pending(heap[0][3]):
-                heapq.heappop(heap)  # cancelled while waiting
-            if heap and (best is None or heap[0] < best[0]):
-                best = (heap[0], key)
-        return None if best is None else best[1]
-
-    def _is_pending(self, job_id: str) -> bool:
-        job = self._jobs.get(job_id)
-        return job is not None and job.status == "pending"
-
-    def _promote(self, now_ts: float) -> None:
-        """Move delayed jobs that are now due into their ready heaps."""
-        delayed = self._delayed
-        while delayed and delayed[0][0] <= now_ts:
-            _, _, job_id = heapq.heappop(delayed)
-            job = self._jobs.get(job_id)
-            if job is not None and job.status == "pending":
-                self._push_ready(job)
-
-    def _push_ready(self, job: Job) -> None:
-        entry = (-job.priority, job.run_at.timestamp(), job.seq, job.id)
-        heapq.heappush(self._ready.setdefault((job.queue, job.type), []), entry)
-
     def _make_pending(self, job: Job, now: datetime) -> None:
-        run_ts = job.run_at.timestamp()
-        if run_ts <= now.timestamp():
-            self._push_ready(job)
-        else:
-            heapq.heappush(self._delayed, (run_ts, job.seq, job.id))
+        self._pending.add(job, now.timestamp())
         self._depth_add(job, +1)
         self._wake()
 
     def _lease(self, job: Job, now: datetime) -> Lease:
-        self._set_status(job, "running", now)
+        self._set_status(job, Status.RUNNING, now)
         job.attempts += 1
         job.started_at = now
         token = new_id()
@@ -235,22 +202,18 @@ class MemoryStore:
         )
         self._tokens[job.id] = token
         self._leases[token] = lease
-        self._event(job, "started", now)
+        self._event(job, EventKind.STARTED, now)
         return lease
 
     def next_due_at(self) -> datetime | None:
         """When the earliest delayed job becomes due."""
-        while self._delayed and not self._is_pending(self._delayed[0][2]):
-            heapq.heappop(self._delayed)
-        if not self._delayed:
-            return None
-        return self._jobs[self._delayed[0][2]].run_at
+        return self._pending.next_due()
 
     # -- leases and outcomes ---------------------------------------------------------
 
     async def heartbeat(self, leases: Sequence[Lease], lease_seconds: float) -> list[str]:
         """Extend held leases; report the tokens that are no longer held."""
-        expires = utcnow() + timedelta(seconds=lease_seconds)
+        expires = self.clock() + timedelta(seconds=lease_seconds)
         lost: list[str] = []
         for lease in leases:
             held = self._leases.get(lease.token)
@@ -262,19 +225,19 @@ class MemoryStore:
 
     async def reap_expired(self) -> list[Job]:
         """Return jobs whose lease ran out to pending, or dead-letter them."""
-        now = utcnow()
+        now = self.clock()
         touched: list[Job] = []
         for token, lease in list(self._leases.items()):
             if lease.expires_at > now:
                 continue
             job = self._drop_lease(token)
             error = f"lease expired (holder {lease.owner} lost)"
-            self._event(job, "lease_expired", now)
+            self._event(job, EventKind.LEASE_EXPIRED, now)
             if job.attempts > job.max_retries:
                 self._dead_letter(job, error, now)
             else:
                 self._record_error(job, error, now)
-                self._set_status(job, "pending", now)
+                self._set_status(job, Status.PENDING, now)
                 job.run_at = now
                 self._make_pending(job, now)
             touched.append(job)
@@ -282,7 +245,7 @@ class MemoryStore:
 
     def _held(self, lease: Lease) -> Job | None:
         job = self._jobs.get(lease.job.id)
-        if job is None or self._tokens.get(job.id) != lease.token or job.status != "running":
+        if job is None or self._tokens.get(job.id) != lease.token or job.status != Status.RUNNING:
             return None
         return job
 
@@ -296,12 +259,12 @@ class MemoryStore:
         job = self._held(lease)
         if job is None:
             return None
-        now = utcnow()
+        now = self.clock()
         self._drop_lease(lease.token)
         job.result = result
         job.finished_at = now
-        self._set_status(job, "done", now)
-        self._event(job, "succeeded", now)
+        self._set_status(job, Status.DONE, now)
+        self._event(job, EventKind.SUCCEEDED, now)
         self._retire(job)
         return Outcome(job, self._follow_up(job.on_success, job, now))
 
@@ -310,17 +273,17 @@ class MemoryStore:
         job = self._held(lease)
         if job is None:
             return None
-        now = utcnow()
+        now = self.clock()
         self._drop_lease(lease.token)
         if retry_at is None:
             dead = self._dead_letter(job, error, now)
             return Outcome(job, self._follow_up(job.on_failure, job, now), dead)
         self._record_error(job, error, now)
-        self._event(job, "attempt_failed", now, error)
-        self._set_status(job, "pending", now)
+        self._event(job, EventKind.ATTEMPT_FAILED, now, error)
+        self._set_status(job, Status.PENDING, now)
         job.run_at = retry_at
         self._make_pending(job, now)
-        self._event(job, "retry_scheduled", now, retry_at.isoformat())
+        self._event(job, EventKind.RETRY_SCHEDULED, now, retry_at.isoformat())
         return Outcome(job, [])
 
     def _record_error(self, job: Job, error: str, now: datetime) -> None:
@@ -329,9 +292,9 @@ class MemoryStore:
 
     def _dead_letter(self, job: Job, error: str, now: datetime) -> DeadLetter:
         self._record_error(job, error, now)
-        self._event(job, "attempt_failed", now, error)
+        self._event(job, EventKind.ATTEMPT_FAILED, now, error)
         job.finished_at = now
-        self._set_status(job, "failed", now)
+        self._set_status(job, Status.FAILED, now)
         dead = DeadLetter(
             id=new_id(),
             job_id=job.id,
@@ -340,7 +303,7 @@ class MemoryStore:
             created_at=now,
         )
         self._dead[dead.id] = dead
-        self._event(job, "dead_lettered", now, dead.id)
+        self._event(job, EventKind.DEAD_LETTERED, now, dead.id)
         self._retire(job)
         return dead
 
@@ -349,10 +312,10 @@ class MemoryStore:
         job = self._held(lease)
         if job is None:
             return False
-        now = utcnow()
+        now = self.clock()
         self._drop_lease(lease.token)
         job.attempts -= 1
-        self._set_status(job, "pending", now)
+        self._set_status(job, Status.PENDING, now)
         self._make_pending(job, now)
         return True
 
@@ -361,17 +324,17 @@ class MemoryStore:
         job = self._jobs.get(job_id)
         if job is None:
             raise NotFound(f"job {job_id} not found")
-        if job.status in ("done", "failed", "cancelled"):
+        if job.status in TERMINAL:
             raise InvalidState(f"job {job_id} is already {job.status}", job.status)
-        if job.status == "running" and not force:
-            raise InvalidState(f"job {job_id} is running; use force=true to kill it", "running")
-        now = utcnow()
+        if job.status == Status.RUNNING and not force:
+            raise InvalidState(f"job {job_id} is running; use force=true to kill it", job.status)
+        now = self.clock()
         token = self._tokens.get(job_id)
         if token is not None:
             self._drop_lease(token)
         job.finished_at = now
-        self._set_status(job, "cancelled", now)
-        self._event(job, "cancelled", now)
+        self._set_status(job, Status.CANCELLED, now)
+        self._event(job, EventKind.CANCELLED, now)
         self._retire(job)
         return job, token
 
@@ -402,7 +365,7 @@ class MemoryStore:
 
     async def queue_stats(self, queue: str) -> QueueStats:
         """One queue's counts by status and depth by priority."""
-        counts = dict.fromkeys(STATUSES, 0)
+        counts: dict[str, int] = dict.fromkeys(STATUSES, 0)
         for job in self._jobs.values():
             if job.queue == queue:
                 counts[job.status] += 1
@@ -417,10 +380,6 @@ class MemoryStore:
         else:
             self._paused.discard(queue)
             self._wake()
-
-    async def paused_queues(self) -> frozenset[str]:
-        """The paused queues."""
-        return frozenset(self._paused)
 
     async def events(self, job_id: str) -> list[Event]:
         """A job's audit trail, oldest first."""
@@ -453,12 +412,12 @@ class MemoryStore:
         dead = self._dead.get(dead_id)
         if dead is None:
             raise NotFound(f"dead letter {dead_id} not found")
-        if self._counts["pending"] >= self.max_pending:
+        if self._counts[Status.PENDING] >= self.max_pending:
             raise StoreFull(f"the queue is full ({self.max_pending} pending jobs)")
-        now = utcnow()
+        now = self.clock()
         job = self._insert(dead.job.replay_spec(), now, max_retries, None)
         del self._dead[dead_id]
-        self._event(job, "replayed", now, dead.job_id)
+        self._event(job, EventKind.REPLAYED, now, dead.job_id)
         return job
 
     async def purge_dead(self, dead_id: str) -> bool:
@@ -467,12 +426,12 @@ class MemoryStore:
 
     # -- bookkeeping -----------------------------------------------------------------
 
-    def _set_status(self, job: Job, status: str, now: datetime) -> None:
-        if job.status == "pending":
+    def _set_status(self, job: Job, status: Status, now: datetime) -> None:
+        if job.status == Status.PENDING:
             self._depth_add(job, -1)
         self._count(job.status, -1)
         self._count(status, +1)
-        job.status = status  # type: ignore[assignment]
+        job.status = status
         job.updated_at = now
 
     def _count(self, status: str, delta: int) -> None:
@@ -482,7 +441,7 @@ class MemoryStore:
         depth = self._depth.setdefault(job.queue, {})
         depth[job.priority] = depth.get(job.priority, 0) + delta
 
-    def _event(self, job: Job, kind: str, now: datetime, detail: str | None = None) -> None:
+    def _event(self, job: Job, kind: EventKind, now: datetime, detail: str | None = None) -> None:
         trail = self._events.setdefault(job.id, [])
         if len(trail) < self.max_events_per_job:
             trail.append(

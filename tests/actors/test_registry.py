@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import sys
 from pathlib import Path
 
 import pytest
@@ -78,16 +77,3 @@ def test_a_module_without_actors_and_a_name_defined_twice_are_errors(
         load_actors(["mod_empty"])
     with pytest.raises(ActorDefinitionError, match="'dup' is defined twice"):
         load_actors(["mod_a", "mod_b"])
-
-
-def test_fresh_reimports_changed_code(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.syspath_prepend(str(tmp_path))
-    write_module(
-        tmp_path, "mod_v", "from actors import actor\n@actor('v')\ndef v(p, c):\n    return 1\n"
-    )
-    assert load_actors(["mod_v"])["v"](None, None) == 1
-    write_module(
-        tmp_path, "mod_v", "from actors import actor\n@actor('v')\ndef v(p, c):\n    return 'two'\n"
-    )
-    assert load_actors(["mod_v"], fresh=True)["v"](None, None) == "two"
-    sys.modules.pop("mod_v", None)

@@ -1,6 +1,7 @@
-"""A real API server for route tests: `create_app` over a real engine (in-memory store,
-a pool with no workers unless a test spawns one), served on 127.0.0.1 by a background
-thread with its own event loop, and spoken to over real HTTP with `http.client`.
+"""A real API server for route tests: `create_app` over a node built as `goqueue serve`
+builds it (in-memory store, a pool with no workers unless a test spawns one), served on
+127.0.0.1 by a background thread with its own event loop, and spoken to over real HTTP
+with `http.client`.
 
 Fixture names carry an `api_` prefix so they never shadow the suite-wide ones.
 """
@@ -19,15 +20,15 @@ from typing import Any, TypeVar
 import pytest
 import uvloop
 from aiohttp import web
-from goqueue.actors.protocol import ActorInfo, BootFailed, JobDone, JobFailed, Ready
+from goqueue.actors.protocol import ActorInfo, BootFailed, Ready
 from goqueue.api.app import create_app
+from goqueue.api.node import build_node
 from goqueue.supervisor.catalog import Catalog
 from goqueue.supervisor.config import Settings
 from goqueue.supervisor.engine import Engine
-from goqueue.supervisor.metrics import Metrics
-from goqueue.supervisor.pool import Pool, Worker
+from goqueue.supervisor.node import Node
 from goqueue.supervisor.store.memory import MemoryStore
-from goqueue.supervisor.webhooks import WebhookSender
+from goqueue.supervisor.worker import Worker
 
 T = TypeVar("T")
 
@@ -35,8 +36,9 @@ ACTORS = [ActorInfo("email", None, None, None), ActorInfo("report", 60.0, 1, 2)]
 CALL_TIMEOUT = 15.0
 
 
-class NoEvents:
-    """Pool events nobody needs here: no dispatcher runs in these tests."""
+class NoArbiter:
+    """Worker events nobody needs here: no arbiter runs in these tests (and no job is
+    ever handed to a worker, so no dispatcher either)."""
 
     def worker_ready(self, worker: Worker, message: Ready) -> None:
         """Ignored."""
@@ -44,10 +46,7 @@ class NoEvents:
     def worker_boot_failed(self, worker: Worker, message: BootFailed) -> None:
         """Ignored."""
 
-    def job_done(self, worker: Worker, message: JobDone) -> None:
-        """Ignored."""
-
-    def job_failed(self, worker: Worker, message: JobFailed) -> None:
+    def worker_recycled(self, worker: Worker) -> None:
         """Ignored."""
 
     def worker_exited(self, worker: Worker) -> None:
@@ -77,6 +76,7 @@ class ApiServer:
     thread: threading.Thread | None = None
     port: int = 0
     store: MemoryStore | None = None
+    node: Node | None = None
     engine: Engine | None = None
     runner: web.AppRunner | None = None
 
@@ -110,16 +110,17 @@ class ApiServer:
         return self.call(run())
 
     async def _open(self) -> None:
-        """Build the engine (no workers) and serve `create_app` on an ephemeral port."""
-        self.store = MemoryStore(max_pending=self.settings.max_pending)
+        """Build a node as `goqueue serve` does, but run no arbiter (so no workers and no
+        dispatching), and serve `create_app` over its engine on an ephemeral port."""
+        node = self.node = build_node(self.settings, lambda: self.settings)
+        assert isinstance(node.store, MemoryStore)
+        self.store = node.store
+        self.engine = node.engine
+        node.pool.listen(workers=NoArbiter())
         catalog = Catalog(ACTORS, {})
+        node.engine.set_catalog(catalog)
         await self.store.register_node(catalog.limits())
-        webhooks = WebhookSender(secret=None)
-        await webhooks.start()
-        pool = Pool(self.loop, NoEvents(), [])
-        self.engine = Engine(
-            self.store, pool, catalog, Metrics(), webhooks, kill=lambda token: False
-        )
+        await node.webhooks.start()
         self.runner = web.AppRunner(create_app(self.engine, self.settings), access_log=None)
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", 0)
@@ -130,9 +131,9 @@ class ApiServer:
         """Undo whatever `_open` got to, in reverse."""
         if self.runner is not None:
             await self.runner.cleanup()
-        if self.engine is not None:
-            await self.engine.pool.shutdown()
-            await self.engine.webhooks.close()
+        if self.node is not None:
+            await self.node.pool.shutdown()
+            await self.node.webhooks.close()
 
     # -- HTTP ------------------------------------------------------------------------
 

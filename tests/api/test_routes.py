@@ -10,6 +10,7 @@ import asyncio
 import json
 import logging
 import re
+import typing
 import uuid
 from typing import Any
 from urllib.parse import quote
@@ -20,11 +21,11 @@ import pytest
 from aiohttp import web
 from goqueue.api.errors import from_domain, within
 from goqueue.api.middleware import errors_middleware, metrics_middleware
-from goqueue.api.schemas import HIDDEN_JOB_FIELDS, JobOut
+from goqueue.api.schemas import HIDDEN_JOB_FIELDS, JobOut, JobStatus
 from goqueue.supervisor.errors import StoreUnavailable
 from goqueue.supervisor.jobs import Job, JobSpec
 from goqueue.supervisor.metrics import Metrics
-from goqueue.supervisor.pool import IDLE
+from goqueue.supervisor.vocab import Status, WorkerState
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 from prometheus_client.parser import text_string_to_metric_families
@@ -560,7 +561,7 @@ def test_health_ready_and_draining(api_server: ApiServer) -> None:
     engine = api_server.engine
     assert engine is not None
     api_server.sync(lambda: engine.pool.spawn(1))  # one real (empty) worker process
-    wait_until(lambda: api_server.sync(lambda: engine.pool.count(IDLE)), "a worker", 30)
+    wait_until(lambda: api_server.sync(lambda: engine.pool.count(WorkerState.IDLE)), "a worker", 30)
     ready = api_server.get("/ready")
     assert ready.status == 200
     assert ready.json == {
@@ -740,6 +741,10 @@ def test_dead_letters_list_show_replay_purge(api_server: ApiServer) -> None:
 def test_job_out_shows_every_job_field_but_seq() -> None:
     job_fields = [f.name for f in msgspec.structs.fields(Job) if f.name not in HIDDEN_JOB_FIELDS]
     assert list(JobOut.__struct_fields__) == job_fields
+
+
+def test_the_documented_statuses_are_the_status_enum() -> None:
+    assert list(typing.get_args(JobStatus)) == [status.value for status in Status]
 
 
 def test_a_hung_store_call_becomes_503() -> None:

@@ -1,9 +1,10 @@
-"""Retry backoff: base * 2^(attempt-1), capped, jittered within ±25 %."""
+"""Backoff: base * 2^(attempt-1), capped, jittered within ±25 %; one formula for every
+retry (jobs, webhooks, reconnect loops)."""
 
 import random
 
 import pytest
-from goqueue.supervisor.dispatch import backoff
+from goqueue.supervisor.backoff import Backoff, backoff
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -19,3 +20,13 @@ def test_backoff_doubles_within_jitter(attempt: int, nominal: float) -> None:
 def test_backoff_is_capped() -> None:
     rng = random.Random(7)
     assert all(backoff(30, 1.0, 60.0, rng) <= 75.0 for _ in range(100))
+    assert all(backoff(10_000, 0.5, 15.0, rng) <= 18.75 for _ in range(100))  # no overflow
+
+
+def test_a_loop_backs_off_then_starts_over_after_a_success() -> None:
+    delays = Backoff(0.2, 5.0, random.Random(7))
+    first = [delays.next() for _ in range(7)]
+    nominal = [0.2, 0.4, 0.8, 1.6, 3.2, 5.0, 5.0]
+    assert all(0.75 * n <= d <= 1.25 * n for d, n in zip(first, nominal, strict=True))
+    delays.reset()
+    assert 0.15 <= delays.next() <= 0.25

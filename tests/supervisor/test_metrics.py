@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 from goqueue.supervisor.metrics import Metrics
+from goqueue.supervisor.vocab import RestartReason, WebhookOutcome, WorkerState
 from prometheus_client.parser import text_string_to_metric_families
 
 pytestmark = pytest.mark.timeout(30)
@@ -108,3 +109,14 @@ def test_two_instances_are_independent() -> None:
     assert samples(first)[key("goqueue_enqueued_total", type="email")] == 5
     assert key("goqueue_enqueued_total", type="email") not in samples(second)
     assert key("goqueue_jobs_total", type="email", status="done") not in samples(second)
+
+
+def test_every_restart_reason_is_exported_at_zero_from_the_start() -> None:
+    got = samples(Metrics())
+    for reason in RestartReason:
+        assert got[key("goqueue_worker_restarts_total", reason=reason.value)] == 0
+    assert got[key("goqueue_worker_restarts_total", reason="lease_lost")] == 0
+    for state in WorkerState:
+        assert got[key("goqueue_workers", state=state.value)] == 0
+    for outcome in WebhookOutcome:
+        assert got[key("goqueue_webhook_deliveries_total", outcome=outcome.value)] == 0

@@ -13,6 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from goqueue.supervisor.vocab import RestartReason
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import ROOT, Node, request, wait_for
@@ -47,6 +48,9 @@ def test_metrics_count_known_work(make_node) -> None:
     assert inf == 5
     route = (("method", "POST"), ("route", "/jobs"), ("status", "201"))
     assert s[("goqueue_http_requests_total", route)] == 7
+    # every restart reason is exported from boot, lease_lost included (it once was not)
+    for reason in RestartReason:
+        assert s[("goqueue_worker_restarts_total", (("reason", reason.value),))] == 0
 
 
 class Receiver:

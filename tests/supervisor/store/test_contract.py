@@ -13,7 +13,7 @@ from goqueue.supervisor.errors import (
     InvalidState,
     NotFound,
 )
-from goqueue.supervisor.jobs import JobFilter, JobSpec, utcnow
+from goqueue.supervisor.jobs import JobFilter, JobSpec
 from goqueue.supervisor.store.base import NewJob, Store
 
 pytestmark = pytest.mark.timeout(30)
@@ -74,20 +74,21 @@ async def test_claim_respects_type_slots_queues_and_pauses(open_store) -> None:
         assert len(await store.claim(10, None, {"a": 2})) == 2
         assert await store.claim(10, frozenset({"default"}), {"b": 5}) == []
         await store.set_paused("other", True)
-        assert await store.paused_queues() == frozenset({"other"})
+        assert (await store.queue_stats("other")).paused
+        assert not (await store.queue_stats("default")).paused
         assert await store.claim(10, None, {"b": 5}) == []
         await store.set_paused("other", False)
         assert len(await store.claim(10, frozenset({"other"}), {"b": 5})) == 1
         assert len(await store.claim(10, None, {"a": 5})) == 1
 
 
-async def test_delayed_jobs_are_not_claimed_until_due(open_store) -> None:
+async def test_delayed_jobs_are_not_claimed_until_due(open_store, clock) -> None:
     async with open_store() as store:
         delayed = (await store.enqueue(new("a", delay_seconds=0.4))).job
         assert await store.claim(1, None, ALL) == []
         due = store.next_due_at()
         assert due is not None and due <= delayed.run_at + timedelta(seconds=0.01)
-        await asyncio.sleep(0.5)
+        await clock.advance(0.5)
         assert (await claim_one(store)).job.id == delayed.id
 
 
@@ -106,15 +107,15 @@ async def test_complete_stores_result_and_chains_on_success(open_store) -> None:
         assert await store.complete(lease, None) is None  # only once
 
 
-async def test_fail_with_retry_then_dead_letter_and_on_failure(open_store) -> None:
+async def test_fail_with_retry_then_dead_letter_and_on_failure(open_store, clock) -> None:
     async with open_store() as store:
         job = (await store.enqueue(new("a", max_retries=1, on_failure={"type": "b"}))).job
         lease = await claim_one(store)
-        retry_at = utcnow() + timedelta(seconds=0.2)
+        retry_at = clock.now() + timedelta(seconds=0.2)
         outcome = await store.fail(lease, "boom 1", retry_at)
         assert outcome.job.status == "pending" and outcome.followups == []
         assert await store.claim(1, None, ALL) == []  # not due yet
-        await asyncio.sleep(0.3)
+        await clock.advance(0.3)
         lease = await claim_one(store)
         assert lease.job.attempts == 2
         outcome = await store.fail(lease, "boom 2", None)
@@ -167,7 +168,7 @@ async def test_cancel_rules(open_store) -> None:
         assert await store.complete(lease, None) is None
 
 
-async def test_dedupe_window(open_store) -> None:
+async def test_dedupe_window(open_store, clock) -> None:
     async with open_store() as store:
         first = (await store.enqueue(new("a", dedupe_key="k", dedupe_window_seconds=0.3))).job
         with pytest.raises(DuplicateJob) as dup:
@@ -176,7 +177,7 @@ async def test_dedupe_window(open_store) -> None:
         await store.cancel(first.id, False)  # the window holds whatever the status
         with pytest.raises(DuplicateJob):
             await store.enqueue(new("a", dedupe_key="k", dedupe_window_seconds=0.3))
-        await asyncio.sleep(0.4)
+        await clock.advance(0.4)
         assert (await store.enqueue(new("a", dedupe_key="k", dedupe_window_seconds=0.3))).created
 
 
@@ -212,29 +213,29 @@ async def test_dead_letters_list_get_replay_purge(open_store) -> None:
         assert (await store.list_dead(10, 0)).total == 0
 
 
-async def test_expired_lease_is_reaped_and_counted(open_store) -> None:
+async def test_expired_lease_is_reaped_and_counted(open_store, clock) -> None:
     async with open_store(lease_seconds=0.2) as store:
         job = (await store.enqueue(new("a", max_retries=1))).job
         await claim_one(store)
-        await asyncio.sleep(0.35)
+        await clock.advance(0.35)
         touched = await store.reap_expired()
         assert [j.id for j in touched] == [job.id]
         back = await store.get(job.id)
         assert back.status == "pending" and "lease expired" in back.last_error
         second = await claim_one(store)
         assert second.job.attempts == 2
-        await asyncio.sleep(0.35)
+        await clock.advance(0.35)
         await store.reap_expired()
         assert (await store.get(job.id)).status == "failed"
         assert (await store.list_dead(10, 0)).total == 1
 
 
-async def test_heartbeat_keeps_a_lease_alive(open_store) -> None:
+async def test_heartbeat_keeps_a_lease_alive(open_store, clock) -> None:
     async with open_store(lease_seconds=0.3) as store:
         await store.enqueue(new("a"))
         lease = await claim_one(store)
         for _ in range(4):
-            await asyncio.sleep(0.1)
+            await clock.advance(0.1)
             assert await store.heartbeat([lease], 0.3) == []
         assert await store.reap_expired() == []
         assert (await store.complete(lease, None)) is not None
@@ -294,18 +295,18 @@ async def test_register_node_and_known_types(open_store) -> None:
         assert {"a", "b"} <= await store.known_types()
 
 
-async def test_prune_deletes_old_finished_jobs_and_their_trails_only(open_store) -> None:
+async def test_prune_deletes_old_finished_jobs_and_their_trails_only(open_store, clock) -> None:
     async with open_store() as store:
         done = (await store.enqueue(new("a"))).job
         await store.complete(await claim_one(store), None)
         dead = (await store.enqueue(new("a", max_retries=0))).job
         await store.fail(await claim_one(store), "fatal", None)
         pending = (await store.enqueue(new("b"))).job
-        assert await store.prune(utcnow() - timedelta(hours=1), 100) == 0
-        await asyncio.sleep(0.05)
-        assert await store.prune(utcnow(), 1) == 1  # the limit holds, oldest first
+        assert await store.prune(clock.now() - timedelta(hours=1), 100) == 0
+        await clock.advance(0.05)
+        assert await store.prune(clock.now(), 1) == 1  # the limit holds, oldest first
         assert await store.get(done.id) is None and await store.events(done.id) == []
-        assert await store.prune(utcnow(), 100) == 1
+        assert await store.prune(clock.now(), 100) == 1
         assert await store.get(dead.id) is None
         assert (await store.get(pending.id)).status == "pending"
         assert (await store.list_dead(10, 0)).total == 1  # dead letters stay

@@ -1,0 +1,45 @@
+"""What one node is made of. `goqueue.api.node.build_node` builds it, once and whole;
+the arbiter only runs its lifecycle."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Protocol
+
+from goqueue.supervisor.config import Settings
+from goqueue.supervisor.dispatch import Dispatcher
+from goqueue.supervisor.engine import Engine
+from goqueue.supervisor.hooks import Hooks
+from goqueue.supervisor.leases import Leases
+from goqueue.supervisor.metrics import Metrics
+from goqueue.supervisor.pool import Pool
+from goqueue.supervisor.store.base import Store
+from goqueue.supervisor.webhooks import WebhookSender
+
+
+class Server(Protocol):
+    """The node's HTTP server, started once the node runs and stopped last."""
+
+    async def start(self) -> None:
+        """Start serving."""
+
+    async def stop(self) -> None:
+        """Close the listener and finish in-flight requests."""
+
+
+@dataclass(frozen=True, slots=True)
+class Node:
+    """The parts of one node, wired: pool → dispatcher → store → hooks."""
+
+    settings: Settings
+    store: Store
+    pool: Pool
+    dispatcher: Dispatcher
+    engine: Engine
+    hooks: Hooks
+    metrics: Metrics
+    webhooks: WebhookSender
+    leases: Leases
+    http: Server
+    reload_settings: Callable[[], Settings]  # re-read the configuration (SIGHUP)

@@ -1,0 +1,82 @@
+"""The memory store's pending jobs in claim order: one ready heap per (queue, type), best
+first (priority, then run_at, then enqueue order), and one heap of delayed jobs by due
+time. A job that stops being pending (cancelled, claimed) leaves its entry behind; the
+entry is skipped when it reaches the top."""
+
+from __future__ import annotations
+
+import heapq
+from collections.abc import Container, Mapping
+from datetime import datetime
+
+from goqueue.supervisor.jobs import Job
+from goqueue.supervisor.vocab import Status
+
+ReadyKey = tuple[str, str]  # (queue, type)
+ReadyEntry = tuple[int, float, int, str]  # (-priority, run_at, seq, job id)
+
+
+class PendingHeaps:
+    """Pending jobs, due and delayed, over the store's jobs by id (read, never written)."""
+
+    def __init__(self, jobs: Mapping[str, Job]) -> None:
+        self.jobs = jobs
+        self.ready: dict[ReadyKey, list[ReadyEntry]] = {}
+        self.delayed: list[tuple[float, int, str]] = []
+
+    def add(self, job: Job, now_ts: float) -> None:
+        """A job became pending: ready if due at `now_ts`, delayed otherwise."""
+        run_ts = job.run_at.timestamp()
+        if run_ts <= now_ts:  # as _push_ready, inline: this runs for every job enqueued
+            entry = (-job.priority, run_ts, job.seq, job.id)
+            heapq.heappush(self.ready.setdefault((job.queue, job.type), []), entry)
+        else:
+            heapq.heappush(self.delayed, (run_ts, job.seq, job.id))
+
+    def promote(self, now_ts: float) -> None:
+        """Move delayed jobs that are due at `now_ts` into their ready heaps."""
+        delayed = self.delayed
+        while delayed and delayed[0][0] <= now_ts:
+            _, _, job_id = heapq.heappop(delayed)
+            job = self.jobs.get(job_id)
+            if job is not None and job.status == Status.PENDING:
+                self._push_ready(job)
+
+    def best(
+        self, queues: frozenset[str] | None, free: Mapping[str, int], paused: Container[str]
+    ) -> ReadyKey | None:
+        """The heap whose top is the best claimable job: its type has a free slot, its
+        queue is served (`queues`, None for all) and not paused."""
+        best: tuple[ReadyEntry, ReadyKey] | None = None
+        for key, heap in self.ready.items():
+            queue, job_type = key
+            if free.get(job_type, 0) <= 0 or queue in paused:
+                continue
+            if queues is not None and queue not in queues:
+                continue
+            while heap and not self._is_pending(heap[0][3]):
+                heapq.heappop(heap)  # cancelled while waiting
+            if heap and (best is None or heap[0] < best[0]):
+                best = (heap[0], key)
+        return None if best is None else best[1]
+
+    def pop(self, key: ReadyKey) -> Job:
+        """Take the top job of a heap `best` chose."""
+        _, _, _, job_id = heapq.heappop(self.ready[key])
+        return self.jobs[job_id]
+
+    def next_due(self) -> datetime | None:
+        """When the earliest delayed job becomes due."""
+        while self.delayed and not self._is_pending(self.delayed[0][2]):
+            heapq.heappop(self.delayed)
+        if not self.delayed:
+            return None
+        return self.jobs[self.delayed[0][2]].run_at
+
+    def _push_ready(self, job: Job) -> None:
+        entry = (-job.priority, job.run_at.timestamp(), job.seq, job.id)
+        heapq.heappush(self.ready.setdefault((job.queue, job.type), []), entry)
+
+    def _is_pending(self, job_id: str) -> bool:
+        job = self.jobs.get(job_id)
+        return job is not None and job.status == Status.PENDING

@@ -1,0 +1,90 @@
+"""The supervisor's closed vocabularies, each a `StrEnum`.
+
+A member is its string (`Status.DONE == "done"`), so stores, logs, metrics labels and
+msgspec's JSON all see the same values as before; a misspelt member is a type error
+instead of a series or an audit event that silently never matches.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class Status(StrEnum):
+    """Where a job is in its life."""
+
+    PENDING = "pending"
+    RUNNING = "running"
+    DONE = "done"
+    FAILED = "failed"
+    CANCELLED = "cancelled"
+
+
+TERMINAL: frozenset[Status] = frozenset({Status.DONE, Status.FAILED, Status.CANCELLED})
+
+
+class EventKind(StrEnum):
+    """What an entry of a job's audit trail records."""
+
+    ENQUEUED = "enqueued"
+    STARTED = "started"
+    SUCCEEDED = "succeeded"
+    ATTEMPT_FAILED = "attempt_failed"
+    RETRY_SCHEDULED = "retry_scheduled"
+    LEASE_EXPIRED = "lease_expired"
+    DEAD_LETTERED = "dead_lettered"
+    REPLAYED = "replayed"
+    CANCELLED = "cancelled"
+    RELEASED = "released"
+
+
+class AttemptOutcome(StrEnum):
+    """How one attempt ended (the `outcome` label of the attempt metrics)."""
+
+    SUCCEEDED = "succeeded"
+    FAILED = "failed"
+    TIMEOUT = "timeout"
+    CRASHED = "crashed"
+
+
+class WorkerState(StrEnum):
+    """A worker process as the supervisor sees it (in the order /stats lists them)."""
+
+    BUSY = "busy"
+    IDLE = "idle"
+    BOOTING = "booting"
+    STOPPING = "stopping"
+
+
+class KillReason(StrEnum):
+    """Why the supervisor ended a worker (None on a worker means it died on its own)."""
+
+    STOPPED = "stopped"  # asked to exit cleanly: shrink, reload, shutdown of an idle worker
+    TIMEOUT = "timeout"
+    CANCEL = "cancel"
+    LEASE_LOST = "lease_lost"
+    SHUTDOWN = "shutdown"
+    RECYCLE = "recycle"
+    BOOT = "boot"  # exited with WORKER_BOOT_ERROR: its actor modules cannot be imported
+
+
+class RestartReason(StrEnum):
+    """Why a worker was replaced (the `reason` label of the restart counter)."""
+
+    TIMEOUT = "timeout"
+    CRASH = "crash"
+    RECYCLE = "recycle"
+    RELOAD = "reload"
+    CANCEL = "cancel"
+    SHUTDOWN = "shutdown"
+    LEASE_LOST = "lease_lost"
+
+
+class WebhookOutcome(StrEnum):
+    """What became of one webhook delivery."""
+
+    DELIVERED = "delivered"
+    RETRIED = "retried"  # one per retry scheduled
+    FAILED = "failed"  # attempts exhausted
+    DROPPED = "dropped"  # queue full, or the sender closed
+    REJECTED = "rejected"  # URL not deliverable, or host not in the allow-list

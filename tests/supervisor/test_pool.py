@@ -1,0 +1,202 @@
+"""The pool: the pipe's frame decoder in-process, then real worker processes driven
+through the pool's own calls, its events caught by recording listeners."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import struct
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import msgspec
+import pytest
+from goqueue.actors.protocol import (
+    ActorInfo,
+    BootFailed,
+    FromWorker,
+    JobDone,
+    JobFailed,
+    Ready,
+    SupervisorCodec,
+    WorkerCodec,
+)
+from goqueue.supervisor.channel import Channel
+from goqueue.supervisor.jobs import Job, JobSpec, Lease
+from goqueue.supervisor.pool import Pool, Recycle
+from goqueue.supervisor.vocab import KillReason, WorkerState
+from goqueue.supervisor.worker import Worker
+
+pytestmark = pytest.mark.timeout(30)
+
+ACTORS = ["tests.fixtures.testactors"]  # importable by the children: the checkout is on sys.path
+
+
+def frame(message: Any) -> bytes:
+    """One message as a worker writes it: 4-byte big-endian length, then msgpack."""
+    payload = WorkerCodec().encode(message)
+    return struct.pack("!i", len(payload)) + payload
+
+
+MESSAGES: list[FromWorker] = [
+    Ready(11, [ActorInfo("noop"), ActorInfo("spin", 2.5, 0, 1)]),
+    JobDone("job-1", b'{"ok":true}', 0.25, 2048),
+    JobFailed("job-2", "boom", 0.5, retry=False, traceback="Traceback ..."),
+    BootFailed("cannot import", ""),
+    JobDone("job-3", b"x" * 70_000, 1.0),  # bigger than one read
+]
+
+
+def decode_all(chunks: list[bytes]) -> list[FromWorker]:
+    got: list[FromWorker] = []
+    channel = Channel(SupervisorCodec().decode)
+    channel.listen(got.append, lambda: None)
+    for chunk in chunks:
+        channel.data_received(chunk)
+    assert not channel.buffer  # nothing left over once every frame is in
+    return got
+
+
+def test_frames_coalesced_into_one_read_decode_in_order() -> None:
+    assert decode_all([b"".join(frame(m) for m in MESSAGES)]) == MESSAGES
+
+
+@pytest.mark.parametrize("size", [1, 2, 3, 4, 5, 7, 64, 4096])
+def test_frames_split_at_any_byte_decode_once_whole(size: int) -> None:
+    messages = MESSAGES if size >= 64 else MESSAGES[:-1]  # 70 kB a byte at a time is slow
+    stream = b"".join(frame(m) for m in messages)
+    chunks = [stream[i : i + size] for i in range(0, len(stream), size)]
+    assert decode_all(chunks) == messages
+
+
+def test_a_partial_frame_waits_for_the_rest() -> None:
+    got: list[FromWorker] = []
+    channel = Channel(SupervisorCodec().decode)
+    channel.listen(got.append, lambda: None)
+    whole = frame(MESSAGES[1])
+    channel.data_received(whole[:3])  # not even a whole header
+    channel.data_received(whole[3:-1])
+    assert got == []
+    channel.data_received(whole[-1:] + frame(MESSAGES[2])[:6])
+    assert got == [MESSAGES[1]]
+    channel.data_received(frame(MESSAGES[2])[6:])
+    assert got == MESSAGES[1:3]
+
+
+def test_recycling_policy() -> None:
+    worker = Worker(1, 0, 1, None, None)
+    worker.jobs_run, worker.rss_kb = 2, 5000
+    assert not Recycle().due(worker)
+    assert Recycle(max_jobs=2).due(worker) and not Recycle(max_jobs=3).due(worker)
+    assert Recycle(max_rss_kb=4999).due(worker) and not Recycle(max_rss_kb=5000).due(worker)
+
+
+# -- real processes ----------------------------------------------------------------------
+
+
+class Events:
+    """Both listeners at once: records every event, wakes whoever waits for one."""
+
+    def __init__(self) -> None:
+        self.seen: list[tuple[Any, ...]] = []
+        self.changed = asyncio.Event()
+
+    def _add(self, *event: Any) -> None:
+        self.seen.append(event)
+        self.changed.set()
+
+    async def wait_for(self, kind: str, timeout: float = 15.0) -> tuple[Any, ...]:
+        async with asyncio.timeout(timeout):
+            while True:
+                for event in self.seen:
+                    if event[0] == kind:
+                        return event
+                self.changed.clear()
+                await self.changed.wait()
+
+    def kinds(self) -> list[str]:
+        return [event[0] for event in self.seen]
+
+    def job_done(self, lease: Lease, message: JobDone) -> None:
+        self._add("job_done", lease, message)
+
+    def job_failed(self, lease: Lease, message: JobFailed) -> None:
+        self._add("job_failed", lease, message)
+
+    def job_lost(self, lease: Lease, worker: Worker) -> None:
+        self._add("job_lost", lease, worker.kill_reason)
+
+    def worker_ready(self, worker: Worker, message: Ready) -> None:
+        self._add("worker_ready", worker)
+
+    def worker_boot_failed(self, worker: Worker, message: BootFailed) -> None:
+        self._add("worker_boot_failed", worker, message.error)
+
+    def worker_recycled(self, worker: Worker) -> None:
+        self._add("worker_recycled", worker)
+
+    def worker_exited(self, worker: Worker) -> None:
+        self._add("worker_exited", worker, worker.kill_reason)
+
+
+def running(job_type: str, payload: bytes = b"null", timeout: float | None = None) -> Lease:
+    now = datetime.now(UTC)
+    spec = JobSpec(type=job_type, timeout_seconds=timeout)
+    job = Job.from_spec(spec, now=now, max_retries=0)
+    job.payload = msgspec.Raw(payload)
+    job.attempts = 1
+    return Lease(job=job, token=f"t-{job.id}", owner="test", expires_at=now)
+
+
+async def started(**options: Any) -> tuple[Pool, Events, Worker]:
+    pool = Pool(asyncio.get_running_loop(), ACTORS, **options)
+    events = Events()
+    pool.listen(jobs=events, workers=events)
+    worker = pool.spawn(0)
+    await events.wait_for("worker_ready")
+    assert worker.state == WorkerState.IDLE and "noop" in worker.types
+    return pool, events, worker
+
+
+async def test_a_job_runs_and_its_outcome_goes_to_the_job_listener() -> None:
+    pool, events, worker = await started()
+    try:
+        lease = running("noop", b"7")
+        pool.run(worker, lease, timeout=10)
+        assert worker.state == WorkerState.BUSY and pool.holding(lease.token) is worker
+        _, reported, message = await events.wait_for("job_done")
+        assert reported is lease and message.result == b"7"
+        assert worker.state == WorkerState.IDLE and worker.lease is None and worker.jobs_run == 1
+    finally:
+        await pool.shutdown(5)
+    assert events.kinds()[-1] == "worker_exited" and "job_lost" not in events.kinds()
+
+
+async def test_an_overrun_deadline_kills_the_worker_and_the_attempt_is_lost(
+    tmp_path: Path,
+) -> None:
+    pool, events, worker = await started(kill_grace=0.05)
+    try:
+        lease = running("spin", json.dumps({"dir": str(tmp_path)}).encode())
+        pool.run(worker, lease, timeout=0.2)
+        _, reported, reason = await events.wait_for("job_lost")
+        assert reported is lease and reason == KillReason.TIMEOUT
+        _, gone, reason = await events.wait_for("worker_exited")
+        assert gone is worker and reason == KillReason.TIMEOUT and worker.exitcode == -9
+        assert events.kinds().index("job_lost") < events.kinds().index("worker_exited")
+    finally:
+        await pool.shutdown(5)
+
+
+async def test_a_worker_due_for_recycling_is_stopped_after_its_job() -> None:
+    pool, events, worker = await started(recycle=Recycle(max_jobs=1))
+    try:
+        pool.run(worker, running("noop"), timeout=10)
+        await events.wait_for("job_done")
+        assert events.kinds()[-1] == "worker_recycled"  # decided after the outcome went out
+        _, gone, reason = await events.wait_for("worker_exited")
+        assert gone is worker and reason == KillReason.RECYCLE and worker.exitcode == 0
+        assert len(pool) == 0
+    finally:
+        await pool.shutdown(5)
