@@ -74,7 +74,7 @@ async def test_claim_respects_type_slots_queues_and_pauses(open_store) -> None:
         assert len(await store.claim(10, None, {"a": 2})) == 2
         assert await store.claim(10, frozenset({"default"}), {"b": 5}) == []
         await store.set_paused("other", True)
-        assert await store.paused_queues() == frozenset({"other"})
+        assert (await store.queue_stats("other")).paused
         assert await store.claim(10, None, {"b": 5}) == []
         await store.set_paused("other", False)
         assert len(await store.claim(10, frozenset({"other"}), {"b": 5})) == 1
