@@ -21,7 +21,6 @@ import argparse
 import contextlib
 import math
 import os
-import re
 import socket
 import tomllib
 from collections.abc import Mapping
@@ -32,9 +31,9 @@ from typing import Any, Literal
 
 import msgspec
 from goqueue.supervisor.errors import ConfigError
+from goqueue.supervisor.store.pg_schema import schema_name_problem
 
 ENV_PREFIX = "GOQUEUE_"
-_IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}\Z")
 LOG_LEVELS = ("debug", "info", "warning", "error")
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
@@ -108,11 +107,8 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
                 raise ConfigError(f"limits: {problem}")
         if self.database_url is not None:
             _check_dsn(self.database_url)
-        if not _IDENTIFIER.match(self.database_schema):
-            raise ConfigError(
-                "database_schema: must be a lower-case SQL identifier "
-                f"(letters, digits, _; at most 63), got {self.database_schema!r}"
-            )
+        if problem := schema_name_problem(self.database_schema):
+            raise ConfigError(f"database_schema: {problem}")
         if 0 < self.retention_seconds < self.idempotency_ttl:
             raise ConfigError(
                 f"retention_seconds: must be at least idempotency_ttl ({self.idempotency_ttl:g}) "

@@ -3,8 +3,8 @@
 `Batcher` lets the calls that arrive while one write is in flight go together in the
 next write (one transaction), each answered on its own once that transaction committed;
 an idle store writes at once. `group_or_each` writes a group, falling back to one item
-at a time when the database refuses the group as a whole, and `Retry` marks an item to
-write again in a later group.
+at a time when the database refuses the group as a whole, and `WriteAgain` marks an item
+to write again in a later group (named apart from the user-facing `goqueue.Retry`).
 """
 
 from __future__ import annotations
@@ -41,7 +41,7 @@ async def group_or_each(
     return answers
 
 
-class Retry(Exception):
+class WriteAgain(Exception):
     """An item to write again in a later group (its statement lost a deadlock)."""
 
 

@@ -1,22 +1,26 @@
-"""How PostgreSQL store nodes tell each other about new work: NOTIFY and LISTEN.
+"""How PostgreSQL store nodes tell each other, and their dispatchers, about new work.
 
-`Notifier` sends the hint after a commit made work claimable, coalesced so a stream of
-commits costs at most one NOTIFY in flight; `Listener` keeps one dedicated connection
-LISTENing on the schema's channel, reconnecting forever, and hands every notification
-(the sending node, and when the work is due) to the store, which wakes its dispatcher.
+`Notifier` sends the hint (NOTIFY) after a commit made work claimable, coalesced so a
+stream of commits costs at most one NOTIFY in flight; `Listener` keeps one dedicated
+connection LISTENing on the schema's channel, reconnecting forever, and hands every
+notification (the sending node, and when the work is due) on; `Wakeups` decides, after
+each commit or notification, whether to wake this node's dispatcher and the others, and
+remembers when the next scheduled job is due.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Collection, Sequence
 from contextlib import suppress
 from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
 from goqueue.supervisor.errors import StoreUnavailable
+from goqueue.supervisor.jobs import Job
+from goqueue.supervisor.store.pg_sql import Sql, Statements
 from psycopg import AsyncConnection
 
 # The store's logger: these records keep the name operators already filter on.
@@ -81,7 +85,7 @@ class Listener:
     def __init__(
         self,
         dsn: str,
-        channel: str,
+        sql: Statements,
         connect_kwargs: dict[str, Any],
         on_note: Callable[[str, datetime | None], None],
         on_connect: Callable[[], None],
@@ -89,7 +93,7 @@ class Listener:
         keepalive: float = 10.0,
     ) -> None:
         self.dsn = dsn
-        self.channel = channel
+        self._sql = sql
         self.connect_kwargs = connect_kwargs
         self.on_note = on_note
         self.on_connect = on_connect
@@ -114,14 +118,14 @@ class Listener:
     async def _listen(self) -> None:
         conn = await AsyncConnection.connect(self.dsn, autocommit=True, **self.connect_kwargs)
         async with conn:
-            await conn.execute(f'LISTEN "{self.channel}"')
+            await conn.execute(self._sql[Sql.LISTEN])
             self.listening.set()
             self.on_connect()
             while True:
                 async for note in conn.notifies(timeout=self.keepalive):
                     self._dispatch(note.payload)
                 async with asyncio.timeout(self.keepalive):
-                    await conn.execute("SELECT 1")  # notices a dead connection when idle
+                    await conn.execute(self._sql[Sql.PING])  # notices a dead connection
 
     def _dispatch(self, payload: str) -> None:
         node, _, epoch = payload.partition(" ")
@@ -129,3 +133,90 @@ class Listener:
         with suppress(ValueError, OverflowError):
             due = datetime.fromtimestamp(float(epoch), UTC)
         self.on_note(node, due)
+
+
+class Wakeups:
+    """Who to wake when: this node's dispatcher (`set_waker`) and, through the
+    `Notifier`, the other nodes. Also remembers when the next scheduled job is due.
+
+    Work only in queues this node does not claim from (as of its last claim) does not
+    wake its dispatcher; a job leaving `running` wakes everyone when its type is under a
+    global limit, since a claim made a moment before that commit could not see the slot.
+    """
+
+    def __init__(self, notifier: Notifier) -> None:
+        self._notifier = notifier
+        self._wake: Callable[[], None] = lambda: None
+        self._next_due: datetime | None = None
+        self._serves: frozenset[str] | None = None  # the queues claimed from (None: all)
+        self._limited: set[str] = set()  # types under a global limit, as of the last claim
+
+    def set_waker(self, wake: Callable[[], None]) -> None:
+        """Remember the dispatcher's zero-argument wake-up callable."""
+        self._wake = wake
+
+    def wake(self) -> None:
+        """Wake this node's dispatcher (a failing waker is logged, not raised)."""
+        try:
+            self._wake()
+        except Exception:
+            log.exception("waker failed")
+
+    def on_note(self, node: str, due: datetime | None) -> None:
+        """A notification from a node (ours was handled right after our own commit)."""
+        if node == self._notifier.node_id:
+            return
+        self.saw_due(due)
+        self.wake()
+
+    def pending(self, jobs: Sequence[Job]) -> None:
+        """After a commit that made `jobs` pending: remember due times, wake this node
+        (if it claims from their queues) and the others."""
+        if not jobs:
+            return
+        now = datetime.now(UTC)
+        later = [job.run_at for job in jobs if job.run_at > now]
+        due = min(later) if later else None
+        self.saw_due(due)
+        self._notifier.poke(due)
+        serves = self._serves
+        if serves is None or any(job.queue in serves for job in jobs):
+            self.wake()
+
+    def freed(self, job: Job) -> None:
+        """`job` stopped running: wake everyone if its type is under a global limit."""
+        if job.type in self._limited:
+            self.everyone()
+
+    def everyone(self) -> None:
+        """Wake this node's dispatcher and the other nodes' (a queue was resumed...)."""
+        self._notifier.poke(None)
+        self.wake()
+
+    def claimed(
+        self,
+        queues: frozenset[str] | None,
+        types: Collection[str],
+        limited: Collection[str],
+        next_due: datetime | None,
+    ) -> None:
+        """What a claim learnt: the queues this node serves, which of the `types` asked
+        for are under a global limit, and when the next scheduled job is due."""
+        self._serves = queues
+        self._limited = (self._limited - set(types)) | set(limited)
+        self._next_due = next_due
+
+    def saw_due(self, due: datetime | None) -> None:
+        """Remember a job scheduled for later (one due already needs no timer)."""
+        if due is None or due <= datetime.now(UTC):
+            return
+        if self._next_due is None or due < self._next_due:
+            self._next_due = due
+
+    def next_due_at(self) -> datetime | None:
+        """The earliest run_at still ahead among scheduled jobs, as of the last claim or
+        notification. Once it has passed this is None until the next claim refreshes it:
+        the job is due, and answering a past time would make a dispatcher with no free
+        worker spin on its timer."""
+        due = self._next_due
+        return due if due is not None and due > datetime.now(UTC) else None

@@ -2,19 +2,22 @@
 
 The psycopg adapters (json and jsonb come back as undecoded `msgspec.Raw`, and `Raw`
 parameters go out as JSON text unchanged; uuids come back as `str`), the decoding of a
-row selected as `JOB_COLUMNS` into a `Job` and of a dead letter row into a `DeadLetter`,
-the encoding of jobs as insert parameters (one array per column for several), and the
-replacement of NUL characters that PostgreSQL text cannot hold.
+row selected as `pg_sql.JOB_FIELDS` into a `Job` (in the same generated order) and of a
+dead letter row into a `DeadLetter`, the encoding of jobs as insert parameters (one
+array per column for several), and the replacement of NUL characters that PostgreSQL
+text cannot hold.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
 import psycopg
-from goqueue.supervisor.jobs import AttemptError, DeadLetter, Job, JobSpec
+from goqueue.supervisor.jobs import AttemptError, DeadLetter, Job, JobSpec, new_id
+from goqueue.supervisor.store.pg_sql import JOB_FIELDS
 from psycopg.adapt import AdaptersMap, Dumper, Loader
 from psycopg.types.string import TextLoader
 
@@ -83,9 +86,34 @@ def columns(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
     return columns
 
 
+def insert_params(
+    spec: JobSpec,
+    max_retries: int,
+    parent_id: str | None = None,
+    job_id: str | None = None,
+) -> dict[str, Any]:
+    """The parameters inserting a pending job from `spec` (the enqueue statements')."""
+    return {
+        "id": job_id or new_id(),
+        "type": spec.type,
+        "queue": spec.queue,
+        "payload": spec.payload,
+        "priority": spec.priority,
+        "max_retries": max_retries,
+        "run_at": spec.run_at,
+        "delay": spec.delay_seconds or 0.0,
+        "timeout": spec.timeout_seconds,
+        "dedupe_key": text(spec.dedupe_key),
+        "webhook_url": text(spec.webhook_url),
+        "on_success": raw(spec.on_success),
+        "on_failure": raw(spec.on_failure),
+        "parent_id": parent_id,
+    }
+
+
 def pending(params: Mapping[str, Any], spec: JobSpec, decided: Row) -> Job:
-    """The job just inserted from `params` (see `PostgresStore._insert_params`);
-    `decided` holds what the database chose: `run_at, created_at, seq`."""
+    """The job just inserted from `params` (see `insert_params`); `decided` holds what
+    the database chose: `run_at, created_at, seq`."""
     run_at, created_at, seq = decided
     return Job(
         id=params["id"],
@@ -115,33 +143,16 @@ def pending(params: Mapping[str, Any], spec: JobSpec, decided: Row) -> Job:
 
 
 def job(row: Row) -> Job:
-    """Build a Job from the first `N_JOB_COLUMNS` of a row selected as `JOB_COLUMNS`."""
-    on_success, on_failure, errors = row[12], row[13], row[17]
-    return Job(
-        id=row[0],
-        type=row[1],
-        queue=row[2],
-        payload=row[3],
-        priority=row[4],
-        status=row[5],
-        attempts=row[6],
-        max_retries=row[7],
-        run_at=row[8],
-        timeout_seconds=row[9],
-        dedupe_key=row[10],
-        webhook_url=row[11],
-        on_success=None if on_success is None else _SPEC.decode(on_success),
-        on_failure=None if on_failure is None else _SPEC.decode(on_failure),
-        parent_id=row[14],
-        result=row[15],
-        last_error=row[16],
-        errors=_ERRORS.decode(errors),
-        created_at=row[18],
-        started_at=row[19],
-        finished_at=row[20],
-        updated_at=row[21],
-        seq=row[22],
-    )
+    """A Job from a row whose first columns are `pg_sql.JOB_FIELDS` (later ones, such as
+    a claim's lease, are ignored); the JSON templates and errors are decoded here."""
+    fields = dict(zip(JOB_FIELDS, row, strict=False))
+    on_success, on_failure = fields["on_success"], fields["on_failure"]
+    if on_success is not None:
+        fields["on_success"] = _SPEC.decode(on_success)
+    if on_failure is not None:
+        fields["on_failure"] = _SPEC.decode(on_failure)
+    fields["errors"] = _ERRORS.decode(fields["errors"])
+    return Job(**fields)
 
 
 def dead(row: Row) -> DeadLetter:
@@ -158,3 +169,12 @@ def dead(row: Row) -> DeadLetter:
 def text(value: str | None) -> str | None:
     """PostgreSQL text cannot hold NUL characters: replace them (keys, urls, errors)."""
     return value.replace("\x00", "\ufffd") if value and "\x00" in value else value
+
+
+def is_uuid(value: str) -> bool:
+    """True if `value` can be sent as a uuid (an id of another form names nothing)."""
+    try:
+        uuid.UUID(value)
+    except (ValueError, TypeError, AttributeError):
+        return False
+    return True

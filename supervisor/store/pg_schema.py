@@ -1,18 +1,32 @@
-"""The PostgreSQL schema of GoQueue: its migrations, and every statement the store runs.
+"""The PostgreSQL schema of GoQueue: the rules for its name, and its migrations.
 
+`schema_name_problem` is the one check of a schema name (config and store both use it).
 `migrate` applies the steps not yet recorded in `schema_version`, all in one transaction
 under a transaction-scoped advisory lock, so several nodes starting at once are safe and
-running it again is a no-op. A step is never edited once released: add a new one instead.
+running it again is a no-op. A step is never edited once released: add a new one instead
+(`tests/supervisor/store/test_pg_schema.py` pins a hash of each released step's text).
+
+The statements the store runs live in `pg_sql`. psycopg is imported only to migrate, so
+that checking a configuration does not load it.
 """
 
 from __future__ import annotations
 
 import re
+from typing import TYPE_CHECKING
 
 import msgspec
-from psycopg import AsyncConnection, sql
 
-SCHEMA_NAME = re.compile(r"^[a-z_][a-z0-9_]{0,47}$")
+if TYPE_CHECKING:
+    from psycopg import AsyncConnection
+    from psycopg.rows import TupleRow
+
+# PostgreSQL truncates (LISTEN) or refuses (pg_notify) names longer than 63 bytes, and the
+# schema's NOTIFY channel is its name behind this prefix.
+CHANNEL_PREFIX = "goqueue_"
+NAME_BYTES = 63
+MAX_SCHEMA_NAME = NAME_BYTES - len(CHANNEL_PREFIX)
+_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]*")
 
 
 # How many jobs of each asked-for type a claim may take: the node's free slots, capped by
@@ -269,14 +283,36 @@ CREATE INDEX jobs_finished ON {s}.jobs (finished_at)
 )
 
 
-def check_schema_name(schema: str) -> str:
-    """Return `schema` if it is a plain lower-case identifier (it is also used in a
-    NOTIFY channel name, so it must stay short); raise ValueError otherwise."""
-    if not SCHEMA_NAME.match(schema):
-        raise ValueError(
-            f"invalid schema name {schema!r}: use lower-case letters, digits and _ (max 48)"
+def schema_name_problem(schema: str) -> str | None:
+    """What is wrong with `schema` as the name of GoQueue's schema, or None.
+
+    A plain lower-case identifier (it is written into statements unquoted by users and
+    quoted by the store), short enough for its NOTIFY channel `goqueue_<schema>`."""
+    if not _SCHEMA_NAME.fullmatch(schema):
+        return (
+            "must be a lower-case SQL identifier (letters, digits and _, not starting "
+            f"with a digit), got {schema!r}"
         )
+    if len(schema) > MAX_SCHEMA_NAME:
+        return (
+            f"must be at most {MAX_SCHEMA_NAME} characters (its NOTIFY channel "
+            f"{channel(schema)!r} must fit PostgreSQL's {NAME_BYTES}-byte names), "
+            f"got {len(schema)}"
+        )
+    return None
+
+
+def check_schema_name(schema: str) -> str:
+    """Return `schema` if `schema_name_problem` finds nothing; raise ValueError otherwise."""
+    problem = schema_name_problem(schema)
+    if problem is not None:
+        raise ValueError(f"invalid schema name: {problem}")
     return schema
+
+
+def channel(schema: str) -> str:
+    """The NOTIFY channel of the nodes sharing `schema`."""
+    return CHANNEL_PREFIX + schema
 
 
 def lock_key(schema: str) -> str:
@@ -284,8 +320,10 @@ def lock_key(schema: str) -> str:
     return f"goqueue.migrate.{schema}"
 
 
-async def current_version(conn: AsyncConnection, schema: str) -> int:
+async def current_version(conn: AsyncConnection[TupleRow], schema: str) -> int:
     """The highest applied migration of `schema` (0 when none)."""
+    from psycopg import sql
+
     cur = await conn.execute(
         "SELECT to_regclass(%s) IS NOT NULL", (f"{check_schema_name(schema)}.schema_version",)
     )
@@ -300,12 +338,14 @@ async def current_version(conn: AsyncConnection, schema: str) -> int:
     return int(row[0]) if row else 0
 
 
-async def migrate(conn: AsyncConnection, schema: str) -> list[int]:
+async def migrate(conn: AsyncConnection[TupleRow], schema: str) -> list[int]:
     """Create `schema` and apply every pending migration; return the versions applied.
 
     Safe to run concurrently from several processes: the first takes the advisory lock
     and does the work, the others wait for it and then find nothing left to apply.
     """
+    from psycopg import sql
+
     check_schema_name(schema)
     ident = sql.Identifier(schema)
     applied: list[int] = []
@@ -326,7 +366,7 @@ async def migrate(conn: AsyncConnection, schema: str) -> list[int]:
         for step in MIGRATIONS:
             if step.version <= done:
                 continue
-            await conn.execute(sql.SQL(step.sql).format(s=ident))  # type: ignore[arg-type]
+            await conn.execute(sql.SQL(step.sql).format(s=ident))
             await conn.execute(
                 sql.SQL("INSERT INTO {}.schema_version (version, name) VALUES (%s, %s)").format(
                     ident
@@ -335,198 +375,3 @@ async def migrate(conn: AsyncConnection, schema: str) -> list[int]:
             )
             applied.append(step.version)
     return applied
-
-
-# -- the statements of the store ---------------------------------------------------------
-
-JOB_COLUMNS = (
-    "id, type, queue, payload, priority, status, attempts, max_retries, run_at,"
-    " timeout_seconds, dedupe_key, webhook_url, on_success, on_failure, parent_id, result,"
-    " last_error, errors, created_at, started_at, finished_at, updated_at, seq"
-)
-N_JOB_COLUMNS = 23
-CLEAR_LEASE = "lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL"
-FENCED = "id = %(id)s AND lease_token = %(token)s AND status = 'running'"
-APPEND_ERROR = (
-    "errors = errors || jsonb_build_array(jsonb_build_object("
-    "'attempt', attempts, 'error', %(error)s::text, 'at', now())), last_error = %(error)s"
-)
-LIVE_NODES = "heartbeat_at > now() - %(live)s * interval '1 second'"
-
-
-class Queries:
-    """Every statement of the store, with the schema name filled in once."""
-
-    def __init__(self, schema: str) -> None:
-        s = f'"{check_schema_name(schema)}"'
-        cols = JOB_COLUMNS
-        self.insert_job = f"""
-            INSERT INTO {s}.jobs (id, type, queue, payload, priority, status, attempts,
-                max_retries, run_at, timeout_seconds, dedupe_key, webhook_url, on_success,
-                on_failure, parent_id, created_at, updated_at)
-            VALUES (%(id)s, %(type)s, %(queue)s, %(payload)s, %(priority)s, 'pending', 0,
-                %(max_retries)s,
-                coalesce(%(run_at)s::timestamptz, now() + %(delay)s::float8 * interval '1 second'),
-                %(timeout)s, %(dedupe_key)s, %(webhook_url)s, %(on_success)s, %(on_failure)s,
-                %(parent_id)s, now(), now())
-            RETURNING {cols}"""
-        # The enqueue hot path: the caller knows the job already, so the statements answer
-        # only what the database decides (run_at, created_at, seq), not the payload again.
-        self.add_job = self.insert_job.replace(
-            f"RETURNING {cols}", "RETURNING run_at, created_at, seq"
-        )
-        # Several plain jobs in one statement (group commit, batches): one round trip, one
-        # plan, rows inserted (and seq assigned) in array order. Parameters go binary.
-        self.add_jobs = f"""
-            INSERT INTO {s}.jobs (id, type, queue, payload, priority, status, attempts,
-                max_retries, run_at, timeout_seconds, dedupe_key, webhook_url, on_success,
-                on_failure, parent_id, created_at, updated_at)
-            SELECT t.id, t.type, t.queue, t.payload::json, t.priority, 'pending', 0,
-                t.max_retries, coalesce(t.run_at, now() + t.delay * interval '1 second'),
-                t.timeout, t.dedupe_key, t.webhook_url, t.on_success::json, t.on_failure::json,
-                t.parent_id, now(), now()
-            FROM unnest(%(id)b::uuid[], %(type)b::text[], %(queue)b::text[],
-                %(payload)b::text[], %(priority)b::int2[], %(max_retries)b::int4[],
-                %(run_at)b::timestamptz[], %(delay)b::float8[], %(timeout)b::float8[],
-                %(dedupe_key)b::text[], %(webhook_url)b::text[], %(on_success)b::text[],
-                %(on_failure)b::text[], %(parent_id)b::uuid[])
-                AS t(id, type, queue, payload, priority, max_retries, run_at, delay, timeout,
-                     dedupe_key, webhook_url, on_success, on_failure, parent_id)
-            RETURNING id, run_at, created_at, seq"""
-        self.claim_dedupe = f"""
-            INSERT INTO {s}.dedupe (key, job_id, expires_at)
-            VALUES (%(key)s, %(id)s, now() + %(window)s::float8 * interval '1 second')
-            ON CONFLICT (key) DO UPDATE SET job_id = EXCLUDED.job_id,
-                expires_at = EXCLUDED.expires_at
-            WHERE dedupe.expires_at <= now()
-            RETURNING job_id"""
-        self.dedupe_holder = f"SELECT job_id FROM {s}.dedupe WHERE key = %(key)s"
-        self.claim_idempotency = f"""
-            INSERT INTO {s}.idempotency (key, request_hash, job_id, expires_at)
-            VALUES (%(key)s, %(hash)s, %(id)s, now() + %(ttl)s::float8 * interval '1 second')
-            ON CONFLICT (key) DO UPDATE SET request_hash = EXCLUDED.request_hash,
-                job_id = EXCLUDED.job_id, expires_at = EXCLUDED.expires_at
-            WHERE idempotency.expires_at <= now()
-            RETURNING job_id"""
-        self.idempotency_holder = (
-            f"SELECT request_hash, job_id FROM {s}.idempotency WHERE key = %(key)s"
-        )
-        self.count_pending = f"SELECT count(*) FROM {s}.jobs WHERE status = 'pending'"
-        # The claim is the function of migration 2; the last row it answers has no job.
-        job = ", ".join(f"(c.o_job).{c.strip()}" for c in cols.split(","))
-        self.claim = f"""
-            SELECT {job}, (c.o_job).lease_token, (c.o_job).lease_owner,
-                (c.o_job).lease_expires_at, c.o_next_due, c.o_limited
-            FROM {s}.claim(%(types)s::text[], %(caps)s::int[], %(queues)s::text[],
-                %(limit)s::int, %(node)s::text, %(lease)s::float8, %(live)s::float8,
-                %(lock_ns)s::text) AS c"""
-        self.next_due_any = (
-            f"SELECT min(run_at) FROM {s}.jobs WHERE status = 'pending' AND run_at > now()"
-        )
-        self.heartbeat = f"""
-            UPDATE {s}.jobs j
-            SET lease_expires_at = now() + %(lease)s::float8 * interval '1 second'
-            FROM unnest(%(ids)s::uuid[], %(tokens)s::uuid[]) AS l(id, token)
-            WHERE j.id = ANY (%(ids)s::uuid[]) AND j.id = l.id AND j.lease_token = l.token
-              AND j.status = 'running'
-            RETURNING j.lease_token"""
-        self.expired = f"""
-            SELECT id, lease_token, lease_owner, attempts, max_retries FROM {s}.jobs
-            WHERE status = 'running' AND lease_expires_at < now()
-            ORDER BY lease_expires_at LIMIT %(limit)s
-            FOR UPDATE SKIP LOCKED"""
-        # Success needs no more than the commit's time back: the rest of the job is the
-        # lease's (its row cannot change while the lease holds, except through the fence).
-        self.complete = f"""
-            UPDATE {s}.jobs SET status = 'done', result = %(result)s, finished_at = now(),
-                updated_at = now(), {CLEAR_LEASE}
-            WHERE {FENCED}
-            RETURNING finished_at"""
-        self.complete_many = f"""
-            UPDATE {s}.jobs j SET status = 'done', result = c.result::json, finished_at = now(),
-                updated_at = now(), {CLEAR_LEASE}
-            FROM unnest(%(ids)b::uuid[], %(tokens)b::uuid[], %(results)b::text[])
-                AS c(id, token, result)
-            WHERE j.id = ANY (%(ids)b::uuid[]) AND j.id = c.id AND j.lease_token = c.token
-              AND j.status = 'running'
-            RETURNING j.id, c.token, j.finished_at"""
-        self.retry = f"""
-            UPDATE {s}.jobs SET status = 'pending',
-                run_at = coalesce(%(retry_at)s::timestamptz, now()), {APPEND_ERROR},
-                updated_at = now(), {CLEAR_LEASE}
-            WHERE {FENCED}
-            RETURNING {cols}"""
-        self.bury = f"""
-            UPDATE {s}.jobs SET status = 'failed', finished_at = now(), {APPEND_ERROR},
-                updated_at = now(), {CLEAR_LEASE}
-            WHERE {FENCED}
-            RETURNING {cols}"""
-        self.insert_dead = f"""
-            INSERT INTO {s}.dead_letters (id, job_id, job, errors, created_at)
-            VALUES (%(id)s, %(job_id)s, %(job)s, %(errors)s, %(created_at)s)"""
-        self.release = f"""
-            UPDATE {s}.jobs SET status = 'pending', attempts = attempts - 1,
-                updated_at = now(), {CLEAR_LEASE}
-            WHERE {FENCED}
-            RETURNING {cols}"""
-        self.lock_job = f"SELECT status, lease_token FROM {s}.jobs WHERE id = %(id)s FOR UPDATE"
-        self.cancel = f"""
-            UPDATE {s}.jobs SET status = 'cancelled', finished_at = now(), updated_at = now(),
-                {CLEAR_LEASE}
-            WHERE id = %(id)s
-            RETURNING {cols}"""
-        self.get = f"SELECT {cols} FROM {s}.jobs WHERE id = %(id)s"
-        self.jobs_from = f"{s}.jobs"
-        self.counts = f"SELECT status, count(*) FROM {s}.jobs GROUP BY status"
-        self.depth = f"""
-            SELECT queue, priority, count(*) FROM {s}.jobs WHERE status = 'pending'
-            GROUP BY queue, priority"""
-        self.dead_count = f"SELECT count(*) FROM {s}.dead_letters"
-        self.queue_counts = (
-            f"SELECT status, count(*) FROM {s}.jobs WHERE queue = %(queue)s GROUP BY status"
-        )
-        self.queue_depth = f"""
-            SELECT priority, count(*) FROM {s}.jobs
-            WHERE queue = %(queue)s AND status = 'pending' GROUP BY priority"""
-        self.is_paused = f"SELECT EXISTS (SELECT 1 FROM {s}.paused_queues WHERE queue = %(queue)s)"
-        self.pause = (
-            f"INSERT INTO {s}.paused_queues (queue) VALUES (%(queue)s) ON CONFLICT DO NOTHING"
-        )
-        self.resume = f"DELETE FROM {s}.paused_queues WHERE queue = %(queue)s"
-        self.notify = "SELECT pg_notify(%(channel)s, %(payload)s)"
-        self.paused = f"SELECT queue FROM {s}.paused_queues"
-        dead_cols = "id, job_id, job, errors, created_at"
-        self.list_dead = f"""
-            SELECT {dead_cols} FROM {s}.dead_letters ORDER BY created_at DESC, seq DESC
-            LIMIT %(limit)s OFFSET %(offset)s"""
-        self.get_dead = f"SELECT {dead_cols} FROM {s}.dead_letters WHERE id = %(id)s"
-        self.take_dead = f"DELETE FROM {s}.dead_letters WHERE id = %(id)s RETURNING {dead_cols}"
-        self.purge_dead = f"DELETE FROM {s}.dead_letters WHERE id = %(id)s"
-        self.prune = f"""
-            WITH gone AS (
-                DELETE FROM {s}.jobs WHERE id IN (
-                    SELECT id FROM {s}.jobs
-                    WHERE status IN ('done', 'failed', 'cancelled')
-                      AND finished_at < %(before)s
-                    ORDER BY finished_at LIMIT %(limit)s)
-                RETURNING id),
-            trail AS (DELETE FROM {s}.events WHERE job_id IN (SELECT id FROM gone))
-            SELECT count(*) FROM gone"""
-        self.register = f"""
-            INSERT INTO {s}.nodes (node_id, limits, heartbeat_at)
-            VALUES (%(node)s, %(limits)s, now())
-            ON CONFLICT (node_id) DO UPDATE SET limits = EXCLUDED.limits, heartbeat_at = now()"""
-        self.forget_node = f"DELETE FROM {s}.nodes WHERE node_id = %(node)s"
-        self.known_types = f"""
-            SELECT DISTINCT jsonb_object_keys(limits) FROM {s}.nodes WHERE {LIVE_NODES}"""
-        self.insert_events = f"""
-            INSERT INTO {s}.events (job_id, event, at, node, attempt, detail)
-            SELECT * FROM unnest(%(job_id)b::uuid[], %(event)b::text[], %(at)b::timestamptz[],
-                %(node)b::text[], %(attempt)b::int4[], %(detail)b::text[])"""
-        self.events = f"""
-            SELECT job_id, event, at, node, attempt, detail FROM {s}.events
-            WHERE job_id = %(id)s ORDER BY at, id"""
-        self.expire_keys = f"""
-            WITH d AS (DELETE FROM {s}.dedupe WHERE expires_at < now()),
-                 i AS (DELETE FROM {s}.idempotency WHERE expires_at < now())
-            DELETE FROM {s}.nodes WHERE heartbeat_at < now() - interval '1 day'"""

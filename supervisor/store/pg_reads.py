@@ -1,0 +1,138 @@
+"""What the PostgreSQL store answers about its jobs, and the deletions that tidy them.
+
+Jobs by id and by page, counts by status and queue, a job's audit trail, dead letters;
+purging a letter, and pruning finished jobs with their audit trails. The statements
+of a page (or of the stats) go together in one pipeline: one round trip.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from goqueue.supervisor.jobs import (
+    STATUSES,
+    DeadLetter,
+    Event,
+    Job,
+    JobFilter,
+    Page,
+    QueueStats,
+    Stats,
+)
+from goqueue.supervisor.store import pg_rows
+from goqueue.supervisor.store.pg_connection import Connections
+from goqueue.supervisor.store.pg_rows import Row
+from goqueue.supervisor.store.pg_sql import Sql, Statements
+
+
+def _count(row: Row | None) -> int:
+    return int(row[0]) if row is not None else 0
+
+
+def _by_status(rows: list[Row]) -> dict[str, int]:
+    """Counts by status, every status present (those without jobs as 0)."""
+    counts: dict[str, int] = {status: 0 for status in STATUSES}
+    counts.update((status, n) for status, n in rows)
+    return counts
+
+
+class Reads:
+    """Reads, and the deletions of old records (see the module)."""
+
+    def __init__(self, db: Connections, sql: Statements) -> None:
+        self._db = db
+        self._sql = sql
+
+    async def get(self, job_id: str) -> Job | None:
+        """One job by id (None for an unknown or malformed id)."""
+        if not pg_rows.is_uuid(job_id):
+            return None
+        rows = await self._db.execute(self._sql[Sql.GET], {"id": job_id})
+        return pg_rows.job(rows[0]) if rows else None
+
+    async def list_jobs(self, filters: JobFilter, limit: int, offset: int) -> Page:
+        """Jobs newest first, and how many match."""
+        page_sql, count_sql = self._sql.list_jobs(filters)
+        params = {
+            "type": filters.type,
+            "status": filters.status,
+            "queue": filters.queue,
+            "limit": limit,
+            "offset": offset,
+        }
+        async with self._db.connection() as conn:
+            async with conn.pipeline():
+                page = await conn.execute(page_sql, params)
+                total = await conn.execute(count_sql, params)
+            rows = await page.fetchall()
+            count = await total.fetchone()
+        return Page([pg_rows.job(r) for r in rows], _count(count))
+
+    async def stats(self) -> Stats:
+        """Counts by status (all present), pending depth by queue and priority, dead letters."""
+        async with self._db.connection() as conn:
+            async with conn.pipeline():
+                by_status = await conn.execute(self._sql[Sql.COUNTS])
+                depth = await conn.execute(self._sql[Sql.DEPTH])
+                dead = await conn.execute(self._sql[Sql.DEAD_COUNT])
+            counts = _by_status(await by_status.fetchall())
+            queues: dict[str, dict[str, int]] = {}
+            for queue, priority, n in sorted(await depth.fetchall(), key=lambda r: (r[0], -r[1])):
+                queues.setdefault(queue, {})[str(priority)] = n
+            dead_row = await dead.fetchone()
+        return Stats(counts, queues, _count(dead_row))
+
+    async def queue_stats(self, queue: str) -> QueueStats:
+        """One queue's counts by status, pending depth by priority, and whether paused."""
+        params = {"queue": queue}
+        async with self._db.connection() as conn:
+            async with conn.pipeline():
+                by_status = await conn.execute(self._sql[Sql.QUEUE_COUNTS], params)
+                depth = await conn.execute(self._sql[Sql.QUEUE_DEPTH], params)
+                paused = await conn.execute(self._sql[Sql.IS_PAUSED], params)
+            counts = _by_status(await by_status.fetchall())
+            by_priority = {str(p): n for p, n in sorted(await depth.fetchall(), reverse=True)}
+            paused_row = await paused.fetchone()
+        return QueueStats(queue, counts, by_priority, bool(paused_row and paused_row[0]))
+
+    async def events(self, job_id: str) -> list[Event]:
+        """A job's audit trail, oldest first (each event committed with its change)."""
+        if not pg_rows.is_uuid(job_id):
+            return []
+        rows = await self._db.execute(self._sql[Sql.EVENTS], {"id": job_id})
+        return [
+            Event(job_id=r[0], event=r[1], at=r[2], node=r[3], attempt=r[4], detail=r[5])
+            for r in rows
+        ]
+
+    async def list_dead(self, limit: int, offset: int) -> Page:
+        """Dead letters newest first."""
+        params = {"limit": limit, "offset": offset}
+        async with self._db.connection() as conn:
+            async with conn.pipeline():
+                page = await conn.execute(self._sql[Sql.LIST_DEAD], params)
+                total = await conn.execute(self._sql[Sql.DEAD_COUNT])
+            rows = await page.fetchall()
+            count = await total.fetchone()
+        return Page([pg_rows.dead(r) for r in rows], _count(count))
+
+    async def get_dead(self, dead_id: str) -> DeadLetter | None:
+        """One dead letter by its own id."""
+        if not pg_rows.is_uuid(dead_id):
+            return None
+        rows = await self._db.execute(self._sql[Sql.GET_DEAD], {"id": dead_id})
+        return pg_rows.dead(rows[0]) if rows else None
+
+    async def purge_dead(self, dead_id: str) -> bool:
+        """Delete a dead letter; False if there was none."""
+        if not pg_rows.is_uuid(dead_id):
+            return False
+        async with self._db.connection() as conn:
+            cur = await conn.execute(self._sql[Sql.PURGE_DEAD], {"id": dead_id})
+            return cur.rowcount > 0
+
+    async def prune(self, finished_before: datetime, limit: int) -> int:
+        """Delete old finished jobs and their audit trails, oldest first."""
+        params = {"before": finished_before, "limit": limit}
+        rows = await self._db.execute(self._sql[Sql.PRUNE], params)
+        return _count(rows[0] if rows else None)

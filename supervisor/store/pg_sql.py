@@ -1,0 +1,394 @@
+"""Every statement the PostgreSQL store runs: one table, formatted once per schema.
+
+`TEMPLATES` maps each `Sql` name to its text. In a template `{s}` stands for the quoted
+schema and the other `{...}` names for the fragments of `_fragments` (a template that
+is an f-string, splicing in a module constant, writes them `{{s}}`); parameters are
+always bound (`%(name)s`), never formatted in. `Statements(schema)` formats the table
+once; `Statements.list_jobs` picks the listing for a filter among variants built from
+a fixed tuple of columns, so no statement is composed from a caller's values.
+
+The columns of a `Job` are generated from the struct (`JOB_FIELDS`), in its field order,
+which is also the order `pg_rows.job` decodes. Every state change writes its audit
+events in the same statement (a `trail` CTE over the changed rows, `changed`), so an
+event commits exactly when the change it describes does, at no extra round trip.
+
+The migrations (tables, indexes, the claim function) are in `pg_schema`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from enum import StrEnum, auto
+from itertools import product
+from types import MappingProxyType
+from typing import Final
+
+import msgspec
+from goqueue.supervisor.jobs import Job, JobFilter
+from goqueue.supervisor.store.pg_schema import channel, check_schema_name
+
+JOB_FIELDS: Final = tuple(field.name for field in msgspec.structs.fields(Job))
+N_JOB_FIELDS: Final = len(JOB_FIELDS)
+FILTER_COLUMNS: Final = ("type", "status", "queue")  # `JobFilter` fields: equality filters
+
+# The columns an enqueue writes, and the values it writes for a job's parameters.
+_INSERTED = (
+    "id, type, queue, payload, priority, status, attempts, max_retries, run_at,"
+    " timeout_seconds, dedupe_key, webhook_url, on_success, on_failure, parent_id,"
+    " created_at, updated_at"
+)
+_INSERT_VALUES = """(%(id)s, %(type)s, %(queue)s, %(payload)s, %(priority)s, 'pending', 0,
+                %(max_retries)s,
+                coalesce(%(run_at)s::timestamptz, now() + %(delay)s::float8 * interval '1 second'),
+                %(timeout)s, %(dedupe_key)s, %(webhook_url)s, %(on_success)s, %(on_failure)s,
+                %(parent_id)s, now(), now())"""
+
+
+class EventKind(StrEnum):
+    """The kinds of audit event the store writes."""
+
+    ENQUEUED = auto()
+    REPLAYED = auto()
+    STARTED = auto()
+    SUCCEEDED = auto()
+    ATTEMPT_FAILED = auto()
+    RETRY_SCHEDULED = auto()
+    LEASE_EXPIRED = auto()
+    DEAD_LETTERED = auto()
+    RELEASED = auto()
+    CANCELLED = auto()
+
+
+def _trail(event: EventKind) -> str:
+    """A CTE writing one `event` per row of `changed` (which has `id` and `attempts`)."""
+    return f"""trail AS (
+            INSERT INTO {{s}}.events (job_id, event, at, node, attempt, detail)
+            SELECT id, '{event}', now(), %(node)s, attempts, NULL FROM changed)"""
+
+
+# A CTE writing, for the one row of `changed`, the events `%(events)s` with their
+# details `%(details)s` (two text arrays), in array order.
+_TRAIL_OF_EVENTS = """trail AS (
+            INSERT INTO {s}.events (job_id, event, at, node, attempt, detail)
+            SELECT changed.id, e.event, now(), %(node)s, changed.attempts, e.detail
+            FROM changed CROSS JOIN unnest(%(events)s::text[], %(details)s::text[])
+                WITH ORDINALITY AS e(event, detail, n)
+            ORDER BY e.n)"""
+
+
+def _fragments(schema: str) -> dict[str, str]:
+    """The fragments the templates share, with the schema filled in."""
+    quoted = f'"{schema}"'
+    fragments = {
+        "job": ", ".join(JOB_FIELDS),
+        "claimed_job": ", ".join(f"(c.o_job).{name}" for name in JOB_FIELDS),
+        "clear_lease": "lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL",
+        "fenced": "id = %(id)s AND lease_token = %(token)s AND status = 'running'",
+        "append_error": (
+            "errors = errors || jsonb_build_array(jsonb_build_object("
+            "'attempt', attempts, 'error', %(error)s::text, 'at', now())),"
+            " last_error = %(error)s"
+        ),
+        "live_nodes": "heartbeat_at > now() - %(live)s * interval '1 second'",
+        "trail": _TRAIL_OF_EVENTS,
+        "where": "",
+        "channel": f'"{channel(schema)}"',
+    }
+    return {name: text.replace("{s}", quoted) for name, text in fragments.items()} | {"s": quoted}
+
+
+class Sql(StrEnum):
+    """The name of each statement of the store (a key of `TEMPLATES`)."""
+
+    # sessions and nodes
+    SESSION = auto()
+    PING = auto()
+    LISTEN = auto()
+    NOTIFY = auto()
+    REGISTER = auto()
+    FORGET_NODE = auto()
+    KNOWN_TYPES = auto()
+    EXPIRE_KEYS = auto()
+    PAUSE = auto()
+    RESUME = auto()
+    # enqueue
+    INSERT_JOB = auto()
+    ADD_JOB = auto()
+    ADD_JOBS = auto()
+    CLAIM_DEDUPE = auto()
+    DEDUPE_HOLDER = auto()
+    CLAIM_IDEMPOTENCY = auto()
+    IDEMPOTENCY_HOLDER = auto()
+    TAKE_DEAD = auto()
+    # leases and outcomes
+    CLAIM = auto()
+    NEXT_DUE_ANY = auto()
+    HEARTBEAT = auto()
+    EXPIRED = auto()
+    COMPLETE = auto()
+    COMPLETE_MANY = auto()
+    RETRY = auto()
+    BURY = auto()
+    INSERT_DEAD = auto()
+    RELEASE = auto()
+    LOCK_JOB = auto()
+    CANCEL = auto()
+    # reads
+    GET = auto()
+    LIST_JOBS = auto()
+    COUNT_JOBS = auto()
+    COUNTS = auto()
+    DEPTH = auto()
+    QUEUE_COUNTS = auto()
+    QUEUE_DEPTH = auto()
+    IS_PAUSED = auto()
+    EVENTS = auto()
+    DEAD_COUNT = auto()
+    LIST_DEAD = auto()
+    GET_DEAD = auto()
+    PURGE_DEAD = auto()
+    PRUNE = auto()
+
+
+TEMPLATES: Final[Mapping[Sql, str]] = MappingProxyType(
+    {
+        # Per connection: UTC times, bounded statements and idle transactions, and no JIT
+        # (compiling costs more than these short statements ever take).
+        Sql.SESSION: """
+            SELECT set_config('TimeZone', 'UTC', false),
+                set_config('statement_timeout', %(statement_ms)s, false),
+                set_config('idle_in_transaction_session_timeout', %(idle_ms)s, false),
+                set_config('jit', 'off', false)""",
+        Sql.PING: "SELECT 1",
+        Sql.LISTEN: "LISTEN {channel}",
+        Sql.NOTIFY: "SELECT pg_notify(%(channel)s, %(payload)s)",
+        Sql.REGISTER: """
+            INSERT INTO {s}.nodes (node_id, limits, heartbeat_at)
+            VALUES (%(node)s, %(limits)s, now())
+            ON CONFLICT (node_id) DO UPDATE SET limits = EXCLUDED.limits, heartbeat_at = now()""",
+        Sql.FORGET_NODE: "DELETE FROM {s}.nodes WHERE node_id = %(node)s",
+        Sql.KNOWN_TYPES: """
+            SELECT DISTINCT jsonb_object_keys(limits) FROM {s}.nodes WHERE {live_nodes}""",
+        Sql.EXPIRE_KEYS: """
+            WITH d AS (DELETE FROM {s}.dedupe WHERE expires_at < now()),
+                 i AS (DELETE FROM {s}.idempotency WHERE expires_at < now())
+            DELETE FROM {s}.nodes WHERE heartbeat_at < now() - interval '1 day'""",
+        Sql.PAUSE: """
+            INSERT INTO {s}.paused_queues (queue) VALUES (%(queue)s) ON CONFLICT DO NOTHING""",
+        Sql.RESUME: "DELETE FROM {s}.paused_queues WHERE queue = %(queue)s",
+        # One pending job, answered whole, with its events (enqueued; replayed...).
+        Sql.INSERT_JOB: f"""
+            WITH changed AS (
+                INSERT INTO {{s}}.jobs ({_INSERTED})
+                VALUES {_INSERT_VALUES}
+                RETURNING {{job}}),
+            {{trail}}
+            SELECT {{job}} FROM changed""",
+        # The enqueue hot path: the caller knows the job already, so the statement answers
+        # only what the database decides (run_at, created_at, seq), not the payload again.
+        Sql.ADD_JOB: f"""
+            WITH changed AS (
+                INSERT INTO {{s}}.jobs ({_INSERTED})
+                VALUES {_INSERT_VALUES}
+                RETURNING id, attempts, run_at, created_at, seq),
+            {_trail(EventKind.ENQUEUED)}
+            SELECT run_at, created_at, seq FROM changed""",
+        # Several plain jobs in one statement (group commit, batches): one round trip, one
+        # plan, rows inserted (and seq assigned) in array order. Parameters go binary.
+        Sql.ADD_JOBS: f"""
+            WITH changed AS (
+                INSERT INTO {{s}}.jobs ({_INSERTED})
+                SELECT t.id, t.type, t.queue, t.payload::json, t.priority, 'pending', 0,
+                    t.max_retries, coalesce(t.run_at, now() + t.delay * interval '1 second'),
+                    t.timeout, t.dedupe_key, t.webhook_url, t.on_success::json,
+                    t.on_failure::json, t.parent_id, now(), now()
+                FROM unnest(%(id)b::uuid[], %(type)b::text[], %(queue)b::text[],
+                    %(payload)b::text[], %(priority)b::int2[], %(max_retries)b::int4[],
+                    %(run_at)b::timestamptz[], %(delay)b::float8[], %(timeout)b::float8[],
+                    %(dedupe_key)b::text[], %(webhook_url)b::text[], %(on_success)b::text[],
+                    %(on_failure)b::text[], %(parent_id)b::uuid[])
+                    AS t(id, type, queue, payload, priority, max_retries, run_at, delay,
+                         timeout, dedupe_key, webhook_url, on_success, on_failure, parent_id)
+                RETURNING id, attempts, run_at, created_at, seq),
+            {_trail(EventKind.ENQUEUED)}
+            SELECT id, run_at, created_at, seq FROM changed""",
+        Sql.CLAIM_DEDUPE: """
+            INSERT INTO {s}.dedupe (key, job_id, expires_at)
+            VALUES (%(key)s, %(id)s, now() + %(window)s::float8 * interval '1 second')
+            ON CONFLICT (key) DO UPDATE SET job_id = EXCLUDED.job_id,
+                expires_at = EXCLUDED.expires_at
+            WHERE dedupe.expires_at <= now()
+            RETURNING job_id""",
+        Sql.DEDUPE_HOLDER: "SELECT job_id FROM {s}.dedupe WHERE key = %(key)s",
+        Sql.CLAIM_IDEMPOTENCY: """
+            INSERT INTO {s}.idempotency (key, request_hash, job_id, expires_at)
+            VALUES (%(key)s, %(hash)s, %(id)s, now() + %(ttl)s::float8 * interval '1 second')
+            ON CONFLICT (key) DO UPDATE SET request_hash = EXCLUDED.request_hash,
+                job_id = EXCLUDED.job_id, expires_at = EXCLUDED.expires_at
+            WHERE idempotency.expires_at <= now()
+            RETURNING job_id""",
+        Sql.IDEMPOTENCY_HOLDER: """
+            SELECT request_hash, job_id FROM {s}.idempotency WHERE key = %(key)s""",
+        Sql.TAKE_DEAD: """
+            DELETE FROM {s}.dead_letters WHERE id = %(id)s
+            RETURNING id, job_id, job, errors, created_at""",
+        # The claim is the function of migration 2 (its last row has no job: the earliest
+        # future run_at and the types under a global limit); the same statement writes a
+        # `started` event per lease.
+        Sql.CLAIM: f"""
+            WITH c AS (
+                SELECT * FROM {{s}}.claim(%(types)s::text[], %(caps)s::int[],
+                    %(queues)s::text[], %(limit)s::int, %(node)s::text, %(lease)s::float8,
+                    %(live)s::float8, %(lock_ns)s::text)),
+            changed AS (
+                SELECT (c.o_job).id, (c.o_job).attempts FROM c WHERE (c.o_job).id IS NOT NULL),
+            {_trail(EventKind.STARTED)}
+            SELECT {{claimed_job}}, (c.o_job).lease_token, (c.o_job).lease_owner,
+                (c.o_job).lease_expires_at, c.o_next_due, c.o_limited
+            FROM c""",
+        Sql.NEXT_DUE_ANY: """
+            SELECT min(run_at) FROM {s}.jobs WHERE status = 'pending' AND run_at > now()""",
+        Sql.HEARTBEAT: """
+            UPDATE {s}.jobs j
+            SET lease_expires_at = now() + %(lease)s::float8 * interval '1 second'
+            FROM unnest(%(ids)s::uuid[], %(tokens)s::uuid[]) AS l(id, token)
+            WHERE j.id = ANY (%(ids)s::uuid[]) AND j.id = l.id AND j.lease_token = l.token
+              AND j.status = 'running'
+            RETURNING j.lease_token""",
+        Sql.EXPIRED: """
+            SELECT id, lease_token, lease_owner, attempts, max_retries FROM {s}.jobs
+            WHERE status = 'running' AND lease_expires_at < now()
+            ORDER BY lease_expires_at LIMIT %(limit)s
+            FOR UPDATE SKIP LOCKED""",
+        # Success needs no more than the commit's time back: the rest of the job is the
+        # lease's (its row cannot change while the lease holds, except through the fence).
+        Sql.COMPLETE: f"""
+            WITH changed AS (
+                UPDATE {{s}}.jobs SET status = 'done', result = %(result)s,
+                    finished_at = now(), updated_at = now(), {{clear_lease}}
+                WHERE {{fenced}}
+                RETURNING id, attempts, finished_at),
+            {_trail(EventKind.SUCCEEDED)}
+            SELECT finished_at FROM changed""",
+        # The ids become a uuid[] once (an initplan): a cast of the text[] parameter in
+        # the condition would run again for every row a generic plan happens to scan.
+        Sql.COMPLETE_MANY: f"""
+            WITH changed AS (
+                UPDATE {{s}}.jobs j SET status = 'done', result = c.result::json,
+                    finished_at = now(), updated_at = now(), {{clear_lease}}
+                FROM unnest(%(ids)b::uuid[], %(tokens)b::uuid[], %(results)b::text[])
+                    AS c(id, token, result)
+                WHERE j.id = ANY (ARRAY(SELECT unnest(%(ids)b::uuid[])))
+                  AND j.id = c.id AND j.lease_token = c.token AND j.status = 'running'
+                RETURNING j.id, c.token, j.attempts, j.finished_at),
+            {_trail(EventKind.SUCCEEDED)}
+            SELECT id, token, finished_at FROM changed""",
+        # Pending again at %(retry_at)s (now when NULL), with the events given.
+        Sql.RETRY: """
+            WITH changed AS (
+                UPDATE {s}.jobs SET status = 'pending',
+                    run_at = coalesce(%(retry_at)s::timestamptz, now()), {append_error},
+                    updated_at = now(), {clear_lease}
+                WHERE {fenced}
+                RETURNING {job}),
+            {trail}
+            SELECT {job} FROM changed""",
+        Sql.BURY: """
+            WITH changed AS (
+                UPDATE {s}.jobs SET status = 'failed', finished_at = now(), {append_error},
+                    updated_at = now(), {clear_lease}
+                WHERE {fenced}
+                RETURNING {job}),
+            {trail}
+            SELECT {job} FROM changed""",
+        Sql.INSERT_DEAD: """
+            INSERT INTO {s}.dead_letters (id, job_id, job, errors, created_at)
+            VALUES (%(id)s, %(job_id)s, %(job)s, %(errors)s, %(created_at)s)""",
+        Sql.RELEASE: f"""
+            WITH changed AS (
+                UPDATE {{s}}.jobs SET status = 'pending', attempts = attempts - 1,
+                    updated_at = now(), {{clear_lease}}
+                WHERE {{fenced}}
+                RETURNING {{job}}),
+            {_trail(EventKind.RELEASED)}
+            SELECT {{job}} FROM changed""",
+        Sql.LOCK_JOB: "SELECT status, lease_token FROM {s}.jobs WHERE id = %(id)s FOR UPDATE",
+        Sql.CANCEL: f"""
+            WITH changed AS (
+                UPDATE {{s}}.jobs SET status = 'cancelled', finished_at = now(),
+                    updated_at = now(), {{clear_lease}}
+                WHERE id = %(id)s
+                RETURNING {{job}}),
+            {_trail(EventKind.CANCELLED)}
+            SELECT {{job}} FROM changed""",
+        Sql.GET: "SELECT {job} FROM {s}.jobs WHERE id = %(id)s",
+        # `{where}`: empty here; `Statements.list_jobs` has a variant per filter.
+        Sql.LIST_JOBS: """
+            SELECT {job} FROM {s}.jobs {where}
+            ORDER BY created_at DESC, seq DESC LIMIT %(limit)s OFFSET %(offset)s""",
+        Sql.COUNT_JOBS: "SELECT count(*) FROM {s}.jobs {where}",
+        Sql.COUNTS: "SELECT status, count(*) FROM {s}.jobs GROUP BY status",
+        Sql.DEPTH: """
+            SELECT queue, priority, count(*) FROM {s}.jobs WHERE status = 'pending'
+            GROUP BY queue, priority""",
+        Sql.QUEUE_COUNTS: """
+            SELECT status, count(*) FROM {s}.jobs WHERE queue = %(queue)s GROUP BY status""",
+        Sql.QUEUE_DEPTH: """
+            SELECT priority, count(*) FROM {s}.jobs
+            WHERE queue = %(queue)s AND status = 'pending' GROUP BY priority""",
+        Sql.IS_PAUSED: """
+            SELECT EXISTS (SELECT 1 FROM {s}.paused_queues WHERE queue = %(queue)s)""",
+        Sql.EVENTS: """
+            SELECT job_id, event, at, node, attempt, detail FROM {s}.events
+            WHERE job_id = %(id)s ORDER BY at, id""",
+        Sql.DEAD_COUNT: "SELECT count(*) FROM {s}.dead_letters",
+        Sql.LIST_DEAD: """
+            SELECT id, job_id, job, errors, created_at FROM {s}.dead_letters
+            ORDER BY created_at DESC, seq DESC LIMIT %(limit)s OFFSET %(offset)s""",
+        Sql.GET_DEAD: """
+            SELECT id, job_id, job, errors, created_at FROM {s}.dead_letters
+            WHERE id = %(id)s""",
+        Sql.PURGE_DEAD: "DELETE FROM {s}.dead_letters WHERE id = %(id)s",
+        Sql.PRUNE: """
+            WITH gone AS (
+                DELETE FROM {s}.jobs WHERE id IN (
+                    SELECT id FROM {s}.jobs
+                    WHERE status IN ('done', 'failed', 'cancelled')
+                      AND finished_at < %(before)s
+                    ORDER BY finished_at LIMIT %(limit)s)
+                RETURNING id),
+            trail AS (DELETE FROM {s}.events WHERE job_id IN (SELECT id FROM gone))
+            SELECT count(*) FROM gone""",
+    }
+)
+
+
+def _where(columns: tuple[str, ...]) -> str:
+    """`WHERE` one equality per column, each value bound by the column's name."""
+    if not columns:
+        return ""
+    return "WHERE " + " AND ".join(f"{column} = %({column})s" for column in columns)
+
+
+class Statements:
+    """Every statement of the store, formatted once for one schema."""
+
+    def __init__(self, schema: str) -> None:
+        fragments = _fragments(check_schema_name(schema))
+        self._text = {name: TEMPLATES[name].format_map(fragments) for name in Sql}
+        self._lists: dict[tuple[bool, ...], tuple[str, str]] = {}
+        for used in product((False, True), repeat=len(FILTER_COLUMNS)):
+            chosen = tuple(c for c, on in zip(FILTER_COLUMNS, used, strict=True) if on)
+            where = fragments | {"where": _where(chosen)}
+            self._lists[used] = (
+                TEMPLATES[Sql.LIST_JOBS].format_map(where),
+                TEMPLATES[Sql.COUNT_JOBS].format_map(where),
+            )
+
+    def __getitem__(self, name: Sql) -> str:
+        return self._text[name]
+
+    def list_jobs(self, filters: JobFilter) -> tuple[str, str]:
+        """The page and the count statements for `filters`: each filter that is set
+        (not empty) is bound by its column's name (`%(type)s`, `%(status)s`, `%(queue)s`)."""
+        return self._lists[(bool(filters.type), bool(filters.status), bool(filters.queue))]
