@@ -21,7 +21,8 @@ from goqueue.supervisor.store.base import NewJob
 from goqueue.supervisor.store.pg_connection import Conn, Connections
 from goqueue.supervisor.store.pg_group_commit import Batcher, WriteAgain, group_or_each
 from goqueue.supervisor.store.pg_notify import Wakeups
-from goqueue.supervisor.store.pg_sql import EventKind, Sql, Statements
+from goqueue.supervisor.store.pg_sql import Sql, Statements
+from goqueue.supervisor.vocab import EventKind
 
 Answer = Enqueued | Exception
 

@@ -18,6 +18,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
+from goqueue.supervisor.backoff import Backoff
 from goqueue.supervisor.errors import StoreUnavailable
 from goqueue.supervisor.jobs import Job
 from goqueue.supervisor.store.pg_sql import Sql, Statements
@@ -102,18 +103,19 @@ class Listener:
 
     async def run(self) -> None:
         """Listen until cancelled, reconnecting with backoff."""
-        delay = 0.2
+        retry = Backoff(0.2, 5.0)
         while True:
             try:
                 await self._listen()
             except (psycopg.Error, OSError, TimeoutError) as exc:
-                lost = self.listening.is_set() or delay == 0.2
+                lost = self.listening.is_set() or retry.failures == 0
                 (log.warning if lost else log.debug)(
                     "LISTEN connection lost; reconnecting", extra={"err": str(exc)}
                 )
-            delay = 0.2 if self.listening.is_set() else min(delay * 2, 5.0)
+            if self.listening.is_set():
+                retry.reset()
             self.listening.clear()
-            await asyncio.sleep(delay)
+            await asyncio.sleep(retry.next())
 
     async def _listen(self) -> None:
         conn = await AsyncConnection.connect(self.dsn, autocommit=True, **self.connect_kwargs)

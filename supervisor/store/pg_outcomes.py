@@ -22,7 +22,8 @@ from goqueue.supervisor.store.pg_enqueue import Enqueuer
 from goqueue.supervisor.store.pg_group_commit import Batcher, group_or_each
 from goqueue.supervisor.store.pg_notify import Wakeups
 from goqueue.supervisor.store.pg_rows import Row
-from goqueue.supervisor.store.pg_sql import N_JOB_FIELDS, EventKind, Sql, Statements
+from goqueue.supervisor.store.pg_sql import N_JOB_FIELDS, Sql, Statements
+from goqueue.supervisor.vocab import TERMINAL, EventKind, Status
 
 Done = tuple[Lease, msgspec.Raw | None]  # a complete: the lease and the result
 Trail = Sequence[tuple[EventKind, str]]  # events (kind, detail) a statement writes
@@ -126,7 +127,7 @@ class Outcomes:
                 outcome = await self._reap_one(conn, expired)
                 touched.append(outcome.job)
                 pending.extend(outcome.followups)
-                if outcome.job.status == "pending":
+                if outcome.job.status == Status.PENDING:
                     pending.append(outcome.job)
         self._wakeups.pending(pending)
         for job in touched:
@@ -197,7 +198,7 @@ class Outcomes:
                 outcomes.append(None)
                 continue
             job = msgspec.structs.replace(
-                lease.job, status="done", result=result, finished_at=at, updated_at=at
+                lease.job, status=Status.DONE, result=result, finished_at=at, updated_at=at
             )
             followups = await self._enqueuer.follow_up(conn, job.on_success, job)
             outcomes.append(Outcome(job, followups))
@@ -278,15 +279,15 @@ class Outcomes:
             if found is None:
                 raise NotFound(f"job {job_id} not found")
             status, token = found
-            if status in ("done", "failed", "cancelled"):
+            if status in TERMINAL:
                 raise InvalidState(f"job {job_id} is already {status}", status)
-            if status == "running" and not force:
+            if status == Status.RUNNING and not force:
                 raise InvalidState(f"job {job_id} is running; use force=true to kill it", "running")
             params = {"id": job_id, "node": self.node_id}
             row = await self._db.fetchone(conn, self._sql[Sql.CANCEL], params)
         assert row is not None
         job = pg_rows.job(row)
-        if status != "running":
+        if status != Status.RUNNING:
             return job, None
         self._wakeups.freed(job)
         return job, token

@@ -18,6 +18,7 @@ import msgspec
 import psycopg
 from goqueue.supervisor.jobs import AttemptError, DeadLetter, Job, JobSpec, new_id
 from goqueue.supervisor.store.pg_sql import JOB_FIELDS
+from goqueue.supervisor.vocab import Status
 from psycopg.adapt import AdaptersMap, Dumper, Loader
 from psycopg.types.string import TextLoader
 
@@ -121,7 +122,7 @@ def pending(params: Mapping[str, Any], spec: JobSpec, decided: Row) -> Job:
         queue=spec.queue,
         payload=spec.payload,
         priority=spec.priority,
-        status="pending",
+        status=Status.PENDING,
         attempts=0,
         max_retries=params["max_retries"],
         run_at=run_at,

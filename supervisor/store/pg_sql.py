@@ -26,6 +26,7 @@ from typing import Final
 import msgspec
 from goqueue.supervisor.jobs import Job, JobFilter
 from goqueue.supervisor.store.pg_schema import channel, check_schema_name
+from goqueue.supervisor.vocab import EventKind
 
 JOB_FIELDS: Final = tuple(field.name for field in msgspec.structs.fields(Job))
 N_JOB_FIELDS: Final = len(JOB_FIELDS)
@@ -42,21 +43,6 @@ _INSERT_VALUES = """(%(id)s, %(type)s, %(queue)s, %(payload)s, %(priority)s, 'pe
                 coalesce(%(run_at)s::timestamptz, now() + %(delay)s::float8 * interval '1 second'),
                 %(timeout)s, %(dedupe_key)s, %(webhook_url)s, %(on_success)s, %(on_failure)s,
                 %(parent_id)s, now(), now())"""
-
-
-class EventKind(StrEnum):
-    """The kinds of audit event the store writes."""
-
-    ENQUEUED = auto()
-    REPLAYED = auto()
-    STARTED = auto()
-    SUCCEEDED = auto()
-    ATTEMPT_FAILED = auto()
-    RETRY_SCHEDULED = auto()
-    LEASE_EXPIRED = auto()
-    DEAD_LETTERED = auto()
-    RELEASED = auto()
-    CANCELLED = auto()
 
 
 def _trail(event: EventKind) -> str:
