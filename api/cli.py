@@ -55,7 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_bench_command(commands: argparse._SubParsersAction) -> None:
+def _add_bench_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`goqueue bench` lives in the checkout's `benchmarks/`, not in the installed package:
     offer it when that folder is reachable (an editable install, or run from a checkout)."""
     checkout = Path(__file__).resolve().parent.parent

@@ -27,6 +27,7 @@ import tomllib
 from collections.abc import Collection, Mapping
 from difflib import get_close_matches
 from types import MappingProxyType
+from typing import Any
 
 import msgspec
 from goqueue.supervisor.errors import ConfigError
@@ -239,7 +240,7 @@ def load(args: argparse.Namespace | None, environ: Mapping[str, str]) -> Setting
     flags = _from_flags(args)
     env = _from_environ(environ)
     path = flags.get("config") or env.get("config")
-    values: dict[str, object] = {}
+    values: dict[str, Any] = {}  # parsed and range-checked above; Settings checks the rest
     limits: dict[str, int] = {}
     if isinstance(path, str):
         file_values, limits = _from_file(path)

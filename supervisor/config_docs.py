@@ -31,7 +31,6 @@ from goqueue.supervisor.options import (
     LIMIT_FLAG,
     LIMIT_HELP,
     LIMIT_METAVAR,
-    TomlValue,
 )
 
 MARKDOWN_BEGIN = (
@@ -100,7 +99,7 @@ def _toml_block(option: Option) -> str:
     return text + f"#{option.name} = {_toml(value)}\n"
 
 
-def _toml(value: TomlValue) -> str:
+def _toml(value: object) -> str:
     if isinstance(value, bool):
         return "true" if value else "false"
     if isinstance(value, float) and value.is_integer():
@@ -109,7 +108,9 @@ def _toml(value: TomlValue) -> str:
         return str(value)
     if isinstance(value, tuple):
         return "[" + ", ".join(_toml(item) for item in value) + "]"
-    return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    if isinstance(value, str):
+        return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
+    raise TypeError(f"no TOML form for {value!r}")
 
 
 def _comment(text: str) -> str:
