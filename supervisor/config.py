@@ -33,27 +33,25 @@ import msgspec
 from goqueue.supervisor.errors import ConfigError
 from goqueue.supervisor.options import (
     BY_NAME,
-    ENV_PREFIX,
     EXPECTED,
     LIMIT_DEFAULT,
     LIMIT_FLAG,
     LIMIT_HELP,
     LIMIT_METAVAR,
-    LOG_LEVELS,
     OPTIONS,
     Option,
 )
 
 __all__ = [
-    "ENV_PREFIX",
+    "COMPUTED_DEFAULTS",
     "FILE_KEYS",
-    "LOG_LEVELS",
     "OPTIONS",
     "Option",
     "Settings",
     "add_arguments",
     "default_of",
     "describe_default",
+    "format_value",
     "load",
     "reload",
 ]
