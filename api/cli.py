@@ -14,6 +14,12 @@ from goqueue.supervisor import config, logs
 from goqueue.supervisor.arbiter import EXIT_BOOT_ERROR
 from goqueue.supervisor.errors import ConfigError
 
+# What `migrate` reads of the node's options; it loads them as `serve` does.
+MIGRATE_OPTIONS = ("config", "database_url", "database_schema")
+MIGRATE_CONNECT_TIMEOUT = 10
+EXIT_FAILED = 1
+EXIT_USAGE = 2
+
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line."""
@@ -33,14 +39,14 @@ def build_parser() -> argparse.ArgumentParser:
     config.add_arguments(serve)
     serve.set_defaults(func=_serve)
     migrate = commands.add_parser(
-        "migrate", help="create or upgrade the PostgreSQL schema, then exit"
+        "migrate",
+        help="create or upgrade the PostgreSQL schema, then exit",
+        description="Create or upgrade GoQueue's PostgreSQL schema, then exit. Optional: "
+        "every node does the same when it starts. Reads the database options as `serve` "
+        "does: flags, then GOQUEUE_<OPTION> (or DATABASE_URL) in the environment, then "
+        "the TOML file given by --config.",
     )
-    migrate.add_argument("--database-url", default=None, help="PostgreSQL DSN (env DATABASE_URL)")
-    migrate.add_argument(
-        "--database-schema",
-        default=None,
-        help="schema holding GoQueue's tables (env GOQUEUE_DATABASE_SCHEMA; default goqueue)",
-    )
+    config.add_arguments(migrate, only=MIGRATE_OPTIONS)
     migrate.set_defaults(func=_migrate)
     from goqueue.api.client import add_client_commands
 
@@ -49,9 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _add_bench_command(
-    commands: argparse._SubParsersAction[argparse.ArgumentParser],
-) -> None:
+def _add_bench_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     """`goqueue bench` lives in the checkout's `benchmarks/`, not in the installed package:
     offer it when that folder is reachable (an editable install, or run from a checkout)."""
     checkout = Path(__file__).resolve().parent.parent
@@ -79,8 +83,7 @@ def _serve(args: argparse.Namespace) -> int:
     try:
         settings = config.load(args, os.environ)
     except ConfigError as exc:
-        print(f"goqueue: {exc}", file=sys.stderr)
-        return 2
+        return _fail("goqueue", exc, EXIT_USAGE)
     logs.configure(settings.log_level)
     from goqueue.api.node import serve
 
@@ -94,31 +97,51 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _migrate(args: argparse.Namespace) -> int:
-    dsn = (
-        args.database_url
-        or os.environ.get("GOQUEUE_DATABASE_URL")
-        or os.environ.get("DATABASE_URL")
-    )
-    if not dsn:
-        print("goqueue migrate: --database-url or DATABASE_URL is required", file=sys.stderr)
-        return 2
-    from goqueue.supervisor.store.postgres import PostgresStore
-
-    schema = args.database_schema or os.environ.get("GOQUEUE_DATABASE_SCHEMA") or "goqueue"
     try:
-        config.Settings(database_url=dsn, database_schema=schema, workers=1)
+        settings = config.load(args, os.environ)
     except ConfigError as exc:
-        print(f"goqueue migrate: {exc}", file=sys.stderr)
-        return 2
+        return _fail("goqueue migrate", exc, EXIT_USAGE)
+    if settings.database_url is None:
+        return _fail(
+            "goqueue migrate",
+            "database_url: not set (give --database-url, DATABASE_URL in the environment, "
+            "or database_url in the --config file)",
+            EXIT_USAGE,
+        )
+    import psycopg
 
-    async def run() -> None:
-        store = PostgresStore(dsn, "migrate", schema=schema)
-        await store.open()
-        await store.close()
-
-    asyncio.run(run())
-    print(f"schema {schema!r} is up to date")
+    schema = settings.database_schema
+    try:
+        applied = asyncio.run(_apply_migrations(settings.database_url, schema))
+    except ValueError as exc:  # a schema name the store refuses
+        return _fail("goqueue migrate", f"database_schema: {exc}", EXIT_USAGE)
+    except (psycopg.Error, OSError) as exc:
+        return _fail("goqueue migrate", f"PostgreSQL: {exc}", EXIT_FAILED)
+    if applied:
+        print(f"schema {schema!r}: applied migrations {', '.join(map(str, applied))}")
+    else:
+        print(f"schema {schema!r} is up to date")
     return 0
+
+
+async def _apply_migrations(dsn: str, schema: str) -> list[int]:
+    """What a node does to its schema at start-up, on a connection of its own."""
+    import psycopg
+    from goqueue.supervisor.store import pg_schema
+
+    async with await psycopg.AsyncConnection.connect(
+        dsn,
+        autocommit=True,
+        connect_timeout=MIGRATE_CONNECT_TIMEOUT,
+        application_name="goqueue/migrate",
+    ) as conn:
+        return await pg_schema.migrate(conn, schema)
+
+
+def _fail(command: str, error: object, code: int) -> int:
+    """One line on stderr, whatever the error's own line breaks (psycopg adds hints)."""
+    print(f"{command}: {' '.join(str(error).split())}", file=sys.stderr)
+    return code
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -37,7 +37,7 @@ from goqueue.api.client_output import (
     priority_depth,
     table,
 )
-from goqueue.supervisor.jobs import STATUSES
+from goqueue.supervisor.jobs import DEFAULT_MAX_RETRIES, DEFAULT_PRIORITY, STATUSES
 
 if TYPE_CHECKING:
     Subparsers: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
@@ -513,23 +513,53 @@ def _add_enqueue(subparsers: Subparsers, common: argparse.ArgumentParser) -> Non
         "--payload", type=_json_value, metavar="JSON", help="JSON payload; @FILE or @- reads it"
     )
     p.add_argument("--queue", metavar="Q", help="queue name (default: default)")
-    p.add_argument("--priority", type=int, metavar="N", help="0 (low) to 10 (high), default 5")
-    p.add_argument("--max-retries", type=int, metavar="N", help="retries after the first attempt")
+    p.add_argument(
+        "--priority",
+        type=int,
+        metavar="N",
+        help=f"0 to 10, higher runs first (default: {DEFAULT_PRIORITY})",
+    )
+    p.add_argument(
+        "--max-retries",
+        type=int,
+        metavar="N",
+        help=f"retries after the first attempt (default: the actor's, else {DEFAULT_MAX_RETRIES})",
+    )
     when = p.add_mutually_exclusive_group()
-    when.add_argument("--delay", type=_non_negative, metavar="SECONDS", help="run after a delay")
-    when.add_argument("--run-at", type=_rfc3339, metavar="RFC3339", help="run at this time")
+    when.add_argument(
+        "--delay", type=_non_negative, metavar="SECONDS", help="run this many seconds from now"
+    )
+    when.add_argument(
+        "--run-at", type=_rfc3339, metavar="RFC3339", help="run at this time (with an offset)"
+    )
     p.add_argument(
         "--timeout",
         type=_positive,
         metavar="SECONDS",
-        help="the job's per-attempt timeout (the HTTP timeout is --http-timeout)",
+        help="seconds one attempt may run before its worker is killed (default: the actor's, "
+        "else the node's --default-timeout; the HTTP timeout is --http-timeout)",
     )
-    p.add_argument("--dedupe-key", metavar="K", help="reject a duplicate inside the window")
-    p.add_argument("--dedupe-window", type=_positive, metavar="S", help="dedupe window, seconds")
+    p.add_argument(
+        "--dedupe-key",
+        metavar="K",
+        help="refuse another job with this key inside the window (needs --dedupe-window)",
+    )
+    p.add_argument(
+        "--dedupe-window", type=_positive, metavar="S", help="seconds the dedupe key blocks"
+    )
     p.add_argument("--idempotency-key", metavar="K", help="sent as the Idempotency-Key header")
-    p.add_argument("--webhook-url", metavar="URL", help="POSTed the job when it finishes")
-    p.add_argument("--on-success", type=_json_value, metavar="JSON", help="job template to chain")
-    p.add_argument("--on-failure", type=_json_value, metavar="JSON", help="job template to chain")
+    p.add_argument(
+        "--webhook-url", metavar="URL", help="POSTed the job when it is done or has failed"
+    )
+    p.add_argument(
+        "--on-success", type=_json_value, metavar="JSON", help="a job to enqueue when it succeeds"
+    )
+    p.add_argument(
+        "--on-failure",
+        type=_json_value,
+        metavar="JSON",
+        help="a job to enqueue when it fails for good",
+    )
     p.set_defaults(func=cmd_enqueue)
 
 
@@ -543,25 +573,33 @@ def _add_jobs(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_jobs)
 
     p = subparsers.add_parser("job", parents=[common], help="show one job")
-    p.add_argument("id", metavar="ID")
+    p.add_argument("id", metavar="ID", help="the job's id")
     p.set_defaults(func=cmd_job)
 
     p = subparsers.add_parser("events", parents=[common], help="show a job's audit trail")
-    p.add_argument("id", metavar="ID")
+    p.add_argument("id", metavar="ID", help="the job's id")
     p.set_defaults(func=cmd_events)
 
-    p = subparsers.add_parser("cancel", parents=[common], help="cancel a pending job")
-    p.add_argument("id", metavar="ID")
-    p.add_argument("--force", action="store_true", help="also a running job (kills its worker)")
+    p = subparsers.add_parser(
+        "cancel", parents=[common], help="cancel a job (a running one needs --force)"
+    )
+    p.add_argument("id", metavar="ID", help="the job's id")
+    p.add_argument(
+        "--force", action="store_true", help="cancel a running job too: its worker is killed"
+    )
     p.set_defaults(func=cmd_cancel)
 
 
 def _add_queues(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     """`goqueue stats`, `queue-stats NAME`, `pause QUEUE`, `resume QUEUE`."""
-    p = subparsers.add_parser("stats", parents=[common], help="counts, depth, workers")
+    p = subparsers.add_parser(
+        "stats", parents=[common], help="counts by status, depth by queue, dead letters, workers"
+    )
     p.set_defaults(func=cmd_stats)
 
-    p = subparsers.add_parser("queue-stats", parents=[common], help="one queue's counts")
+    p = subparsers.add_parser(
+        "queue-stats", parents=[common], help="one queue's counts and whether it is paused"
+    )
     p.add_argument("name", metavar="NAME")
     p.set_defaults(func=cmd_queue_stats)
 

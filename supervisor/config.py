@@ -4,11 +4,12 @@ Precedence, highest first, decided option by option:
 
 1. command-line flags (`--shutdown-grace 10`);
 2. the environment: `GOQUEUE_` + the flag's name in capitals with `_` for `-`
-   (`GOQUEUE_SHUTDOWN_GRACE=10`), plus the seeds' `DATABASE_URL` and `API_KEY`, which lose
-   to their `GOQUEUE_` spelling when both are set; an empty variable counts as unset;
+   (`GOQUEUE_SHUTDOWN_GRACE=10`), plus plain `DATABASE_URL` and `API_KEY`, which lose to
+   their `GOQUEUE_` spelling when both are set; an empty variable counts as unset;
 3. the TOML file named by `--config` / `GOQUEUE_CONFIG`: top-level keys are the option
    names with underscores (`shutdown_grace = 10`), per-type limits go in a `[limits]` table;
-4. the defaults below.
+4. the defaults of `Settings`, the only place a default is written (`options.py` says what
+   each option means; the help texts and the generated docs read the defaults from here).
 
 Per-type limits (`[limits]` in the file, `--limit TYPE=N` flags) merge type by type, flags
 winning. Flags and environment values are strings parsed here, so every bad value, whatever
@@ -19,35 +20,41 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import math
 import os
 import socket
 import tomllib
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Collection, Mapping
 from difflib import get_close_matches
 from types import MappingProxyType
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
 from goqueue.supervisor.errors import ConfigError
+from goqueue.supervisor.options import (
+    BY_NAME,
+    EXPECTED,
+    LIMIT_DEFAULT,
+    LIMIT_FLAG,
+    LIMIT_HELP,
+    LIMIT_METAVAR,
+    OPTIONS,
+    Option,
+)
 from goqueue.supervisor.store.pg_schema import schema_name_problem
 
-ENV_PREFIX = "GOQUEUE_"
-LOG_LEVELS = ("debug", "info", "warning", "error")
-_TRUE = frozenset({"1", "true", "yes", "on"})
-_FALSE = frozenset({"0", "false", "no", "off"})
-
-Kind = Literal["str", "int", "float", "bool", "list"]
-_EXPECTED: Mapping[str, str] = MappingProxyType(
-    {
-        "str": "a string",
-        "int": "an integer",
-        "float": "a number",
-        "bool": "a boolean (1/true/yes or 0/false/no)",
-        "list": "a comma-separated list",
-    }
-)
+__all__ = [
+    "COMPUTED_DEFAULTS",
+    "FILE_KEYS",
+    "OPTIONS",
+    "Option",
+    "Settings",
+    "add_arguments",
+    "default_of",
+    "describe_default",
+    "format_value",
+    "load",
+    "reload",
+]
 
 
 def cpu_count() -> int:
@@ -60,6 +67,13 @@ def cpu_count() -> int:
 def default_node_id() -> str:
     """`hostname-pid`: unique per running node, readable in logs and the audit trail."""
     return f"{socket.gethostname()}-{os.getpid()}"
+
+
+# The defaults that are computed when a node starts, so the docs can only describe them.
+# Every other default is a value, read from `Settings` itself (`default_of`).
+COMPUTED_DEFAULTS: Mapping[str, str] = MappingProxyType(
+    {"workers": "the CPU count", "node_id": "hostname-pid"}
+)
 
 
 class Settings(msgspec.Struct, kw_only=True, frozen=True):
@@ -131,301 +145,65 @@ def _check_dsn(dsn: str) -> None:
         raise ConfigError(f"database_url: not a valid PostgreSQL DSN: {exc}".strip()) from None
 
 
-@dataclass(frozen=True, slots=True)
-class Option:
-    """One scalar or list option: how to parse it, what range it allows, how to document it."""
-
-    name: str
-    kind: Kind
-    default_text: str
-    help: str
-    metavar: str | None = None
-    optional: bool = False
-    minimum: float | None = None
-    above_minimum: bool = False  # True: the value must be strictly greater than `minimum`
-    maximum: float | None = None
-    choices: tuple[str, ...] | None = None
-    legacy_env: str | None = None
-
-    @property
-    def flag(self) -> str:
-        return "--" + self.name.replace("_", "-")
-
-    @property
-    def env(self) -> str:
-        return ENV_PREFIX + self.name.upper()
-
-    def parse(self, raw: object) -> object:
-        """A typed value from a string (flags, environment) or a TOML value; raises ValueError."""
-        if isinstance(raw, str):
-            return self._parse_text(raw)
-        return self._accept_typed(raw)
-
-    def check(self, value: object) -> str | None:
-        """What is wrong with an already typed value, or None."""
-        if value is None:
-            return None if self.optional else "must be set"
-        if isinstance(value, int | float) and not isinstance(value, bool):
-            return self._check_number(value)
-        if self.choices is not None and value not in self.choices:
-            return f"must be one of {', '.join(self.choices)}, got {value!r}"
-        if self.kind == "list" and not value and not self.optional:
-            return "must name at least one entry"
-        return None
-
-    def _parse_text(self, raw: str) -> object:
-        text = raw.strip()
-        if not text and self.optional:
-            return None
-        if self.kind == "str":
-            return text.lower() if self.choices else text
-        if self.kind == "list":
-            return tuple(item.strip() for item in text.split(",") if item.strip())
-        if self.kind == "bool":
-            if text.lower() in _TRUE | _FALSE:
-                return text.lower() in _TRUE
-            raise ValueError
-        number = int(text) if self.kind == "int" else float(text)
-        if not math.isfinite(number):
-            raise ValueError
-        return number
-
-    def _accept_typed(self, raw: object) -> object:
-        if self.kind == "bool" and isinstance(raw, bool):
-            return raw
-        if isinstance(raw, bool):
-            raise ValueError
-        if self.kind == "int" and isinstance(raw, int):
-            return raw
-        if self.kind == "float" and isinstance(raw, int | float) and math.isfinite(raw):
-            return float(raw)
-        if self.kind == "list" and isinstance(raw, list) and all(isinstance(i, str) for i in raw):
-            return tuple(item.strip() for item in raw if item.strip())
-        raise ValueError
-
-    def _check_number(self, value: float) -> str | None:
-        low, high = self.minimum, self.maximum
-        if low is not None and (value <= low if self.above_minimum else value < low):
-            bound = f"greater than {low:g}" if self.above_minimum else f"at least {low:g}"
-            return f"must be {bound}, got {value:g}"
-        if high is not None and value > high:
-            return f"must be at most {high:g}, got {value:g}"
-        return None
-
-
-OPTIONS: tuple[Option, ...] = (
-    Option("host", "str", "0.0.0.0", "address the API listens on", metavar="ADDR"),
-    Option(
-        "port",
-        "int",
-        "8080",
-        "port the API listens on; 0 picks a free one",
-        metavar="PORT",
-        minimum=0,
-        maximum=65535,
-    ),
-    Option("workers", "int", "the CPU count", "worker processes", metavar="N", minimum=1),
-    Option(
-        "actors",
-        "list",
-        "goqueue.actors.examples",
-        "modules holding actors",
-        metavar="MOD[,MOD...]",
-    ),
-    Option(
-        "queues",
-        "list",
-        "all queues",
-        "queues this node takes work from",
-        metavar="Q[,Q...]",
-        optional=True,
-    ),
-    Option(
-        "database_url",
-        "str",
-        "the in-memory store",
-        "PostgreSQL DSN",
-        metavar="DSN",
-        optional=True,
-        legacy_env="DATABASE_URL",
-    ),
-    Option(
-        "database_schema",
-        "str",
-        "goqueue",
-        "PostgreSQL schema holding GoQueue's tables (nodes sharing a queue share it)",
-        metavar="NAME",
-    ),
-    Option(
-        "api_key",
-        "str",
-        "none",
-        "key required (X-API-Key) on mutating requests",
-        metavar="KEY",
-        optional=True,
-        legacy_env="API_KEY",
-    ),
-    Option(
-        "default_timeout",
-        "float",
-        "300",
-        "seconds an attempt may run when neither job nor actor sets a timeout",
-        metavar="SECONDS",
-        minimum=0,
-        above_minimum=True,
-    ),
-    Option(
-        "retry_base",
-        "float",
-        "1",
-        "backoff base in seconds: base * 2^(attempt-1), jittered",
-        metavar="SECONDS",
-        minimum=0,
-        above_minimum=True,
-    ),
-    Option(
-        "retry_cap",
-        "float",
-        "3600",
-        "longest backoff in seconds",
-        metavar="SECONDS",
-        minimum=0,
-        above_minimum=True,
-    ),
-    Option(
-        "shutdown_grace",
-        "float",
-        "30",
-        "seconds running jobs get to finish on SIGTERM",
-        metavar="SECONDS",
-        minimum=0,
-    ),
-    Option(
-        "max_jobs_per_worker",
-        "int",
-        "unlimited",
-        "replace a worker after this many attempts",
-        metavar="N",
-        optional=True,
-        minimum=1,
-    ),
-    Option(
-        "max_worker_rss_mb",
-        "int",
-        "unlimited",
-        "replace a worker between jobs once its RSS exceeds this many MiB",
-        metavar="MIB",
-        optional=True,
-        minimum=1,
-    ),
-    Option(
-        "max_pending",
-        "int",
-        "100000",
-        "pending jobs the in-memory store holds; beyond it POST /jobs answers 503",
-        metavar="N",
-        minimum=1,
-    ),
-    Option(
-        "max_body_bytes",
-        "int",
-        "1048576",
-        "largest request body; larger ones answer 413",
-        metavar="BYTES",
-        minimum=1,
-    ),
-    Option(
-        "lease_seconds",
-        "float",
-        "30",
-        "PostgreSQL lease length; the heartbeat renews at a third of it",
-        metavar="SECONDS",
-        minimum=1,
-    ),
-    Option(
-        "webhook_secret",
-        "str",
-        "unsigned",
-        "HMAC-SHA256 key for X-GoQueue-Signature",
-        metavar="SECRET",
-        optional=True,
-    ),
-    Option(
-        "webhook_allow_hosts",
-        "list",
-        "any host",
-        "hosts webhooks may be delivered to",
-        metavar="HOST[,HOST...]",
-        optional=True,
-    ),
-    Option(
-        "webhook_timeout",
-        "float",
-        "5",
-        "seconds one webhook delivery attempt may take",
-        metavar="SECONDS",
-        minimum=0,
-        above_minimum=True,
-    ),
-    Option(
-        "idempotency_ttl",
-        "float",
-        "86400",
-        "seconds an Idempotency-Key is remembered",
-        metavar="SECONDS",
-        minimum=0,
-        above_minimum=True,
-    ),
-    Option(
-        "retention_seconds",
-        "float",
-        "604800 (7 days)",
-        "finished jobs (done, failed, cancelled) and their audit trails are deleted this "
-        "long after they finish; 0 keeps them forever (dead letters always stay)",
-        metavar="SECONDS",
-        minimum=0,
-    ),
-    Option(
-        "kill_grace",
-        "float",
-        "0.05",
-        "seconds between SIGTERM and SIGKILL for a timed-out worker",
-        metavar="SECONDS",
-        minimum=0,
-    ),
-    Option(
-        "log_level",
-        "str",
-        "info",
-        "debug, info, warning or error",
-        metavar="LEVEL",
-        choices=LOG_LEVELS,
-    ),
-    Option("config", "str", "none", "TOML file of settings", metavar="FILE", optional=True),
-    Option(
-        "node_id",
-        "str",
-        "hostname-pid",
-        "this node's name in leases, logs and the audit trail",
-        metavar="ID",
-        optional=True,
-    ),
-    Option(
-        "read_api_key",
-        "bool",
-        "off",
-        "require the API key on read endpoints too",
-    ),
+FILE_KEYS: frozenset[str] = frozenset(BY_NAME) - {"config"} | {"limits"}
+_FIELDS: Mapping[str, msgspec.structs.FieldInfo] = MappingProxyType(
+    {field.name: field for field in msgspec.structs.fields(Settings)}
 )
-_BY_NAME: Mapping[str, Option] = MappingProxyType({option.name: option for option in OPTIONS})
-FILE_KEYS: frozenset[str] = frozenset(_BY_NAME) - {"config"} | {"limits"}
 
 
-def add_arguments(parser: argparse.ArgumentParser) -> None:
-    """One flag per option, all defaulting to None so `load` can tell "not given" apart."""
+def default_of(option: Option) -> object:
+    """The option's default as `Settings` declares it (None when unset or computed)."""
+    field = _FIELDS[option.name]
+    return None if field.default is msgspec.NODEFAULT else field.default
+
+
+def describe_default(option: Option, quote: str = "") -> str:
+    """The default in words for help texts and docs: the value (inside `quote`), what
+    leaving the option unset means, or what is computed at start-up."""
+    if option.name in COMPUTED_DEFAULTS:
+        return COMPUTED_DEFAULTS[option.name]
+    value = default_of(option)
+    if value is None:
+        if option.when_unset is None:
+            raise LookupError(
+                f"option {option.name}: unset by default but says not what that means"
+            )
+        return option.when_unset
+    text = quote + format_value(value) + quote
+    if option.metavar == "SECONDS" and isinstance(value, int | float):
+        text += _long_duration(value)
+    return text
+
+
+def _long_duration(seconds: float) -> str:
+    """` (7 days)` beside a default of many seconds, so no one has to divide by 86400."""
+    for unit, size in (("day", 86_400), ("hour", 3_600)):
+        count, rest = divmod(seconds, size)
+        if count >= 1 and not rest:
+            return f" ({count:g} {unit}{'s' if count > 1 else ''})"
+    return ""
+
+
+def format_value(value: object) -> str:
+    """A setting as people write it on the command line: `30`, `0.05`, `a,b`, `off`."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, tuple):
+        return ",".join(value)
+    return str(value)
+
+
+def add_arguments(parser: argparse.ArgumentParser, only: Collection[str] | None = None) -> None:
+    """One flag per option (or per option named in `only`), all defaulting to None so
+    `load` can tell "not given" apart; `--limit` too unless `only` leaves it out."""
     for option in OPTIONS:
-        env = option.env + (f" or {option.legacy_env}" if option.legacy_env else "")
-        help_text = f"{option.help} (default: {option.default_text}; env {env})"
+        if only is not None and option.name not in only:
+            continue
+        envs = " or ".join(option.envs)
+        text = f"{option.help} (default: {describe_default(option)}; env {envs})"
+        help_text = text.replace("%", "%%")  # argparse formats help with %
         if option.kind == "bool":
             parser.add_argument(
                 option.flag,
@@ -438,15 +216,16 @@ def add_arguments(parser: argparse.ArgumentParser) -> None:
         parser.add_argument(
             option.flag, dest=option.name, metavar=option.metavar, default=None, help=help_text
         )
-    parser.add_argument(
-        "--limit",
-        dest="limits",
-        action="append",
-        metavar="TYPE=N",
-        default=None,
-        help="at most N attempts of TYPE at once; repeatable "
-        "(default: the actor's concurrency; also the [limits] table of the config file)",
-    )
+    if only is None or "limits" in only:
+        parser.add_argument(
+            LIMIT_FLAG,
+            dest="limits",
+            action="append",
+            metavar=LIMIT_METAVAR,
+            default=None,
+            help=f"{LIMIT_HELP}; repeatable (default: {LIMIT_DEFAULT}; also the [limits] "
+            "table of the config file)",
+        )
 
 
 def load(args: argparse.Namespace | None, environ: Mapping[str, str]) -> Settings:
@@ -454,7 +233,7 @@ def load(args: argparse.Namespace | None, environ: Mapping[str, str]) -> Setting
     flags = _from_flags(args)
     env = _from_environ(environ)
     path = flags.get("config") or env.get("config")
-    values: dict[str, Any] = {}  # each value already parsed and checked by its option
+    values: dict[str, Any] = {}  # parsed and range-checked above; Settings checks the rest
     limits: dict[str, int] = {}
     if isinstance(path, str):
         file_values, limits = _from_file(path)
@@ -482,7 +261,7 @@ def _parse(option: Option, raw: object, source: str) -> object:
     except ValueError:
         expected = "one of " + ", ".join(option.choices) if option.choices else None
         raise ConfigError(
-            f"{option.name}: expected {expected or _EXPECTED[option.kind]}, "
+            f"{option.name}: expected {expected or EXPECTED[option.kind]}, "
             f"got {raw!r} (from {source})"
         ) from None
     problem = option.check(value)
@@ -528,7 +307,7 @@ def _from_file(path: str) -> tuple[dict[str, object], dict[str, int]]:
         elif key == "config":
             raise ConfigError(f"config: cannot be set inside the config file ({path})")
         elif key in FILE_KEYS:
-            values[key] = _parse(_BY_NAME[key], raw, source)
+            values[key] = _parse(BY_NAME[key], raw, source)
         else:
             raise ConfigError(f"{key}: unknown option in {source}{_suggest(key)}")
     return values, limits

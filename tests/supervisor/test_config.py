@@ -6,8 +6,9 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
+import msgspec
 import pytest
-from goqueue.supervisor import config
+from goqueue.supervisor import config, config_docs
 from goqueue.supervisor.config import Settings
 from goqueue.supervisor.errors import ConfigError
 
@@ -252,3 +253,54 @@ def test_retention_defaults_to_a_week_can_be_disabled_and_must_outlive_idempoten
     assert config.load(None, {"GOQUEUE_RETENTION_SECONDS": "0"}).retention_seconds == 0
     with pytest.raises(ConfigError, match="retention_seconds: must be at least idempotency_ttl"):
         config.load(None, {"GOQUEUE_RETENTION_SECONDS": "60"})
+
+
+# -- one source of defaults ---------------------------------------------------------------
+
+
+def test_every_option_is_a_settings_field_with_a_documented_default() -> None:
+    fields = {field.name: field for field in msgspec.structs.fields(config.Settings)}
+    assert {option.name for option in config.OPTIONS} == set(fields) - {"limits"}
+    for option in config.OPTIONS:
+        field = fields[option.name]
+        computed = field.default_factory is not msgspec.NODEFAULT
+        assert computed == (option.name in config.COMPUTED_DEFAULTS), option.name
+        if not computed and field.default is None:
+            assert option.optional and option.when_unset, f"{option.name}: unset means what?"
+        assert config.describe_default(option)
+
+
+def test_help_shows_the_default_settings_holds() -> None:
+    parser = argparse.ArgumentParser()
+    config.add_arguments(parser)
+    text = " ".join(parser.format_help().split())
+    assert "(default: 30; env GOQUEUE_SHUTDOWN_GRACE)" in text
+    assert "(default: 604800 (7 days); env GOQUEUE_RETENTION_SECONDS)" in text
+    assert "(default: the CPU count; env GOQUEUE_WORKERS)" in text
+
+
+def test_an_unset_default_must_say_what_unset_means() -> None:
+    option = config.Option("queues", "list", "queues this node takes work from", optional=True)
+    with pytest.raises(LookupError, match="queues"):
+        config.describe_default(option)
+
+
+def test_add_arguments_can_offer_a_subset() -> None:
+    parser = argparse.ArgumentParser()
+    config.add_arguments(parser, only=("database_url", "config"))
+    dests = {action.dest for action in parser._actions} - {"help"}
+    assert dests == {"database_url", "config"}
+    namespace = parser.parse_args(["--database-url", "postgresql://u@127.0.0.1/db"])
+    assert config.load(namespace, {}).database_url == "postgresql://u@127.0.0.1/db"
+
+
+def test_update_rewrites_only_the_generated_parts(tmp_path: Path) -> None:
+    readme = tmp_path / "README.md"
+    stale = f"{config_docs.MARKDOWN_BEGIN}\n| old |\n{config_docs.MARKDOWN_END}\n"
+    readme.write_text("# Title\n\n" + stale + "\nAfter.\n")
+    toml = tmp_path / "example.toml"
+    toml.write_text("stale = true\n")
+    assert config_docs.update(readme) and config_docs.update(toml)
+    assert readme.read_text() == "# Title\n\n" + config_docs.options_markdown() + "\nAfter.\n"
+    assert toml.read_text() == config_docs.example_toml()
+    assert not config_docs.update(readme) and not config_docs.update(toml)

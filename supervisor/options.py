@@ -1,0 +1,335 @@
+"""What each option of a node is: its name, type, allowed range and meaning.
+
+Not its default: `Settings` in `config.py` holds every default, and the help texts, the
+README's options table and `deploy/goqueue.example.toml` all derive theirs from it. What is
+written here is only what a default cannot say: what an unset option means
+(`when_unset`) and a sample value for the example file where there is no default to show.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Literal
+
+ENV_PREFIX = "GOQUEUE_"
+LOG_LEVELS = ("debug", "info", "warning", "error")
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"0", "false", "no", "off"})
+
+Kind = Literal["str", "int", "float", "bool", "list"]
+EXPECTED: Mapping[str, str] = MappingProxyType(
+    {
+        "str": "a string",
+        "int": "an integer",
+        "float": "a number",
+        "bool": "a boolean (1/true/yes or 0/false/no)",
+        "list": "a comma-separated list",
+    }
+)
+TomlValue = str | int | float | bool | tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Option:
+    """One scalar or list option: how to parse it, what range it allows, how to document it."""
+
+    name: str
+    kind: Kind
+    help: str
+    metavar: str | None = None
+    optional: bool = False  # None (unset) is allowed; an empty flag or variable means unset
+    when_unset: str | None = None  # what leaving an optional option unset means
+    example: TomlValue | None = None  # shown in the example file where no default can be
+    secret: bool = False  # better kept in the environment than in a file
+    minimum: float | None = None
+    above_minimum: bool = False  # True: the value must be strictly greater than `minimum`
+    maximum: float | None = None
+    choices: tuple[str, ...] | None = None
+    legacy_env: str | None = None
+
+    @property
+    def flag(self) -> str:
+        return "--" + self.name.replace("_", "-")
+
+    @property
+    def env(self) -> str:
+        return ENV_PREFIX + self.name.upper()
+
+    @property
+    def envs(self) -> tuple[str, ...]:
+        """Every variable that sets it, the winning spelling first."""
+        return (self.env, self.legacy_env) if self.legacy_env else (self.env,)
+
+    def parse(self, raw: object) -> object:
+        """A typed value from a string (flags, environment) or a TOML value; raises ValueError."""
+        if isinstance(raw, str):
+            return self._parse_text(raw)
+        return self._accept_typed(raw)
+
+    def check(self, value: object) -> str | None:
+        """What is wrong with an already typed value, or None."""
+        if value is None:
+            return None if self.optional else "must be set"
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return self._check_number(value)
+        if self.choices is not None and value not in self.choices:
+            return f"must be one of {', '.join(self.choices)}, got {value!r}"
+        if self.kind == "list" and not value and not self.optional:
+            return "must name at least one entry"
+        return None
+
+    def _parse_text(self, raw: str) -> object:
+        text = raw.strip()
+        if not text and self.optional:
+            return None
+        if self.kind == "str":
+            return text.lower() if self.choices else text
+        if self.kind == "list":
+            return tuple(item.strip() for item in text.split(",") if item.strip())
+        if self.kind == "bool":
+            if text.lower() in _TRUE | _FALSE:
+                return text.lower() in _TRUE
+            raise ValueError
+        number = int(text) if self.kind == "int" else float(text)
+        if not math.isfinite(number):
+            raise ValueError
+        return number
+
+    def _accept_typed(self, raw: object) -> object:
+        if self.kind == "bool" and isinstance(raw, bool):
+            return raw
+        if isinstance(raw, bool):
+            raise ValueError
+        if self.kind == "int" and isinstance(raw, int):
+            return raw
+        if self.kind == "float" and isinstance(raw, int | float) and math.isfinite(raw):
+            return float(raw)
+        if self.kind == "list" and isinstance(raw, list) and all(isinstance(i, str) for i in raw):
+            return tuple(item.strip() for item in raw if item.strip())
+        raise ValueError
+
+    def _check_number(self, value: float) -> str | None:
+        low, high = self.minimum, self.maximum
+        if low is not None and (value <= low if self.above_minimum else value < low):
+            bound = f"greater than {low:g}" if self.above_minimum else f"at least {low:g}"
+            return f"must be {bound}, got {value:g}"
+        if high is not None and value > high:
+            return f"must be at most {high:g}, got {value:g}"
+        return None
+
+
+OPTIONS: tuple[Option, ...] = (
+    Option("host", "str", "address the API listens on", metavar="ADDR"),
+    Option(
+        "port",
+        "int",
+        "port the API listens on; 0 picks a free one",
+        metavar="PORT",
+        minimum=0,
+        maximum=65535,
+    ),
+    Option("workers", "int", "worker processes", metavar="N", minimum=1, example=4),
+    Option("actors", "list", "modules holding actors", metavar="MOD[,MOD...]"),
+    Option(
+        "queues",
+        "list",
+        "queues this node takes work from",
+        metavar="Q[,Q...]",
+        optional=True,
+        when_unset="all queues",
+        example=("default", "email"),
+    ),
+    Option(
+        "database_url",
+        "str",
+        "PostgreSQL DSN; nodes sharing one database share their queues",
+        metavar="DSN",
+        optional=True,
+        when_unset="the in-memory store",
+        example="postgresql://goqueue:secret@db.internal:5432/goqueue",
+        secret=True,
+        legacy_env="DATABASE_URL",
+    ),
+    Option(
+        "database_schema",
+        "str",
+        "PostgreSQL schema holding GoQueue's tables (nodes sharing a queue share it)",
+        metavar="NAME",
+    ),
+    Option(
+        "api_key",
+        "str",
+        "key required (X-API-Key) on mutating requests",
+        metavar="KEY",
+        optional=True,
+        when_unset="none, so the API is open",
+        example="change-me",
+        secret=True,
+        legacy_env="API_KEY",
+    ),
+    Option(
+        "read_api_key",
+        "bool",
+        "require the API key on read requests too (/health, /ready and /metrics stay open)",
+    ),
+    Option(
+        "default_timeout",
+        "float",
+        "seconds an attempt may run when neither job nor actor sets a timeout",
+        metavar="SECONDS",
+        minimum=0,
+        above_minimum=True,
+    ),
+    Option(
+        "retry_base",
+        "float",
+        "backoff base in seconds: a retry waits base * 2^(attempt-1), jittered by up to 25 %",
+        metavar="SECONDS",
+        minimum=0,
+        above_minimum=True,
+    ),
+    Option(
+        "retry_cap",
+        "float",
+        "longest backoff in seconds (before jitter)",
+        metavar="SECONDS",
+        minimum=0,
+        above_minimum=True,
+    ),
+    Option(
+        "shutdown_grace",
+        "float",
+        "seconds running jobs get to finish on SIGTERM before they are killed and handed back",
+        metavar="SECONDS",
+        minimum=0,
+    ),
+    Option(
+        "max_jobs_per_worker",
+        "int",
+        "replace a worker after this many attempts",
+        metavar="N",
+        optional=True,
+        when_unset="unlimited",
+        example=1000,
+        minimum=1,
+    ),
+    Option(
+        "max_worker_rss_mb",
+        "int",
+        "replace a worker between jobs once its RSS exceeds this many MiB",
+        metavar="MIB",
+        optional=True,
+        when_unset="unlimited",
+        example=512,
+        minimum=1,
+    ),
+    Option(
+        "max_pending",
+        "int",
+        "pending jobs the in-memory store holds; beyond it POST /jobs answers 503",
+        metavar="N",
+        minimum=1,
+    ),
+    Option(
+        "max_body_bytes",
+        "int",
+        "largest request body; larger ones answer 413",
+        metavar="BYTES",
+        minimum=1,
+    ),
+    Option(
+        "lease_seconds",
+        "float",
+        "PostgreSQL lease length; the heartbeat renews at a third of it",
+        metavar="SECONDS",
+        minimum=1,
+    ),
+    Option(
+        "webhook_secret",
+        "str",
+        "HMAC-SHA256 key for the X-GoQueue-Signature header of webhooks",
+        metavar="SECRET",
+        optional=True,
+        when_unset="none, so webhooks are unsigned",
+        example="change-me",
+        secret=True,
+    ),
+    Option(
+        "webhook_allow_hosts",
+        "list",
+        "hosts webhooks may be delivered to",
+        metavar="HOST[,HOST...]",
+        optional=True,
+        when_unset="any host",
+        example=("hooks.example.com",),
+    ),
+    Option(
+        "webhook_timeout",
+        "float",
+        "seconds one webhook delivery attempt may take",
+        metavar="SECONDS",
+        minimum=0,
+        above_minimum=True,
+    ),
+    Option(
+        "idempotency_ttl",
+        "float",
+        "seconds an Idempotency-Key is remembered",
+        metavar="SECONDS",
+        minimum=0,
+        above_minimum=True,
+    ),
+    Option(
+        "retention_seconds",
+        "float",
+        "finished jobs (done, failed, cancelled) and their audit trails are deleted this "
+        "long after they finish; 0 keeps them forever (dead letters always stay)",
+        metavar="SECONDS",
+        minimum=0,
+    ),
+    Option(
+        "kill_grace",
+        "float",
+        "seconds between SIGTERM and SIGKILL for a timed-out worker",
+        metavar="SECONDS",
+        minimum=0,
+    ),
+    Option(
+        "log_level",
+        "str",
+        "debug, info, warning or error (JSON logs, one object a line)",
+        metavar="LEVEL",
+        choices=LOG_LEVELS,
+    ),
+    Option(
+        "config",
+        "str",
+        "TOML file of settings",
+        metavar="FILE",
+        optional=True,
+        when_unset="no file",
+    ),
+    Option(
+        "node_id",
+        "str",
+        "this node's name in leases, logs and the audit trail; unique per node",
+        metavar="ID",
+        optional=True,
+        example="node-1",
+    ),
+)
+
+BY_NAME: Mapping[str, Option] = MappingProxyType({option.name: option for option in OPTIONS})
+
+# Per-type limits are not an `Option`: a repeatable flag and a `[limits]` table, no variable.
+LIMIT_FLAG = "--limit"
+LIMIT_METAVAR = "TYPE=N"
+LIMIT_HELP = (
+    "at most N attempts of TYPE at once (with PostgreSQL, the smallest limit among live "
+    "nodes holds across all of them)"
+)
+LIMIT_DEFAULT = "the actor's concurrency"
+LIMIT_EXAMPLE: Mapping[str, int] = MappingProxyType({"report": 2})

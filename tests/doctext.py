@@ -1,0 +1,142 @@
+"""Reading the docs as a user would: their code blocks, code spans, shell commands and
+tables, so tests can check each against the code (`tests/test_docs.py`,
+`tests/api/test_docs_api.py`)."""
+
+from __future__ import annotations
+
+import re
+import shlex
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+README = ROOT / "README.md"
+DEPLOY_README = ROOT / "deploy" / "README.md"
+DOCS = (README, DEPLOY_README)
+
+_FENCE = re.compile(r"^( *)```(\w*)[^\n]*\n(.*?)^\1```[ \t]*$", re.MULTILINE | re.DOTALL)
+_SPAN = re.compile(r"`([^`\n]+)`")
+_SEPARATORS = frozenset({";", "&&", "||", "|", "&"})
+_ASSIGNMENT = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
+
+
+@dataclass(frozen=True)
+class Block:
+    """A fenced code block: its language tag, its text (dedented) and where it starts."""
+
+    lang: str
+    text: str
+    path: Path
+    line: int
+
+    @property
+    def where(self) -> str:
+        return f"{self.path.relative_to(ROOT)}:{self.line}"
+
+
+@dataclass(frozen=True)
+class Command:
+    """One simple shell command: leading `NAME=value` assignments, then its words."""
+
+    env: dict[str, str]
+    argv: list[str]
+    text: str
+    where: str = field(default="")
+
+
+def blocks(path: Path, *langs: str) -> list[Block]:
+    """The fenced code blocks of a Markdown file, optionally only those in `langs`."""
+    text = path.read_text(encoding="utf-8")
+    found = []
+    for match in _FENCE.finditer(text):
+        indent, lang, body = match.groups()
+        if langs and lang not in langs:
+            continue
+        lines = [line.removeprefix(indent) for line in body.splitlines()]
+        line_no = text.count("\n", 0, match.start()) + 1
+        found.append(Block(lang, "\n".join(lines) + "\n", path, line_no))
+    return found
+
+
+def prose(path: Path) -> str:
+    """The Markdown file without its fenced code blocks."""
+    return _FENCE.sub("", path.read_text(encoding="utf-8"))
+
+
+def spans(path: Path) -> list[str]:
+    """The inline code spans of the prose (and of tables)."""
+    return _SPAN.findall(prose(path))
+
+
+def commands(block: Block) -> list[Command]:
+    """The simple commands of a shell block, split at newlines, `;`, `&&`, `||` and `|`;
+    a backslash-newline or a quote left open continues the line, as in a shell."""
+    found: list[Command] = []
+    for line in _logical_lines(block.text):
+        lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
+        lexer.whitespace_split = True
+        current: list[str] = []
+        for token in [*lexer, ";"]:
+            if token in _SEPARATORS:
+                if current:
+                    found.append(_command(current, line, block.where))
+                current = []
+            else:
+                current.append(token)
+    return found
+
+
+def shell_command(text: str, where: str = "") -> Command:
+    """One command written inline (a code span)."""
+    return _command(shlex.split(text), text, where)
+
+
+def _command(words: list[str], text: str, where: str) -> Command:
+    env: dict[str, str] = {}
+    while words and _ASSIGNMENT.match(words[0]):
+        name, _, value = words.pop(0).partition("=")
+        env[name] = value
+    return Command(env, words, text, where)
+
+
+def _logical_lines(text: str) -> list[str]:
+    lines: list[str] = []
+    pending = ""
+    for raw in text.replace("\\\n", " ").splitlines():
+        pending = f"{pending}\n{raw}" if pending else raw
+        try:
+            shlex.split(pending, comments=True)
+        except ValueError:  # a quote still open: the command goes on
+            continue
+        lines.append(pending)
+        pending = ""
+    if pending:
+        raise ValueError(f"unterminated quote in a shell block: {pending!r}")
+    return lines
+
+
+def table(path: Path, heading: str) -> list[list[str]]:
+    """The rows (cells stripped, header and rule left out) of the first table whose header
+    row starts with `heading`."""
+    rows: list[list[str]] = []
+    inside = False
+    for line in prose(path).splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if not line.startswith("|"):
+            if inside:
+                break
+            continue
+        if not inside:
+            inside = cells[0] == heading
+            continue
+        if set(cells[0]) <= {"-", ":"}:
+            continue
+        rows.append(cells)
+    if not rows:
+        raise AssertionError(f"{path.name}: no table headed {heading!r}")
+    return rows
+
+
+def code_in(cell: str) -> list[str]:
+    """The code spans of one table cell."""
+    return _SPAN.findall(cell)
