@@ -382,6 +382,7 @@ class Arbiter:
             error = f"worker {worker.pid} {describe_exit(worker.exitcode)} during boot"
             self._first_ready.set_exception(BootError(error))
             return
+        self.engine.history.worker_exited(worker)
         reason = worker.kill_reason
         if worker.lease is not None:
             self.dispatcher.worker_lost(worker)

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import heapq
 import itertools
-from collections import deque
+import operator
+from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import msgspec
 from goqueue.supervisor.errors import (
@@ -39,6 +40,15 @@ from goqueue.supervisor.jobs import (
     utcnow,
 )
 from goqueue.supervisor.store.base import NewJob
+from goqueue.supervisor.summaries import (
+    DeadBrief,
+    DeadFilter,
+    JobBrief,
+    NodeSummary,
+    QueueSummary,
+    preview,
+    text_preview,
+)
 
 ReadyKey = tuple[str, str]  # (queue, type)
 ReadyEntry = tuple[int, float, int, str]  # (-priority, run_at, seq, job id)
@@ -79,6 +89,7 @@ class MemoryStore:
         self._limits: dict[str, int | None] = {}
         self._seq = itertools.count(1)
         self._wake: Callable[[], None] = lambda: None
+        self._opened_at = utcnow()
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -517,3 +528,122 @@ class MemoryStore:
                 if key is None or table[key][-1] > now_ts:
                     break
                 del table[key]
+
+    # -- summaries for operators ---------------------------------------------------------
+
+    async def queue_summaries(self) -> list[QueueSummary]:
+        """Every queue with pending or running jobs, and every paused one. Finding the
+        longest-waiting due job walks the pending jobs (in C for the ready ones), so it is
+        only done when asked; the engine shares one answer between callers."""
+        now_ts = utcnow().timestamp()
+        oldest: dict[str, float] = {}
+        for (queue, _), heap in self._ready.items():
+            first = self._oldest_ready(heap)
+            if first is not None and first < oldest.get(queue, now_ts + 1):
+                oldest[queue] = first
+        scheduled: Counter[str] = Counter()
+        for run_ts, _, job_id in self._delayed:
+            job = self._jobs.get(job_id)
+            if job is None or job.status != "pending":
+                continue
+            if run_ts > now_ts:
+                scheduled[job.queue] += 1
+            elif run_ts < oldest.get(job.queue, now_ts + 1):
+                oldest[job.queue] = run_ts  # due, not yet moved to its ready heap
+        running = Counter(lease.job.queue for lease in self._leases.values())
+        depths = {q: {p: n for p, n in d.items() if n} for q, d in self._depth.items()}
+        names = {q for q, d in depths.items() if d} | set(running) | self._paused
+        return [
+            QueueSummary(
+                name=name,
+                pending=sum(depths.get(name, {}).values()),
+                scheduled=scheduled[name],
+                running=running[name],
+                depth_by_priority={
+                    str(p): n for p, n in sorted(depths.get(name, {}).items(), reverse=True)
+                },
+                oldest_due_at=_from_ts(oldest.get(name)),
+                waiting_seconds=max(0.0, now_ts - oldest[name]) if name in oldest else None,
+                paused=name in self._paused,
+            )
+            for name in sorted(names)
+        ]
+
+    def _oldest_ready(self, heap: list[ReadyEntry]) -> float | None:
+        """The earliest run_at among the pending jobs of one ready heap (entries of jobs
+        cancelled while waiting are still in it)."""
+        if not heap:
+            return None
+        first = min(heap, key=_RUN_AT)
+        if self._is_pending(first[3]):
+            return first[1]
+        live = [entry[1] for entry in heap if self._is_pending(entry[3])]
+        return min(live) if live else None
+
+    async def nodes(self) -> list[NodeSummary]:
+        """This node alone: it is alive for as long as it answers."""
+        types = sorted(self._limits)
+        return [NodeSummary(self.node_id, self._opened_at, utcnow(), True, types)]
+
+    async def job_briefs(self, filters: JobFilter, limit: int, offset: int, preview: int) -> Page:
+        """A page of `list_jobs` as brief rows."""
+        page = await self.list_jobs(filters, limit, offset)
+        return Page([_job_brief(job, preview) for job in page.items], page.total)
+
+    async def dead_briefs(self, filters: DeadFilter, limit: int, offset: int, preview: int) -> Page:
+        """Dead letters newest first, filtered, as brief rows."""
+        needle = filters.error.casefold() if filters.error else None
+        matches = [
+            dead
+            for dead in reversed(self._dead.values())
+            if (filters.type is None or dead.job.type == filters.type)
+            and (filters.queue is None or dead.job.queue == filters.queue)
+            and (filters.job_id is None or dead.job_id == filters.job_id)
+            and (needle is None or needle in (dead.job.last_error or "").casefold())
+        ]
+        rows = [_dead_brief(dead, preview) for dead in matches[offset : offset + limit]]
+        return Page(rows, len(matches))
+
+
+_RUN_AT = operator.itemgetter(1)
+
+
+def _from_ts(ts: float | None) -> datetime | None:
+    return None if ts is None else datetime.fromtimestamp(ts, UTC)
+
+
+def _job_brief(job: Job, limit: int) -> JobBrief:
+    return JobBrief(
+        id=job.id,
+        type=job.type,
+        queue=job.queue,
+        priority=job.priority,
+        status=job.status,
+        attempts=job.attempts,
+        max_retries=job.max_retries,
+        run_at=job.run_at,
+        created_at=job.created_at,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
+        updated_at=job.updated_at,
+        parent_id=job.parent_id,
+        payload=preview(job.payload, limit),
+        result=None if job.result is None else preview(job.result, limit),
+        last_error=text_preview(job.last_error, limit),
+    )
+
+
+def _dead_brief(dead: DeadLetter, limit: int) -> DeadBrief:
+    job = dead.job
+    return DeadBrief(
+        id=dead.id,
+        job_id=dead.job_id,
+        type=job.type,
+        queue=job.queue,
+        priority=job.priority,
+        attempts=job.attempts,
+        max_retries=job.max_retries,
+        created_at=dead.created_at,
+        payload=preview(job.payload, limit),
+        last_error=text_preview(job.last_error, limit),
+    )

@@ -61,6 +61,14 @@ from goqueue.supervisor.store.pg_group_commit import Batcher, Retry, group_or_ea
 from goqueue.supervisor.store.pg_notify import Listener, Notifier
 from goqueue.supervisor.store.pg_rows import Row
 from goqueue.supervisor.store.pg_schema import JOB_COLUMNS, N_JOB_COLUMNS, Queries
+from goqueue.supervisor.summaries import (
+    DeadBrief,
+    DeadFilter,
+    JobBrief,
+    NodeSummary,
+    Preview,
+    QueueSummary,
+)
 from psycopg import AsyncConnection
 from psycopg_pool import AsyncConnectionPool, PoolClosed
 
@@ -1017,3 +1025,171 @@ class PostgresStore:
         async with self._connection() as conn:
             cur = await conn.execute(self.q.purge_dead, {"id": dead_id})
             return cur.rowcount > 0
+
+    # -- summaries for operators (the dashboard, issue 13) ---------------------------
+    # Kept together at the end, with their SQL below the class, so the store's split by
+    # role can move them whole.
+
+    async def queue_summaries(self) -> list[QueueSummary]:
+        """Every queue with pending or running jobs, and every paused one: one pass over
+        the pending jobs (the same cost as `stats`), one over the running ones."""
+        s = f'"{self.schema}"'
+        async with self._connection() as conn:
+            async with conn.pipeline():
+                pending = await conn.execute(QUEUE_PENDING_SQL.format(s=s))
+                running = await conn.execute(QUEUE_RUNNING_SQL.format(s=s))
+                paused = await conn.execute(self.q.paused)
+            pending_rows = await pending.fetchall()
+            running_rows = dict(await running.fetchall())
+            paused_set = {r[0] for r in await paused.fetchall()}
+        return _queue_summaries(pending_rows, running_rows, paused_set)
+
+    async def nodes(self) -> list[NodeSummary]:
+        """Nodes that heartbeated within the hour; `live` within the reaper's window."""
+        rows = await self._execute(
+            NODES_SQL.format(s=f'"{self.schema}"'), {"live": self._live_window()}
+        )
+        return [
+            NodeSummary(node, started, beat, live, sorted(msgspec.json.decode(limits)))
+            for node, started, beat, live, limits in rows
+        ]
+
+    async def job_briefs(self, filters: JobFilter, limit: int, offset: int, preview: int) -> Page:
+        """`list_jobs` with payload, result and error cut to a preview in the database."""
+        given = {"type": filters.type, "status": filters.status, "queue": filters.queue}
+        conds = [f"{col} = %({col})s" for col, value in given.items() if value is not None]
+        where = f" WHERE {' AND '.join(conds)}" if conds else ""
+        params = {**given, "limit": limit, "offset": offset, "n": preview}
+        s = f'"{self.schema}"'
+        async with self._connection() as conn:
+            async with conn.pipeline():
+                page = await conn.execute(JOB_BRIEFS_SQL.format(s=s, where=where), params)
+                total = await conn.execute(f"SELECT count(*) FROM {s}.jobs{where}", params)
+            rows = await page.fetchall()
+            count = await total.fetchone()
+        return Page([_job_brief_row(r) for r in rows], int(count[0]) if count else 0)
+
+    async def dead_briefs(self, filters: DeadFilter, limit: int, offset: int, preview: int) -> Page:
+        """Dead letters newest first, filtered on their job snapshot, cut in the database."""
+        if filters.job_id is not None and not _is_uuid(filters.job_id):
+            return Page([], 0)
+        params = {
+            "type": filters.type,
+            "queue": filters.queue,
+            "job_id": filters.job_id,
+            "pattern": None if filters.error is None else f"%{_like_escape(filters.error)}%",
+            "limit": limit,
+            "offset": offset,
+            "n": preview,
+        }
+        s = f'"{self.schema}"'
+        async with self._connection() as conn:
+            async with conn.pipeline():
+                page = await conn.execute(DEAD_BRIEFS_SQL.format(s=s), params)
+                total = await conn.execute(DEAD_COUNT_SQL.format(s=s), params)
+            rows = await page.fetchall()
+            count = await total.fetchone()
+        return Page([_dead_brief_row(r) for r in rows], int(count[0]) if count else 0)
+
+
+# -- the summaries' SQL and row decoding ({s} is the quoted schema) ------------------------
+
+QUEUE_PENDING_SQL = """
+    SELECT queue, priority, count(*),
+        count(*) FILTER (WHERE run_at > now()),
+        min(run_at) FILTER (WHERE run_at <= now()),
+        extract(epoch FROM now() - min(run_at) FILTER (WHERE run_at <= now()))::float8
+    FROM {s}.jobs WHERE status = 'pending' GROUP BY queue, priority"""
+QUEUE_RUNNING_SQL = "SELECT queue, count(*) FROM {s}.jobs WHERE status = 'running' GROUP BY queue"
+NODES_SQL = """
+    SELECT node_id, started_at, heartbeat_at,
+        heartbeat_at > now() - %(live)s * interval '1 second', limits
+    FROM {s}.nodes WHERE heartbeat_at > now() - interval '1 hour' ORDER BY node_id"""
+# A preview is three columns: the first n characters, the size in bytes, whether it is cut.
+_PREVIEWS = """
+    left(t.p, %(n)s), octet_length(t.p), char_length(t.p) > %(n)s,
+    left(t.r, %(n)s), octet_length(t.r), char_length(t.r) > %(n)s,
+    left(t.e, %(n)s), octet_length(t.e), char_length(t.e) > %(n)s"""
+JOB_BRIEFS_SQL = (
+    """
+    SELECT id, type, queue, priority, status, attempts, max_retries, run_at, created_at,
+        started_at, finished_at, updated_at, parent_id,"""
+    + _PREVIEWS
+    + """
+    FROM {s}.jobs
+        CROSS JOIN LATERAL (SELECT payload::text AS p, result::text AS r, last_error AS e) t
+    {where}
+    ORDER BY created_at DESC, seq DESC LIMIT %(limit)s OFFSET %(offset)s"""
+)
+_DEAD_FROM = """
+    FROM {s}.dead_letters
+        CROSS JOIN LATERAL (SELECT (job -> 'payload')::text AS p, NULL::text AS r,
+            job ->> 'last_error' AS e) t
+    WHERE (%(type)s::text IS NULL OR job ->> 'type' = %(type)s::text)
+      AND (%(queue)s::text IS NULL OR job ->> 'queue' = %(queue)s::text)
+      AND (%(job_id)s::uuid IS NULL OR job_id = %(job_id)s::uuid)
+      AND (%(pattern)s::text IS NULL OR t.e ILIKE %(pattern)s::text)"""
+DEAD_BRIEFS_SQL = (
+    """
+    SELECT id, job_id, job ->> 'type', job ->> 'queue', (job ->> 'priority')::int,
+        (job ->> 'attempts')::int, (job ->> 'max_retries')::int, created_at,"""
+    + _PREVIEWS
+    + _DEAD_FROM
+    + """
+    ORDER BY created_at DESC, seq DESC LIMIT %(limit)s OFFSET %(offset)s"""
+)
+DEAD_COUNT_SQL = "SELECT count(*)" + _DEAD_FROM
+
+
+def _like_escape(text: str) -> str:
+    """`text` matched literally inside a LIKE pattern."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def _preview(cols: Sequence[Any]) -> Preview | None:
+    text, size, cut = cols
+    return None if text is None else Preview(text, int(size), bool(cut))
+
+
+def _job_brief_row(row: Row) -> JobBrief:
+    payload = _preview(row[13:16])
+    return JobBrief(
+        *row[:13],
+        payload=payload or Preview("null", 4, False),
+        result=_preview(row[16:19]),
+        last_error=_preview(row[19:22]),
+    )
+
+
+def _dead_brief_row(row: Row) -> DeadBrief:
+    payload = _preview(row[8:11])
+    return DeadBrief(
+        *row[:8], payload=payload or Preview("null", 4, False), last_error=_preview(row[14:17])
+    )
+
+
+def _queue_summaries(
+    pending: Sequence[Row], running: Mapping[str, int], paused: set[str]
+) -> list[QueueSummary]:
+    """Fold (queue, priority) rows into one summary per queue."""
+    by_queue: dict[str, list[Row]] = {}
+    for row in pending:
+        by_queue.setdefault(row[0], []).append(row)
+    out = []
+    for name in sorted(set(by_queue) | set(running) | paused):
+        rows = sorted(by_queue.get(name, []), key=lambda r: -r[1])
+        due = [r for r in rows if r[4] is not None]
+        oldest = min(due, key=lambda r: r[4]) if due else None
+        out.append(
+            QueueSummary(
+                name=name,
+                pending=sum(r[2] for r in rows),
+                scheduled=sum(r[3] for r in rows),
+                running=int(running.get(name, 0)),
+                depth_by_priority={str(r[1]): int(r[2]) for r in rows},
+                oldest_due_at=oldest[4] if oldest else None,
+                waiting_seconds=max(0.0, oldest[5]) if oldest else None,
+                paused=name in paused,
+            )
+        )
+    return out
