@@ -49,7 +49,7 @@ log = logging.getLogger("goqueue.engine")
 
 _TYPES_TTL = 2.0
 LIVE_STATS_TTL = 2.0  # store counts shared by every dashboard for this long
-QUEUES_TTL = 1.0  # likewise the queue summaries (pausing a queue forgets them)
+QUEUES_TTL = 2.0  # likewise the queue summaries (pausing a queue forgets them)
 BUSIEST = 10
 
 

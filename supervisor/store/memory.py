@@ -90,6 +90,7 @@ class MemoryStore:
         self._seq = itertools.count(1)
         self._wake: Callable[[], None] = lambda: None
         self._opened_at = utcnow()
+        self._stale: Counter[ReadyKey] = Counter()  # cancelled entries left in a ready heap
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -203,6 +204,7 @@ class MemoryStore:
                 continue
             while heap and not self._is_pending(heap[0][3]):
                 heapq.heappop(heap)  # cancelled while waiting
+                self._stale[key] -= 1
             if heap and (best is None or heap[0] < best[0]):
                 best = (heap[0], key)
         return None if best is None else best[1]
@@ -380,6 +382,10 @@ class MemoryStore:
         token = self._tokens.get(job_id)
         if token is not None:
             self._drop_lease(token)
+        if job.status == "pending":
+            self._promote(now.timestamp())  # so a due job's entry is surely in a ready heap
+            if job.run_at <= now:
+                self._stale[(job.queue, job.type)] += 1
         job.finished_at = now
         self._set_status(job, "cancelled", now)
         self._event(job, "cancelled", now)
@@ -532,42 +538,41 @@ class MemoryStore:
     # -- summaries for operators ---------------------------------------------------------
 
     async def queue_summaries(self) -> list[QueueSummary]:
-        """Every queue with pending or running jobs, and every paused one. Finding the
-        longest-waiting due job walks the pending jobs (in C for the ready ones), so it is
-        only done when asked; the engine shares one answer between callers."""
+        """Every queue with pending or running jobs, and every paused one. Due jobs are
+        moved to their ready heaps first (as a claim would), so a queue's scheduled jobs
+        are its pending ones less the live entries of its ready heaps. Finding the
+        longest-waiting due job takes one pass over the ready entries, in C (about 25 ms
+        for 75,000 due jobs): the engine asks at most every 2 s, for every viewer at once."""
         now_ts = utcnow().timestamp()
+        self._promote(now_ts)
+        ready: Counter[str] = Counter()
         oldest: dict[str, float] = {}
-        for (queue, _), heap in self._ready.items():
+        for key, heap in self._ready.items():
+            queue = key[0]
+            ready[queue] += len(heap) - self._stale[key]
             first = self._oldest_ready(heap)
             if first is not None and first < oldest.get(queue, now_ts + 1):
                 oldest[queue] = first
-        scheduled: Counter[str] = Counter()
-        for run_ts, _, job_id in self._delayed:
-            job = self._jobs.get(job_id)
-            if job is None or job.status != "pending":
-                continue
-            if run_ts > now_ts:
-                scheduled[job.queue] += 1
-            elif run_ts < oldest.get(job.queue, now_ts + 1):
-                oldest[job.queue] = run_ts  # due, not yet moved to its ready heap
         running = Counter(lease.job.queue for lease in self._leases.values())
         depths = {q: {p: n for p, n in d.items() if n} for q, d in self._depth.items()}
         names = {q for q, d in depths.items() if d} | set(running) | self._paused
-        return [
-            QueueSummary(
-                name=name,
-                pending=sum(depths.get(name, {}).values()),
-                scheduled=scheduled[name],
-                running=running[name],
-                depth_by_priority={
-                    str(p): n for p, n in sorted(depths.get(name, {}).items(), reverse=True)
-                },
-                oldest_due_at=_from_ts(oldest.get(name)),
-                waiting_seconds=max(0.0, now_ts - oldest[name]) if name in oldest else None,
-                paused=name in self._paused,
+        summaries = []
+        for name in sorted(names):
+            depth = depths.get(name, {})
+            pending = sum(depth.values())
+            summaries.append(
+                QueueSummary(
+                    name=name,
+                    pending=pending,
+                    scheduled=pending - ready[name],
+                    running=running[name],
+                    depth_by_priority={str(p): n for p, n in sorted(depth.items(), reverse=True)},
+                    oldest_due_at=_from_ts(oldest.get(name)),
+                    waiting_seconds=max(0.0, now_ts - oldest[name]) if name in oldest else None,
+                    paused=name in self._paused,
+                )
             )
-            for name in sorted(names)
-        ]
+        return summaries
 
     def _oldest_ready(self, heap: list[ReadyEntry]) -> float | None:
         """The earliest run_at among the pending jobs of one ready heap (entries of jobs

@@ -6,8 +6,7 @@ import uPlot from "../vendor/uplot/uPlot.esm.js";
 import { int, rate } from "./dom.js";
 
 const HOUR = 3600;
-
-const tick = (value) => (Number.isInteger(value) ? int(value) : rate(value));
+const MIN_SPAN = 300;
 
 function color(name) {
   return getComputedStyle(document.documentElement).getPropertyValue(name).trim();
@@ -20,11 +19,12 @@ function fade(hex, alpha) {
   return `rgba(${n >> 16}, ${(n >> 8) & 255}, ${n & 255}, ${alpha})`;
 }
 
-/** A chart in `container`; `update({x, done, failed, depth, now})` redraws it. */
+/** A chart in `container`; `update({x, done, failed, depth, now, first})` redraws it. */
 export function throughputChart(container) {
   let plot = null;
   let data = [[], [], [], []];
   let end = Date.now() / 1000;
+  let first = end;
 
   function build() {
     const [muted, grid, done, failed, depth] = ["--muted", "--border", "--done", "--failed", "--depth"].map(color);
@@ -34,7 +34,8 @@ export function throughputChart(container) {
         width: Math.max(280, container.clientWidth),
         height: container.clientWidth < 500 ? 220 : 260,
         scales: {
-          x: { time: true, range: () => [end - HOUR, end] },
+          // the last hour; a younger node's whole life, but never under five minutes
+          x: { time: true, range: () => [Math.max(end - HOUR, Math.min(first, end - MIN_SPAN)), end] },
           rate: { range: (u, min, max) => [0, Math.max(1, (max || 0) * 1.15)] },
           depth: { range: (u, min, max) => [0, Math.max(5, (max || 0) * 1.15)] },
         },
@@ -46,8 +47,8 @@ export function throughputChart(container) {
         ],
         axes: [
           { ...axis, space: 60 },
-          { ...axis, scale: "rate", size: 48, values: (u, ticks) => ticks.map(tick) },
-          { ...axis, scale: "depth", side: 1, size: 56, grid: { show: false }, stroke: depth, values: (u, ticks) => ticks.map((t) => int(t)) },
+          { ...axis, scale: "rate", size: 48 },
+          { ...axis, scale: "depth", side: 1, size: 56, grid: { show: false }, stroke: depth },
         ],
         cursor: { y: false, points: { size: 6 } },
         legend: { live: true },
@@ -73,6 +74,7 @@ export function throughputChart(container) {
   return {
     update(series) {
       end = series.now;
+      first = series.first;
       data = [series.x, series.done, series.failed, series.depth];
       plot.setData(data);
     },

@@ -56,6 +56,22 @@ async def test_a_queue_with_only_scheduled_jobs_has_no_wait(open_store) -> None:
         assert later.oldest_due_at is None and later.waiting_seconds is None
 
 
+async def test_cancelled_jobs_leave_the_counts_right(open_store) -> None:
+    async with open_store() as store:
+        due = [(await store.enqueue(new("a", queue="q"))).job for _ in range(3)]
+        delayed = new("a", queue="q", delay_seconds=600)
+        later = [(await store.enqueue(delayed)).job for _ in range(2)]
+        await store.cancel(due[0].id, False)
+        await store.cancel(later[0].id, False)
+        (q,) = await store.queue_summaries()
+        assert (q.pending, q.scheduled) == (3, 1)
+        await claim_one(store, {"a": 1})  # passes the cancelled entry by
+        (q,) = await store.queue_summaries()
+        assert (q.pending, q.scheduled, q.running) == (2, 1, 1)
+        assert q.oldest_due_at is not None
+        assert abs((q.oldest_due_at - due[2].run_at).total_seconds()) < 0.01
+
+
 async def test_nodes_list_this_node_with_its_types(open_store) -> None:
     async with open_store("node-x") as store:
         await store.register_node({"a": 2, "b": None})

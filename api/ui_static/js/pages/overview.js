@@ -19,6 +19,12 @@ const CARDS = [
   ["cancelled", "Cancelled", "ban"],
 ];
 
+function queuesWaiting(n) {
+  if (n === 0) return "no queue waiting";
+  if (n === 1) return "in 1 queue";
+  return n >= 10 ? "in 10+ queues" : `in ${n} queues`;
+}
+
 export default {
   title: "Overview",
   nav: "overview",
@@ -88,6 +94,7 @@ export default {
       // at the last whole bucket while the depth line runs to the latest reading
       const perSecond = (counts) => counts.map((count, i) => (i === n - 1 ? null : count / width));
       chart.update({
+        first: series.start.length ? series.start[0] : data.now,
         x: series.start.map((start) => start + width),
         done: perSecond(series.done),
         failed: perSecond(series.failed),
@@ -110,11 +117,11 @@ export default {
       const counts = latest ? latest.counts : {};
       const lastMinute = (counts2) => counts2.slice(-13, -1).reduce((a, b) => a + b, 0);
       const hints = {
-        pending: latest ? `${latest.busiest.length >= 10 ? "10+" : latest.busiest.length} queues waiting` : "",
-        running: `${int(data.workers.busy || 0)} on this node`,
-        done: `+${int(lastMinute(series.done))} last minute (this node)`,
-        failed: `${int(lastMinute(series.failed))} failed attempts last minute`,
-        cancelled: "by an operator or a client",
+        pending: latest ? queuesWaiting(latest.busiest.length) : "",
+        running: latest ? "attempts in progress" : "",
+        done: latest ? `+${int(lastMinute(series.done))} last minute (this node)` : "",
+        failed: latest ? `${int(lastMinute(series.failed))} failed attempts last minute` : "",
+        cancelled: latest ? "by an operator or a client" : "",
       };
       swap(
         cards,
@@ -184,6 +191,7 @@ export default {
       );
     }
 
+    drawCards({ latest: null, workers: {} }); // the shape at once, numbers when they come
     const live = poll(refresh, EVERY_MS);
     return () => {
       live.stop();

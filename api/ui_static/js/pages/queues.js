@@ -16,10 +16,10 @@ export default {
   mount(root) {
     const notice = h("div", { class: "banner" });
     const body = h("div", null, h("div", { class: "loading" }, "Loading queues…"));
-    const nameInput = h("input", { id: "pause-name", name: "queue", placeholder: "queue name", autocomplete: "off", required: true, pattern: NAME.source.slice(1, -1) });
+    const nameInput = h("input", { id: "pause-name", name: "queue", placeholder: "queue name", autocomplete: "off", required: true, pattern: "[A-Za-z0-9_.:\\-]{1,200}", title: "1 to 200 of A–Z a–z 0–9 _ . : -" });
     const form = h(
       "form",
-      { class: "toolbar", onsubmit: (event) => { event.preventDefault(); setPaused(nameInput.value.trim(), true); } },
+      { class: "toolbar foot", onsubmit: (event) => { event.preventDefault(); setPaused(nameInput.value.trim(), true); } },
       h("label", { class: "field grow", for: "pause-name" }, "Pause a queue before its jobs arrive", nameInput),
       h("button", { type: "submit" }, icon("pause"), "Pause"),
     );

@@ -42,7 +42,7 @@ export default {
     );
 
     const workerColumns = [
-      { label: "PID", lead: true, class: "num", cell: (w) => h("span", { class: "mono", "data-pid": w.pid }, String(w.pid)) },
+      { label: "PID", lead: true, class: "num", cell: (w) => h("span", { class: "mono", "data-pid": w.pid }, h("span", { class: "sm-only" }, "pid "), String(w.pid)) },
       { label: "State", cell: (w) => h("span", { class: "actions" }, badge(w.state), w.retiring ? h("span", { class: "chip", title: "replaced after its current job" }, "retiring") : null) },
       {
         label: "Current job",
