@@ -119,7 +119,9 @@ export default {
         fact("Created", when(job.created_at)),
         fact(job.status === "pending" ? "Due" : "Due at", when(job.run_at)),
         fact("Started", when(job.started_at)),
-        fact(job.finished_at ? "Finished" : "Took", job.finished_at ? h("span", null, when(job.finished_at), h("span", { class: "muted" }, ` · took ${took}`)) : took),
+        job.finished_at
+          ? fact("Finished", h("span", null, when(job.finished_at), h("span", { class: "muted" }, ` · took ${took}`)))
+          : fact(job.status === "running" ? "Running for" : "Took", job.status === "running" ? took.replace(" so far", "") : took),
       );
       const sections = [h("section", { class: "panel facts-panel", "aria-label": "Facts" }, facts)];
       if (job.last_error && job.status !== "done") {
