@@ -202,6 +202,36 @@ def test_with_read_protection_the_dashboard_shows_nothing_until_the_key_is_given
     expect(key_button).to_have_text("Forget API key")
 
 
+def test_jobs_filter_page_and_find_by_id(node: Node, open_tab: Any) -> None:
+    assert node.post("/queues/held/pause").status == 200
+    held = [node.enqueue(type="noop", queue="held", payload={"n": n}) for n in range(30)]
+    done = node.enqueue(type="noop", payload={"blob": "x" * 5000})
+    node.wait_status(done["id"], "done")
+    tab = open_tab(node.url)
+    page = tab.open("/jobs")
+    rows = page.locator("[data-job]")
+    expect(rows).to_have_count(25)  # a page
+    expect(page.locator(".pager")).to_contain_text("1\u201325 of 31")
+    page.get_by_role("button", name="Next").click()
+    expect(rows).to_have_count(6)
+    expect(page.locator(".pager")).to_contain_text("26\u201331 of 31")
+    page.locator('[data-filter-status="done"]').click()
+    expect(rows).to_have_count(1)
+    cell = page.locator("td.preview .mono").first
+    expect(cell).to_contain_text('{"blob": "xxx')
+    assert len(cell.inner_text()) < 300  # the 5 kB payload is cut in the list
+    page.locator('[data-filter-status="all"]').click()
+    page.fill("#f-queue", "held")
+    page.press("#f-queue", "Enter")  # Enter applies the typed filters
+    expect(page.locator(".pager")).to_contain_text("of 30")
+    page.fill("#f-id", held[7]["id"].upper())
+    page.press("#f-id", "Enter")
+    expect(page.locator("[data-job-id]")).to_have_text(held[7]["id"])
+    expect(badge(page)).to_have_text("pending")
+    page.go_back()
+    expect(page.locator("h1")).to_have_text("Jobs")
+
+
 @pytest.fixture
 def pg_nodes(make_node: Any) -> Any:
     """Nodes sharing one fresh schema of the test PostgreSQL."""
@@ -296,6 +326,9 @@ def test_every_page_reads_well_at_both_widths(
             if name == "overview":
                 expect(page.locator('[data-count="done"]')).not_to_have_text("—")
             tab.shot(f"{name}-{scheme}")
+            background = page.evaluate("getComputedStyle(document.body).backgroundColor")
+            dark = sum(int(c) for c in background[4:-1].split(",")[:3]) < 3 * 60
+            assert dark == (scheme == "dark"), (name, scheme, background)
             width = page.evaluate("document.documentElement.scrollWidth")
             assert width <= viewport["width"], f"{name} scrolls sideways at {viewport}"
             assert page.locator("h1").count() == 1
