@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Awaitable, Callable
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 T = TypeVar("T")
 
@@ -58,7 +58,7 @@ class Coalesced(Generic[T]):
         return value
 
 
-def _retrieve(future: asyncio.Future[object]) -> None:
+def _retrieve(future: asyncio.Future[Any]) -> None:
     """Mark a failed read's error as seen even if every caller hung up (each waiting
     caller still gets it raised)."""
     if not future.cancelled():
