@@ -95,7 +95,7 @@ export default {
       const perSecond = (counts) => counts.map((count, i) => (i === n - 1 ? null : count / width));
       chart.update({
         first: series.start.length ? series.start[0] : data.now,
-        x: series.start.map((start) => start + width),
+        x: series.start.map((start) => Math.min(start + width, data.now)), // the newest: now
         done: perSecond(series.done),
         failed: perSecond(series.failed),
         depth: series.depth,
