@@ -26,7 +26,7 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 API_KEY_HEADER = "X-API-Key"
 MUTATING = frozenset({"POST", "PUT", "PATCH", "DELETE"})
 KNOWN_METHODS = frozenset({"GET", "HEAD", "OPTIONS", *MUTATING})
-OPEN_ROUTES = frozenset({"/health", "/ready", "/metrics"})
+OPEN_ROUTES = frozenset({"/health", "/ready", "/metrics", "/ui", "/ui/{path}"})  # + dashboard files
 UNMATCHED = "unmatched"
 CLIENT_CLOSED = 499  # nginx's code for a request the client gave up on
 

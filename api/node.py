@@ -22,6 +22,7 @@ from goqueue.supervisor.catalog import Catalog
 from goqueue.supervisor.config import Settings
 from goqueue.supervisor.dispatch import Dispatcher, Policy
 from goqueue.supervisor.engine import Engine
+from goqueue.supervisor.history import History
 from goqueue.supervisor.hooks import Hooks, LogHook, MetricsHook, WebhookHook
 from goqueue.supervisor.leases import Leases
 from goqueue.supervisor.metrics import Metrics
@@ -94,7 +95,8 @@ def build_node(settings: Settings, reload_settings: Callable[[], Settings]) -> N
     store = make_store(settings)
     metrics = Metrics()
     webhooks = make_webhooks(settings, metrics)
-    hooks = Hooks([MetricsHook(metrics), LogHook(), WebhookHook(webhooks)])
+    history = History()
+    hooks = Hooks([MetricsHook(metrics), LogHook(), WebhookHook(webhooks), history])
     catalog = Catalog((), settings.limits)  # the first worker's Ready fills it in
     pool = Pool(
         asyncio.get_running_loop(),
@@ -113,7 +115,9 @@ def build_node(settings: Settings, reload_settings: Callable[[], Settings]) -> N
     )
     pool.listen(jobs=dispatcher)
     store.set_waker(dispatcher.wake)
-    engine = Engine(store, pool, catalog, hooks, metrics, kill=dispatcher.cancel_lease)
+    engine = Engine(
+        store, pool, catalog, hooks, metrics, history=history, kill=dispatcher.cancel_lease
+    )
     http = HttpServer(settings, lambda: create_app(engine, settings))
     return Node(
         settings=settings,
@@ -122,6 +126,7 @@ def build_node(settings: Settings, reload_settings: Callable[[], Settings]) -> N
         dispatcher=dispatcher,
         engine=engine,
         hooks=hooks,
+        history=history,
         metrics=metrics,
         webhooks=webhooks,
         leases=Leases(store, dispatcher, pool),

@@ -33,6 +33,7 @@ _PATH_SCHEMAS: Mapping[str, dict[str, Any]] = {"id": UUID_SCHEMA, "name": NAME_S
 DESCRIPTIONS: Mapping[int, str] = {
     200: "OK",
     201: "Created; `Location` is the new job's URL",
+    308: "Moved for good; `Location` says where",
     400: "Invalid input; `details` names the field, parameter or header",
     401: "Missing or wrong X-API-Key (when the node has an API key)",
     404: "No such job, dead letter or route",

@@ -324,6 +324,7 @@ class Arbiter:
             error = f"worker {worker.pid} {describe_exit(worker.exitcode)} during boot"
             self._first_ready.set_exception(BootError(error))
             return
+        self.node.history.worker_exited(worker)
         restart = _RESTARTS.get(worker.kill_reason)
         if restart is not None:
             self.metrics.worker_restart(restart)

@@ -14,7 +14,9 @@ from collections.abc import Callable, Sequence
 
 import msgspec
 from goqueue.supervisor.catalog import Catalog
+from goqueue.supervisor.coalesce import Coalesced
 from goqueue.supervisor.errors import Draining, StoreError, UnknownJobType
+from goqueue.supervisor.history import History, Window
 from goqueue.supervisor.hooks import Hook
 from goqueue.supervisor.jobs import (
     DEFAULT_MAX_RETRIES,
@@ -27,13 +29,26 @@ from goqueue.supervisor.jobs import (
     Page,
     QueueStats,
     Stats,
+    utcnow,
 )
 from goqueue.supervisor.metrics import Metrics
 from goqueue.supervisor.pool import Pool
 from goqueue.supervisor.store.base import NewJob, Store
+from goqueue.supervisor.summaries import (
+    DeadFilter,
+    LiveStats,
+    NodeSummary,
+    QueueDepth,
+    QueueSummary,
+    WorkerSummary,
+    rss_kb,
+)
 from goqueue.supervisor.vocab import WorkerState
 
 _TYPES_TTL = 2.0
+LIVE_STATS_TTL = 2.0  # store counts shared by every dashboard for this long
+QUEUES_TTL = 2.0  # likewise the queue summaries (pausing a queue forgets them)
+BUSIEST = 10
 
 
 class Engine:
@@ -47,6 +62,7 @@ class Engine:
         hooks: Hook,
         metrics: Metrics,
         *,
+        history: History,
         kill: Callable[[str], bool],
     ) -> None:
         self.store = store
@@ -58,6 +74,9 @@ class Engine:
         self.draining = False
         self._types: frozenset[str] = frozenset()
         self._types_at = 0.0
+        self.history = history
+        self._live = Coalesced(self._read_live_stats, LIVE_STATS_TTL)
+        self._queues = Coalesced(self.store.queue_summaries, QUEUES_TTL)
 
     def set_catalog(self, catalog: Catalog) -> None:
         """Adopt the actors of a reload (and forget the cached list of known types)."""
@@ -179,6 +198,7 @@ class Engine:
     async def set_paused(self, queue: str, paused: bool) -> QueueStats:
         """Pause or resume a queue; answers its stats."""
         await self.store.set_paused(queue, paused)
+        self._queues.invalidate()
         return await self.store.queue_stats(queue)
 
     async def list_dead(self, limit: int, offset: int) -> Page:
@@ -203,6 +223,7 @@ class Engine:
         except (StoreError, TimeoutError):
             return  # the scrape still answers; depth keeps its last value
         self.metrics.set_depth(stats.queues)
+        self.history.note_depth(stats.counts.get("pending", 0))
 
     def workers(self) -> dict[str, int]:
         """Workers by state (busy, idle, booting, stopping)."""
@@ -219,3 +240,64 @@ class Engine:
             store_ok = False
         workers_up = self.pool.count(WorkerState.IDLE, WorkerState.BUSY) > 0
         return {"store": store_ok, "workers": workers_up, "accepting": not self.draining}
+
+    # -- summaries for operators (the dashboard) -------------------------------------
+    # Cheap to ask often: store reads are shared between callers for a second or two, and
+    # the rest comes from memory (the history ring buffer, the pool).
+
+    async def live_stats(self) -> LiveStats:
+        """Store counts at most `LIVE_STATS_TTL` old, one read shared by every caller."""
+        return await self._live.get()
+
+    async def _read_live_stats(self) -> LiveStats:
+        stats = await self.store.stats()
+        self.history.note_depth(stats.counts.get("pending", 0))
+        depths = [QueueDepth(name, sum(d.values())) for name, d in stats.queues.items()]
+        depths = [d for d in depths if d.pending]
+        depths.sort(key=lambda d: (-d.pending, d.name))
+        return LiveStats(utcnow(), stats.counts, stats.dead_letters, depths[:BUSIEST])
+
+    def history_window(self, since: int) -> Window:
+        """This node's ring buffer from `since` (unix seconds)."""
+        return self.history.window(since)
+
+    async def queue_summaries(self) -> list[QueueSummary]:
+        """Every queue with work or paused, at most `QUEUES_TTL` old."""
+        return await self._queues.get()
+
+    def worker_summaries(self) -> list[WorkerSummary]:
+        """This node's worker processes by slot, with the attempt each is running."""
+        now = time.monotonic()
+        out = []
+        for worker in sorted(self.pool, key=lambda w: (w.slot, w.pid)):
+            lease = worker.lease
+            job = lease.job if lease is not None else None
+            busy = job is not None and worker.state == WorkerState.BUSY
+            out.append(
+                WorkerSummary(
+                    pid=worker.pid,
+                    slot=worker.slot,
+                    generation=worker.generation,
+                    state=worker.state,  # type: ignore[arg-type]
+                    retiring=worker.retire,
+                    job_id=job.id if job is not None else None,
+                    job_type=job.type if job is not None else None,
+                    attempt=job.attempts if job is not None else None,
+                    running_seconds=max(0.0, now - worker.attempt_started) if busy else None,
+                    rss_kb=rss_kb(worker.pid) or worker.rss_kb or None,
+                    jobs_run=worker.jobs_run,
+                )
+            )
+        return out
+
+    async def nodes(self) -> list[NodeSummary]:
+        """The nodes sharing the store (just this one in memory)."""
+        return await self.store.nodes()
+
+    async def job_briefs(self, filters: JobFilter, limit: int, offset: int, preview: int) -> Page:
+        """Jobs newest first as list rows with previews."""
+        return await self.store.job_briefs(filters, limit, offset, preview)
+
+    async def dead_briefs(self, filters: DeadFilter, limit: int, offset: int, preview: int) -> Page:
+        """Dead letters newest first as list rows with previews."""
+        return await self.store.dead_briefs(filters, limit, offset, preview)

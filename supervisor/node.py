@@ -10,6 +10,7 @@ from typing import Protocol
 from goqueue.supervisor.config import Settings
 from goqueue.supervisor.dispatch import Dispatcher
 from goqueue.supervisor.engine import Engine
+from goqueue.supervisor.history import History
 from goqueue.supervisor.hooks import Hooks
 from goqueue.supervisor.leases import Leases
 from goqueue.supervisor.metrics import Metrics
@@ -38,6 +39,7 @@ class Node:
     dispatcher: Dispatcher
     engine: Engine
     hooks: Hooks
+    history: History  # the recent past the dashboard shows (also one of the hooks)
     metrics: Metrics
     webhooks: WebhookSender
     leases: Leases

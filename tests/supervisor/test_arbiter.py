@@ -10,6 +10,7 @@ import pytest
 from goqueue.supervisor.arbiter import Arbiter
 from goqueue.supervisor.catalog import Catalog
 from goqueue.supervisor.config import Settings
+from goqueue.supervisor.history import History
 from goqueue.supervisor.metrics import Metrics
 from goqueue.supervisor.node import Node
 from goqueue.supervisor.vocab import KillReason, RestartReason, WorkerState
@@ -20,6 +21,7 @@ pytestmark = pytest.mark.timeout(10)
 @dataclass(eq=False)
 class FakeWorker:
     pid: int = 99
+    slot: int = 1
     kill_reason: KillReason | None = None
     exitcode: int | None = -9
     state: WorkerState = WorkerState.STOPPING
@@ -77,6 +79,7 @@ def arbiter() -> tuple[Arbiter, FakePool, FakeDispatcher, Metrics]:
         pool=pool,
         dispatcher=dispatcher,
         metrics=metrics,
+        history=History(),
         reload_settings=lambda: settings,
         **parts,
     )

@@ -1,0 +1,104 @@
+// Queues: depth by priority, how long the longest-waiting job has waited, pause and
+// resume. One request every 2 s: GET /queues.
+
+import { api } from "../api.js";
+import { duration, h, icon, int, swap } from "../dom.js";
+import { poll } from "../live.js";
+import { badge, callout, explain, pageHead, panel, table, toast } from "../ui.js";
+
+const EVERY_MS = 2000;
+const SLOW_WAIT = 60; // seconds: a due job waiting longer than this is worth a look
+const NAME = /^[A-Za-z0-9_.:-]{1,200}$/;
+
+export default {
+  title: "Queues",
+  nav: "queues",
+  mount(root) {
+    const notice = h("div", { class: "banner" });
+    const body = h("div", null, h("div", { class: "loading" }, "Loading queues…"));
+    const nameInput = h("input", { id: "pause-name", name: "queue", placeholder: "queue name", autocomplete: "off", required: true, pattern: "[A-Za-z0-9_.:\\-]{1,200}", title: "1 to 200 of A–Z a–z 0–9 _ . : -" });
+    const form = h(
+      "form",
+      { class: "toolbar foot", onsubmit: (event) => { event.preventDefault(); setPaused(nameInput.value.trim(), true); } },
+      h("label", { class: "field grow", for: "pause-name" }, "Pause a queue before its jobs arrive", nameInput),
+      h("button", { type: "submit" }, icon("pause"), "Pause"),
+    );
+    root.append(
+      pageHead("Queues", { sub: "Pending jobs by priority. A paused queue keeps its jobs and gets no new dispatch on any node until resumed." }),
+      notice,
+      panel("All queues", { sub: "queues with pending or running jobs, and paused ones", id: "queues-title" }, body, form),
+    );
+
+    async function setPaused(name, paused) {
+      if (!NAME.test(name)) {
+        toast("A queue name is 1 to 200 of A–Z a–z 0–9 _ . : -", { bad: true });
+        return;
+      }
+      try {
+        await api(`queues/${encodeURIComponent(name)}/${paused ? "pause" : "resume"}`, { method: "POST" });
+        toast(paused ? `Queue ${name} paused: no new job starts from it.` : `Queue ${name} resumed.`);
+        nameInput.value = "";
+      } catch (err) {
+        toast(`Could not ${paused ? "pause" : "resume"} ${name}: ${explain(err)}`, { bad: true });
+      }
+      live.now();
+    }
+
+    const columns = [
+      {
+        label: "Queue",
+        lead: true,
+        cell: (q) => h("a", { href: `#/jobs?queue=${encodeURIComponent(q.name)}`, class: "mono", "data-focus": `open:${q.name}` }, q.name),
+      },
+      { label: "State", cell: (q) => badge(q.paused ? "paused" : "active") },
+      { label: "Pending", class: "r num", cell: (q) => h("span", { "data-pending": q.name }, int(q.pending)) },
+      {
+        label: "By priority",
+        cell: (q) =>
+          Object.keys(q.depth_by_priority).length
+            ? h("div", { class: "chips" }, Object.entries(q.depth_by_priority).map(([p, n]) => h("span", { class: "chip", title: `priority ${p}: ${n} pending` }, "P", h("b", null, p), " · ", int(n))))
+            : h("span", { class: "faint" }, "—"),
+      },
+      { label: "Scheduled", class: "r num", hideSm: true, cell: (q) => int(q.scheduled) },
+      { label: "Running", class: "r num", cell: (q) => int(q.running) },
+      {
+        label: "Longest wait",
+        class: "r num",
+        cell: (q) =>
+          q.waiting_seconds == null
+            ? h("span", { class: "faint" }, "—")
+            : h("span", { class: q.waiting_seconds > SLOW_WAIT ? "warn" : null, title: `due since ${q.oldest_due_at}` },
+                q.waiting_seconds > SLOW_WAIT ? [icon("alert"), " "] : null, duration(q.waiting_seconds)),
+      },
+      {
+        label: "Actions",
+        class: "r",
+        cell: (q) =>
+          h("button", {
+            class: "small", "data-focus": `toggle:${q.name}`, "data-queue": q.name,
+            "aria-label": `${q.paused ? "Resume" : "Pause"} queue ${q.name}`,
+            onclick: () => setPaused(q.name, !q.paused),
+          }, icon(q.paused ? "play" : "pause"), q.paused ? "Resume" : "Pause"),
+      },
+    ];
+
+    let last = "";
+    async function refresh() {
+      let data;
+      try {
+        data = await api("queues", { quiet: true });
+      } catch (err) {
+        swap(notice, callout("bad", explain(err)));
+        throw err;
+      }
+      swap(notice);
+      const text = JSON.stringify(data);
+      if (text === last) return;
+      last = text;
+      swap(body, table(columns, data.queues, { empty: "No queue has pending or running jobs, and none is paused.", caption: "Queues" }));
+    }
+
+    const live = poll(refresh, EVERY_MS);
+    return () => live.stop();
+  },
+};

@@ -1,0 +1,97 @@
+// Workers: this node's processes (pid, state, the job each runs and for how long, memory,
+// jobs done), why workers were replaced, and the nodes sharing the store with their last
+// heartbeat. One request every 2 s: GET /workers.
+
+import { api } from "../api.js";
+import { bytes, duration, h, int, relative, shortId, swap, when } from "../dom.js";
+import { poll, setNode } from "../live.js";
+import { badge, callout, explain, pageHead, panel, table } from "../ui.js";
+
+const EVERY_MS = 2000;
+const REASONS = {
+  crash: "died on its own",
+  timeout: "killed: attempt overran",
+  cancel: "killed: job force-cancelled",
+  lease_lost: "killed: lease lost",
+  recycle: "recycled (jobs or memory limit)",
+  retired: "retired (reload or fewer workers)",
+  shutdown: "node stopping",
+  boot: "could not load actors",
+};
+
+export default {
+  title: "Workers",
+  nav: "workers",
+  mount(root) {
+    const notice = h("div", { class: "banner" });
+    const workersBox = h("div", null, h("div", { class: "loading" }, "Loading workers…"));
+    const exitsBox = h("div");
+    const reasonsBox = h("div", { class: "chips" });
+    const nodesBox = h("div");
+    const sub = h("span", null, "");
+    root.append(
+      pageHead("Workers", { sub }),
+      notice,
+      h(
+        "div",
+        { class: "stack" },
+        panel("Processes on this node", { sub: "each runs one job at a time; a hung one is killed at its deadline", id: "procs-title" }, workersBox),
+        panel("Replaced workers", { sub: "since this node started", actions: reasonsBox, id: "exits-title" }, exitsBox),
+        panel("Nodes sharing the store", { sub: "live while their heartbeat is recent", id: "nodes-title" }, nodesBox),
+      ),
+    );
+
+    const workerColumns = [
+      { label: "PID", lead: true, class: "num", cell: (w) => h("span", { class: "mono", "data-pid": w.pid }, h("span", { class: "sm-only" }, "pid "), String(w.pid)) },
+      { label: "State", cell: (w) => h("span", { class: "actions" }, badge(w.state), w.retiring ? h("span", { class: "chip", title: "replaced after its current job" }, "retiring") : null) },
+      {
+        label: "Current job",
+        cell: (w) =>
+          w.job_id
+            ? h("span", { class: "idcell" }, h("a", { href: `#/jobs/${w.job_id}`, "data-focus": `job:${w.job_id}` }, w.job_type), h("span", { class: "mono" }, `${shortId(w.job_id)} · attempt ${w.attempt}`))
+            : h("span", { class: "faint" }, "—"),
+      },
+      { label: "Running for", class: "r num", cell: (w) => (w.running_seconds == null ? h("span", { class: "faint" }, "—") : duration(w.running_seconds)) },
+      { label: "Memory", class: "r num", cell: (w) => (w.rss_kb == null ? "—" : bytes(w.rss_kb * 1024)) },
+      { label: "Jobs done", class: "r num", cell: (w) => int(w.jobs_run) },
+      { label: "Slot", class: "r num", hideSm: true, cell: (w) => `${w.slot} · gen ${w.generation}` },
+    ];
+    const exitColumns = [
+      { label: "When", class: "nowrap", cell: (e) => when(e.at) },
+      { label: "PID", lead: true, cell: (e) => h("span", { class: "mono" }, String(e.pid)) },
+      { label: "Why", cell: (e) => h("span", { "data-reason": e.reason }, h("b", null, e.reason), h("span", { class: "muted" }, ` · ${REASONS[e.reason] || ""}`)) },
+      { label: "Exit", cell: (e) => h("span", { class: "muted" }, e.exit) },
+      { label: "Job", cell: (e) => (e.job_id ? h("a", { href: `#/jobs/${e.job_id}`, class: "mono" }, shortId(e.job_id)) : h("span", { class: "faint" }, "—")) },
+    ];
+    const nodeColumns = [
+      { label: "Node", lead: true, cell: (n) => h("span", { class: "mono" }, n.node_id, n.this ? h("span", { class: "muted" }, " (this one)") : null) },
+      { label: "State", cell: (n) => badge(n.live ? "live" : "lost") },
+      { label: "Last heartbeat", cell: (n) => h("time", { datetime: n.heartbeat_at, title: n.heartbeat_at }, relative(n.heartbeat_at)) },
+      { label: "Started", cell: (n) => when(n.started_at) },
+      { label: "Job types", class: "preview", cell: (n) => h("span", { class: "mono", title: n.types.join(", ") }, n.types.join(", ") || "—") },
+    ];
+
+    async function refresh() {
+      let data;
+      try {
+        data = await api("workers", { quiet: true });
+      } catch (err) {
+        swap(notice, callout("bad", explain(err)));
+        throw err;
+      }
+      swap(notice);
+      setNode(data.node);
+      const busy = data.workers.filter((w) => w.state === "busy").length;
+      sub.textContent = `Node ${data.node}: ${data.workers.length} worker processes, ${busy} busy.`;
+      swap(workersBox, table(workerColumns, data.workers, { empty: "No worker process is running.", caption: "Worker processes" }));
+      const reasons = Object.entries(data.exits_by_reason).filter(([, n]) => n > 0);
+      swap(reasonsBox, reasons.length ? reasons.map(([reason, n]) => h("span", { class: "chip", title: REASONS[reason] }, reason, " ", h("b", null, int(n)))) : h("span", { class: "muted" }, "none"));
+      swap(exitsBox, table(exitColumns, data.recent_exits, { empty: "No worker has been replaced since the node started.", caption: "Replaced workers, newest first" }));
+      const nodes = data.nodes.map((n) => ({ ...n, this: n.node_id === data.node }));
+      swap(nodesBox, table(nodeColumns, nodes, { empty: "No node has heartbeated within the hour.", caption: "Nodes" }));
+    }
+
+    const live = poll(refresh, EVERY_MS);
+    return () => live.stop();
+  },
+};
