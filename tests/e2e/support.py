@@ -100,14 +100,19 @@ class Fault:
         return f"{self.kind} ({where}) at {self.at:.3f} for {self.until - self.at:.2f}s"
 
 
+START_SLACK = 0.5  # seconds
+
+
 def excused(run: Run, faults: Sequence[Fault], slack: float) -> bool:
     """May this completed run be repeated? Only when a fault hit its own node while it was
     in progress, or shortly after it ended (its outcome write was in flight, `slack`), or
-    while its outcome was held because the database was down. A run that *started*
-    after a fault on its node is never excused: nothing forced the repeat."""
+    while its outcome was held because the database was down. A run that started after
+    a fault on its node is never excused (nothing forced the repeat), except within
+    START_SLACK: a worker may begin a job handed to it just before its supervisor died
+    or stopped."""
     assert run.end is not None
     for fault in faults:
-        if fault.pgid != run.pgid or run.start > fault.at:
+        if fault.pgid != run.pgid or run.start > fault.at + START_SLACK:
             continue
         if run.end >= fault.at - slack:
             return True

@@ -7,6 +7,7 @@ it passes, strict xfail turns that into a failure, and the marker must go.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
@@ -80,15 +81,15 @@ def test_supervisor_sigkill_leaves_no_process_behind(pg_nodes: NodeSet, tmp_path
     assert spinning[0].pid in started
     os.kill(supervisor, signal.SIGKILL)
     node.proc.wait(timeout=5)
-    deadline = time.monotonic() + 2.0
-    while time.monotonic() < deadline and any(alive(pid) for pid in started):
-        time.sleep(0.05)
-    left = [p for p in group(supervisor)]
+    with contextlib.suppress(AssertionError):  # judged just below
+        wait_until(lambda: not any(alive(pid) for pid in started), 2, "its processes died")
+    left = group(supervisor)
     assert not left, (
         f"2 s after kill -9 of supervisor {supervisor}, its processes live on: "
         + ", ".join(f"{p.pid} {p.name} (parent {p.ppid})" for p in left)
         + f"; its direct children were {sorted(direct)}"
     )
+    assert not [pid for pid in direct if alive(pid)], "a child of the supervisor lives on"
 
 
 @pytest.mark.xfail(
@@ -190,13 +191,14 @@ def test_sigstop_past_the_lease_hands_out_no_expired_lease(
 def test_node_death_dead_letters_no_job_that_never_ran(pg_nodes: NodeSet, tmp_path: Path) -> None:
     """Scenario: two nodes x 2 workers (lease 2 s) run 300 jobs of 5-20 ms with
     `max_retries: 0`; `kill -9` of node A's process group mid-run.
-    Invariant: every job ends; a `failed` job is one whose only run was interrupted by
-    the kill (start logged, no end), never one that did not run at all (a job A had only
-    claimed goes back to pending at no cost)."""
+    Invariant: every job ends; a `failed` job is one whose only run was on A when it was
+    killed (interrupted, or just finished with its outcome not yet written), never one
+    that did not run at all (a job A had only claimed goes back to pending at no cost)."""
     a = pg_nodes.start("--lease-seconds", LEASE)
     b = pg_nodes.start("--lease-seconds", LEASE)
     ids = batch_enqueue(b, spread(tmp_path, 300, max_retries=0))
     wait_until(lambda: len(started_on(tmp_path, a.proc.pid)) >= 40, 20, "A ran 40 jobs")
+    killed = time.monotonic()
     os.killpg(a.proc.pid, signal.SIGKILL)
     a.proc.wait(timeout=5)
     wait_until(lambda: unfinished(b) == 0, 40, "every job terminal")
@@ -208,8 +210,11 @@ def test_node_death_dead_letters_no_job_that_never_ran(pg_nodes: NodeSet, tmp_pa
         f"{len(never_ran)} of {len(failed)} dead-lettered jobs never ran: "
         + ", ".join(f"{i} ({jobs[i]['last_error']})" for i in never_ran)
     )
-    for job_id in failed:
-        assert [r.completed for r in runs[job_id]] == [False], describe_runs(runs[job_id], 0)
+    kill = [Fault(FaultKind.KILL_GROUP, a.proc.pid, killed, killed)]
+    for job_id in failed:  # it ran once, on A, and that run was cut short by the kill
+        (run,) = runs[job_id]
+        assert run.pgid == a.proc.pid, describe_runs(runs[job_id], killed)
+        assert run.end is None or excused(run, kill, slack=1.0), describe_runs([run], killed)
     assert all(jobs[i]["status"] == "done" for i in ids if i not in failed)
 
 
@@ -220,8 +225,8 @@ def test_a_claimed_job_is_claimed_not_running(pg_nodes: NodeSet, tmp_path: Path)
     """Scenario: a node with 1 worker runs a 3 s job; a second job arrives and the node
     claims it ahead (prefetch) while its only worker is busy.
     Invariant: the second job shows `claimed`, with no `started_at` and no attempt
-    charged, until a worker takes it; then it is `running` with attempt 1 and a
-    `started_at` no earlier than the first job's end."""
+    charged, until a worker takes it; then it runs as attempt 1, with a `started_at` 3 s
+    after the first job's (when the worker was free)."""
     node = pg_nodes.start("--lease-seconds", LEASE, workers=1)
     first = node.enqueue(**logged(tmp_path, 3.0))
     wait_until(lambda: read_runs(tmp_path).get(first["id"]), 15, "the first job started")
@@ -237,9 +242,13 @@ def test_a_claimed_job_is_claimed_not_running(pg_nodes: NodeSet, tmp_path: Path)
     assert not read_runs(tmp_path).get(second["id"]), "the second job started early"
     assert (held["status"], held["attempts"], held["started_at"]) == ("claimed", 0, None), held
     done = wait_job(node, second["id"], "done", timeout=15)
-    first_done = node.get(f"/jobs/{first['id']}").body
     assert done["attempts"] == 1
-    assert done["started_at"] >= first_done["finished_at"]
+    # the only worker took it once the 3 s job was over (both times are the database's)
+    took = datetime.fromisoformat(done["started_at"])
+    assert (took - datetime.fromisoformat(running["started_at"])).total_seconds() > 2.9, (
+        running,
+        done,
+    )
 
 
 @pytest.mark.xfail(
@@ -250,7 +259,7 @@ def test_after_a_total_outage_claimed_jobs_keep_their_place(
 ) -> None:
     """Scenario: node A (1 worker, lease 2 s) runs J1 (30 s on its first attempt), holds
     J2 claimed (prefetched), and J3..J6 wait. `kill -9` of A's group: no node is left.
-    After 3 leases a fresh node C starts.
+    After 4 leases a fresh node C starts.
     Invariant: C reaps before it claims, and J2, only claimed by A, goes back to pending
     at no cost and in its place: it is the first job C runs, and it ends `done` after one
     attempt. J1, interrupted while running, is retried (attempt 2) after the others."""
@@ -264,7 +273,7 @@ def test_after_a_total_outage_claimed_jobs_keep_their_place(
     os.killpg(a.proc.pid, signal.SIGKILL)
     a.proc.wait(timeout=5)
     # nobody lives to reap: let A's leases and its node heartbeat go stale for good
-    wait_until(lambda: time.monotonic() > killed + 3 * float(LEASE), 10, "3 leases passed")
+    wait_until(lambda: time.monotonic() > killed + 4 * float(LEASE), 10, "4 leases passed")
     c = pg_nodes.start("--lease-seconds", LEASE, workers=1)
     ids = [j1["id"], j2["id"], *rest]
     for job_id in ids:
@@ -412,7 +421,8 @@ def test_a_node_whose_run_fails_exits_nonzero_and_leaves_nothing(
         except subprocess.TimeoutExpired:
             raise AssertionError(f"the node hangs:\n{node.logs()[-3000:]}") from None
     assert code != 0, node.logs()[-3000:]
-    time.sleep(0.5)  # its children had time to notice
+    with contextlib.suppress(AssertionError):  # judged just below
+        wait_until(lambda: not group(node.proc.pid), 2, "its processes are gone")
     left = group(node.proc.pid)
     assert not left, f"processes left behind: {left}"
     unclosed = [e["msg"] for e in json_lines(node) if "unclosed" in str(e["msg"]).lower()]
@@ -509,7 +519,7 @@ def test_a_node_killing_job_is_retried_with_backoff_and_contained(
             )
         return counts(survivor).get("done", 0) == len(others)
 
-    wait_until(others_done, 20, "the survivor finished the 100 other jobs")
+    wait_until(others_done, 25, "the survivor finished the 100 other jobs")
     waiting = survivor.get(f"/jobs/{bomb}").body
     assert (waiting["status"], waiting["attempts"]) == ("pending", 1), waiting
     backoff = datetime.fromisoformat(waiting["run_at"]) - datetime.fromisoformat(
@@ -623,8 +633,9 @@ def test_a_group_kill_keeps_claimed_jobs_in_their_place(group_kill: GroupKill) -
     Invariant: such a job returns to pending in its place (its original `run_at`), so
     the survivor runs it soon after reaping, not after everything enqueued behind it.
     Measured: no job that was not on the killed node at the kill is overtaken by more
-    than 60 % of the jobs enqueued after it (today: all of them). A job interrupted on
-    the killed node is exempt: its retry waits out the backoff, by design."""
+    than 80 % of the jobs enqueued after it (today: all of them). A job interrupted on
+    the killed node is exempt: its retry waits out the backoff, by design. (The survivor
+    needs ~12 s for the backlog here; reaping within ~8 s of the kill passes.)"""
     gk = group_kill
     first_start = {i: min(r.start for r in gk.runs[i]) for i in gk.ids}
     worst: tuple[float, str] = (0.0, "")
@@ -636,7 +647,7 @@ def test_a_group_kill_keeps_claimed_jobs_in_their_place(group_kill: GroupKill) -
         overtaken = sum(first_start[i] < ran for i in later) / len(later)
         worst = max(worst, (overtaken, job_id))
     share, job_id = worst
-    assert share <= 0.6, (
+    assert share <= 0.8, (
         f"job #{gk.ids.index(job_id)} was overtaken by {share:.0%} of the jobs enqueued after"
         f" it: {describe_runs(gk.runs[job_id], gk.killed)}"
     )
@@ -667,10 +678,14 @@ def test_a_webhook_survives_the_death_of_its_node(pg_nodes: NodeSet, tmp_path: P
     assert {h.headers.get("x-goqueue-event") for h in hits} == {"job.done"}
     ids = {h.headers.get("x-goqueue-delivery") for h in hits}
     assert len(ids) == 1 and None not in ids, f"delivery ids {ids}"
-    resp = b.get(f"/jobs/{job}/deliveries")
-    assert resp.status == 200, resp
-    attempts = resp.body["deliveries"]
-    assert attempts and attempts[-1]["status_code"] == 200, attempts
+
+    def recorded() -> list[dict[str, Any]] | None:
+        resp = b.get(f"/jobs/{job}/deliveries")
+        assert resp.status == 200, resp
+        attempts = resp.body["deliveries"]
+        return attempts if attempts and attempts[-1]["status_code"] == 200 else None
+
+    attempts = wait_until(recorded, 5, "the delivered attempt is recorded")
     assert all({"status_code", "error", "at"} <= set(d) for d in attempts), attempts
 
 
