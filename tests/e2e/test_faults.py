@@ -547,7 +547,6 @@ class GroupKill:
     victim: int  # its process group
     killed: float
     jobs: dict[str, dict[str, Any]]
-    events: dict[str, list[dict[str, Any]]]
     runs: dict[str, list[Run]]
 
     def hit(self, job_id: str) -> bool:
@@ -564,7 +563,8 @@ class GroupKill:
 def group_kill(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GroupKill]:
     """Two nodes x 2 workers (lease 2 s, retry base 0.5 s) and 2,000 jobs of 5-20 ms;
     `kill -9` of node A's whole process group once 300 runs have ended. Run once, judged
-    by the tests below."""
+    by the tests below. (The audit trail after kills is judged by
+    `test_node_kills_lose_no_audit_event`: one kill may, by luck, lose no event.)"""
     directory = tmp_path_factory.mktemp("group_kill")
     nodes = NodeSet(directory, postgres_dsn())
     try:
@@ -581,7 +581,6 @@ def group_kill(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GroupKill]:
             a.proc.pid,
             killed,
             jobs_by_id(b, ids),
-            events_by_id(b, ids),
             read_runs(directory),
         )
     finally:
@@ -606,22 +605,6 @@ def test_a_group_kill_loses_nothing_and_completes_nothing_twice(group_kill: Grou
         attempts = [r.attempt for r in gk.runs[job_id]]
         assert len(set(attempts)) == len(attempts), describe_runs(gk.runs[job_id], gk.killed)
         assert gk.jobs[job_id]["attempts"] >= len(attempts), gk.jobs[job_id]
-
-
-@pytest.mark.xfail(
-    strict=True, reason="issue 10: audit events are written behind and lost in a crash"
-)
-def test_a_group_kill_keeps_every_succeeded_event(group_kill: GroupKill) -> None:
-    """Scenario: the group kill above.
-    Invariant: the audit trail is as durable as the change: every `done` job has exactly
-    one `succeeded` event (none lost with the killed node's memory)."""
-    gk = group_kill
-    succeeded = {i: sum(e["event"] == "succeeded" for e in gk.events[i]) for i in gk.ids}
-    wrong = {i: n for i, n in succeeded.items() if n != 1}
-    assert not wrong, (
-        f"{sum(n == 0 for n in wrong.values())} done jobs have no `succeeded` event, "
-        f"{sum(n > 1 for n in wrong.values())} have several"
-    )
 
 
 @pytest.mark.xfail(
@@ -651,6 +634,44 @@ def test_a_group_kill_keeps_claimed_jobs_in_their_place(group_kill: GroupKill) -
         f"job #{gk.ids.index(job_id)} was overtaken by {share:.0%} of the jobs enqueued after"
         f" it: {describe_runs(gk.runs[job_id], gk.killed)}"
     )
+
+
+# -- 8. audit events written behind, lost in a crash --------------------------------
+
+
+@pytest.mark.xfail(
+    strict=True, reason="issue 10: audit events are written behind and lost in a crash"
+)
+def test_node_kills_lose_no_audit_event(pg_nodes: NodeSet, tmp_path: Path) -> None:
+    """Scenario: two nodes x 2 workers (lease 2 s) work through 1,500 jobs of 5-20 ms;
+    three times, once 300 more runs have ended, `kill -9` of one node's whole process
+    group, and a replacement node starts.
+    Invariant: the audit trail is as durable as the change it records: every job has its
+    `enqueued` event, every `done` job a `started` event and exactly one `succeeded`
+    (today they are buffered in memory for up to 0.2 s, so a kill loses some; three
+    kills make losing none by luck all but impossible)."""
+    live = [pg_nodes.start("--lease-seconds", LEASE) for _ in range(2)]
+    ids = batch_enqueue(live[1], spread(tmp_path, 1500))
+    for _ in range(3):
+        target = ended(tmp_path) + 300
+        wait_until(lambda t=target: ended(tmp_path) >= t, 30, f"{target} runs ended")
+        victim = live.pop(0)
+        os.killpg(victim.proc.pid, signal.SIGKILL)
+        victim.proc.wait(timeout=5)
+        live.append(pg_nodes.start("--lease-seconds", LEASE))
+    wait_until(lambda: unfinished(live[0]) == 0, 60, "every job terminal", interval=0.2)
+    jobs = jobs_by_id(live[0], ids)
+    trails = events_by_id(live[0], ids)
+    kinds = {i: [e["event"] for e in trails[i]] for i in ids}
+    done = [i for i in ids if jobs[i]["status"] == "done"]
+    assert len(done) == len(ids)
+    gaps = {
+        "without `enqueued`": [i for i in ids if "enqueued" not in kinds[i]],
+        "done without `started`": [i for i in done if "started" not in kinds[i]],
+        "done without `succeeded`": [i for i in done if kinds[i].count("succeeded") == 0],
+        "done with several `succeeded`": [i for i in done if kinds[i].count("succeeded") > 1],
+    }
+    assert not any(gaps.values()), "; ".join(f"{len(v)} jobs {k}" for k, v in gaps.items())
 
 
 # -- 9. webhooks are at most once -----------------------------------------------------
