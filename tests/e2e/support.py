@@ -95,10 +95,6 @@ class Fault:
     at: float
     until: float
 
-    def __str__(self) -> str:
-        where = "database" if self.pgid is None else f"node {self.pgid}"
-        return f"{self.kind} ({where}) at {self.at:.3f} for {self.until - self.at:.2f}s"
-
 
 START_SLACK = 0.5  # seconds
 
@@ -203,19 +199,9 @@ def group(pgid: int) -> list[ProcStat]:
     return [p for p in processes() if p.pgid == pgid and p.alive]
 
 
-def descendants(pid: int) -> list[ProcStat]:
-    """Live processes below `pid`, at any depth."""
-    table = processes()
-    found: list[ProcStat] = []
-    frontier = {pid}
-    while frontier:
-        below = [p for p in table if p.ppid in frontier and p.alive]
-        found += below
-        frontier = {p.pid for p in below}
-    return found
-
-
 # -- the HTTP API, in bulk -----------------------------------------------------------
+
+TERMINAL = frozenset({"done", "failed", "cancelled"})
 
 
 def fetch_all(node: Node, paths: Sequence[str], workers: int = 8) -> list[Any]:
@@ -277,9 +263,6 @@ def counts(node: Node) -> dict[str, int]:
 def unfinished(node: Node) -> int:
     """Jobs not yet in a terminal status."""
     return sum(n for status, n in counts(node).items() if status not in TERMINAL)
-
-
-TERMINAL = frozenset({"done", "failed", "cancelled"})
 
 
 # -- a webhook receiver --------------------------------------------------------------

@@ -643,17 +643,17 @@ def test_a_group_kill_keeps_claimed_jobs_in_their_place(group_kill: GroupKill) -
     strict=True, reason="issue 10: audit events are written behind and lost in a crash"
 )
 def test_node_kills_lose_no_audit_event(pg_nodes: NodeSet, tmp_path: Path) -> None:
-    """Scenario: two nodes x 2 workers (lease 2 s) work through 1,500 jobs of 5-20 ms;
-    three times, once 300 more runs have ended, `kill -9` of one node's whole process
+    """Scenario: two nodes x 2 workers (lease 2 s) work through 1,200 jobs of 5-20 ms;
+    three times, once 250 more runs have ended, `kill -9` of one node's whole process
     group, and a replacement node starts.
     Invariant: the audit trail is as durable as the change it records: every job has its
     `enqueued` event, every `done` job a `started` event and exactly one `succeeded`
     (today they are buffered in memory for up to 0.2 s, so a kill loses some; three
     kills make losing none by luck all but impossible)."""
     live = [pg_nodes.start("--lease-seconds", LEASE) for _ in range(2)]
-    ids = batch_enqueue(live[1], spread(tmp_path, 1500))
+    ids = batch_enqueue(live[1], spread(tmp_path, 1200))
     for _ in range(3):
-        target = ended(tmp_path) + 300
+        target = ended(tmp_path) + 250
         wait_until(lambda t=target: ended(tmp_path) >= t, 30, f"{target} runs ended")
         victim = live.pop(0)
         os.killpg(victim.proc.pid, signal.SIGKILL)
@@ -694,7 +694,7 @@ def test_a_webhook_survives_the_death_of_its_node(pg_nodes: NodeSet, tmp_path: P
         os.killpg(a.proc.pid, signal.SIGKILL)
         a.proc.wait(timeout=5)
         b = pg_nodes.start("--lease-seconds", LEASE, *HOOKS)
-        wait_until(lambda: job in receiver.delivered(), 15, "a delivery answered 2xx")
+        wait_until(lambda: job in receiver.delivered(), 12, "a delivery answered 2xx")
         hits = receiver.of(job)
     assert {h.headers.get("x-goqueue-event") for h in hits} == {"job.done"}
     ids = {h.headers.get("x-goqueue-delivery") for h in hits}
