@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Node, postgres_dsn, wait_for
+from tests.conftest import Node, postgres_dsn, stop_node, wait_for
 from tests.supervisor.test_operations import metric_samples
 
 pytestmark = pytest.mark.timeout(120)
@@ -127,8 +127,6 @@ def pg_nodes(make_node) -> Iterator[Callable[..., Node]]:
         return node
 
     yield make
-    from tests.conftest import stop_node
-
     for node in nodes:  # before the schema goes: a drain still writes to it
         stop_node(node)
     import psycopg
@@ -326,13 +324,13 @@ def loopback_name() -> str | None:
 
 @pytest.mark.parametrize("store", ["memory", "postgres"])
 def test_a_name_resolving_to_loopback_is_refused_when_connecting(
-    store: str, make_node, pg_nodes, receivers
+    store: str, make_node, receivers, request: pytest.FixtureRequest
 ) -> None:
     name = loopback_name()
     if name is None:
         pytest.skip("no host name here resolves to loopback only")
     receiver = receivers()
-    node = pg_nodes() if store == "postgres" else make_node()
+    node = request.getfixturevalue("pg_nodes")() if store == "postgres" else make_node()
     url = f"http://{name}:{receiver.port}/hook"
     job = node.enqueue(type="noop", webhook_url=url)  # a name: accepted at enqueue
     node.wait_status(job["id"], "done")
