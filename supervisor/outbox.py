@@ -65,6 +65,7 @@ class Outbox:
         self._rng = rng or random.Random()
         self._wake = asyncio.Event()
         self._in_flight: dict[asyncio.Task[None], Due] = {}
+        self._answered: set[str] = set()  # in flight, but only the record is left to write
         self._loop_task: asyncio.Task[None] | None = None
         self._closing = False
 
@@ -93,16 +94,20 @@ class Outbox:
             return
         self._closing = True
         self._wake.set()
-        if self._loop_task is not None:
+        if self._loop_task is not None:  # a claim under way may return leases to start
+            await asyncio.wait({self._loop_task}, timeout=grace)
+            self._loop_task.cancel()
             await asyncio.gather(self._loop_task, return_exceptions=True)
         if self._in_flight:
             await asyncio.wait(set(self._in_flight), timeout=grace)
         cut = dict(self._in_flight)
+        # A record cut short may have been written, or not: then the lease runs out.
+        asked = [due for due in cut.values() if due.id not in self._answered]
         for task in cut:
             task.cancel()
         await asyncio.gather(*cut, return_exceptions=True)
         interrupted = Answer(error=INTERRUPTED)
-        records = [self._record(due, interrupted, delay=0.0) for due in cut.values()]
+        records = [self._record(due, interrupted, delay=0.0) for due in asked]
         with contextlib.suppress(TimeoutError):  # unrecorded, they wait out their lease
             await asyncio.wait_for(asyncio.gather(*records), RECORD_AT_CLOSE)
         await self._poster.close()
@@ -138,7 +143,9 @@ class Outbox:
         task.add_done_callback(self._ended)
 
     def _ended(self, task: asyncio.Task[None]) -> None:
-        self._in_flight.pop(task, None)
+        due = self._in_flight.pop(task, None)
+        if due is not None:
+            self._answered.discard(due.id)
         if not task.cancelled() and task.exception() is not None:
             self._log.error("webhook delivery crashed", exc_info=task.exception())
         self._wake.set()  # a slot is free: more may be due
@@ -147,6 +154,7 @@ class Outbox:
         """One attempt of a leased delivery, then its record."""
         request = headers(due.id, due.event, due.job_id, due.body, self._secret)
         answer = await self._poster.post(due.url, due.body, request)
+        self._answered.add(due.id)
         delay = self._schedule.delay(due.attempts + 1, self._rng)
         gave_up = await self._record(due, answer, delay=delay, final=answer.refused)
         if gave_up is None:

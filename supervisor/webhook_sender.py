@@ -82,9 +82,10 @@ class WebhookSender:
         self._log = logger or logging.getLogger(__name__)
         self._rng = rng or random.Random()
         self._queue: asyncio.Queue[_Delivery] = asyncio.Queue()
-        self._live: set[_Delivery] = set()
-        self._idle = asyncio.Event()
-        self._idle.set()
+        self._live: set[_Delivery] = set()  # outstanding: queued, in flight or waiting
+        self._busy = 0  # of which queued or in flight (not waiting out a backoff)
+        self._quiet = asyncio.Event()  # set while `_busy` is 0
+        self._quiet.set()
         self._seen: OrderedDict[str, list[Delivery]] = OrderedDict()  # job id -> deliveries
         self._consumers: list[asyncio.Task[None]] = []
         self._started = False
@@ -127,9 +128,8 @@ class WebhookSender:
             return
         request = headers(delivery_id, event, job_id, body, self._secret)
         delivery = _Delivery(view, url, body, request, job_id, time.monotonic())
-        self._queue.put_nowait(delivery)
         self._live.add(delivery)
-        self._idle.clear()
+        self._enqueue(delivery)
 
     async def deliveries(self, job_id: str) -> list[Delivery]:
         """A job's deliveries this process remembers, oldest first (copies: the
@@ -138,14 +138,14 @@ class WebhookSender:
         return [msgspec.structs.replace(v, attempts=list(v.attempts)) for v in views]
 
     async def close(self, grace: float) -> None:
-        """Stop accepting, let outstanding deliveries (and retries falling due) finish for
-        up to `grace` seconds, then drop the rest and close the session."""
+        """Stop accepting, let the attempts queued or in flight finish for up to `grace`
+        seconds, then drop the rest (those waiting for a retry too) and close the session."""
         if self._closing:
             return
         self._closing = True
-        if self._consumers and self._live:
+        if self._consumers and self._busy:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._idle.wait(), grace)
+                await asyncio.wait_for(self._quiet.wait(), grace)
         for task in self._consumers:
             task.cancel()
         await asyncio.gather(*self._consumers, return_exceptions=True)
@@ -177,6 +177,7 @@ class WebhookSender:
                 )
                 delivery.view.next_attempt_at, delivery.view.given_up = None, True
                 self._finish(delivery, WebhookOutcome.FAILED)
+            self._settled()
 
     async def _attempt(self, delivery: _Delivery) -> None:
         """Make one attempt, record it, then finish or schedule the next."""
@@ -214,12 +215,21 @@ class WebhookSender:
         """Timer callback: put a delivery whose backoff has elapsed back in the queue."""
         delivery.timer = None
         if delivery in self._live:
-            self._queue.put_nowait(delivery)
+            self._enqueue(delivery)
+
+    def _enqueue(self, delivery: _Delivery) -> None:
+        self._busy += 1
+        self._quiet.clear()
+        self._queue.put_nowait(delivery)
+
+    def _settled(self) -> None:
+        """An attempt ended (delivered, given up, or waiting for its retry)."""
+        self._busy -= 1
+        if not self._busy:
+            self._quiet.set()
 
     def _finish(self, delivery: _Delivery, outcome: WebhookOutcome) -> None:
         self._live.discard(delivery)
-        if not self._live:
-            self._idle.set()
         self._count(outcome)
 
     def _remember(self, job_id: str, view: Delivery) -> None:

@@ -566,3 +566,24 @@ def test_sender_options_have_safe_defaults() -> None:
     defaults = {n: p.default for n, p in inspect.signature(WebhookSender).parameters.items()}
     assert defaults["max_queued"] >= 1000
     assert defaults["schedule"] is None  # the shared RetrySchedule()
+
+
+@pytest.mark.timeout(30)
+def test_close_does_not_wait_for_a_retry_hours_away() -> None:
+    async def scenario() -> None:
+        outcomes = Outcomes()
+        hours = RetrySchedule(base=3600.0, cap=3600.0, max_age=86400.0)
+        poster = Poster(LOOPBACK, timeout=1.0, concurrency=2)
+        sender = WebhookSender(
+            poster, secret=None, node_id="n", schedule=hours, on_outcome=outcomes
+        )
+        await sender.start()
+        submit(sender, dead_url())
+        await outcomes.wait_for("retried")
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        await sender.close(10.0)
+        assert loop.time() - started < 1.0  # nothing in flight: no grace to spend
+        assert outcomes.seen == ["retried", "dropped"]
+
+    asyncio.run(scenario())
