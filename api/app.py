@@ -3,16 +3,25 @@
 from __future__ import annotations
 
 from aiohttp import web
-from goqueue.api import dlq, jobs, openapi, ops, queues, summary, ui
+from goqueue.api import deliveries, dlq, jobs, openapi, ops, queues, summary, ui
 from goqueue.api.middleware import auth_middleware, errors_middleware, metrics_middleware
 from goqueue.api.schemas import encode
-from goqueue.api.state import ENGINE, OPENAPI, SETTINGS
+from goqueue.api.state import EGRESS, ENGINE, OPENAPI, SETTINGS
 from goqueue.supervisor.config import Settings
+from goqueue.supervisor.egress import EgressPolicy
 from goqueue.supervisor.engine import Engine
 
 __all__ = ["ENGINE", "SETTINGS", "create_app"]
 
-ROUTE_TABLES = (jobs.routes, dlq.routes, queues.routes, ops.routes, summary.routes, ui.routes)
+ROUTE_TABLES = (
+    jobs.routes,
+    deliveries.routes,
+    dlq.routes,
+    queues.routes,
+    ops.routes,
+    summary.routes,
+    ui.routes,
+)
 
 
 def create_app(engine: Engine, settings: Settings) -> web.Application:
@@ -32,6 +41,7 @@ def create_app(engine: Engine, settings: Settings) -> web.Application:
     )
     app[ENGINE] = engine
     app[SETTINGS] = settings
+    app[EGRESS] = EgressPolicy.of(settings.webhook_allow_hosts, settings.webhook_allow_networks)
     app[ui.ASSETS] = ui.load_assets()
     for table in ROUTE_TABLES:
         app.router.add_routes(table)

@@ -35,7 +35,7 @@ from goqueue.api.schemas import (
     job_out,
     reply,
 )
-from goqueue.api.state import ENGINE, SETTINGS
+from goqueue.api.state import EGRESS, ENGINE, SETTINGS
 from goqueue.supervisor.errors import GoQueueError
 from goqueue.supervisor.jobs import Enqueued, JobFilter, JobSpec
 
@@ -60,7 +60,7 @@ async def enqueue(request: web.Request) -> web.Response:
     key = idempotency_key(request)
     body = await read_body(request, request.app[SETTINGS].max_body_bytes)
     spec = decode(SPEC_DECODER, body)
-    check_spec(spec)
+    check_spec(spec, request.app[EGRESS])
     digest = hashlib.sha256(body).hexdigest() if key is not None else None
     engine = request.app[ENGINE]
     enqueued = await within(engine.enqueue(spec, idempotency_key=key, request_hash=digest))
@@ -81,7 +81,7 @@ async def enqueue_batch(request: web.Request) -> web.Response:
     body = await read_body(request, request.app[SETTINGS].max_body_bytes)
     batch = decode(BATCH_DECODER, body)
     for index, spec in enumerate(batch.jobs):
-        check_spec(spec, f"jobs[{index}].")
+        check_spec(spec, request.app[EGRESS], f"jobs[{index}].")
     answers = await within(request.app[ENGINE].enqueue_many(batch.jobs))
     return reply(BatchResponse([batch_item(i, a) for i, a in enumerate(answers)]))
 

@@ -21,6 +21,7 @@ from goqueue.supervisor.arbiter import Arbiter
 from goqueue.supervisor.catalog import Catalog
 from goqueue.supervisor.config import Settings
 from goqueue.supervisor.dispatch import Dispatcher, Policy
+from goqueue.supervisor.egress import EgressPolicy
 from goqueue.supervisor.engine import Engine
 from goqueue.supervisor.history import History
 from goqueue.supervisor.hooks import Hooks, LogHook, MetricsHook, WebhookHook
@@ -30,9 +31,12 @@ from goqueue.supervisor.node import Node
 from goqueue.supervisor.pool import Pool, Recycle
 from goqueue.supervisor.store.base import Store
 from goqueue.supervisor.store.memory import MemoryStore
-from goqueue.supervisor.webhooks import WebhookSender
+from goqueue.supervisor.webhook_sender import WebhookSender
+from goqueue.supervisor.webhooks import Poster, Webhooks
 
 log = logging.getLogger("goqueue.node")
+
+WEBHOOK_CONCURRENCY = 8  # attempts in flight at once, per node
 
 
 def make_store(settings: Settings) -> Store:
@@ -56,14 +60,19 @@ def make_store(settings: Settings) -> Store:
     )
 
 
-def make_webhooks(settings: Settings, metrics: Metrics) -> WebhookSender:
-    """The webhook sender, counting every delivery outcome."""
-    return WebhookSender(
-        secret=settings.webhook_secret.encode() if settings.webhook_secret else None,
-        timeout=settings.webhook_timeout,
-        allow_hosts=frozenset(settings.webhook_allow_hosts or ()) or None,
-        on_outcome=metrics.webhook,
-    )
+def make_webhooks(settings: Settings, metrics: Metrics, store: Store) -> Webhooks:
+    """The node's webhooks, counting every delivery outcome: at least once from the
+    outbox with PostgreSQL, best effort in this process with the in-memory store."""
+    policy = EgressPolicy.of(settings.webhook_allow_hosts, settings.webhook_allow_networks)
+    poster = Poster(policy, timeout=settings.webhook_timeout, concurrency=WEBHOOK_CONCURRENCY)
+    secret = settings.webhook_secret.encode() if settings.webhook_secret else None
+    if settings.database_url:
+        from goqueue.supervisor.outbox import Outbox
+        from goqueue.supervisor.store.postgres import PostgresStore
+
+        assert isinstance(store, PostgresStore)
+        return Outbox(store.outbox, poster, secret=secret, on_outcome=metrics.webhook)
+    return WebhookSender(poster, secret=secret, node_id=store.node_id, on_outcome=metrics.webhook)
 
 
 class HttpServer:
@@ -94,7 +103,7 @@ def build_node(settings: Settings, reload_settings: Callable[[], Settings]) -> N
 
     store = make_store(settings)
     metrics = Metrics()
-    webhooks = make_webhooks(settings, metrics)
+    webhooks = make_webhooks(settings, metrics, store)
     history = History()
     hooks = Hooks([MetricsHook(metrics), LogHook(), WebhookHook(webhooks), history])
     catalog = Catalog((), settings.limits)  # the first worker's Ready fills it in
@@ -116,7 +125,14 @@ def build_node(settings: Settings, reload_settings: Callable[[], Settings]) -> N
     pool.listen(jobs=dispatcher)
     store.set_waker(dispatcher.wake)
     engine = Engine(
-        store, pool, catalog, hooks, metrics, history=history, kill=dispatcher.cancel_lease
+        store,
+        pool,
+        catalog,
+        hooks,
+        metrics,
+        history=history,
+        kill=dispatcher.cancel_lease,
+        webhooks=webhooks,
     )
     http = HttpServer(settings, lambda: create_app(engine, settings))
     return Node(

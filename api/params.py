@@ -15,6 +15,7 @@ from typing import Any, Protocol, TypeVar
 import msgspec
 from aiohttp import web
 from goqueue.api.errors import ApiError, bad_request
+from goqueue.supervisor.egress import EgressPolicy
 from goqueue.supervisor.jobs import STATUSES, JobSpec
 
 T = TypeVar("T")
@@ -255,8 +256,9 @@ def error_field(message: str) -> str | None:
     return path.lstrip(".") or None
 
 
-def check_spec(spec: JobSpec, prefix: str = "", depth: int = 0) -> None:
-    """Rules across fields that a schema cannot state, templates included."""
+def check_spec(spec: JobSpec, egress: EgressPolicy, prefix: str = "", depth: int = 0) -> None:
+    """Rules across fields that a schema cannot state, templates included; a
+    `webhook_url` the egress policy refuses outright is one of them."""
     if depth > MAX_CHAIN_DEPTH:
         raise bad_request(
             f"job templates nest at most {MAX_CHAIN_DEPTH} levels deep", field=prefix.rstrip(".")
@@ -270,7 +272,9 @@ def check_spec(spec: JobSpec, prefix: str = "", depth: int = 0) -> None:
         )
     if spec.dedupe_window_seconds is not None and spec.dedupe_key is None:
         raise bad_request("dedupe_window_seconds needs a dedupe_key", field=f"{prefix}dedupe_key")
+    if spec.webhook_url is not None and (refusal := egress.url_refusal(spec.webhook_url)):
+        raise bad_request(f"webhook_url {refusal}", field=f"{prefix}webhook_url")
     if spec.on_success is not None:
-        check_spec(spec.on_success, f"{prefix}on_success.", depth + 1)
+        check_spec(spec.on_success, egress, f"{prefix}on_success.", depth + 1)
     if spec.on_failure is not None:
-        check_spec(spec.on_failure, f"{prefix}on_failure.", depth + 1)
+        check_spec(spec.on_failure, egress, f"{prefix}on_failure.", depth + 1)

@@ -363,6 +363,7 @@ class Arbiter:
     async def _shutdown(self, grace: float) -> None:
         """Drain: refuse new jobs, let running attempts finish within `grace`, hand back
         the rest, stop the children, then the HTTP server and the store."""
+        deadline = time.monotonic() + grace
         self.node.engine.draining = True
         self.dispatcher.dispatching = False
         self.dispatcher.release_buffer()  # let other nodes have them now
@@ -373,7 +374,8 @@ class Arbiter:
         await self.dispatcher.flush(timeout=10.0)
         for task in self._tasks:
             task.cancel()
-        await self.node.webhooks.close(drain_timeout=2.0)
+        # webhooks in flight since the signal get what is left of the grace
+        await self.node.webhooks.close(max(0.0, deadline - time.monotonic()))
         await self.node.http.stop()
         await self.store.close()
         log.info("stopped", extra={"exit_code": self.exit_code})

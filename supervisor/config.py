@@ -107,6 +107,7 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     node_id: str = msgspec.field(default_factory=default_node_id)
     limits: dict[str, int] = msgspec.field(default_factory=dict)
     read_api_key: bool = False
+    webhook_allow_networks: tuple[str, ...] | None = None
 
     def __post_init__(self) -> None:
         for option in OPTIONS:
@@ -119,6 +120,11 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
             problem = _check_limit(job_type, limit)
             if problem:
                 raise ConfigError(f"limits: {problem}")
+        for network in self.webhook_allow_networks or ():
+            from goqueue.supervisor.egress import network_problem  # loads aiohttp: only here
+
+            if problem := network_problem(network):
+                raise ConfigError(f"webhook_allow_networks: {network!r} is {problem}")
         if self.database_url is not None:
             _check_dsn(self.database_url)
         if problem := schema_name_problem(self.database_schema):

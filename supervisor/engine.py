@@ -44,6 +44,7 @@ from goqueue.supervisor.summaries import (
     rss_kb,
 )
 from goqueue.supervisor.vocab import WorkerState
+from goqueue.supervisor.webhooks import Delivery, Webhooks
 
 _TYPES_TTL = 2.0
 LIVE_STATS_TTL = 2.0  # store counts shared by every dashboard for this long
@@ -64,6 +65,7 @@ class Engine:
         *,
         history: History,
         kill: Callable[[str], bool],
+        webhooks: Webhooks,
     ) -> None:
         self.store = store
         self.pool = pool
@@ -75,6 +77,7 @@ class Engine:
         self._types: frozenset[str] = frozenset()
         self._types_at = 0.0
         self.history = history
+        self.webhooks = webhooks
         self._live = Coalesced(self._read_live_stats, LIVE_STATS_TTL)
         self._queues = Coalesced(self.store.queue_summaries, QUEUES_TTL)
 
@@ -186,6 +189,13 @@ class Engine:
     async def events(self, job_id: str) -> list[Event]:
         """A job's audit trail."""
         return await self.store.events(job_id)
+
+    async def deliveries(self, job_id: str) -> list[Delivery] | None:
+        """A job's webhook deliveries, oldest first; None when there is no such job."""
+        found = await self.webhooks.deliveries(job_id)
+        if not found and await self.store.get(job_id) is None:
+            return None
+        return found
 
     async def stats(self) -> tuple[Stats, dict[str, int]]:
         """Store counts plus this node's workers by state."""

@@ -13,11 +13,10 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-import msgspec
 from goqueue.supervisor.jobs import Job, Outcome
 from goqueue.supervisor.metrics import Metrics
 from goqueue.supervisor.vocab import TERMINAL, AttemptOutcome, Status
-from goqueue.supervisor.webhooks import WebhookSender
+from goqueue.supervisor.webhooks import Webhooks
 
 log = logging.getLogger("goqueue.hooks")
 
@@ -160,21 +159,17 @@ class LogHook(Hook):
 
 
 class WebhookHook(Hook):
-    """POSTs a finished job to its `webhook_url` (delivery is the sender's business)."""
+    """Tells the node's webhooks about jobs that became terminal (done, failed or
+    cancelled): delivery, and whether its record is durable, is their business."""
 
-    def __init__(self, sender: WebhookSender) -> None:
-        self.sender = sender
-        self._encode = msgspec.json.Encoder().encode
+    def __init__(self, webhooks: Webhooks) -> None:
+        self.webhooks = webhooks
 
     def after_outcome(self, outcome: Outcome) -> None:
-        self._notify(outcome.job)
+        self.webhooks.notify(outcome.job)
 
     def after_cancel(self, job: Job, force: bool) -> None:
-        self._notify(job)
-
-    def _notify(self, job: Job) -> None:
-        if job.webhook_url and job.status in TERMINAL:
-            self.sender.submit(job.webhook_url, self._encode(job), job_id=job.id)
+        self.webhooks.notify(job)
 
 
 def _fields(job: Job) -> dict[str, object]:

@@ -16,7 +16,7 @@ from goqueue.supervisor.leases import Leases
 from goqueue.supervisor.metrics import Metrics
 from goqueue.supervisor.pool import Pool
 from goqueue.supervisor.store.base import Store
-from goqueue.supervisor.webhooks import WebhookSender
+from goqueue.supervisor.webhooks import Webhooks
 
 
 class Server(Protocol):
@@ -41,7 +41,7 @@ class Node:
     hooks: Hooks
     history: History  # the recent past the dashboard shows (also one of the hooks)
     metrics: Metrics
-    webhooks: WebhookSender
+    webhooks: Webhooks  # the outbox on PostgreSQL, in process in memory
     leases: Leases
     http: Server
     reload_settings: Callable[[], Settings]  # re-read the configuration (SIGHUP)

@@ -260,11 +260,12 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "webhook_allow_hosts",
         "list",
-        "hosts webhooks may be delivered to",
+        "hosts webhooks may be delivered to whatever they resolve to (by default loopback, "
+        "private, link-local, CGNAT, multicast and other non-public addresses are refused)",
         metavar="HOST[,HOST...]",
         optional=True,
-        when_unset="any host",
-        example=("hooks.example.com",),
+        when_unset="none: public addresses only",
+        example=("hooks.internal.example.com",),
     ),
     Option(
         "webhook_timeout",
@@ -319,6 +320,16 @@ OPTIONS: tuple[Option, ...] = (
         metavar="ID",
         optional=True,
         example="node-1",
+    ),
+    Option(
+        "webhook_allow_networks",
+        "list",
+        "networks webhooks may be delivered to although not public, in CIDR notation "
+        "(checked on the resolved address of every connection)",
+        metavar="CIDR[,CIDR...]",
+        optional=True,
+        when_unset="none: public addresses only",
+        example=("10.20.0.0/16",),
     ),
 )
 

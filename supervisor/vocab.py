@@ -86,5 +86,13 @@ class WebhookOutcome(StrEnum):
     DELIVERED = "delivered"
     RETRIED = "retried"  # one per retry scheduled
     FAILED = "failed"  # attempts exhausted
-    DROPPED = "dropped"  # queue full, or the sender closed
-    REJECTED = "rejected"  # URL not deliverable, or host not in the allow-list
+    DROPPED = "dropped"  # in memory: queue full, or the sender closed
+    REFUSED = "refused"  # the egress policy refused the URL or its address: nothing sent
+
+
+class WebhookEvent(StrEnum):
+    """What a webhook announces (its `X-GoQueue-Event` header): the terminal status."""
+
+    DONE = "job.done"
+    FAILED = "job.failed"
+    CANCELLED = "job.cancelled"

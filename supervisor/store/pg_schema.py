@@ -280,6 +280,40 @@ CREATE INDEX jobs_finished ON {s}.jobs (finished_at)
     WHERE status IN ('done', 'failed', 'cancelled');
 """,
     ),
+    # Migration 4 is the `claimed` status (the attempt path's rewrite).
+    Migration(
+        5,
+        "webhook outbox",
+        """
+-- One row per webhook delivery, written by the statement that makes its job terminal,
+-- so a delivery commits exactly when the status does; any live node delivers it.
+CREATE TABLE {s}.webhook_deliveries (
+    id              uuid PRIMARY KEY,  -- the X-GoQueue-Delivery header, the same on retries
+    job_id          uuid NOT NULL,
+    event           text NOT NULL
+                    CHECK (event IN ('job.done', 'job.failed', 'job.cancelled')),
+    url             text NOT NULL,
+    body            text NOT NULL,  -- the job as the API shows it, encoded once
+    created_at      timestamptz NOT NULL,
+    attempts        integer NOT NULL DEFAULT 0,
+    history         jsonb NOT NULL DEFAULT '[]',  -- each attempt: at, status_code, error, node
+    -- When it is due; NULL once delivered or given up. A node delivering it pushes this
+    -- a lease ahead (and holds lease_token), so if that node dies another takes it then.
+    next_attempt_at timestamptz,
+    lease_owner     text,
+    lease_token     uuid,
+    delivered_at    timestamptz,
+    given_up_at     timestamptz
+);
+-- Small and cheap to poll: only deliveries still to make.
+CREATE INDEX webhook_deliveries_due ON {s}.webhook_deliveries (next_attempt_at)
+    WHERE next_attempt_at IS NOT NULL;
+CREATE INDEX webhook_deliveries_job ON {s}.webhook_deliveries (job_id);
+-- Pruning finished deliveries with their jobs.
+CREATE INDEX webhook_deliveries_finished ON {s}.webhook_deliveries (created_at)
+    WHERE next_attempt_at IS NULL;
+""",
+    ),
 )
 
 

@@ -12,6 +12,11 @@ which is also the order `pg_rows.job` decodes. Every state change writes its aud
 events in the same statement (a `trail` CTE over the changed rows, `changed`), so an
 event commits exactly when the change it describes does, at no extra round trip.
 
+A terminal status (done, failed, cancelled) writes its webhook's outbox row in the same
+statement too: the `outbox` CTE, over the `hooked` column of `changed` (the whole new
+row when the job has a `webhook_url`, NULL otherwise). The deliveries are then read and
+updated by the `OUTBOX_*` statements (`pg_outbox`).
+
 The migrations (tables, indexes, the claim function) are in `pg_schema`.
 """
 
@@ -26,6 +31,7 @@ from typing import Final
 import msgspec
 from goqueue.supervisor.jobs import Job, JobFilter
 from goqueue.supervisor.store.pg_schema import channel, check_schema_name
+from goqueue.supervisor.store.pg_webhook_body import body_sql
 from goqueue.supervisor.vocab import EventKind
 
 JOB_FIELDS: Final = tuple(field.name for field in msgspec.structs.fields(Job))
@@ -62,6 +68,20 @@ _TRAIL_OF_EVENTS = """trail AS (
             ORDER BY e.n)"""
 
 
+# `hooked`: a column of `changed` holding the job's new row when it has a webhook (the
+# UPDATE's target is `jobs`, or `j` in `hooked_j`). `outbox`: a CTE writing one delivery,
+# due now, per such row; its event is `job.` and the status (done, failed, cancelled).
+_HOOKED = "CASE WHEN {t}.webhook_url IS NOT NULL THEN {t} END AS hooked"
+_OUTBOX = f"""outbox AS (
+            INSERT INTO {{s}}.webhook_deliveries
+                (id, job_id, event, url, body, created_at, next_attempt_at)
+            SELECT gen_random_uuid(), (h.hooked).id, 'job.' || (h.hooked).status,
+                (h.hooked).webhook_url,
+                {body_sql("h.hooked")},
+                now(), now()
+            FROM changed h WHERE (h.hooked).id IS NOT NULL)"""
+
+
 def _fragments(schema: str) -> dict[str, str]:
     """The fragments the templates share, with the schema filled in."""
     quoted = f'"{schema}"'
@@ -91,6 +111,9 @@ def _fragments(schema: str) -> dict[str, str]:
               AND (%(job_id)s::uuid IS NULL OR job_id = %(job_id)s::uuid)
               AND (%(pattern)s::text IS NULL OR t.e ILIKE %(pattern)s::text)""",
         "channel": f'"{channel(schema)}"',
+        "hooked": _HOOKED.format(t="jobs"),
+        "hooked_j": _HOOKED.format(t="j"),
+        "outbox": _OUTBOX,
     }
     return {name: text.replace("{s}", quoted) for name, text in fragments.items()} | {"s": quoted}
 
@@ -154,6 +177,10 @@ class Sql(StrEnum):
     JOB_BRIEFS = auto()
     DEAD_BRIEFS = auto()
     COUNT_DEAD_BRIEFS = auto()
+    # the webhook outbox
+    OUTBOX_CLAIM = auto()
+    OUTBOX_RECORD = auto()
+    OUTBOX_OF_JOB = auto()
 
 
 TEMPLATES: Final[Mapping[Sql, str]] = MappingProxyType(
@@ -273,7 +300,8 @@ TEMPLATES: Final[Mapping[Sql, str]] = MappingProxyType(
                 UPDATE {{s}}.jobs SET status = 'done', result = %(result)s,
                     finished_at = now(), updated_at = now(), {{clear_lease}}
                 WHERE {{fenced}}
-                RETURNING id, attempts, finished_at),
+                RETURNING id, attempts, finished_at, {{hooked}}),
+            {{outbox}},
             {_trail(EventKind.SUCCEEDED)}
             SELECT finished_at FROM changed""",
         # The ids become a uuid[] once (an initplan): a cast of the text[] parameter in
@@ -286,7 +314,8 @@ TEMPLATES: Final[Mapping[Sql, str]] = MappingProxyType(
                     AS c(id, token, result)
                 WHERE j.id = ANY (ARRAY(SELECT unnest(%(ids)b::uuid[])))
                   AND j.id = c.id AND j.lease_token = c.token AND j.status = 'running'
-                RETURNING j.id, c.token, j.attempts, j.finished_at),
+                RETURNING j.id, c.token, j.attempts, j.finished_at, {{hooked_j}}),
+            {{outbox}},
             {_trail(EventKind.SUCCEEDED)}
             SELECT id, token, finished_at FROM changed""",
         # Pending again at %(retry_at)s (now when NULL), with the events given.
@@ -304,7 +333,8 @@ TEMPLATES: Final[Mapping[Sql, str]] = MappingProxyType(
                 UPDATE {s}.jobs SET status = 'failed', finished_at = now(), {append_error},
                     updated_at = now(), {clear_lease}
                 WHERE {fenced}
-                RETURNING {job}),
+                RETURNING {job}, {hooked}),
+            {outbox},
             {trail}
             SELECT {job} FROM changed""",
         Sql.INSERT_DEAD: """
@@ -324,7 +354,8 @@ TEMPLATES: Final[Mapping[Sql, str]] = MappingProxyType(
                 UPDATE {{s}}.jobs SET status = 'cancelled', finished_at = now(),
                     updated_at = now(), {{clear_lease}}
                 WHERE id = %(id)s
-                RETURNING {{job}}),
+                RETURNING {{job}}, {{hooked}}),
+            {{outbox}},
             {_trail(EventKind.CANCELLED)}
             SELECT {{job}} FROM changed""",
         Sql.GET: "SELECT {job} FROM {s}.jobs WHERE id = %(id)s",
@@ -363,7 +394,12 @@ TEMPLATES: Final[Mapping[Sql, str]] = MappingProxyType(
                       AND finished_at < %(before)s
                     ORDER BY finished_at LIMIT %(limit)s)
                 RETURNING id),
-            trail AS (DELETE FROM {s}.events WHERE job_id IN (SELECT id FROM gone))
+            trail AS (DELETE FROM {s}.events WHERE job_id IN (SELECT id FROM gone)),
+            -- finished deliveries as old (created with their job's terminal status)
+            hooks AS (DELETE FROM {s}.webhook_deliveries WHERE id IN (
+                SELECT id FROM {s}.webhook_deliveries
+                WHERE next_attempt_at IS NULL AND created_at < %(before)s
+                ORDER BY created_at LIMIT %(limit)s))
             SELECT count(*) FROM gone""",
         Sql.QUEUE_PENDING: """
             SELECT queue, priority, count(*),
@@ -392,6 +428,44 @@ TEMPLATES: Final[Mapping[Sql, str]] = MappingProxyType(
             {dead_from}
             ORDER BY created_at DESC, seq DESC LIMIT %(limit)s OFFSET %(offset)s""",
         Sql.COUNT_DEAD_BRIEFS: "SELECT count(*) {dead_from}",
+        # Due deliveries, leased by pushing their next attempt a lease ahead (if this node
+        # dies, that is when another takes them) under a fresh token.
+        Sql.OUTBOX_CLAIM: """
+            WITH due AS (
+                SELECT id FROM {s}.webhook_deliveries WHERE next_attempt_at <= now()
+                ORDER BY next_attempt_at LIMIT %(limit)s
+                FOR UPDATE SKIP LOCKED)
+            UPDATE {s}.webhook_deliveries d
+            SET next_attempt_at = now() + %(lease)s::float8 * interval '1 second',
+                lease_owner = %(node)s, lease_token = gen_random_uuid()
+            FROM due WHERE d.id = due.id
+            RETURNING d.id, d.job_id, d.event, d.url, d.body, d.attempts, d.lease_token""",
+        # One attempt, fenced by the lease token: delivered, given up (`final`, or the next
+        # attempt would come past `max_age` after the terminal status), or due again after
+        # `delay` seconds. Answers whether it was given up (no row: the lease was lost).
+        Sql.OUTBOX_RECORD: """
+            WITH r AS (
+                SELECT id, %(delivered)s::bool AS ok,
+                    NOT %(delivered)s::bool AND (%(final)s::bool
+                        OR now() + %(delay)s::float8 * interval '1 second'
+                            > created_at + %(max_age)s::float8 * interval '1 second') AS last
+                FROM {s}.webhook_deliveries
+                WHERE id = %(id)s AND lease_token = %(token)s)
+            UPDATE {s}.webhook_deliveries d
+            SET attempts = d.attempts + 1,
+                history = d.history || jsonb_build_array(jsonb_build_object(
+                    'at', now(), 'status_code', %(status_code)s::int,
+                    'error', %(error)s::text, 'node', %(node)s::text)),
+                delivered_at = CASE WHEN r.ok THEN now() END,
+                given_up_at = CASE WHEN r.last THEN now() END,
+                next_attempt_at = CASE WHEN r.ok OR r.last THEN NULL
+                    ELSE now() + %(delay)s::float8 * interval '1 second' END,
+                lease_owner = NULL, lease_token = NULL
+            FROM r WHERE d.id = r.id AND d.lease_token = %(token)s
+            RETURNING r.last""",
+        Sql.OUTBOX_OF_JOB: """
+            SELECT id, event, url, history, delivered_at, next_attempt_at, given_up_at
+            FROM {s}.webhook_deliveries WHERE job_id = %(id)s ORDER BY created_at, id""",
     }
 )
 

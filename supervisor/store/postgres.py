@@ -17,8 +17,8 @@ row, and hands every other request to its parts, each a module beside it:
 `pg_connection` (pool, lanes, fault policy), `pg_enqueue` (enqueues, follow-ups,
 replays), `pg_outcomes` (claims and lease-fenced writes), `pg_reads` (reads and
 pruning), `pg_notify` (NOTIFY, LISTEN and wake-ups), `pg_sql` (every statement),
-`pg_schema` (schema name and migrations), `pg_rows` (values to and from rows) and
-`pg_group_commit`.
+`pg_schema` (schema name and migrations), `pg_rows` (values to and from rows),
+`pg_group_commit`, and `pg_outbox` (the webhook outbox, delivered by `outbox.Outbox`).
 """
 
 from __future__ import annotations
@@ -49,6 +49,7 @@ from goqueue.supervisor.store.base import NewJob
 from goqueue.supervisor.store.pg_connection import Connections
 from goqueue.supervisor.store.pg_enqueue import Enqueuer
 from goqueue.supervisor.store.pg_notify import Listener, Notifier, Wakeups
+from goqueue.supervisor.store.pg_outbox import OutboxRows
 from goqueue.supervisor.store.pg_outcomes import Outcomes
 from goqueue.supervisor.store.pg_reads import Reads
 from goqueue.supervisor.store.pg_sql import Sql, Statements
@@ -105,6 +106,7 @@ class PostgresStore:
             lease_seconds=lease_seconds,
         )
         self._reads = Reads(self._db, self._sql)
+        self.outbox = OutboxRows(self._db, self._sql, node_id)  # delivered by `Outbox`
         self._summaries = Summaries(self._db, self._sql, self._outcomes.live_window)
         self._tasks: list[asyncio.Task[None]] = []
         self._limits: dict[str, int | None] | None = None

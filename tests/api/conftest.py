@@ -133,7 +133,7 @@ class ApiServer:
             await self.runner.cleanup()
         if self.node is not None:
             await self.node.pool.shutdown()
-            await self.node.webhooks.close()
+            await self.node.webhooks.close(0)
 
     # -- HTTP ------------------------------------------------------------------------
 

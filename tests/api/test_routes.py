@@ -240,6 +240,7 @@ def test_oversized_bodies_are_413(make_api_server: Any) -> None:
     [
         ("GET", "/jobs/{}"),
         ("GET", "/jobs/{}/events"),
+        ("GET", "/jobs/{}/deliveries"),
         ("DELETE", "/jobs/{}"),
         ("GET", "/dlq/{}"),
         ("POST", "/dlq/{}/replay"),
@@ -643,7 +644,7 @@ def test_openapi_describes_every_route(api_server: ApiServer) -> None:
     }
     documented = {(path, method) for path, ops in doc["paths"].items() for method in ops}
     assert documented == served
-    assert len(served) == 25  # 18 + the summary routes (5) and the dashboard (2)
+    assert len(served) == 26  # 19 (deliveries included) + the summary routes (5), dashboard (2)
     schemas = doc["components"]["schemas"]
     refs = set(re.findall(r'"#/components/schemas/([^"]+)"', resp.body.decode()))
     assert refs <= set(schemas)

@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import logging
 from datetime import UTC, datetime
-from typing import Any
 
-import msgspec
 import pytest
 from goqueue.supervisor.hooks import Hook, Hooks, LogHook, MetricsHook, WebhookHook
 from goqueue.supervisor.jobs import Job, JobSpec, Outcome
 from goqueue.supervisor.metrics import Metrics
 from goqueue.supervisor.vocab import AttemptOutcome, Status
+from goqueue.supervisor.webhooks import event_of
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -76,28 +75,43 @@ def test_metrics_hook_counts_enqueues_attempts_retries_and_finished_jobs() -> No
     assert count(metrics, "goqueue_jobs_total", type="email", status="pending") == 0
 
 
-class Sender:
+class FakeWebhooks:
     def __init__(self) -> None:
-        self.sent: list[tuple[str, dict[str, Any], str]] = []
+        self.told: list[Job] = []
 
-    def submit(self, url: str, body: bytes, *, job_id: str = "") -> None:
-        self.sent.append((url, msgspec.json.decode(body), job_id))
+    def notify(self, job: Job) -> None:
+        self.told.append(job)
 
 
-def test_webhook_hook_posts_finished_jobs_that_asked_for_it() -> None:
-    sender = Sender()
-    hook = WebhookHook(sender)
+def test_webhook_hook_tells_the_webhooks_of_outcomes_and_cancels() -> None:
+    webhooks = FakeWebhooks()
+    hook = WebhookHook(webhooks)  # type: ignore[arg-type]
     url = "http://127.0.0.1:9/hook"
-    hook.after_outcome(Outcome(job(Status.PENDING, webhook_url=url), []))  # not finished
-    hook.after_outcome(Outcome(job(Status.DONE), []))  # no URL
+    pending = job(Status.PENDING, webhook_url=url)
     done = job(Status.DONE, webhook_url=url)
-    hook.after_outcome(Outcome(done, []))
     cancelled = job(Status.CANCELLED, webhook_url=url)
+    hook.after_outcome(Outcome(pending, []))
+    hook.after_outcome(Outcome(done, []))
     hook.after_cancel(cancelled, force=False)
-    assert [(u, body["status"], i) for u, body, i in sender.sent] == [
-        (url, "done", done.id),
-        (url, "cancelled", cancelled.id),
-    ]
+    # which of them fire (terminal, with a URL) is the webhooks' rule: `event_of`
+    assert webhooks.told == [pending, done, cancelled]
+
+
+@pytest.mark.parametrize(
+    ("status", "url", "event"),
+    [
+        (Status.DONE, "http://h/x", "job.done"),
+        (Status.FAILED, "http://h/x", "job.failed"),
+        (Status.CANCELLED, "http://h/x", "job.cancelled"),
+        (Status.PENDING, "http://h/x", None),
+        (Status.RUNNING, "http://h/x", None),
+        (Status.DONE, None, None),
+    ],
+)
+def test_terminal_jobs_with_a_url_fire_their_event(
+    status: Status, url: str | None, event: str | None
+) -> None:
+    assert event_of(job(status, webhook_url=url)) == event
 
 
 def test_log_hook_lines(caplog: pytest.LogCaptureFixture) -> None:

@@ -84,7 +84,7 @@ class Receiver:
 def test_webhook_is_signed_and_retried_until_delivered(make_node) -> None:
     receiver = Receiver(failures=2)
     try:
-        node = make_node("--webhook-secret", "s3cret")
+        node = make_node("--webhook-secret", "s3cret", "--webhook-allow-hosts", "127.0.0.1")
         job = node.enqueue(type="noop", payload="hi", webhook_url=receiver.url)
         node.wait_status(job["id"], "done")
         wait_for(lambda: len(receiver.deliveries) == 3, timeout=30)
