@@ -30,6 +30,7 @@ from goqueue.supervisor.node import Node
 from goqueue.supervisor.pool import Pool, Recycle
 from goqueue.supervisor.store.base import Store
 from goqueue.supervisor.store.memory import MemoryStore
+from goqueue.supervisor.waiters import Waiters
 from goqueue.supervisor.webhooks import WebhookSender
 
 log = logging.getLogger("goqueue.node")
@@ -96,7 +97,8 @@ def build_node(settings: Settings, reload_settings: Callable[[], Settings]) -> N
     metrics = Metrics()
     webhooks = make_webhooks(settings, metrics)
     history = History()
-    hooks = Hooks([MetricsHook(metrics), LogHook(), WebhookHook(webhooks), history])
+    waiters = Waiters(store.get)  # GET /jobs/{id}?wait=: woken by outcomes recorded here
+    hooks = Hooks([MetricsHook(metrics), LogHook(), WebhookHook(webhooks), history, waiters])
     catalog = Catalog((), settings.limits)  # the first worker's Ready fills it in
     pool = Pool(
         asyncio.get_running_loop(),
@@ -116,7 +118,14 @@ def build_node(settings: Settings, reload_settings: Callable[[], Settings]) -> N
     pool.listen(jobs=dispatcher)
     store.set_waker(dispatcher.wake)
     engine = Engine(
-        store, pool, catalog, hooks, metrics, history=history, kill=dispatcher.cancel_lease
+        store,
+        pool,
+        catalog,
+        hooks,
+        metrics,
+        history=history,
+        kill=dispatcher.cancel_lease,
+        waiters=waiters,
     )
     http = HttpServer(settings, lambda: create_app(engine, settings))
     return Node(
