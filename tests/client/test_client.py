@@ -103,6 +103,14 @@ def test_enqueue_many_answers_each_job_on_its_own(client: goqueue.Client) -> Non
     assert isinstance(duplicate, goqueue.Conflict) and duplicate.existing_id == keyed.id
 
 
+def test_enqueue_many_sends_a_request_per_thousand_jobs(client: goqueue.Client) -> None:
+    client.pause("bulk")
+    jobs = [{"type": "noop", "payload": i, "queue": "bulk"} for i in range(1500)]
+    answers = client.enqueue_many(jobs)
+    assert [a.payload for a in answers if isinstance(a, goqueue.Job)] == list(range(1500))
+    assert client.queue_stats("bulk").counts["pending"] == 1500
+
+
 def test_refusals_are_typed(client: goqueue.Client) -> None:
     with pytest.raises(goqueue.NotFound):
         client.get("00000000-0000-4000-8000-000000000000")
