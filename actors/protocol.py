@@ -34,6 +34,8 @@ class ActorInfo(msgspec.Struct, array_like=True):
     timeout: float | None = None
     max_retries: int | None = None
     concurrency: int | None = None
+    queue: str | None = None
+    priority: int | None = None
 
 
 class Ready(msgspec.Struct, tag="ready", tag_field="msg", array_like=True):

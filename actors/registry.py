@@ -2,6 +2,10 @@
 
 There is no global registry: `load_actors` imports the named modules and collects the
 `Actor` objects they define, so each worker (and each reload) builds its own.
+
+An actor is also a producer: `send_email.send(payload)` enqueues a job of its type with
+its declared defaults, through `goqueue.client` (imported only when called, so a worker
+that never sends loads no HTTP code).
 """
 
 from __future__ import annotations
@@ -12,13 +16,19 @@ import inspect
 import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from goqueue.actors.errors import ActorDefinitionError
 from goqueue.actors.protocol import ActorInfo
 
+if TYPE_CHECKING:
+    from typing import Unpack
+
+    from goqueue.api.wire import JobOut
+    from goqueue.client.core import AsyncProducer, JobOptions, Producer
+
 _NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}$")
-_OPTIONS = ("timeout", "max_retries", "concurrency")
+_OPTIONS = ("timeout", "max_retries", "concurrency", "queue", "priority")
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,6 +53,8 @@ class Actor:
     timeout: float | None = None
     max_retries: int | None = None
     concurrency: int | None = None
+    queue: str | None = None
+    priority: int | None = None
 
     @property
     def is_async(self) -> bool:
@@ -51,11 +63,50 @@ class Actor:
 
     def info(self) -> ActorInfo:
         """The declaration as sent to the supervisor."""
-        return ActorInfo(self.name, self.timeout, self.max_retries, self.concurrency)
+        return ActorInfo(
+            self.name, self.timeout, self.max_retries, self.concurrency, self.queue, self.priority
+        )
 
     def __call__(self, payload: Any, ctx: Context) -> Any:
         """Call the handler directly (handy in unit tests of user code)."""
         return self.fn(payload, ctx)
+
+    def options(self, given: JobOptions) -> JobOptions:
+        """`given` with this actor's declared defaults filled in where it leaves them out
+        (queue, priority, timeout, retries): a job's own fields win over its actor's."""
+        declared: dict[str, Any] = {
+            "queue": self.queue,
+            "priority": self.priority,
+            "timeout_seconds": self.timeout,
+            "max_retries": self.max_retries,
+        }
+        merged: dict[str, Any] = {k: v for k, v in declared.items() if v is not None}
+        merged.update((k, v) for k, v in given.items() if v is not None)
+        return merged  # type: ignore[return-value]
+
+    def send(
+        self, payload: Any = None, *, client: Producer | None = None, **options: Unpack[JobOptions]
+    ) -> JobOut:
+        """Enqueue a job of this actor's type: `send_email.send({"to": ...})`. It goes
+        through `client`, else the one `goqueue.configure()` (or $GOQUEUE_URL) set up."""
+        from goqueue.client import default
+
+        sender = client if client is not None else default.client()
+        return sender.enqueue(self.name, payload, **self.options(options))
+
+    async def send_async(
+        self,
+        payload: Any = None,
+        *,
+        client: AsyncProducer | None = None,
+        **options: Unpack[JobOptions],
+    ) -> JobOut:
+        """`send` for async code: `await send_email.send_async({"to": ...})`, through
+        `client` (an `AsyncClient`), else one per event loop as `goqueue.configure()` set."""
+        from goqueue.client import default
+
+        sender = client if client is not None else await default.async_client()
+        return await sender.enqueue(self.name, payload, **self.options(options))
 
 
 def actor(name: str | None = None, **options: Any) -> Callable[[Handler], Actor]:
@@ -69,7 +120,7 @@ def actor(name: str | None = None, **options: Any) -> Callable[[Handler], Actor]
 
     def wrap(fn: Handler) -> Actor:
         actor_name = name or fn.__name__
-        if not _NAME.match(actor_name):
+        if not _NAME.fullmatch(actor_name):
             raise ActorDefinitionError(
                 f"actor name {actor_name!r} must be 1-200 characters of letters, digits, _.:-"
             )
@@ -93,6 +144,15 @@ def _check_options(name: str | None, options: Mapping[str, Any]) -> None:
             ok = isinstance(value, int | float) and not isinstance(value, bool) and value > 0
             if not ok:
                 raise ActorDefinitionError(f"{label}: timeout must be a positive number")
+        elif key == "queue":
+            if not isinstance(value, str) or not _NAME.fullmatch(value):
+                raise ActorDefinitionError(
+                    f"{label}: queue must be 1-200 characters of letters, digits, _.:-"
+                )
+        elif key == "priority":
+            ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 10
+            if not ok:
+                raise ActorDefinitionError(f"{label}: priority must be an integer from 0 to 10")
         else:
             low = 0 if key == "max_retries" else 1
             if not isinstance(value, int) or isinstance(value, bool) or value < low:

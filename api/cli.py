@@ -28,6 +28,12 @@ def build_parser() -> argparse.ArgumentParser:
         description="GoQueue: a background job processor with a REST API. A supervisor "
         "process feeds worker processes it can truly kill.",
     )
+    from goqueue.api.client import add_client_commands, add_connection_options
+
+    add_connection_options(
+        parser.add_argument_group("connection (client commands; also after the command)"),
+        before_command=True,
+    )
     commands = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     serve = commands.add_parser(
         "serve",
@@ -48,8 +54,6 @@ def build_parser() -> argparse.ArgumentParser:
     )
     config.add_arguments(migrate, only=MIGRATE_OPTIONS)
     migrate.set_defaults(func=_migrate)
-    from goqueue.api.client import add_client_commands
-
     add_client_commands(commands)
     _add_bench_command(commands)
     return parser
@@ -80,6 +84,8 @@ def _no_bench(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    if misplaced := _connection_before(args):
+        return _fail("goqueue serve", misplaced, EXIT_USAGE)
     try:
         settings = config.load(args, os.environ)
     except ConfigError as exc:
@@ -97,6 +103,8 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _migrate(args: argparse.Namespace) -> int:
+    if misplaced := _connection_before(args):
+        return _fail("goqueue migrate", misplaced, EXIT_USAGE)
     try:
         settings = config.load(args, os.environ)
     except ConfigError as exc:
@@ -138,6 +146,19 @@ async def _apply_migrations(dsn: str, schema: str) -> list[int]:
         return await pg_schema.migrate(conn, schema)
 
 
+def _connection_before(args: argparse.Namespace) -> str | None:
+    """A complaint when client connection options came before `serve` or `migrate`
+    (`goqueue --api-key K serve` must not start a node without the key it names)."""
+    given = [name for name in ("url", "api_key", "http_timeout") if getattr(args, f"global_{name}")]
+    if not given:
+        return None
+    flags = ", ".join("--" + name.replace("_", "-") for name in given)
+    return (
+        f"{flags} before the command belong to the client commands; "
+        f"give the node's own options after `{args.command}`"
+    )
+
+
 def _fail(command: str, error: object, code: int) -> int:
     """One line on stderr, whatever the error's own line breaks (psycopg adds hints)."""
     print(f"{command}: {' '.join(str(error).split())}", file=sys.stderr)
@@ -147,7 +168,21 @@ def _fail(command: str, error: object, code: int) -> int:
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `goqueue` command."""
     args = build_parser().parse_args(argv)
-    return int(args.func(args) or 0)
+    try:
+        code = int(args.func(args) or 0)
+        sys.stdout.flush()  # here, where a reader that left can still be handled
+    except BrokenPipeError:
+        return _reader_left()
+    return code
+
+
+def _reader_left() -> int:
+    """The reader of our output went away (`goqueue jobs | head`): that is its choice,
+    not an error. Point stdout at /dev/null so the flush at exit stays quiet too."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return 0
 
 
 if __name__ == "__main__":

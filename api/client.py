@@ -1,29 +1,24 @@
 """The `goqueue` client subcommands: enqueue, inspect and manage jobs on a running node.
 
-HTTP goes through `urllib.request` only, so the client needs no event loop and no
-dependency beyond the standard library. Exit codes: 0 success, 1 the server answered with
-an error, 2 the server could not be reached (or the command line was wrong, as argparse).
-The tables and key/value blocks printed for people are formatted in `client_output`.
+A thin layer over `goqueue.Client` (standard library HTTP, keep-alive, safe retries):
+each command makes one call and prints its typed answer. Exit codes: 0 success, 1 the
+server answered with an error, 2 the server could not be reached (or the command line
+was wrong, as argparse). The tables and key/value blocks printed for people are
+formatted in `client_output`; `--json` prints the answer as the API sent it.
 """
 
 from __future__ import annotations
 
 import argparse
 import functools
-import http.client
 import json
-import os
-import socket
 import sys
-import urllib.error
-import urllib.parse
-import urllib.request
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeAlias
 
+import msgspec
 from goqueue.api.client_output import (
     DEAD_COLUMNS,
     EVENT_COLUMNS,
@@ -37,144 +32,44 @@ from goqueue.api.client_output import (
     priority_depth,
     table,
 )
-from goqueue.supervisor.jobs import DEFAULT_MAX_RETRIES, DEFAULT_PRIORITY, STATUSES
+from goqueue.client import core
+from goqueue.client.errors import (
+    ClientError,
+    ConnectionFailed,
+    InvalidJob,
+    RequestError,
+    Unauthorized,
+)
+from goqueue.client.sync import Client
+from goqueue.supervisor.jobs import (
+    DEFAULT_MAX_RETRIES,
+    DEFAULT_PRIORITY,
+    DEFAULT_QUEUE,
+    STATUSES,
+)
 
 if TYPE_CHECKING:
     Subparsers: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
 
-DEFAULT_URL = "http://127.0.0.1:8080"
-DEFAULT_HTTP_TIMEOUT = 10.0
+DEFAULT_URL = core.DEFAULT_URL
+DEFAULT_HTTP_TIMEOUT = core.DEFAULT_TIMEOUT
 
 EXIT_OK = 0
 EXIT_HTTP_ERROR = 1
 EXIT_UNREACHABLE = 2
 EXIT_USAGE = 2  # as argparse
 
-
-class ClientError(Exception):
-    """A request that did not succeed; `exit_code` is what the command returns."""
-
-    def __init__(self, message: str, exit_code: int) -> None:
-        super().__init__(message)
-        self.exit_code = exit_code
+# The connection options, also accepted before the command (`goqueue --url U jobs`);
+# given after it, they win.
+CONNECTION_OPTIONS = ("url", "api_key", "http_timeout")
 
 
-class HttpError(ClientError):
-    """The server answered with an error status and (usually) `{"error", "details"}`."""
-
-    def __init__(self, status: int, message: str, details: Any = None) -> None:
-        super().__init__(message, EXIT_HTTP_ERROR)
-        self.status = status
-        self.details = details
-
-
-class Unreachable(ClientError):
-    """No answer: connection refused, timed out, unknown host, bad URL."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__(message, EXIT_UNREACHABLE)
-
-
-@dataclass(frozen=True, slots=True)
-class Response:
-    """A successful answer: its status (200 vs 201 matters for enqueue) and decoded JSON."""
-
-    status: int
-    data: Any
-
-
-@dataclass(frozen=True, slots=True)
-class Client:
-    """A blocking JSON client for one node's API."""
-
-    base_url: str
-    api_key: str | None = None
-    timeout: float = DEFAULT_HTTP_TIMEOUT
-
-    def request(
-        self,
-        method: str,
-        path: str,
-        *,
-        query: Mapping[str, object] | None = None,
-        body: object = None,
-        headers: Mapping[str, str] | None = None,
-    ) -> Response:
-        """Send one request; raise `HttpError` or `Unreachable` unless it succeeds."""
-        url = self.base_url.rstrip("/") + path + _query_string(query)
-        data = None if body is None else json.dumps(body).encode()
-        req = urllib.request.Request(url, data=data, method=method)
-        req.add_header("Accept", "application/json")
-        if data is not None:
-            req.add_header("Content-Type", "application/json")
-        if self.api_key:
-            req.add_header("X-API-Key", self.api_key)
-        for name, value in (headers or {}).items():
-            req.add_header(name, value)
-        try:
-            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
-                return Response(resp.status, _decode(resp.status, resp.read()))
-        except urllib.error.HTTPError as exc:
-            raise _http_error(exc) from None
-        except urllib.error.URLError as exc:
-            raise Unreachable(self._why_unreachable(exc.reason)) from None
-        except (OSError, http.client.HTTPException) as exc:
-            # A timeout while reading, or the connection dropped mid-answer.
-            raise Unreachable(self._why_unreachable(exc)) from None
-
-    def _why_unreachable(self, reason: object) -> str:
-        """One line saying why the node did not answer."""
-        where = self.base_url
-        if isinstance(reason, ConnectionRefusedError):
-            return f"cannot connect to {where}: connection refused (is `goqueue serve` running?)"
-        if isinstance(reason, TimeoutError):
-            return f"no answer from {where} within {self.timeout:g} s"
-        if isinstance(reason, socket.gaierror):
-            return f"cannot resolve the host in {where}: {reason.strerror}"
-        return f"cannot reach {where}: {getattr(reason, 'strerror', None) or reason}"
-
-
-def _query_string(query: Mapping[str, object] | None) -> str:
-    """`?a=1&b=2` from the non-None items, or an empty string."""
-    items = {k: _query_value(v) for k, v in (query or {}).items() if v is not None}
-    return "?" + urllib.parse.urlencode(items) if items else ""
-
-
-def _query_value(value: object) -> str:
-    """Query values as the API expects them (booleans in lower case)."""
-    return str(value).lower() if isinstance(value, bool) else str(value)
-
-
-def _decode(status: int, raw: bytes) -> Any:
-    """The JSON body of a successful answer (None when empty)."""
-    if not raw.strip():
-        return None
-    try:
-        return json.loads(raw)
-    except ValueError:
-        snippet = raw[:200].decode(errors="replace")
-        raise HttpError(status, "the server's answer is not JSON", snippet) from None
-
-
-def _http_error(exc: urllib.error.HTTPError) -> HttpError:
-    """An `HttpError` carrying the server's `{"error", "details"}`, or whatever it sent."""
-    try:
-        raw = exc.read()
-    except OSError:
-        raw = b""
-    try:
-        body = json.loads(raw)
-    except ValueError:
-        body = None
-    if isinstance(body, dict) and "error" in body:
-        return HttpError(exc.code, str(body["error"]), body.get("details"))
-    text = raw.decode(errors="replace").strip()[:200]
-    return HttpError(exc.code, text or str(exc.reason))
-
-
-def _segment(value: str) -> str:
-    """A path segment, quoted so an id or queue name can never change the path."""
-    return urllib.parse.quote(value, safe="")
+def exit_code(exc: ClientError) -> int:
+    """What a command returns for a failed request (a job the client refuses to send
+    is a wrong command line)."""
+    if isinstance(exc, InvalidJob):
+        return EXIT_USAGE
+    return EXIT_UNREACHABLE if isinstance(exc, ConnectionFailed) else EXIT_HTTP_ERROR
 
 
 # --- argument types --------------------------------------------------------------------
@@ -237,25 +132,31 @@ def _rfc3339(text: str) -> str:
 Handler = Callable[[Client, argparse.Namespace], int]
 
 
+def connection(args: argparse.Namespace, name: str) -> Any:
+    """A connection option: given after the command, else before it, else None."""
+    value = getattr(args, name, None)
+    return value if value is not None else getattr(args, f"global_{name}", None)
+
+
 def _client_from(args: argparse.Namespace) -> Client:
-    """A client for the node named by --url / $GOQUEUE_URL, with the key and timeout."""
-    url = args.url or os.environ.get("GOQUEUE_URL") or DEFAULT_URL
-    parts = urllib.parse.urlsplit(url)
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        raise Unreachable(f"invalid URL {url!r}: expected http://HOST[:PORT]")
-    key = args.api_key or os.environ.get("GOQUEUE_API_KEY") or os.environ.get("API_KEY")
-    return Client(url, key or None, args.http_timeout or DEFAULT_HTTP_TIMEOUT)
+    """A client for the node named by --url / $GOQUEUE_URL, with the key and timeout
+    (ValueError for a URL that is not one)."""
+    timeout = connection(args, "http_timeout") or DEFAULT_HTTP_TIMEOUT
+    return Client(connection(args, "url"), connection(args, "api_key"), timeout)
 
 
 def _report(exc: ClientError, client_has_key: bool) -> None:
     """Print a failed request to stderr: the server's message, then its details."""
-    if not isinstance(exc, HttpError):
+    if not isinstance(exc, RequestError):
         print(f"goqueue: {exc}", file=sys.stderr)
         return
-    print(f"goqueue: error: {exc} (HTTP {exc.status})", file=sys.stderr)
-    if exc.details is not None:
+    if isinstance(exc, InvalidJob):
+        print(f"goqueue: invalid job (not sent): {exc}", file=sys.stderr)
+    else:
+        print(f"goqueue: error: {exc} (HTTP {exc.status})", file=sys.stderr)
+    if exc.details:
         print(f"goqueue: details: {cell(exc.details)}", file=sys.stderr)
-    if exc.status == 401 and not client_has_key:
+    if isinstance(exc, Unauthorized) and not client_has_key:
         print("goqueue: hint: pass --api-key or set GOQUEUE_API_KEY", file=sys.stderr)
 
 
@@ -266,42 +167,51 @@ def _command(handler: Handler) -> Callable[[argparse.Namespace], int]:
     def run(args: argparse.Namespace) -> int:
         try:
             client = _client_from(args)
-        except ClientError as exc:
-            _report(exc, client_has_key=False)
-            return exc.exit_code
+        except ValueError as exc:
+            print(f"goqueue: {exc}", file=sys.stderr)
+            return EXIT_UNREACHABLE
         try:
             return handler(client, args)
         except ClientError as exc:
             _report(exc, client_has_key=client.api_key is not None)
-            return exc.exit_code
+            return exit_code(exc)
+        finally:
+            client.close()
 
     return run
 
 
+def plain(value: Any) -> Any:
+    """A typed answer as JSON-like builtins (what the API sent)."""
+    return msgspec.to_builtins(value)
+
+
 def _print_json(data: Any) -> int:
-    """Print the server's JSON answer as it is (indented)."""
-    print(json.dumps(data, indent=2))
+    """Print the server's answer as JSON (indented)."""
+    print(json.dumps(plain(data), indent=2))
     return EXIT_OK
 
 
-def _job_body(args: argparse.Namespace) -> dict[str, Any]:
-    """The POST /jobs body from the enqueue options, leaving out what was not given."""
-    body = {
-        "type": args.type,
-        "queue": args.queue,
-        "payload": args.payload,
-        "priority": args.priority,
-        "max_retries": args.max_retries,
-        "run_at": args.run_at,
-        "delay_seconds": args.delay,
-        "timeout_seconds": args.timeout,
-        "dedupe_key": args.dedupe_key,
-        "dedupe_window_seconds": args.dedupe_window,
-        "webhook_url": args.webhook_url,
-        "on_success": args.on_success,
-        "on_failure": args.on_failure,
-    }
-    return {k: v for k, v in body.items() if v is not None}
+_JOB_OPTIONS = (
+    ("queue", "queue"),
+    ("priority", "priority"),
+    ("max_retries", "max_retries"),
+    ("run_at", "run_at"),
+    ("delay_seconds", "delay"),
+    ("timeout_seconds", "timeout"),
+    ("dedupe_key", "dedupe_key"),
+    ("dedupe_window_seconds", "dedupe_window"),
+    ("webhook_url", "webhook_url"),
+    ("on_success", "on_success"),
+    ("on_failure", "on_failure"),
+    ("idempotency_key", "idempotency_key"),
+)
+
+
+def _job_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The job options given on the command line (what was not given is left out)."""
+    given = {name: getattr(args, dest) for name, dest in _JOB_OPTIONS}
+    return {k: v for k, v in given.items() if v is not None}
 
 
 @_command
@@ -310,89 +220,80 @@ def cmd_enqueue(client: Client, args: argparse.Namespace) -> int:
     if args.dedupe_window is not None and args.dedupe_key is None:
         print("goqueue enqueue: --dedupe-window needs --dedupe-key", file=sys.stderr)
         return EXIT_USAGE
-    headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else None
-    resp = client.request("POST", "/jobs", body=_job_body(args), headers=headers)
+    job, created = client.submit(args.type, args.payload, **_job_options(args))
     if args.json:
-        return _print_json(resp.data)
-    job = resp.data
-    if resp.status == 201:
-        print(f"enqueued job {job['id']}")
+        return _print_json(job)
+    if created:
+        print(f"enqueued job {job.id}")
     else:
-        print(f"job {job['id']} already exists for this Idempotency-Key (nothing enqueued)")
-    print(fields(job, JOB_FIELD_ORDER))
+        print(f"job {job.id} already exists for this Idempotency-Key (nothing enqueued)")
+    print(fields(plain(job), JOB_FIELD_ORDER))
     return EXIT_OK
 
 
 @_command
 def cmd_jobs(client: Client, args: argparse.Namespace) -> int:
     """GET /jobs with filters, newest first, as a table."""
-    query = {
-        "type": args.type,
-        "status": args.status,
-        "queue": args.queue,
-        "limit": args.limit,
-        "offset": args.offset,
-    }
-    page = client.request("GET", "/jobs", query=query).data
+    page = client.jobs_page(
+        type=args.type, status=args.status, queue=args.queue, limit=args.limit, offset=args.offset
+    )
     if args.json:
         return _print_json(page)
-    jobs = page.get("jobs", [])
+    data = plain(page)
+    jobs = data["jobs"]
     if jobs:
         print(table(jobs, JOB_COLUMNS))
-    print(page_footer("jobs", len(jobs), page))
+    print(page_footer("jobs", len(jobs), data))
     return EXIT_OK
 
 
 @_command
 def cmd_job(client: Client, args: argparse.Namespace) -> int:
     """GET /jobs/{id} as a key/value block."""
-    job = client.request("GET", f"/jobs/{_segment(args.id)}").data
+    job = client.get(args.id)
     if args.json:
         return _print_json(job)
-    print(fields(job, JOB_FIELD_ORDER))
+    print(fields(plain(job), JOB_FIELD_ORDER))
     return EXIT_OK
 
 
 @_command
 def cmd_events(client: Client, args: argparse.Namespace) -> int:
     """GET /jobs/{id}/events: the job's audit trail, oldest first."""
-    data = client.request("GET", f"/jobs/{_segment(args.id)}/events").data
+    events = client.events(args.id)
     if args.json:
-        return _print_json(data)
-    events = data.get("events", [])
-    print(table(events, EVENT_COLUMNS) if events else "no events")
+        return _print_json({"events": events})
+    print(table(plain(events), EVENT_COLUMNS) if events else "no events")
     return EXIT_OK
 
 
 @_command
 def cmd_cancel(client: Client, args: argparse.Namespace) -> int:
     """DELETE /jobs/{id}, with force=true to kill a running job."""
-    query = {"force": True} if args.force else None
-    job = client.request("DELETE", f"/jobs/{_segment(args.id)}", query=query).data
+    job = client.cancel(args.id, force=args.force)
     if args.json:
         return _print_json(job)
-    print(f"job {job.get('id', args.id)}: {job.get('status', 'cancelled')}")
+    print(f"job {job.id}: {job.status}")
     return EXIT_OK
 
 
 @_command
 def cmd_stats(client: Client, args: argparse.Namespace) -> int:
     """GET /stats: counts by status, pending depth by queue, dead letters, workers."""
-    stats = client.request("GET", "/stats").data
+    stats = client.stats()
     if args.json:
         return _print_json(stats)
-    print(counts("status", stats.get("counts", {}), STATUSES))
-    queues = stats.get("queues", {})
-    if queues:
+    print(counts("status", stats.counts, STATUSES))
+    if stats.queues:
         rows = [
             {"queue": name, "pending": sum(depth.values()), "by_priority": priority_depth(depth)}
-            for name, depth in sorted(queues.items())
+            for name, depth in sorted(stats.queues.items())
         ]
         print()
         print(table(rows, ("queue", "pending", "by_priority")))
-    workers = stats.get("workers") or {}
+    workers = stats.workers
     print()
-    print(f"dead letters  {stats.get('dead_letters', 0)}")
+    print(f"dead letters  {stats.dead_letters}")
     print(f"workers       busy {workers.get('busy', '-')}, idle {workers.get('idle', '-')}")
     return EXIT_OK
 
@@ -400,61 +301,63 @@ def cmd_stats(client: Client, args: argparse.Namespace) -> int:
 @_command
 def cmd_queue_stats(client: Client, args: argparse.Namespace) -> int:
     """GET /queues/{name}/stats: one queue's counts."""
-    stats = client.request("GET", f"/queues/{_segment(args.name)}/stats").data
+    stats = client.queue_stats(args.name)
     if args.json:
         return _print_json(stats)
     head = {
-        "queue": stats.get("queue", args.name),
-        "paused": "yes" if stats.get("paused") else "no",
-        "pending by priority": priority_depth(stats.get("depth_by_priority", {})),
+        "queue": stats.queue,
+        "paused": "yes" if stats.paused else "no",
+        "pending by priority": priority_depth(stats.depth_by_priority),
     }
     print(fields(head))
     print()
-    print(counts("status", stats.get("counts", {}), STATUSES))
+    print(counts("status", stats.counts, STATUSES))
     return EXIT_OK
 
 
-def _queue_switch(action: str) -> Handler:
+def _queue_switch(paused: bool) -> Handler:
     """POST /queues/{name}/pause or /resume."""
 
     def handler(client: Client, args: argparse.Namespace) -> int:
-        data = client.request("POST", f"/queues/{_segment(args.queue)}/{action}").data
+        stats = client.pause(args.queue) if paused else client.resume(args.queue)
         if args.json:
-            return _print_json(data)
-        print(f"queue {args.queue}: {'paused' if action == 'pause' else 'resumed'}")
+            return _print_json(stats)
+        print(f"queue {args.queue}: {'paused' if paused else 'resumed'}")
         return EXIT_OK
 
-    handler.__doc__ = f"POST /queues/{{name}}/{action}."
+    handler.__doc__ = f"POST /queues/{{name}}/{'pause' if paused else 'resume'}."
     return handler
 
 
-cmd_pause = _command(_queue_switch("pause"))
-cmd_resume = _command(_queue_switch("resume"))
+cmd_pause = _command(_queue_switch(True))
+cmd_resume = _command(_queue_switch(False))
 
 
 @_command
 def cmd_dlq_list(client: Client, args: argparse.Namespace) -> int:
     """GET /dlq as a table (the job's type, queue, attempts and last error inline)."""
-    page = client.request("GET", "/dlq", query={"limit": args.limit, "offset": args.offset}).data
+    page = client.dlq.page(limit=args.limit, offset=args.offset)
     if args.json:
         return _print_json(page)
-    letters = page.get("dead_letters", [])
+    data = plain(page)
+    letters = data["dead_letters"]
     if letters:
         print(table([dead_row(d) for d in letters], DEAD_COLUMNS))
-    print(page_footer("dead letters", len(letters), page))
+    print(page_footer("dead letters", len(letters), data))
     return EXIT_OK
 
 
 @_command
 def cmd_dlq_show(client: Client, args: argparse.Namespace) -> int:
     """GET /dlq/{id}: the letter, every attempt's error, then the job snapshot."""
-    dead = client.request("GET", f"/dlq/{_segment(args.id)}").data
+    dead = client.dlq.get(args.id)
     if args.json:
         return _print_json(dead)
-    head = {k: v for k, v in dead.items() if k != "job"}
+    data = plain(dead)
+    head = {k: v for k, v in data.items() if k != "job"}
     print(fields(head, ("id", "job_id", "created_at", "errors")))
     # The snapshot's own `errors` repeat the letter's, shown just above.
-    snapshot = {k: v for k, v in (dead.get("job") or {}).items() if k != "errors"}
+    snapshot = {k: v for k, v in data["job"].items() if k != "errors"}
     print("job:")
     print(fields(snapshot, JOB_FIELD_ORDER, indent="  "))
     return EXIT_OK
@@ -463,44 +366,61 @@ def cmd_dlq_show(client: Client, args: argparse.Namespace) -> int:
 @_command
 def cmd_dlq_replay(client: Client, args: argparse.Namespace) -> int:
     """POST /dlq/{id}/replay: a fresh job from the letter."""
-    job = client.request("POST", f"/dlq/{_segment(args.id)}/replay").data
+    job = client.dlq.replay(args.id)
     if args.json:
         return _print_json(job)
-    print(f"dead letter {args.id} replayed as job {job['id']}")
+    print(f"dead letter {args.id} replayed as job {job.id}")
     return EXIT_OK
 
 
 @_command
 def cmd_dlq_purge(client: Client, args: argparse.Namespace) -> int:
     """DELETE /dlq/{id}."""
-    data = client.request("DELETE", f"/dlq/{_segment(args.id)}").data
+    purged = client.dlq.purge(args.id)
     if args.json:
-        return _print_json(data)
-    print(f"dead letter {(data or {}).get('purged', args.id)} purged")
+        return _print_json({"purged": purged})
+    print(f"dead letter {purged} purged")
     return EXIT_OK
 
 
 # --- parser ------------------------------------------------------------------------------
 
 
-def _common_options() -> argparse.ArgumentParser:
-    """Options every client subcommand takes (a parent parser)."""
-    common = argparse.ArgumentParser(add_help=False)
-    group = common.add_argument_group("connection")
-    group.add_argument(
-        "--url", help=f"the node's base URL (default: $GOQUEUE_URL, else {DEFAULT_URL})"
+def add_connection_options(
+    parser: argparse.ArgumentParser | argparse._ArgumentGroup, *, before_command: bool = False
+) -> None:
+    """--url, --api-key and --http-timeout. Before the command they are stored apart
+    (`global_url`...), so that `serve`'s own --api-key can never take them by mistake;
+    after it they default to nothing at all, so they never hide the ones before it."""
+    prefix = "global_" if before_command else ""
+    absent = None if before_command else argparse.SUPPRESS
+    parser.add_argument(
+        "--url",
+        dest=f"{prefix}url",
+        default=absent,
+        help=f"the node's base URL (default: $GOQUEUE_URL, else {DEFAULT_URL})",
     )
-    group.add_argument(
+    parser.add_argument(
         "--api-key",
+        dest=f"{prefix}api_key",
+        default=absent,
         metavar="KEY",
         help="sent as X-API-Key (default: $GOQUEUE_API_KEY, else $API_KEY)",
     )
-    group.add_argument(
+    parser.add_argument(
         "--http-timeout",
+        dest=f"{prefix}http_timeout",
+        default=absent,
         type=_positive,
         metavar="SECONDS",
         help=f"how long to wait for the node (default: {DEFAULT_HTTP_TIMEOUT:g})",
     )
+
+
+def _common_options() -> argparse.ArgumentParser:
+    """Options every client subcommand takes (a parent parser)."""
+    common = argparse.ArgumentParser(add_help=False)
+    add_connection_options(common.add_argument_group("connection"))
     common.add_argument("--json", action="store_true", help="print the server's JSON answer")
     return common
 
@@ -512,12 +432,14 @@ def _add_enqueue(subparsers: Subparsers, common: argparse.ArgumentParser) -> Non
     p.add_argument(
         "--payload", type=_json_value, metavar="JSON", help="JSON payload; @FILE or @- reads it"
     )
-    p.add_argument("--queue", metavar="Q", help="queue name (default: default)")
+    p.add_argument(
+        "--queue", metavar="Q", help=f"queue name (default: the actor's, else {DEFAULT_QUEUE})"
+    )
     p.add_argument(
         "--priority",
         type=int,
         metavar="N",
-        help=f"0 to 10, higher runs first (default: {DEFAULT_PRIORITY})",
+        help=f"0 to 10, higher runs first (default: the actor's, else {DEFAULT_PRIORITY})",
     )
     p.add_argument(
         "--max-retries",
@@ -547,7 +469,12 @@ def _add_enqueue(subparsers: Subparsers, common: argparse.ArgumentParser) -> Non
     p.add_argument(
         "--dedupe-window", type=_positive, metavar="S", help="seconds the dedupe key blocks"
     )
-    p.add_argument("--idempotency-key", metavar="K", help="sent as the Idempotency-Key header")
+    p.add_argument(
+        "--idempotency-key",
+        metavar="K",
+        help="sent as the Idempotency-Key header (default: a fresh one, so that a retry "
+        "after a dropped connection or a 503 never enqueues twice)",
+    )
     p.add_argument(
         "--webhook-url", metavar="URL", help="POSTed the job when it is done or has failed"
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 
 from aiohttp import web
-from goqueue.api.errors import ApiError, bad_request, from_domain, within
+from goqueue.api.errors import STORE_TIMEOUT, ApiError, bad_request, from_domain, within
 from goqueue.api.openapi import Header, operation
 from goqueue.api.params import (
     FORCE,
@@ -16,7 +16,9 @@ from goqueue.api.params import (
     OFFSET,
     QUEUE,
     STATUS,
+    STRICT,
     TYPE,
+    WAIT,
     check_spec,
     decode,
     idempotency_key,
@@ -54,16 +56,20 @@ IDEMPOTENCY = Header(
     responses={201: JobOut, 200: JobOut},
     errors=(409, 422, 503),
     headers=(IDEMPOTENCY,),
+    query_params=(STRICT,),
 )
 async def enqueue(request: web.Request) -> web.Response:
     """Enqueue a job."""
     key = idempotency_key(request)
+    strict = STRICT.parse(request.query)
     body = await read_body(request, request.app[SETTINGS].max_body_bytes)
     spec = decode(SPEC_DECODER, body)
     check_spec(spec, request.app[EGRESS])
     digest = hashlib.sha256(body).hexdigest() if key is not None else None
     engine = request.app[ENGINE]
-    enqueued = await within(engine.enqueue(spec, idempotency_key=key, request_hash=digest))
+    enqueued = await within(
+        engine.enqueue(spec, idempotency_key=key, request_hash=digest, strict=strict)
+    )
     job = enqueued.job
     if not enqueued.created:
         return reply(job_out(job))
@@ -71,18 +77,19 @@ async def enqueue(request: web.Request) -> web.Response:
 
 
 @routes.post("/jobs/batch")
-@operation(body=BatchRequest, responses={200: BatchResponse}, errors=(503,))
+@operation(body=BatchRequest, responses={200: BatchResponse}, errors=(503,), query_params=(STRICT,))
 async def enqueue_batch(request: web.Request) -> web.Response:
     """Enqueue up to 1000 jobs; each is answered on its own (201, 400, 409 or 503)."""
     if IDEMPOTENCY_HEADER in request.headers:  # refuse rather than silently not honour it
         raise bad_request(
             f"{IDEMPOTENCY_HEADER} is only supported on POST /jobs", header=IDEMPOTENCY_HEADER
         )
+    strict = STRICT.parse(request.query)
     body = await read_body(request, request.app[SETTINGS].max_body_bytes)
     batch = decode(BATCH_DECODER, body)
     for index, spec in enumerate(batch.jobs):
         check_spec(spec, request.app[EGRESS], f"jobs[{index}].")
-    answers = await within(request.app[ENGINE].enqueue_many(batch.jobs))
+    answers = await within(request.app[ENGINE].enqueue_many(batch.jobs, strict=strict))
     return reply(BatchResponse([batch_item(i, a) for i, a in enumerate(answers)]))
 
 
@@ -118,11 +125,20 @@ async def list_jobs(request: web.Request) -> web.Response:
 
 
 @routes.get("/jobs/{id}")
-@operation(responses={200: JobOut}, errors=(404, 503))
+@operation(responses={200: JobOut}, errors=(404, 503), query_params=(WAIT,))
 async def get_job(request: web.Request) -> web.Response:
-    """Show one job."""
+    """Show one job; with `wait`, once it has finished (or when the wait is over).
+
+    A wait holds no worker and no database connection: the node answers when it records
+    the job's outcome itself, and notices outcomes recorded elsewhere (another node on
+    PostgreSQL) by reading the job again every half second."""
     job_id = path_id(request)
-    job = await within(request.app[ENGINE].get(job_id))
+    wait = WAIT.parse(request.query)
+    engine = request.app[ENGINE]
+    if wait:
+        job = await within(engine.wait(job_id, wait), wait + STORE_TIMEOUT)
+    else:
+        job = await within(engine.get(job_id))
     if job is None:
         raise ApiError(404, f"job {job_id} not found")
     return reply(job_out(job))

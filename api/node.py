@@ -31,6 +31,7 @@ from goqueue.supervisor.node import Node
 from goqueue.supervisor.pool import Pool, Recycle
 from goqueue.supervisor.store.base import Store
 from goqueue.supervisor.store.memory import MemoryStore
+from goqueue.supervisor.waiters import Waiters
 from goqueue.supervisor.webhook_sender import WebhookSender
 from goqueue.supervisor.webhooks import Poster, Webhooks
 
@@ -105,7 +106,8 @@ def build_node(settings: Settings, reload_settings: Callable[[], Settings]) -> N
     metrics = Metrics()
     webhooks = make_webhooks(settings, metrics, store)
     history = History()
-    hooks = Hooks([MetricsHook(metrics), LogHook(), WebhookHook(webhooks), history])
+    waiters = Waiters(store.get)  # GET /jobs/{id}?wait=: woken by outcomes recorded here
+    hooks = Hooks([MetricsHook(metrics), LogHook(), WebhookHook(webhooks), history, waiters])
     catalog = Catalog((), settings.limits)  # the first worker's Ready fills it in
     pool = Pool(
         asyncio.get_running_loop(),
@@ -133,6 +135,7 @@ def build_node(settings: Settings, reload_settings: Callable[[], Settings]) -> N
         history=history,
         kill=dispatcher.cancel_lease,
         webhooks=webhooks,
+        waiters=waiters,
     )
     http = HttpServer(settings, lambda: create_app(engine, settings))
     return Node(

@@ -15,8 +15,9 @@ from typing import Any, Protocol, TypeVar
 import msgspec
 from aiohttp import web
 from goqueue.api.errors import ApiError, bad_request
+from goqueue.api.wire import MAX_WAIT_SECONDS, error_field
 from goqueue.supervisor.egress import EgressPolicy
-from goqueue.supervisor.jobs import STATUSES, JobSpec
+from goqueue.supervisor.jobs import STATUSES, JobSpec, spec_problem
 
 T = TypeVar("T")
 
@@ -25,14 +26,12 @@ DEFAULT_LIMIT = 50
 MAX_OFFSET = 2**31 - 1
 MAX_IDEMPOTENCY_KEY = 200
 IDEMPOTENCY_HEADER = "Idempotency-Key"
-MAX_CHAIN_DEPTH = 32  # on_success/on_failure nesting; deeper recursion would hit Python's limit
 
 # Matched with `fullmatch`: `$` alone would let a trailing newline through.
 _UUID = re.compile(r"[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}")
 _NAME = re.compile(r"[A-Za-z0-9_.:\-]{1,200}")
 _DIGITS = re.compile(r"[0-9]{1,12}")
-_MSGSPEC_PATH = re.compile(r" - at `\$(?P<path>[^`]*)`$")
-_NAMED_FIELD = re.compile(r"(?:unknown|missing required) field `(?P<name>[^`]+)`")
+_DECIMAL = re.compile(r"[0-9]{1,6}(?:\.[0-9]{1,6})?")
 
 NAME_SCHEMA: dict[str, Any] = {"type": "string", "pattern": f"^{_NAME.pattern}$"}
 UUID_SCHEMA: dict[str, Any] = {"type": "string", "format": "uuid"}
@@ -136,16 +135,17 @@ class NameParam:
 
 @dataclass(frozen=True, slots=True)
 class BoolParam:
-    """`true`/`false`/`1`/`0`, default false."""
+    """`true`/`false`/`1`/`0`, or absent (the default)."""
 
     name: str
     description: str
+    default: bool = False
 
     def parse(self, query: Mapping[str, str]) -> bool:
-        """The value, False when absent."""
+        """The value, the default when absent."""
         raw = query.get(self.name)
         if raw is None:
-            return False
+            return self.default
         value = _BOOLS.get(raw.lower())
         if value is None:
             raise bad_request(
@@ -155,7 +155,33 @@ class BoolParam:
 
     def schema(self) -> dict[str, Any]:
         """Its JSON Schema, for OpenAPI."""
-        return {"type": "boolean", "default": False}
+        return {"type": "boolean", "default": self.default}
+
+
+@dataclass(frozen=True, slots=True)
+class SecondsParam:
+    """A number of seconds from 0 to `high` (plain decimal: `5`, `0.5`), or absent."""
+
+    name: str
+    high: float
+    description: str
+
+    def parse(self, query: Mapping[str, str]) -> float | None:
+        """The value, or None when absent."""
+        raw = query.get(self.name)
+        if raw is None:
+            return None
+        if not _DECIMAL.fullmatch(raw) or float(raw) > self.high:
+            raise bad_request(
+                f"{self.name} must be a number of seconds from 0 to {self.high:g}, "
+                f"got {raw[:50]!r}",
+                parameter=self.name,
+            )
+        return float(raw)
+
+    def schema(self) -> dict[str, Any]:
+        """Its JSON Schema, for OpenAPI."""
+        return {"type": "number", "minimum": 0, "maximum": self.high}
 
 
 LIMIT = IntParam("limit", DEFAULT_LIMIT, 1, MAX_LIMIT, "page size")
@@ -164,6 +190,18 @@ STATUS = ChoiceParam("status", STATUSES, "only jobs in this status")
 TYPE = NameParam("type", "only jobs of this type")
 QUEUE = NameParam("queue", "only jobs in this queue")
 FORCE = BoolParam("force", "also cancel a running job (its worker is killed; no retry)")
+WAIT = SecondsParam(
+    "wait",
+    MAX_WAIT_SECONDS,
+    "answer as soon as the job is done, failed or cancelled, or after this many seconds "
+    "with its state then",
+)
+STRICT = BoolParam(
+    "strict",
+    "false: accept a job type no live node has registered yet (producers deploying ahead "
+    "of their consumers); the job waits until a node runs that actor",
+    default=True,
+)
 
 PAGE = (LIMIT, OFFSET)
 JOB_FILTERS = (TYPE, STATUS, QUEUE, LIMIT, OFFSET)
@@ -245,36 +283,11 @@ def decode(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
         raise bad_request("request body is nested too deeply") from None
 
 
-def error_field(message: str) -> str | None:
-    """`on_success.priority` from msgspec's "... - at `$.on_success.priority`", with the
-    name of an unknown or missing field appended; None for the document as a whole."""
-    match = _MSGSPEC_PATH.search(message)
-    path = match["path"] if match else ""
-    named = _NAMED_FIELD.search(message)
-    if named:
-        path = f"{path}.{named['name']}"
-    return path.lstrip(".") or None
-
-
-def check_spec(spec: JobSpec, egress: EgressPolicy, prefix: str = "", depth: int = 0) -> None:
-    """Rules across fields that a schema cannot state, templates included; a
-    `webhook_url` the egress policy refuses outright is one of them."""
-    if depth > MAX_CHAIN_DEPTH:
-        raise bad_request(
-            f"job templates nest at most {MAX_CHAIN_DEPTH} levels deep", field=prefix.rstrip(".")
-        )
-    if spec.run_at is not None and spec.delay_seconds is not None:
-        raise bad_request("give run_at or delay_seconds, not both", field=f"{prefix}delay_seconds")
-    if spec.dedupe_key is not None and spec.dedupe_window_seconds is None:
-        raise bad_request(
-            "dedupe_key needs dedupe_window_seconds (how long the key blocks duplicates)",
-            field=f"{prefix}dedupe_window_seconds",
-        )
-    if spec.dedupe_window_seconds is not None and spec.dedupe_key is None:
-        raise bad_request("dedupe_window_seconds needs a dedupe_key", field=f"{prefix}dedupe_key")
-    if spec.webhook_url is not None and (refusal := egress.url_refusal(spec.webhook_url)):
-        raise bad_request(f"webhook_url {refusal}", field=f"{prefix}webhook_url")
-    if spec.on_success is not None:
-        check_spec(spec.on_success, egress, f"{prefix}on_success.", depth + 1)
-    if spec.on_failure is not None:
-        check_spec(spec.on_failure, egress, f"{prefix}on_failure.", depth + 1)
+def check_spec(spec: JobSpec, egress: EgressPolicy, prefix: str = "") -> None:
+    """Rules across fields that a schema cannot state, templates included, and the egress
+    policy on `webhook_url` (400 naming the field; the rules themselves are
+    `spec_problem`'s, which `goqueue.pg` and the client apply too)."""
+    problem = spec_problem(spec, prefix, url_refusal=egress.url_refusal)
+    if problem is not None:
+        message, field = problem
+        raise bad_request(message, field=field)

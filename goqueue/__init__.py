@@ -1,12 +1,115 @@
 """GoQueue: a background job processor with a REST API, whose supervisor really kills hung
 handlers.
 
-What users import is here: `from goqueue import actor, Retry, Fail`. The card's folders are
-installed beneath this package as `goqueue.actors` (what worker processes load),
-`goqueue.supervisor` (the engine) and `goqueue.api` (HTTP and the command line). Importing
-`goqueue` loads only `goqueue.actors`, so a worker process stays light.
+What users import is here. Declaring actors: `from goqueue import actor, Retry, Fail`.
+Producing jobs: `goqueue.Client`, `goqueue.AsyncClient`, `goqueue.configure` (for
+`my_actor.send()`), the errors they raise, and `goqueue.pg.enqueue` (inside your own
+PostgreSQL transaction). The card's folders are installed beneath this package as
+`goqueue.actors` (what worker processes load), `goqueue.supervisor` (the engine) and
+`goqueue.api` (HTTP and the command line).
+
+Importing `goqueue` loads only `goqueue.actors`, so a worker process stays light: the
+producer's side is imported the first time one of its names is used.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
 
 from goqueue.actors import Actor, ActorDefinitionError, Context, Fail, Retry, actor
 
-__all__ = ["Actor", "ActorDefinitionError", "Context", "Fail", "Retry", "actor"]
+if TYPE_CHECKING:
+    from goqueue import pg
+    from goqueue.client import (
+        AsyncClient,
+        BadRequest,
+        Client,
+        ClientError,
+        Conflict,
+        ConnectionFailed,
+        DeadLetter,
+        IdempotencyMismatch,
+        InvalidJob,
+        Job,
+        JobCancelled,
+        JobFailed,
+        JobSpec,
+        NotFound,
+        PayloadTooLarge,
+        RequestError,
+        Retries,
+        Unauthorized,
+        Unavailable,
+        UnexpectedAnswer,
+        WaitTimeout,
+        configure,
+    )
+
+# Names served lazily from `goqueue.client` (the producer's side).
+_CLIENT_NAMES = frozenset(
+    {
+        "AsyncClient",
+        "BadRequest",
+        "Client",
+        "ClientError",
+        "Conflict",
+        "ConnectionFailed",
+        "DeadLetter",
+        "IdempotencyMismatch",
+        "InvalidJob",
+        "Job",
+        "JobCancelled",
+        "JobFailed",
+        "JobSpec",
+        "NotFound",
+        "PayloadTooLarge",
+        "RequestError",
+        "Retries",
+        "Unauthorized",
+        "UnexpectedAnswer",
+        "Unavailable",
+        "WaitTimeout",
+        "configure",
+    }
+)
+
+__all__ = [
+    "Actor",
+    "ActorDefinitionError",
+    "AsyncClient",
+    "BadRequest",
+    "Client",
+    "ClientError",
+    "Conflict",
+    "ConnectionFailed",
+    "Context",
+    "DeadLetter",
+    "Fail",
+    "IdempotencyMismatch",
+    "InvalidJob",
+    "Job",
+    "JobCancelled",
+    "JobFailed",
+    "JobSpec",
+    "NotFound",
+    "PayloadTooLarge",
+    "RequestError",
+    "Retries",
+    "Retry",
+    "Unauthorized",
+    "Unavailable",
+    "UnexpectedAnswer",
+    "WaitTimeout",
+    "actor",
+    "configure",
+    "pg",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _CLIENT_NAMES:
+        return getattr(importlib.import_module("goqueue.client"), name)
+    if name == "pg":
+        return importlib.import_module("goqueue.pg")
+    raise AttributeError(f"module 'goqueue' has no attribute {name!r}")

@@ -1,12 +1,12 @@
 """What this node knows about its job types: the actors' declared defaults plus the
-operator's overrides (`[limits]`). Rebuilt on every reload from a new worker's Ready."""
+operator's overrides (`[limits]`). Rebuilt on every reload from a new worker's Ready.
+A job's queue, priority and retries are resolved from `actors` by `jobs.resolve_spec`."""
 
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
 from goqueue.actors.protocol import ActorInfo
-from goqueue.supervisor.jobs import DEFAULT_MAX_RETRIES
 
 
 class Catalog:
@@ -33,13 +33,6 @@ class Catalog:
         """The actor's declared timeout, or the server's default."""
         info = self.actors.get(job_type)
         return info.timeout if info and info.timeout else default
-
-    def max_retries(self, job_type: str) -> int:
-        """The actor's declared max_retries, or the server's default."""
-        info = self.actors.get(job_type)
-        if info is not None and info.max_retries is not None:
-            return info.max_retries
-        return DEFAULT_MAX_RETRIES
 
     def free_slots(self, running: Mapping[str, int], capacity: int) -> dict[str, int]:
         """How many more attempts of each type may start now, at most `capacity`."""

@@ -1,9 +1,9 @@
 """The engine: what the API may ask of a node, in one place.
 
 It validates job types against the actors that live nodes run, resolves defaults
-(the job's own fields win over the actor's, which win over the server's), and answers
-reads, stats and readiness. What follows a write (metrics, logs, webhooks) is the hooks'
-business. It knows nothing of HTTP.
+(the job's own fields win over the actor's, which win over the server's: `resolve_spec`),
+and answers reads, waits, stats and readiness. What follows a write (metrics, logs,
+webhooks, waking waiters) is the hooks' business. It knows nothing of HTTP.
 """
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 
-import msgspec
 from goqueue.supervisor.catalog import Catalog
 from goqueue.supervisor.coalesce import Coalesced
 from goqueue.supervisor.errors import Draining, StoreError, UnknownJobType
@@ -29,6 +28,7 @@ from goqueue.supervisor.jobs import (
     Page,
     QueueStats,
     Stats,
+    resolve_spec,
     utcnow,
 )
 from goqueue.supervisor.metrics import Metrics
@@ -43,7 +43,8 @@ from goqueue.supervisor.summaries import (
     WorkerSummary,
     rss_kb,
 )
-from goqueue.supervisor.vocab import WorkerState
+from goqueue.supervisor.vocab import TERMINAL, WorkerState
+from goqueue.supervisor.waiters import Waiters
 from goqueue.supervisor.webhooks import Delivery, Webhooks
 
 _TYPES_TTL = 2.0
@@ -66,6 +67,7 @@ class Engine:
         history: History,
         kill: Callable[[str], bool],
         webhooks: Webhooks,
+        waiters: Waiters,
     ) -> None:
         self.store = store
         self.pool = pool
@@ -73,13 +75,25 @@ class Engine:
         self.hooks = hooks
         self.metrics = metrics  # for a scrape: the gauges, and the exposition
         self.kill = kill  # ends the attempt holding a lease token; False if none here
-        self.draining = False
+        self.waiters = waiters  # one of the hooks: outcomes recorded here wake them
+        self._draining = False
         self._types: frozenset[str] = frozenset()
         self._types_at = 0.0
         self.history = history
         self.webhooks = webhooks
         self._live = Coalesced(self._read_live_stats, LIVE_STATS_TTL)
         self._queues = Coalesced(self.store.queue_summaries, QUEUES_TTL)
+
+    @property
+    def draining(self) -> bool:
+        """True once the node is shutting down: it accepts no new jobs."""
+        return self._draining
+
+    @draining.setter
+    def draining(self, value: bool) -> None:
+        self._draining = value
+        if value:  # a long wait must not hold the HTTP server open while it stops
+            self.waiters.release_all()
 
     def set_catalog(self, catalog: Catalog) -> None:
         """Adopt the actors of a reload (and forget the cached list of known types)."""
@@ -94,21 +108,24 @@ class Engine:
         *,
         idempotency_key: str | None = None,
         request_hash: str | None = None,
+        strict: bool = True,
     ) -> Enqueued:
-        """Validate and store one job."""
-        new = await self._prepare(spec, idempotency_key, request_hash)
+        """Validate and store one job (`strict=False`: a type no live node runs yet)."""
+        new = await self._prepare(spec, idempotency_key, request_hash, strict)
         enqueued = await self.store.enqueue(new)
         if enqueued.created:
             self.hooks.after_enqueue(enqueued.job)
         return enqueued
 
-    async def enqueue_many(self, specs: Sequence[JobSpec]) -> list[Enqueued | Exception]:
+    async def enqueue_many(
+        self, specs: Sequence[JobSpec], *, strict: bool = True
+    ) -> list[Enqueued | Exception]:
         """Validate and store several jobs, each answered on its own."""
         news: list[NewJob] = []
         answers: list[Enqueued | Exception | None] = []
         for spec in specs:
             try:
-                news.append(await self._prepare(spec, None, None))
+                news.append(await self._prepare(spec, None, None, strict))
                 answers.append(None)
             except UnknownJobType as exc:
                 answers.append(exc)
@@ -122,13 +139,13 @@ class Engine:
         return out
 
     async def _prepare(
-        self, spec: JobSpec, idempotency_key: str | None, request_hash: str | None
+        self, spec: JobSpec, idempotency_key: str | None, request_hash: str | None, strict: bool
     ) -> NewJob:
-        """Check types (templates too) and resolve `max_retries` defaults."""
+        """Check types (templates too) and resolve the defaults."""
         if self.draining:
             raise Draining("the node is shutting down and accepts no new jobs")
-        known = await self._known_types()
-        resolved = self._resolve(spec, known, "")
+        known = await self._known_types() if strict else None
+        resolved = resolve_spec(spec, self.catalog.actors.get, known)
         return NewJob(
             spec=resolved,
             max_retries=(
@@ -136,18 +153,6 @@ class Engine:
             ),
             idempotency_key=idempotency_key,
             request_hash=request_hash,
-        )
-
-    def _resolve(self, spec: JobSpec, known: frozenset[str], path: str) -> JobSpec:
-        if spec.type not in known:
-            raise UnknownJobType(spec.type, f"{path}type")
-        retries = spec.max_retries
-        if retries is None:
-            retries = self.catalog.max_retries(spec.type)
-        on_success = spec.on_success and self._resolve(spec.on_success, known, f"{path}on_success.")
-        on_failure = spec.on_failure and self._resolve(spec.on_failure, known, f"{path}on_failure.")
-        return msgspec.structs.replace(
-            spec, max_retries=retries, on_success=on_success, on_failure=on_failure
         )
 
     async def _known_types(self) -> frozenset[str]:
@@ -181,6 +186,20 @@ class Engine:
     async def get(self, job_id: str) -> Job | None:
         """One job."""
         return await self.store.get(job_id)
+
+    async def wait(self, job_id: str, seconds: float) -> Job | None:
+        """One job, once it has finished or when `seconds` have passed (its state then).
+        Waiting holds no store connection: see `Waiters`."""
+        with self.waiters.watching(job_id) as finished:
+            job = await self.store.get(job_id)
+            if job is None or job.status in TERMINAL:
+                return job
+            try:
+                async with asyncio.timeout(seconds):
+                    done = await finished
+            except TimeoutError:
+                done = None
+        return done or await self.store.get(job_id) or job
 
     async def list_jobs(self, filters: JobFilter, limit: int, offset: int) -> Page:
         """Jobs newest first."""

@@ -4,10 +4,12 @@ records around it (leases, dead letters, events, stats). Shared by the stores an
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable, Collection
 from datetime import UTC, datetime, timedelta
-from typing import Annotated, Any
+from typing import Annotated, Any, Protocol
 
 import msgspec
+from goqueue.supervisor.errors import UnknownJobType
 from goqueue.supervisor.vocab import Status
 
 STATUSES: tuple[Status, ...] = tuple(Status)
@@ -21,8 +23,10 @@ Url = Annotated[str, msgspec.Meta(pattern=r"^https?://[^\s]+$", max_length=2048)
 Key = Annotated[str, msgspec.Meta(min_length=1, max_length=512)]
 AwareTime = Annotated[datetime, msgspec.Meta(tz=True)]
 
+DEFAULT_QUEUE = "default"
 DEFAULT_PRIORITY = 5
 DEFAULT_MAX_RETRIES = 3
+MAX_CHAIN_DEPTH = 32  # on_success/on_failure nesting; deeper recursion would hit Python's limit
 
 
 def null_payload() -> msgspec.Raw:
@@ -41,12 +45,15 @@ def new_id() -> str:
 
 
 class JobSpec(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, gc=False):
-    """A request to run a job; also the template form of `on_success` / `on_failure`."""
+    """A request to run a job; also the template form of `on_success` / `on_failure`.
+
+    `queue`, `priority` and `max_retries` left out (None) are resolved by `resolve_spec`:
+    the actor's declaration, else the server's default. A stored spec has them all set."""
 
     type: Name
-    queue: Name = "default"
+    queue: Name | None = None
     payload: msgspec.Raw = msgspec.field(default_factory=null_payload)
-    priority: Priority = DEFAULT_PRIORITY
+    priority: Priority | None = None
     max_retries: Retries | None = None
     run_at: AwareTime | None = None
     delay_seconds: Delay | None = None
@@ -64,6 +71,101 @@ class JobSpec(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, gc=False
         if self.delay_seconds:
             return now + timedelta(seconds=self.delay_seconds)
         return now
+
+    @property
+    def queue_name(self) -> str:
+        """The queue, the server's default for a spec that was never resolved."""
+        return DEFAULT_QUEUE if self.queue is None else self.queue
+
+    @property
+    def priority_value(self) -> int:
+        """The priority, the server's default for a spec that was never resolved."""
+        return DEFAULT_PRIORITY if self.priority is None else self.priority
+
+
+class Declared(Protocol):
+    """An actor's declared defaults for its jobs (`ActorInfo` is one)."""
+
+    @property
+    def queue(self) -> str | None:
+        """Its queue, or None for the server's default."""
+
+    @property
+    def priority(self) -> int | None:
+        """Its priority, or None for the server's default."""
+
+    @property
+    def max_retries(self) -> int | None:
+        """Its retries, or None for the server's default."""
+
+
+def resolve_spec(
+    spec: JobSpec,
+    declared: Callable[[str], Declared | None],
+    known: Collection[str] | None = None,
+    path: str = "",
+) -> JobSpec:
+    """`spec` and its templates with `queue`, `priority` and `max_retries` set: the job's
+    own value, else its actor's declaration, else the server's default (one place for
+    this rule: the engine and `goqueue.pg` both use it). With `known`, a type not in it
+    raises UnknownJobType naming the field."""
+    if known is not None and spec.type not in known:
+        raise UnknownJobType(spec.type, f"{path}type")
+    actor = declared(spec.type)
+    queue, priority, retries = spec.queue, spec.priority, spec.max_retries
+    if queue is None:
+        queue = (actor.queue if actor else None) or DEFAULT_QUEUE
+    if priority is None:
+        priority = actor.priority if actor and actor.priority is not None else DEFAULT_PRIORITY
+    if retries is None:
+        retries = actor.max_retries if actor and actor.max_retries is not None else None
+        retries = DEFAULT_MAX_RETRIES if retries is None else retries
+    on_success, on_failure = spec.on_success, spec.on_failure
+    if on_success is not None:
+        on_success = resolve_spec(on_success, declared, known, f"{path}on_success.")
+    if on_failure is not None:
+        on_failure = resolve_spec(on_failure, declared, known, f"{path}on_failure.")
+    return msgspec.structs.replace(
+        spec,
+        queue=queue,
+        priority=priority,
+        max_retries=retries,
+        on_success=on_success,
+        on_failure=on_failure,
+    )
+
+
+def spec_problem(
+    spec: JobSpec,
+    prefix: str = "",
+    depth: int = 0,
+    *,
+    url_refusal: Callable[[str], str | None] | None = None,
+) -> tuple[str, str] | None:
+    """The first rule across fields (which a schema cannot state) that `spec` or one of
+    its templates breaks, as (message, field); None when there is none. `url_refusal`
+    (a node's egress policy) says why a `webhook_url` may not be used, if it may not."""
+    if depth > MAX_CHAIN_DEPTH:
+        return f"job templates nest at most {MAX_CHAIN_DEPTH} levels deep", prefix.rstrip(".")
+    if spec.run_at is not None and spec.delay_seconds is not None:
+        return "give run_at or delay_seconds, not both", f"{prefix}delay_seconds"
+    if spec.dedupe_key is not None and spec.dedupe_window_seconds is None:
+        return (
+            "dedupe_key needs dedupe_window_seconds (how long the key blocks duplicates)",
+            f"{prefix}dedupe_window_seconds",
+        )
+    if spec.dedupe_window_seconds is not None and spec.dedupe_key is None:
+        return "dedupe_window_seconds needs a dedupe_key", f"{prefix}dedupe_key"
+    if spec.webhook_url is not None and url_refusal is not None:
+        refusal = url_refusal(spec.webhook_url)
+        if refusal is not None:
+            return f"webhook_url {refusal}", f"{prefix}webhook_url"
+    for name, template in (("on_success", spec.on_success), ("on_failure", spec.on_failure)):
+        if template is not None:
+            problem = spec_problem(template, f"{prefix}{name}.", depth + 1, url_refusal=url_refusal)
+            if problem is not None:
+                return problem
+    return None
 
 
 class AttemptError(msgspec.Struct, kw_only=True, gc=False):
@@ -112,9 +214,9 @@ class Job(msgspec.Struct, kw_only=True, gc=False):
         return cls(
             id=new_id(),
             type=spec.type,
-            queue=spec.queue,
+            queue=spec.queue_name,
             payload=spec.payload,
-            priority=spec.priority,
+            priority=spec.priority_value,
             status=Status.PENDING,
             attempts=0,
             max_retries=max_retries,
@@ -147,6 +249,13 @@ class Job(msgspec.Struct, kw_only=True, gc=False):
             on_success=self.on_success,
             on_failure=self.on_failure,
         )
+
+
+# The fields of a job as the API shows it (`GET /jobs/{id}`, webhook bodies): all but the
+# store's FIFO tie-breaker `seq`.
+SHOWN_FIELDS: tuple[str, ...] = tuple(
+    f.name for f in msgspec.structs.fields(Job) if f.name != "seq"
+)
 
 
 class Lease(msgspec.Struct, kw_only=True, gc=False):

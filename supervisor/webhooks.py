@@ -23,7 +23,7 @@ import msgspec
 from aiohttp.abc import AbstractResolver
 from goqueue.supervisor.backoff import backoff
 from goqueue.supervisor.egress import EgressPolicy, EgressRefused, GuardedResolver
-from goqueue.supervisor.jobs import Job
+from goqueue.supervisor.jobs import SHOWN_FIELDS, Job
 from goqueue.supervisor.vocab import TERMINAL, Status, WebhookEvent
 from yarl import URL
 
@@ -33,8 +33,6 @@ JOB_ID_HEADER = "X-GoQueue-Job-Id"
 SIGNATURE_HEADER = "X-GoQueue-Signature"
 USER_AGENT = "goqueue-webhook"
 
-# The fields of a job in a webhook body: the API's view (`seq` is the store's tie-breaker).
-BODY_FIELDS: tuple[str, ...] = tuple(f.name for f in msgspec.structs.fields(Job) if f.name != "seq")
 EVENTS: dict[Status, WebhookEvent] = {
     Status.DONE: WebhookEvent.DONE,
     Status.FAILED: WebhookEvent.FAILED,
@@ -50,7 +48,7 @@ def sign(secret: bytes, body: bytes) -> str:
 
 def job_body(job: Job) -> bytes:
     """The body of a job's webhook: the job as `GET /jobs/{id}` shows it."""
-    return _encode({name: getattr(job, name) for name in BODY_FIELDS})
+    return _encode({name: getattr(job, name) for name in SHOWN_FIELDS})
 
 
 def event_of(job: Job) -> WebhookEvent | None:

@@ -27,8 +27,9 @@ import msgspec
 import pytest
 import yaml
 from goqueue.api import cli, client
+from goqueue.client import core
 from goqueue.supervisor import config, config_docs
-from goqueue.supervisor.jobs import JobSpec
+from goqueue.supervisor.jobs import DEFAULT_PRIORITY, DEFAULT_QUEUE, JobSpec
 from goqueue.supervisor.vocab import EventKind
 
 from tests.conftest import free_port, request, wait_for
@@ -129,9 +130,10 @@ def all_flags() -> set[str]:
 
 
 def known_env_names() -> set[str]:
-    """The variables GoQueue reads: every option's, and the client's own."""
+    """The variables GoQueue reads: every option's, and the clients' own."""
     names = {env for option in config.OPTIONS for env in option.envs}
     names |= set(re.findall(r'os\.environ\.get\("([A-Z_]+)"\)', inspect.getsource(client)))
+    names |= {core.URL_ENV, *core.KEY_ENVS}
     return names
 
 
@@ -300,7 +302,7 @@ def test_pip_only_ever_installs_into_a_virtualenv() -> None:
 
 @pytest.mark.timeout(60)
 def test_readme_actor_example_runs_as_documented(tmp_path: Path) -> None:
-    (example,) = blocks(README, "python")
+    (example,) = [b for b in blocks(README, "python") if b.text.startswith("# myapp/")]
     first = example.text.splitlines()[0]
     assert first.startswith("# ") and first.endswith(".py")
     module_path = tmp_path / first[2:]
@@ -417,11 +419,13 @@ def test_job_fields_table_matches_the_job_schema() -> None:
     properties = schemas["JobSpec"]["properties"]
     rows = {code_in(row[0])[0]: row for row in table(README, "field")}
     assert set(rows) == set(properties), "README's job fields differ from what POST /jobs takes"
-    for name in ("priority",):
-        spec = properties[name]
-        default, meaning = rows[name][1], rows[name][2]
-        assert default == f"`{spec['default']}`"
-        assert meaning.startswith(f"{spec['minimum']} to {spec['maximum']}; higher runs first")
+    # Left out, queue and priority are the actor's, else the server's default.
+    assert rows["queue"][1] == f"the actor's, else `{DEFAULT_QUEUE}`"
+    assert rows["priority"][1] == f"the actor's, else `{DEFAULT_PRIORITY}`"
+    priority = properties["priority"]["anyOf"][0]
+    assert rows["priority"][2].startswith(
+        f"{priority['minimum']} to {priority['maximum']}; higher runs first"
+    )
     retries = properties["max_retries"]["anyOf"][0]
     assert f"{retries['minimum']} to {retries['maximum']}" in rows["max_retries"][2]
     text = prose(README)

@@ -15,8 +15,8 @@ from typing import Any
 
 import psycopg
 from goqueue.supervisor.errors import DuplicateJob, IdempotencyMismatch, NotFound, StoreUnavailable
-from goqueue.supervisor.jobs import DEFAULT_MAX_RETRIES, Enqueued, Job, JobSpec, new_id
-from goqueue.supervisor.store import pg_rows
+from goqueue.supervisor.jobs import DEFAULT_MAX_RETRIES, Enqueued, Job, JobSpec
+from goqueue.supervisor.store import pg_rows, pg_steps
 from goqueue.supervisor.store.base import NewJob
 from goqueue.supervisor.store.pg_connection import Conn, Connections
 from goqueue.supervisor.store.pg_group_commit import Batcher, WriteAgain, group_or_each
@@ -27,12 +27,8 @@ from goqueue.supervisor.vocab import EventKind
 Answer = Enqueued | Exception
 
 
-def _dedupes(spec: JobSpec) -> bool:
-    return spec.dedupe_key is not None and bool(spec.dedupe_window_seconds)
-
-
 def _keyed(new: NewJob) -> bool:
-    return new.idempotency_key is not None or _dedupes(new.spec)
+    return new.idempotency_key is not None or pg_steps.dedupes(new.spec)
 
 
 class Enqueuer:
@@ -155,48 +151,11 @@ class Enqueuer:
             answers[i] = Enqueued(job, created=True)
 
     async def _enqueue_in(self, conn: Conn, new: NewJob) -> Enqueued:
-        """The enqueue steps, inside the caller's transaction when there are keys."""
-        job_id = new_id()
-        if new.idempotency_key is not None:
-            original = await self._take_idempotency_key(conn, new, job_id)
-            if original is not None:
-                return Enqueued(original, created=False)
-        if _dedupes(new.spec):
-            await self._take_dedupe_key(conn, new.spec, job_id)
-        job = await self.insert(conn, new.spec, new.max_retries, job_id=job_id)
-        return Enqueued(job, created=True)
-
-    async def _take_idempotency_key(self, conn: Conn, new: NewJob, job_id: str) -> Job | None:
-        """Claim the key for `job_id`, or return the job it already names (same body)."""
-        params = {
-            "key": pg_rows.text(new.idempotency_key),
-            "hash": pg_rows.text(new.request_hash) or "",
-            "id": job_id,
-            "ttl": self.idempotency_ttl,
-        }
-        if await self._db.scalar(conn, self._sql[Sql.CLAIM_IDEMPOTENCY], params) is not None:
-            return None
-        held = await self._db.fetchone(conn, self._sql[Sql.IDEMPOTENCY_HOLDER], params)
-        if held is None:  # deleted meanwhile by expiry: ours to take on a retry
-            raise StoreUnavailable("idempotency key changed concurrently; retry")
-        if held[0] != (pg_rows.text(new.request_hash) or ""):
-            raise IdempotencyMismatch(held[1])
-        row = await self._db.fetchone(conn, self._sql[Sql.GET], {"id": held[1]})
-        if row is None:
-            raise StoreUnavailable(f"idempotency key names a missing job {held[1]}")
-        return pg_rows.job(row)
-
-    async def _take_dedupe_key(self, conn: Conn, spec: JobSpec, job_id: str) -> None:
-        """Hold the dedupe key for the window, or raise DuplicateJob naming its holder."""
-        params = {
-            "key": pg_rows.text(spec.dedupe_key),
-            "id": job_id,
-            "window": spec.dedupe_window_seconds,
-        }
-        if await self._db.scalar(conn, self._sql[Sql.CLAIM_DEDUPE], params) is not None:
-            return
-        holder = await self._db.scalar(conn, self._sql[Sql.DEDUPE_HOLDER], params)
-        raise DuplicateJob("unknown" if holder is None else str(holder))
+        """The enqueue steps (`pg_steps.keyed_enqueue`), inside the caller's transaction."""
+        steps = pg_steps.keyed_enqueue(
+            self._sql, new, node=self.node_id, idempotency_ttl=self.idempotency_ttl
+        )
+        return await pg_steps.run_async(conn, steps)
 
     async def insert(
         self,
@@ -206,15 +165,19 @@ class Enqueuer:
         *,
         parent_id: str | None = None,
         job_id: str | None = None,
-        events: Sequence[tuple[EventKind, str | None]] = ((EventKind.ENQUEUED, None),),
+        events: Sequence[tuple[EventKind, str | None]] = pg_steps.ENQUEUED,
     ) -> Job:
         """Insert a pending job with its `events` (kind, detail), in one statement."""
-        params = pg_rows.insert_params(spec, max_retries, parent_id, job_id) | {
-            "node": self.node_id,
-            "events": [kind.value for kind, _ in events],
-            "details": [detail for _, detail in events],
-        }
-        row = await self._db.fetchone(conn, self._sql[Sql.INSERT_JOB], params)
+        query = pg_steps.insert(
+            self._sql,
+            spec,
+            max_retries,
+            node=self.node_id,
+            parent_id=parent_id,
+            job_id=job_id,
+            events=events,
+        )
+        row = await self._db.fetchone(conn, *query)
         assert row is not None
         return pg_rows.job(row)
 

@@ -48,11 +48,17 @@ class _RawJsonDumper(Dumper):
 def adapters() -> AdaptersMap:
     """Adapters for the store's connections: raw JSON both ways, uuids as str."""
     adapters = AdaptersMap(psycopg.adapters)
+    register(adapters)
+    return adapters
+
+
+def register(adapters: AdaptersMap) -> None:
+    """Put the store's adapters into `adapters` (a connection's, or one cursor's on a
+    connection that is not the store's: `goqueue.pg`)."""
     adapters.register_loader("jsonb", _RawJsonLoader)
     adapters.register_loader("json", _RawJsonLoader)
     adapters.register_loader("uuid", TextLoader)
     adapters.register_dumper(msgspec.Raw, _RawJsonDumper)
-    return adapters
 
 
 def raw(value: object) -> msgspec.Raw | None:
@@ -97,9 +103,9 @@ def insert_params(
     return {
         "id": job_id or new_id(),
         "type": spec.type,
-        "queue": spec.queue,
+        "queue": spec.queue_name,
         "payload": spec.payload,
-        "priority": spec.priority,
+        "priority": spec.priority_value,
         "max_retries": max_retries,
         "run_at": spec.run_at,
         "delay": spec.delay_seconds or 0.0,
@@ -119,9 +125,9 @@ def pending(params: Mapping[str, Any], spec: JobSpec, decided: Row) -> Job:
     return Job(
         id=params["id"],
         type=spec.type,
-        queue=spec.queue,
+        queue=spec.queue_name,
         payload=spec.payload,
-        priority=spec.priority,
+        priority=spec.priority_value,
         status=Status.PENDING,
         attempts=0,
         max_retries=params["max_retries"],

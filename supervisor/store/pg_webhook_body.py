@@ -12,8 +12,7 @@ if its kind is new) without anyone remembering to.
 from __future__ import annotations
 
 import msgspec
-from goqueue.supervisor.jobs import Job
-from goqueue.supervisor.webhooks import BODY_FIELDS
+from goqueue.supervisor.jobs import SHOWN_FIELDS, Job
 
 # `to_char` patterns: msgspec writes microseconds only when there are some.
 _WHOLE = """'YYYY-MM-DD"T"HH24:MI:SS"Z"'"""
@@ -71,6 +70,6 @@ def body_sql(row: str) -> str:
     kinds = {f.name: f.type for f in msgspec.inspect.type_info(Job).fields}  # type: ignore[attr-defined]
     parts = [
         f"""'{"," if i else "{"}"{name}":' || {_value(f"({row}).{name}", kinds[name])}"""
-        for i, name in enumerate(BODY_FIELDS)
+        for i, name in enumerate(SHOWN_FIELDS)
     ]
     return "\n                || ".join([*parts, "'}'"])

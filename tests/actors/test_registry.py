@@ -25,6 +25,13 @@ def test_unknown_option_fails_at_import_with_a_suggestion() -> None:
         ({"max_retries": -1}, "max_retries must be an integer >= 0"),
         ({"concurrency": 0}, "concurrency must be an integer >= 1"),
         ({"concurrency": True}, "concurrency must be an integer >= 1"),
+        ({"queue": ""}, "queue must be 1-200 characters"),
+        ({"queue": "has space"}, "queue must be 1-200 characters"),
+        ({"queue": "mail\n"}, "queue must be 1-200 characters"),
+        ({"queue": 3}, "queue must be 1-200 characters"),
+        ({"priority": 11}, "priority must be an integer from 0 to 10"),
+        ({"priority": -1}, "priority must be an integer from 0 to 10"),
+        ({"priority": True}, "priority must be an integer from 0 to 10"),
     ],
 )
 def test_invalid_option_values_are_refused(options: dict, message: str) -> None:
@@ -37,6 +44,8 @@ def test_bare_decorator_and_bad_names_are_refused() -> None:
         actor(lambda payload, ctx: None)  # type: ignore[arg-type]
     with pytest.raises(ActorDefinitionError, match="actor name"):
         actor("has space")(lambda payload, ctx: None)
+    with pytest.raises(ActorDefinitionError, match="actor name"):
+        actor("trailing\n")(lambda payload, ctx: None)
 
 
 def test_name_defaults_to_the_function_name_and_options_are_kept() -> None:
@@ -47,6 +56,26 @@ def test_name_defaults_to_the_function_name_and_options_are_kept() -> None:
     assert resize.name == "resize"
     assert resize.info().timeout == 2.5 and resize.info().concurrency == 3
     assert resize({"a": 1}, None) == {"a": 1}
+
+
+def test_queue_and_priority_are_declared_defaults_for_its_jobs() -> None:
+    @actor("mail", queue="outbox", priority=9, timeout=5, max_retries=2)
+    def mail(payload, ctx):
+        return None
+
+    info = mail.info()
+    assert (info.queue, info.priority) == ("outbox", 9)
+    # What `send` fills in: the declaration, under the options a caller gives.
+    assert mail.options({}) == {
+        "queue": "outbox",
+        "priority": 9,
+        "timeout_seconds": 5,
+        "max_retries": 2,
+    }
+    assert mail.options({"priority": 0, "queue": None})["priority"] == 0
+    assert actor("bare")(lambda payload, ctx: None).options({"delay_seconds": 3}) == {
+        "delay_seconds": 3
+    }
 
 
 def write_module(tmp_path: Path, name: str, body: str) -> None:

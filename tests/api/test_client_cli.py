@@ -11,8 +11,11 @@ import argparse
 import asyncio
 import json
 import socket
+import subprocess
+import sys
 import threading
 import time
+import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -55,6 +58,13 @@ def job(**overrides: Any) -> dict[str, Any]:
         "updated_at": "2025-01-31T09:00:00.123456Z",
     }
     return fields | overrides
+
+
+def queue_stats(name: str, paused: bool) -> dict[str, Any]:
+    """One queue's stats as the API returns them."""
+    statuses = ("pending", "running", "done", "failed", "cancelled")
+    return {"queue": name, "counts": dict.fromkeys(statuses, 0), "depth_by_priority": {},
+            "paused": paused}  # fmt: skip
 
 
 def dead_letter() -> dict[str, Any]:
@@ -230,15 +240,28 @@ def test_enqueue_sends_every_field_and_both_headers(
 
 
 @pytest.mark.timeout(30)
-def test_enqueue_sends_only_what_was_given_and_no_key_header(
+def test_enqueue_sends_only_what_was_given_and_a_fresh_idempotency_key(
     api: FakeApi, capsys: pytest.CaptureFixture[str]
 ) -> None:
     api.reply("POST", "/jobs", 201, job())
     assert run("enqueue", "email", "--url", api.url, "--run-at", "2030-01-01T00:00:00Z") == 0
-    sent = api.last()
-    assert sent.body == {"type": "email", "run_at": "2030-01-01T00:00:00Z"}
-    assert "X-API-Key" not in sent.headers
-    assert "Idempotency-Key" not in sent.headers
+    first = api.last()
+    assert first.body == {"type": "email", "run_at": "2030-01-01T00:00:00Z"}
+    assert "X-API-Key" not in first.headers
+    # A key of its own (a UUID), so a retry can never enqueue twice; a new one per command.
+    assert run("enqueue", "email", "--url", api.url) == 0
+    keys = [r.headers["Idempotency-Key"] for r in api.requests]
+    assert len({str(uuid.UUID(key)) for key in keys}) == 2
+
+
+@pytest.mark.timeout(30)
+def test_a_repeat_of_its_own_key_is_still_reported_as_enqueued(
+    api: FakeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # A 200 to a key the client made up means its own earlier attempt created the job.
+    api.reply("POST", "/jobs", 200, job())
+    assert run("enqueue", "email", "--url", api.url) == 0
+    assert f"enqueued job {JOB_ID}" in capsys.readouterr().out
 
 
 @pytest.mark.timeout(30)
@@ -286,7 +309,7 @@ def test_dedupe_window_without_key_is_refused_locally(
 def test_api_key_comes_from_the_environment(
     api: FakeApi, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    api.reply("POST", "/queues/mail/pause", 200, {"queue": "mail", "paused": True})
+    api.reply("POST", "/queues/mail/pause", 200, queue_stats("mail", paused=True))
     monkeypatch.setenv("API_KEY", "from-api-key")
     assert run("pause", "mail", "--url", api.url) == 0
     assert api.last().headers["X-API-Key"] == "from-api-key"
@@ -304,7 +327,7 @@ def test_api_key_comes_from_the_environment(
 def test_url_comes_from_the_environment(
     api: FakeApi, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    api.reply("POST", "/queues/mail/resume", 200, {"queue": "mail", "paused": False})
+    api.reply("POST", "/queues/mail/resume", 200, queue_stats("mail", paused=False))
     monkeypatch.setenv("GOQUEUE_URL", api.url + "/")
     assert run("resume", "mail") == 0
     assert api.last().path == "/queues/mail/resume"
@@ -480,12 +503,23 @@ def test_http_error_prints_the_servers_message_and_exits_1(
     api: FakeApi, capsys: pytest.CaptureFixture[str]
 ) -> None:
     api.reply("POST", "/jobs", 409, {"error": "duplicate job", "details": {"existing_id": JOB_ID}})
-    assert run("enqueue", "email", "--url", api.url, "--dedupe-key", "k") == 1
+    argv = ("--dedupe-key", "k", "--dedupe-window", "60")
+    assert run("enqueue", "email", "--url", api.url, *argv) == 1
     captured = capsys.readouterr()
     assert captured.out == ""
     assert "duplicate job (HTTP 409)" in captured.err
     assert JOB_ID in captured.err
     assert "Traceback" not in captured.err
+
+
+@pytest.mark.timeout(30)
+def test_a_job_the_node_would_refuse_is_not_sent_and_exits_2(
+    api: FakeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    assert run("enqueue", "email", "--url", api.url, "--priority", "11") == 2
+    err = capsys.readouterr().err
+    assert "invalid job (not sent)" in err and '"field":"priority"' in err
+    assert api.requests == []
 
 
 @pytest.mark.timeout(30)
@@ -529,3 +563,45 @@ def test_no_answer_in_time_exits_2(api: FakeApi, capsys: pytest.CaptureFixture[s
 def test_a_malformed_url_exits_2(capsys: pytest.CaptureFixture[str]) -> None:
     assert run("stats", "--url", "127.0.0.1:8080") == 2
     assert "invalid URL" in capsys.readouterr().err
+
+
+@pytest.mark.timeout(30)
+def test_connection_options_work_before_the_command(
+    api: FakeApi, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from goqueue.api import cli
+
+    api.reply("GET", "/stats", 200, {"counts": {}, "queues": {}, "dead_letters": 0,
+                                      "workers": {}})  # fmt: skip
+    assert cli.main(["--url", api.url, "--api-key", "before", "stats"]) == 0
+    assert api.last().headers["X-API-Key"] == "before"
+    # Given after the command too, the later one wins.
+    assert cli.main(["--url", "http://127.0.0.1:9", "stats", "--url", api.url]) == 0
+    assert cli.main(["--api-key", "before", "stats", "--url", api.url, "--api-key", "after"]) == 0
+    assert api.last().headers["X-API-Key"] == "after"
+
+
+@pytest.mark.timeout(30)
+def test_a_key_before_serve_is_refused_not_ignored(capsys: pytest.CaptureFixture[str]) -> None:
+    from goqueue.api import cli
+
+    assert cli.main(["--api-key", "k", "serve", "--workers", "1"]) == 2
+    err = capsys.readouterr().err
+    assert "--api-key before the command" in err and "after `serve`" in err
+
+
+@pytest.mark.timeout(30)
+def test_a_reader_that_leaves_early_gets_no_broken_pipe(api: FakeApi) -> None:
+    jobs = [job(id=str(uuid.uuid4())) for _ in range(300)]  # more than a pipe holds
+    api.reply("GET", "/jobs", 200, {"jobs": jobs, "total": 300, "limit": 300, "offset": 0})
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "goqueue.api.cli", "jobs", "--url", api.url],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    assert proc.stdout.readline().split()[0] == b"ID"  # `| head -1`
+    proc.stdout.close()
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=20) == 0
+    assert err == "", err

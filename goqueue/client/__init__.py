@@ -1,0 +1,79 @@
+"""Clients of a GoQueue node's HTTP API: `Client` (blocking, thread-safe) and
+`AsyncClient` (asyncio), typed with the API's own msgspec types.
+
+Modules: `core` (every call and answer, without I/O), `sync` (`Client`, over
+`http.client`), `aio` (`AsyncClient`, over aiohttp), `errors` (one hierarchy) and
+`default` (the client `Actor.send()` uses, set up by `goqueue.configure`). Importing this
+package loads no aiohttp: `AsyncClient` is imported when first named.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from goqueue.api.wire import DeadLetterOut as DeadLetter
+from goqueue.api.wire import JobOut as Job
+from goqueue.api.wire import QueueStats
+from goqueue.api.wire import StatsOut as Stats
+from goqueue.client.core import JobOptions, Retries, Submitted
+from goqueue.client.default import configure
+from goqueue.client.errors import (
+    BadRequest,
+    ClientError,
+    Conflict,
+    ConnectionFailed,
+    IdempotencyMismatch,
+    InvalidJob,
+    JobCancelled,
+    JobFailed,
+    NotFound,
+    PayloadTooLarge,
+    RequestError,
+    Unauthorized,
+    Unavailable,
+    UnexpectedAnswer,
+    WaitTimeout,
+)
+from goqueue.client.sync import Client
+from goqueue.supervisor.jobs import Event, JobSpec
+
+if TYPE_CHECKING:
+    from goqueue.client.aio import AsyncClient
+
+__all__ = [
+    "AsyncClient",
+    "BadRequest",
+    "Client",
+    "ClientError",
+    "Conflict",
+    "ConnectionFailed",
+    "DeadLetter",
+    "Event",
+    "IdempotencyMismatch",
+    "InvalidJob",
+    "Job",
+    "JobCancelled",
+    "JobFailed",
+    "JobOptions",
+    "JobSpec",
+    "NotFound",
+    "PayloadTooLarge",
+    "QueueStats",
+    "RequestError",
+    "Retries",
+    "Stats",
+    "Submitted",
+    "Unauthorized",
+    "Unavailable",
+    "UnexpectedAnswer",
+    "WaitTimeout",
+    "configure",
+]
+
+
+def __getattr__(name: str) -> Any:
+    if name == "AsyncClient":
+        from goqueue.client.aio import AsyncClient
+
+        return AsyncClient
+    raise AttributeError(f"module 'goqueue.client' has no attribute {name!r}")
