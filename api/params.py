@@ -15,7 +15,7 @@ from typing import Any, Protocol, TypeVar
 import msgspec
 from aiohttp import web
 from goqueue.api.errors import ApiError, bad_request
-from goqueue.supervisor.jobs import STATUSES, JobSpec
+from goqueue.supervisor.jobs import STATUSES, JobSpec, spec_problem
 
 T = TypeVar("T")
 
@@ -24,7 +24,6 @@ DEFAULT_LIMIT = 50
 MAX_OFFSET = 2**31 - 1
 MAX_IDEMPOTENCY_KEY = 200
 IDEMPOTENCY_HEADER = "Idempotency-Key"
-MAX_CHAIN_DEPTH = 32  # on_success/on_failure nesting; deeper recursion would hit Python's limit
 
 # Matched with `fullmatch`: `$` alone would let a trailing newline through.
 _UUID = re.compile(r"[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}")
@@ -255,22 +254,9 @@ def error_field(message: str) -> str | None:
     return path.lstrip(".") or None
 
 
-def check_spec(spec: JobSpec, prefix: str = "", depth: int = 0) -> None:
-    """Rules across fields that a schema cannot state, templates included."""
-    if depth > MAX_CHAIN_DEPTH:
-        raise bad_request(
-            f"job templates nest at most {MAX_CHAIN_DEPTH} levels deep", field=prefix.rstrip(".")
-        )
-    if spec.run_at is not None and spec.delay_seconds is not None:
-        raise bad_request("give run_at or delay_seconds, not both", field=f"{prefix}delay_seconds")
-    if spec.dedupe_key is not None and spec.dedupe_window_seconds is None:
-        raise bad_request(
-            "dedupe_key needs dedupe_window_seconds (how long the key blocks duplicates)",
-            field=f"{prefix}dedupe_window_seconds",
-        )
-    if spec.dedupe_window_seconds is not None and spec.dedupe_key is None:
-        raise bad_request("dedupe_window_seconds needs a dedupe_key", field=f"{prefix}dedupe_key")
-    if spec.on_success is not None:
-        check_spec(spec.on_success, f"{prefix}on_success.", depth + 1)
-    if spec.on_failure is not None:
-        check_spec(spec.on_failure, f"{prefix}on_failure.", depth + 1)
+def check_spec(spec: JobSpec, prefix: str = "") -> None:
+    """Rules across fields that a schema cannot state, templates included (400)."""
+    problem = spec_problem(spec, prefix)
+    if problem is not None:
+        message, field = problem
+        raise bad_request(message, field=field)

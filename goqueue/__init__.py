@@ -7,6 +7,14 @@ installed beneath this package as `goqueue.actors` (what worker processes load),
 `goqueue` loads only `goqueue.actors`, so a worker process stays light.
 """
 
-from goqueue.actors import Actor, ActorDefinitionError, Context, Fail, Retry, actor
+from goqueue.actors import (
+    Actor,
+    ActorDefinitionError,
+    Context,
+    EnqueueError,
+    Fail,
+    Retry,
+    actor,
+)
 
-__all__ = ["Actor", "ActorDefinitionError", "Context", "Fail", "Retry", "actor"]
+__all__ = ["Actor", "ActorDefinitionError", "Context", "EnqueueError", "Fail", "Retry", "actor"]

@@ -10,7 +10,7 @@ from typing import cast
 
 from goqueue.actors.protocol import FromWorker
 
-_HEADER = struct.Struct("!i")  # multiprocessing.Connection's frame header
+_HEADER = struct.Struct("!I")  # 4-byte big-endian length, as actors/pipe.py writes
 
 
 class Channel(asyncio.Protocol):

@@ -15,7 +15,13 @@ from collections.abc import Callable, Sequence
 import msgspec
 from goqueue.supervisor.catalog import Catalog
 from goqueue.supervisor.coalesce import Coalesced
-from goqueue.supervisor.errors import Draining, StoreError, UnknownJobType
+from goqueue.supervisor.errors import (
+    Draining,
+    InvalidJob,
+    StoreError,
+    StoreUnavailable,
+    UnknownJobType,
+)
 from goqueue.supervisor.history import History, Window
 from goqueue.supervisor.hooks import Hook
 from goqueue.supervisor.jobs import (
@@ -29,6 +35,7 @@ from goqueue.supervisor.jobs import (
     Page,
     QueueStats,
     Stats,
+    spec_problem,
     utcnow,
 )
 from goqueue.supervisor.metrics import Metrics
@@ -72,6 +79,7 @@ class Engine:
         self.metrics = metrics  # for a scrape: the gauges, and the exposition
         self.kill = kill  # ends the attempt holding a lease token; False if none here
         self.draining = False
+        self.starting = False  # True while the node boots: no enqueue yet (503)
         self._types: frozenset[str] = frozenset()
         self._types_at = 0.0
         self.history = history
@@ -91,13 +99,26 @@ class Engine:
         *,
         idempotency_key: str | None = None,
         request_hash: str | None = None,
+        parent_id: str | None = None,
     ) -> Enqueued:
         """Validate and store one job."""
-        new = await self._prepare(spec, idempotency_key, request_hash)
+        new = await self._prepare(spec, idempotency_key, request_hash, parent_id)
         enqueued = await self.store.enqueue(new)
         if enqueued.created:
             self.hooks.after_enqueue(enqueued.job)
         return enqueued
+
+    async def enqueue_child(self, spec: JobSpec, parent_id: str) -> str:
+        """A job a running job asked for (`ctx.enqueue`), checked as POST /jobs checks
+        one, with `parent_id` set; its id."""
+        problem = spec_problem(spec)
+        if problem is not None:
+            raise InvalidJob(*problem)
+        return (await self.enqueue(spec, parent_id=parent_id)).job.id
+
+    def progress(self, job_id: str) -> msgspec.Raw | None:
+        """The latest progress a running job reported, if it runs on this node."""
+        return self.pool.progress_of(job_id)
 
     async def enqueue_many(self, specs: Sequence[JobSpec]) -> list[Enqueued | Exception]:
         """Validate and store several jobs, each answered on its own."""
@@ -119,11 +140,17 @@ class Engine:
         return out
 
     async def _prepare(
-        self, spec: JobSpec, idempotency_key: str | None, request_hash: str | None
+        self,
+        spec: JobSpec,
+        idempotency_key: str | None,
+        request_hash: str | None,
+        parent_id: str | None = None,
     ) -> NewJob:
         """Check types (templates too) and resolve `max_retries` defaults."""
         if self.draining:
             raise Draining("the node is shutting down and accepts no new jobs")
+        if self.starting:
+            raise StoreUnavailable("the node is starting and accepts no jobs yet")
         known = await self._known_types()
         resolved = self._resolve(spec, known, "")
         return NewJob(
@@ -133,6 +160,7 @@ class Engine:
             ),
             idempotency_key=idempotency_key,
             request_hash=request_hash,
+            parent_id=parent_id,
         )
 
     def _resolve(self, spec: JobSpec, known: frozenset[str], path: str) -> JobSpec:

@@ -23,6 +23,7 @@ AwareTime = Annotated[datetime, msgspec.Meta(tz=True)]
 
 DEFAULT_PRIORITY = 5
 DEFAULT_MAX_RETRIES = 3
+MAX_CHAIN_DEPTH = 32  # on_success/on_failure nesting; deeper recursion would hit Python's limit
 
 
 def null_payload() -> msgspec.Raw:
@@ -64,6 +65,28 @@ class JobSpec(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, gc=False
         if self.delay_seconds:
             return now + timedelta(seconds=self.delay_seconds)
         return now
+
+
+def spec_problem(spec: JobSpec, prefix: str = "", depth: int = 0) -> tuple[str, str] | None:
+    """What is wrong across a job's fields, templates included, as (message, field); None
+    if nothing. The rules a schema cannot state, shared by the API and `ctx.enqueue`."""
+    if depth > MAX_CHAIN_DEPTH:
+        return f"job templates nest at most {MAX_CHAIN_DEPTH} levels deep", prefix.rstrip(".")
+    if spec.run_at is not None and spec.delay_seconds is not None:
+        return "give run_at or delay_seconds, not both", f"{prefix}delay_seconds"
+    if spec.dedupe_key is not None and spec.dedupe_window_seconds is None:
+        return (
+            "dedupe_key needs dedupe_window_seconds (how long the key blocks duplicates)",
+            f"{prefix}dedupe_window_seconds",
+        )
+    if spec.dedupe_window_seconds is not None and spec.dedupe_key is None:
+        return "dedupe_window_seconds needs a dedupe_key", f"{prefix}dedupe_key"
+    for name, template in (("on_success", spec.on_success), ("on_failure", spec.on_failure)):
+        if template is not None:
+            problem = spec_problem(template, f"{prefix}{name}.", depth + 1)
+            if problem is not None:
+                return problem
+    return None
 
 
 class AttemptError(msgspec.Struct, kw_only=True, gc=False):

@@ -139,7 +139,10 @@ class Enqueuer:
         """Insert the jobs without keys (`news[i]` for i in `indexes`) in one statement."""
         if not indexes:
             return
-        todo = [(i, pg_rows.insert_params(news[i].spec, news[i].max_retries)) for i in indexes]
+        todo = [
+            (i, pg_rows.insert_params(news[i].spec, news[i].max_retries, news[i].parent_id))
+            for i in indexes
+        ]
         if len(todo) == 1:
             params = todo[0][1] | {"node": self.node_id}
             row = await self._db.fetchone(conn, self._sql[Sql.ADD_JOB], params)
@@ -163,7 +166,9 @@ class Enqueuer:
                 return Enqueued(original, created=False)
         if _dedupes(new.spec):
             await self._take_dedupe_key(conn, new.spec, job_id)
-        job = await self.insert(conn, new.spec, new.max_retries, job_id=job_id)
+        job = await self.insert(
+            conn, new.spec, new.max_retries, parent_id=new.parent_id, job_id=job_id
+        )
         return Enqueued(job, created=True)
 
     async def _take_idempotency_key(self, conn: Conn, new: NewJob, job_id: str) -> Job | None:
