@@ -52,19 +52,25 @@ class JobOut(msgspec.Struct):
     started_at: AwareTime | None
     finished_at: AwareTime | None
     updated_at: AwareTime
+    # what a running job last reported with ctx.progress (a number 0-1 or a small object),
+    # as the node running it knows it; null otherwise
+    progress: msgspec.Raw | None = None
 
 
 HIDDEN_JOB_FIELDS = frozenset({"seq"})
+LIVE_JOB_FIELDS = ("progress",)  # not stored: the node running the job fills them in
 
 _JOB_INDEX = {f.name: i for i, f in enumerate(msgspec.structs.fields(Job))}
 # A field dropped from Job fails here, at import; a field added to Job stays hidden until
 # JobOut lists it (tests/api/test_routes.py checks the two agree).
-_pick_job_fields = operator.itemgetter(*(_JOB_INDEX[f] for f in JobOut.__struct_fields__))
+_pick_job_fields = operator.itemgetter(
+    *(_JOB_INDEX[f] for f in JobOut.__struct_fields__ if f not in LIVE_JOB_FIELDS)
+)
 
 
-def job_out(job: Job) -> JobOut:
-    """The API view of a stored job."""
-    return JobOut(*_pick_job_fields(msgspec.structs.astuple(job)))
+def job_out(job: Job, progress: msgspec.Raw | None = None) -> JobOut:
+    """The API view of a stored job (with a running job's progress, where known)."""
+    return JobOut(*_pick_job_fields(msgspec.structs.astuple(job)), progress)
 
 
 class DeadLetterOut(msgspec.Struct):

@@ -256,7 +256,7 @@ class Pool:
         channel.listen(partial(self.received, worker), partial(self.pipe_closed, worker))
         self.workers[worker.pid] = worker
         self._all_gone.clear()
-        self._track(self.loop.connect_accepted_socket(lambda: channel, launched.sock))
+        channel.attach(self.loop, launched.sock)
         self.loop.add_reader(launched.pidfd, self._on_exit, worker)
         self._send(worker, Boot(list(config.modules), list(config.paths), config.max_result_bytes))
         log.debug("worker spawned", extra={"worker_pid": worker.pid, "slot": worker.slot})
