@@ -70,7 +70,10 @@ _pick_job_fields = operator.itemgetter(
 
 def job_out(job: Job, progress: msgspec.Raw | None = None) -> JobOut:
     """The API view of a stored job (with a running job's progress, where known)."""
-    return JobOut(*_pick_job_fields(msgspec.structs.astuple(job)), progress)
+    out = JobOut(*_pick_job_fields(msgspec.structs.astuple(job)))
+    if progress is not None:
+        out.progress = progress
+    return out
 
 
 class DeadLetterOut(msgspec.Struct):
