@@ -124,7 +124,13 @@ class Arbiter:
     async def _run(self) -> int:
         # HTTP first: /health answers and /ready says what is missing while the rest boots
         self.node.engine.starting = True
-        await self.node.http.start()
+        try:
+            await self.node.http.start()
+        except OSError as exc:  # the port is taken, or the address is not ours
+            where = f"{self.settings.host}:{self.settings.port}"
+            log.error(f"cannot start: cannot listen on {where}: {exc.strerror or exc}")
+            await self._abort()
+            return EXIT_FAILED
         if not await self._boot_unless_stopped():
             log.info("stopped while starting")
             await self._abort()

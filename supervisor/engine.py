@@ -267,7 +267,8 @@ class Engine:
         except Exception:
             store_ok = False
         workers_up = self.pool.count(WorkerState.IDLE, WorkerState.BUSY) > 0
-        return {"store": store_ok, "workers": workers_up, "accepting": not self.draining}
+        accepting = not (self.draining or self.starting)
+        return {"store": store_ok, "workers": workers_up, "accepting": accepting}
 
     # -- summaries for operators (the dashboard) -------------------------------------
     # Cheap to ask often: store reads are shared between callers for a second or two, and
