@@ -47,11 +47,11 @@ from goqueue.actors.protocol import (
     SupervisorCodec,
     ToWorker,
 )
-from goqueue.supervisor import child_jobs, spawn
+from goqueue.supervisor import child_jobs
 from goqueue.supervisor.channel import Channel
 from goqueue.supervisor.child_jobs import EnqueueChild
 from goqueue.supervisor.jobs import Lease
-from goqueue.supervisor.spawn import WorkerConfig
+from goqueue.supervisor.spawn import WorkerConfig, launch, open_statm, reap, rss_kb
 from goqueue.supervisor.vocab import KillReason, WorkerState
 from goqueue.supervisor.worker import Worker, describe_exit
 
@@ -249,7 +249,7 @@ class Pool:
         """Start one child; it reports Ready (or BootFailed) over its pipe. Raises
         OSError when no process can be started (descriptors or memory exhausted)."""
         config = config or self.config
-        launched = spawn.launch()
+        launched = launch()
         self._slots += 1
         channel = Channel(self.codec.decode)
         worker = Worker(self._slots, generation, launched.pid, launched.pidfd, channel)
@@ -318,7 +318,7 @@ class Pool:
     def _watch(self) -> None:
         """Arm the timers that watch busy workers, if they are not running."""
         if self.lease_allowance is not None and self._extend_timer is None:
-            self._extend_timer = self.loop.call_later(EXTEND_EVERY, self._extend)
+            self._extend_timer = self.loop.call_later(self._extend_every(), self._extend)
         if self.memory_limit_mb is not None and self._sample_timer is None:
             self._sample_timer = self.loop.call_later(SAMPLE_EVERY, self._sample)
 
@@ -334,7 +334,13 @@ class Pool:
         frame = self.codec.encode(Extend(self.lease_allowance))
         for worker in busy:
             worker.channel.send(frame)
-        self._extend_timer = self.loop.call_later(EXTEND_EVERY, self._extend)
+        self._extend_timer = self.loop.call_later(self._extend_every(), self._extend)
+
+    def _extend_every(self) -> float:
+        """Seconds between two `Extend`: a few of them fit in any allowance (short leases
+        give short allowances)."""
+        allowance = self.lease_allowance or EXTEND_EVERY
+        return min(EXTEND_EVERY, allowance / 4)
 
     def _sample(self) -> None:
         """Kill the busy workers whose resident memory passed the limit."""
@@ -346,8 +352,8 @@ class Pool:
         for worker in busy:
             fd = self._statm.get(worker.pid)
             if fd is None:
-                fd = self._statm[worker.pid] = spawn.open_statm(worker.pid)
-            rss = spawn.rss_kb(fd)
+                fd = self._statm[worker.pid] = open_statm(worker.pid)
+            rss = rss_kb(fd)
             if rss > limit * 1024:
                 self._kill_for_memory(worker, rss, limit)
         self._sample_timer = self.loop.call_later(SAMPLE_EVERY, self._sample)
@@ -429,7 +435,7 @@ class Pool:
     def _on_exit(self, worker: Worker) -> None:
         """The pidfd fired: collect the exit status, then settle once the pipe has been
         read to its end (whatever the child said before dying still counts)."""
-        exited, exitcode = spawn.reap(worker.pid)
+        exited, exitcode = reap(worker.pid)
         if not exited:
             return  # not an exit after all; the pidfd stays watched
         self.loop.remove_reader(worker.pidfd)
@@ -455,13 +461,11 @@ class Pool:
             self._all_gone.set()
         if worker.exitcode == WORKER_BOOT_ERROR and worker.kill_reason is None:
             worker.kill_reason = KillReason.BOOT
-        lease = worker.lease
-        if lease is not None:
-            if worker.verdict is not None:
-                self.jobs.job_failed(lease, worker.verdict)
-            else:
-                self.jobs.job_lost(lease, worker)
-            worker.lease = None
+        lease = worker.lease  # kept on the worker: the arbiter notes which job it ran
+        if lease is not None and worker.verdict is not None:
+            self.jobs.job_failed(lease, worker.verdict)
+        elif lease is not None:
+            self.jobs.job_lost(lease, worker)
         self.lifecycle.worker_exited(worker)
 
     async def shutdown(self, timeout: float = 5.0) -> None:

@@ -156,7 +156,7 @@ def test_a_job_over_the_memory_limit_is_killed_before_it_gets_far(
     assert failed["last_error"].startswith("exceeded the memory limit (300 MB)"), failed
     assert failed["attempts"] == 1 and failed["result"] is None
     logged = [int(line) for line in (tmp_path / "hog.log").read_text().split()]
-    assert 300 <= max(logged) < 1024, logged  # it never got near 1 GB, let alone 1.5
+    assert 200 <= max(logged) < 1024, logged  # it never got near 1 GB, let alone 1.5
     wait_for(lambda: metric(node, "goqueue_worker_restarts_total", 'reason="memory"') == 1.0)
     after = node.enqueue(type="noop", payload=5)  # a fresh worker took the place
     assert node.wait_status(after["id"], "done")["result"] == 5
