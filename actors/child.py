@@ -52,6 +52,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     fd, supervisor = int(args[0]), int(args[1])
     _tie_to(supervisor)
     _detach_signals()
+    os.set_inheritable(fd, False)  # a handler's own subprocesses do not get the pipe
     pipe = Pipe(socket.socket(fileno=fd))
     boot = pipe.read()
     if not isinstance(boot, Boot):

@@ -290,7 +290,9 @@ class Arbiter:
     # -- workers ---------------------------------------------------------------------
 
     def manage_workers(self) -> None:
-        """Spawn up to the target; retire extras, preferring idle ones."""
+        """Spawn up to the target; retire extras, preferring idle ones. After a reload the
+        old generation makes way one worker at a time, as new workers become ready, so
+        the node never has fewer than its target serving while new ones boot."""
         if self._stopping is not None or not self._booted:
             return
         live = [
@@ -298,11 +300,20 @@ class Arbiter:
             for w in self.pool
             if w.state != WorkerState.STOPPING and not w.retire and w is not self._probe
         ]
-        excess = len(live) - self.target
-        for worker in sorted(live, key=lambda w: w.state != WorkerState.IDLE)[: max(0, excess)]:
+        current = [w for w in live if w.generation >= self.generation]
+        old = [w for w in live if w.generation < self.generation]
+        ready = sum(1 for w in current if w.state != WorkerState.BOOTING)
+        for worker in _idle_first(old)[: max(0, len(old) + ready - self.target)]:
+            self.metrics.worker_restart(RestartReason.RELOAD)
             self._retire(worker)
+        for worker in _idle_first(current)[: max(0, len(current) - self.target)]:
+            self._retire(worker)
+        self._spawn(self.target - len(current))
+
+    def _spawn(self, count: int) -> None:
+        """Start `count` workers, unless spawning is backing off."""
         now = time.monotonic()
-        for _ in range(max(0, -excess)):
+        for _ in range(max(0, count)):
             if now < self._next_spawn:
                 return
             try:
@@ -373,6 +384,7 @@ class Arbiter:
         if worker is self._probe:
             self._finish_reload(worker, message)
             return
+        self.manage_workers()  # during a reload, an old worker may now make way
         self.dispatcher.wake()
 
     def worker_boot_failed(self, worker: Worker, message: BootFailed) -> None:
@@ -435,10 +447,6 @@ class Arbiter:
         )
         self.target = settings.workers
         self._adopt(Catalog(message.actors, settings.limits), Policy.of(settings))
-        for worker in self.pool:
-            if worker.generation < self.generation:
-                self.metrics.worker_restart(RestartReason.RELOAD)
-                self._retire(worker)
         self._tasks.append(asyncio.ensure_future(self.store.register_node(self.catalog.limits())))
         extra = {"generation": self.generation, "types": sorted(self.catalog.types)}
         log.info("reloaded", extra=extra)
@@ -492,3 +500,8 @@ class Arbiter:
         log.info("stopped", extra={"exit_code": self.exit_code})
         self._done.set()
         self._wakeup.set()
+
+
+def _idle_first(workers: list[Worker]) -> list[Worker]:
+    """Idle workers first: they can go at once, busy ones only after their job."""
+    return sorted(workers, key=lambda w: w.state != WorkerState.IDLE)

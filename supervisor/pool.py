@@ -226,8 +226,11 @@ class Pool:
         return sum(1 for w in self.workers.values() if w.state in states)
 
     def idle(self) -> list[Worker]:
-        """Workers ready for a job."""
-        return [w for w in self.workers.values() if w.state == WorkerState.IDLE]
+        """Workers ready for a job, the newest generation first (after a reload, jobs run
+        the new code wherever a worker of it is free)."""
+        idle = [w for w in self.workers.values() if w.state == WorkerState.IDLE]
+        idle.sort(key=lambda w: -w.generation)
+        return idle
 
     def holding(self, token: str) -> Worker | None:
         """The worker running the attempt with lease `token`."""
@@ -323,7 +326,12 @@ class Pool:
             self._sample_timer = self.loop.call_later(SAMPLE_EVERY, self._sample)
 
     def _busy(self) -> list[Worker]:
-        return [w for w in self.workers.values() if w.lease is not None and w.verdict is None]
+        """Workers running an attempt whose outcome is still open."""
+        return [
+            w
+            for w in self.workers.values()
+            if w.lease is not None and w.verdict is None and not w.gone
+        ]
 
     def _extend(self) -> None:
         """Tell every busy worker the supervisor is alive: its job may go on."""
@@ -352,7 +360,10 @@ class Pool:
         for worker in busy:
             fd = self._statm.get(worker.pid)
             if fd is None:
-                fd = self._statm[worker.pid] = open_statm(worker.pid)
+                try:
+                    fd = self._statm[worker.pid] = open_statm(worker.pid)
+                except OSError:  # out of descriptors: sample it next time
+                    continue
             rss = rss_kb(fd)
             if rss > limit * 1024:
                 self._kill_for_memory(worker, rss, limit)

@@ -53,7 +53,13 @@ class FakePool:
 
     def spawn(self, generation: int, modules: Any = None) -> FakeWorker:
         self.spawned += 1
-        return FakeWorker()
+        worker = FakeWorker(pid=1000 + self.spawned, state=WorkerState.BOOTING)
+        worker.generation = generation
+        self.workers.append(worker)
+        return worker
+
+    def stop(self, worker: FakeWorker) -> None:
+        worker.state = WorkerState.STOPPING
 
     def count(self, *states: WorkerState) -> int:
         return 0
@@ -133,11 +139,39 @@ def test_recycling_is_counted_when_decided_and_the_successor_starts_at_once() ->
 
 def test_repeated_crashes_respawn_at_once_then_back_off() -> None:
     arb, pool, _, _ = arbiter()
+
+    def crash() -> None:
+        gone = pool.workers.pop() if pool.workers else FakeWorker()  # as the pool does
+        arb.worker_exited(gone)
+
     for _ in range(3):
-        arb.worker_exited(FakeWorker())
+        crash()
     assert pool.spawned == 3
-    arb.worker_exited(FakeWorker())  # the fourth crash in a row: wait ~1.6 s first
+    crash()  # the fourth crash in a row: wait ~1.6 s first
     assert pool.spawned == 3
+
+
+def test_after_a_reload_old_workers_make_way_as_new_ones_become_ready() -> None:
+    arb, pool, _, metrics = arbiter()
+    arb.target, arb.generation = 3, 1
+    old = [FakeWorker(pid=pid, state=WorkerState.IDLE) for pid in (1, 2, 3)]
+    probe = FakeWorker(pid=4, state=WorkerState.IDLE, generation=1)  # booted the new code
+    pool.workers = [*old, probe]
+
+    def serving() -> int:
+        busy_or_idle = (WorkerState.IDLE, WorkerState.BUSY)
+        return sum(1 for w in pool.workers if w.state in busy_or_idle and not w.retire)
+
+    arb.manage_workers()
+    assert [w.state for w in old].count(WorkerState.STOPPING) == 1 and pool.spawned == 2
+    assert serving() == 3  # never fewer than the target while the new ones boot
+    for expected_stopped in (2, 3):
+        booting = next(w for w in pool.workers if w.state == WorkerState.BOOTING)
+        booting.state = WorkerState.IDLE  # it reported Ready
+        arb.manage_workers()
+        assert [w.state for w in old].count(WorkerState.STOPPING) == expected_stopped
+        assert serving() == 3 and pool.spawned == 2
+    assert restarts(metrics, RestartReason.RELOAD) == 3
 
 
 # -- spawn failures ----------------------------------------------------------------------
