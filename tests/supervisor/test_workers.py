@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import re
+import shutil
 import signal
 import statistics
 import subprocess
@@ -188,6 +189,7 @@ def set_soft_nofile(pid: int, soft: int) -> None:
     subprocess.run(["prlimit", f"--pid={pid}", f"--nofile={soft}:{hard}"], check=True)
 
 
+@pytest.mark.skipif(shutil.which("prlimit") is None, reason="needs prlimit (util-linux)")
 def test_a_worker_that_cannot_be_spawned_is_retried_with_backoff(make_node) -> None:
     node = make_node("--workers", "1")
     supervisor = node.proc.pid
