@@ -4,13 +4,14 @@ Worker processes import only this package (and the user's actor modules): no aio
 psycopg or prometheus-client is ever loaded in a worker.
 """
 
-from goqueue.actors.errors import ActorDefinitionError, Fail, Retry
+from goqueue.actors.errors import ActorDefinitionError, EnqueueError, Fail, Retry
 from goqueue.actors.registry import Actor, Context, Registry, actor, load_actors
 
 __all__ = [
     "Actor",
     "ActorDefinitionError",
     "Context",
+    "EnqueueError",
     "Fail",
     "Registry",
     "Retry",

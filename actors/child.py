@@ -1,67 +1,98 @@
-"""A worker process: import the actors, then run one job at a time as the pipe says.
+"""A worker process: `python -m goqueue.actors.child FD SUPERVISOR_PID`.
 
-The supervisor owns every decision (deadlines, retries, recycling); this loop only runs
-handlers and reports. It is killed, never asked, when an attempt overruns its deadline.
+The supervisor spawns it directly (no forkserver between them) with one end of a socket
+pair as descriptor FD. It ties itself to the supervisor (PDEATHSIG, then the pipe: see
+`inbox.py`), reads its `Boot` frame, imports the actors, then runs one job at a time as
+the pipe says. The supervisor owns every decision (deadlines, retries, recycling); this
+loop only runs handlers and reports. It is killed, never asked, when an attempt overruns
+its deadline. asyncio is imported only when an `async def` handler first runs, to keep
+the boot (and so a replacement after a kill) fast.
 """
 
 from __future__ import annotations
 
-import asyncio
-import ctypes
+import contextlib
 import os
 import signal
+import socket
 import sys
 import time
 import traceback
-from multiprocessing.connection import Connection
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import msgspec
+from goqueue.actors.boot import extend_path, load
 from goqueue.actors.errors import Fail, Retry
+from goqueue.actors.inbox import Inbox
+from goqueue.actors.link import PipeLink
+from goqueue.actors.pipe import Pipe
 from goqueue.actors.protocol import (
     WORKER_BOOT_ERROR,
     WORKER_OK,
+    Boot,
     BootFailed,
     JobDone,
     JobFailed,
     Ready,
     RunJob,
-    Shutdown,
-    WorkerCodec,
 )
-from goqueue.actors.registry import Context, Registry, load_actors
+from goqueue.actors.registry import Context, Registry
+
+if TYPE_CHECKING:
+    import asyncio
 
 _PR_SET_PDEATHSIG = 1
 _PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 
 
-def main(conn: Connection, modules: list[str]) -> None:
-    """Entry point of a worker process (the target given to multiprocessing)."""
+def main(argv: Sequence[str] | None = None) -> NoReturn:
+    """Entry point of a worker process."""
+    args = sys.argv[1:] if argv is None else argv
+    fd, supervisor = int(args[0]), int(args[1])
+    _tie_to(supervisor)
     _detach_signals()
-    codec = WorkerCodec()
-    try:
-        registry = load_actors(modules)
-    except BaseException as exc:  # any import-time failure is a boot failure
-        message = f"cannot load actor modules {','.join(modules)}: {exc!r}"
-        _send(conn, codec, BootFailed(message, traceback.format_exc()))
-        os._exit(WORKER_BOOT_ERROR)
-    _send(conn, codec, Ready(os.getpid(), registry.infos()))
-    Worker(conn, codec, registry).serve()
-    os._exit(WORKER_OK)
+    os.set_inheritable(fd, False)  # a handler's own subprocesses do not get the pipe
+    pipe = Pipe(socket.socket(fileno=fd))
+    boot = pipe.read()
+    if not isinstance(boot, Boot):
+        _exit(WORKER_OK)  # the supervisor went away before saying anything
+    extend_path(boot.paths)
+    loaded = load(boot.modules)
+    if isinstance(loaded, BootFailed):
+        pipe.send(loaded)
+        _exit(WORKER_BOOT_ERROR)
+    pipe.send(Ready(os.getpid(), loaded.infos()))
+    inbox = Inbox(pipe)
+    inbox.start()
+    Worker(pipe, inbox, loaded, max_result_bytes=boot.max_result_bytes).serve()
+    _exit(WORKER_OK)
+
+
+def _tie_to(supervisor: int) -> None:
+    """Die with the supervisor (SIGKILL when the thread that spawned us exits), and
+    leave at once if it is already gone (the check follows the prctl: no gap)."""
+    if sys.platform == "linux":
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    if os.getppid() != supervisor:
+        _exit(WORKER_OK)
 
 
 def _detach_signals() -> None:
-    """Leave terminal signals to the supervisor; die with the process that forked us."""
+    """Leave terminal signals to the supervisor (Ctrl-C reaches the whole process group)."""
     for sig in (signal.SIGINT, signal.SIGHUP, signal.SIGTTIN, signal.SIGTTOU, signal.SIGQUIT):
         signal.signal(sig, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
-    if sys.platform == "linux":
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def _send(conn: Connection, codec: WorkerCodec, message: Any) -> None:
-    conn.send_bytes(codec.encode(message))
+def _exit(code: int) -> NoReturn:
+    """Leave now, without interpreter teardown (user threads must not hold us up)."""
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(OSError, ValueError):
+            stream.flush()
+    os._exit(code)
 
 
 def _rss_kb() -> int:
@@ -70,26 +101,31 @@ def _rss_kb() -> int:
 
 
 class Worker:
-    """The loop of one worker process."""
+    """The loop of one worker process: take a job from the inbox, run it, report."""
 
-    def __init__(self, conn: Connection, codec: WorkerCodec, registry: Registry) -> None:
-        self.conn = conn
-        self.codec = codec
+    def __init__(
+        self,
+        pipe: Pipe,
+        inbox: Inbox,
+        registry: Registry,
+        *,
+        max_result_bytes: int | None = None,
+    ) -> None:
+        self.pipe = pipe
+        self.inbox = inbox
         self.registry = registry
+        self.max_result_bytes = max_result_bytes
+        self.link = PipeLink(pipe, inbox)
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def serve(self) -> None:
-        """Run jobs until told to stop or the supervisor goes away."""
-        while True:
-            try:
-                frame = self.conn.recv_bytes()
-            except (EOFError, OSError):
-                return
-            match self.codec.decode(frame):
-                case RunJob() as job:
-                    _send(self.conn, self.codec, self.run(job))
-                case Shutdown():
-                    return
+        """Run jobs until told to stop (the inbox ends the process if the supervisor goes)."""
+        while (job := self.inbox.jobs.get()) is not None:
+            outcome = self.run(job)
+            self.link.job_ended()
+            if not self.inbox.finished():
+                return  # the inbox gave this attempt up and is ending the process
+            self.pipe.send(outcome)
 
     def run(self, job: RunJob) -> JobDone | JobFailed:
         """Run one attempt and describe its outcome."""
@@ -106,6 +142,10 @@ class Worker:
             encoded = msgspec.json.encode(result)
         except (TypeError, ValueError, msgspec.EncodeError) as exc:
             return self._failed(job, started, f"result is not JSON: {exc}", retry=False)
+        limit = self.max_result_bytes
+        if limit is not None and len(encoded) > limit:
+            error = f"result is {len(encoded)} bytes, over the limit of {limit}"
+            return self._failed(job, started, error, retry=False)
         return JobDone(job.job_id, encoded, time.monotonic() - started, _rss_kb())
 
     def _call(self, job: RunJob) -> Any:
@@ -113,12 +153,17 @@ class Worker:
         if handler is None:
             raise Fail(f"no actor named {job.type!r} in this worker")
         payload = msgspec.json.decode(job.payload)
-        ctx = Context(job_id=job.job_id, attempt=job.attempt, type=job.type, queue=job.queue)
+        ctx = Context(job.job_id, job.attempt, job.type, job.queue, self.link)
         if handler.is_async:
-            if self._loop is None:
-                self._loop = asyncio.new_event_loop()
-            return self._loop.run_until_complete(handler.fn(payload, ctx))
+            return self._event_loop().run_until_complete(handler.fn(payload, ctx))
         return handler.fn(payload, ctx)
+
+    def _event_loop(self) -> asyncio.AbstractEventLoop:
+        if self._loop is None:
+            import asyncio
+
+            self._loop = asyncio.new_event_loop()
+        return self._loop
 
     def _failed(
         self,
@@ -137,3 +182,7 @@ class Worker:
 def _describe(exc: BaseException) -> str:
     text = str(exc)
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+if __name__ == "__main__":
+    main()

@@ -26,3 +26,13 @@ class Fail(ActorError):
 
 class ActorDefinitionError(ActorError):
     """An `@actor` declaration or an actor module is invalid; raised at import time."""
+
+
+class EnqueueError(ActorError):
+    """`ctx.enqueue` was refused: `refusal` says why ("invalid", "duplicate" with the
+    `existing_id` of the job holding the dedupe key, or "unavailable")."""
+
+    def __init__(self, message: str, *, refusal: str, existing_id: str | None = None) -> None:
+        super().__init__(message)
+        self.refusal = refusal
+        self.existing_id = existing_id

@@ -1,10 +1,20 @@
 """Every message between the supervisor and its worker processes, and nothing else.
 
-Frames are msgpack-encoded tagged unions sent with `Connection.send_bytes` (which
-length-prefixes them). New fields get defaults so the protocol can evolve.
+Frames are a 4-byte big-endian length, then one msgpack-encoded tagged union, over the
+socket pair the supervisor made when it spawned the worker. New fields get defaults so
+the protocol can evolve.
+
+A worker's life on the pipe: the supervisor sends `Boot` first; the worker answers
+`Ready` (or `BootFailed` and exits with WORKER_BOOT_ERROR). Then, one job at a time:
+`RunJob`, `Extend` every supervisor tick while it runs, and the worker's `JobDone` or
+`JobFailed`. While a job runs, the worker may send `Progress` and `EnqueueRequest` (each
+request answered by one `EnqueueReply`), or `Abandoned` before it kills itself because
+the supervisor stopped extending its allowance. `Shutdown` ends an idle worker.
 """
 
 from __future__ import annotations
+
+from enum import StrEnum
 
 import msgspec
 
@@ -12,19 +22,64 @@ import msgspec
 WORKER_OK = 0
 WORKER_BOOT_ERROR = 3  # the actor modules could not be imported: respawning will not help
 
+MAX_PROGRESS_BYTES = 4096  # a progress report larger than this is refused in the handler
+
+# -- supervisor to worker ------------------------------------------------------------------
+
+
+class Boot(msgspec.Struct, tag="boot", tag_field="msg", array_like=True):
+    """The first frame: what to import and how. `paths` go first on `sys.path` (the
+    supervisor's working directory, then each `--path`)."""
+
+    modules: list[str]
+    paths: list[str] = []
+    max_result_bytes: int | None = None  # a larger result fails its attempt
+
 
 class RunJob(msgspec.Struct, tag="run", tag_field="msg", array_like=True):
-    """Run one attempt of a job. `payload` is the job's JSON payload, undecoded."""
+    """Run one attempt of a job. `payload` is the job's JSON payload, undecoded.
+
+    `allowance` (seconds, None for no bound) is how long the worker may run it without
+    hearing `Extend`: past it, the supervisor is presumed frozen and the worker kills
+    itself before the job's lease can run out and another node take the job over."""
 
     job_id: str
     type: str
     attempt: int
     queue: str
     payload: bytes
+    allowance: float | None = None
+
+
+class Extend(msgspec.Struct, tag="extend", tag_field="msg", array_like=True):
+    """The supervisor is alive: the running job may go on for `seconds` from now."""
+
+    seconds: float
 
 
 class Shutdown(msgspec.Struct, tag="shutdown", tag_field="msg", array_like=True):
     """Finish nothing more; exit cleanly (recycling, reload, shutdown)."""
+
+
+class Refusal(StrEnum):
+    """Why the supervisor refused a child job (`EnqueueReply.refusal`)."""
+
+    INVALID = "invalid"  # a field, a combination of fields, or an unknown job type
+    DUPLICATE = "duplicate"  # its dedupe key is taken; `existing_id` names the job
+    UNAVAILABLE = "unavailable"  # the store or the node cannot take jobs right now
+
+
+class EnqueueReply(msgspec.Struct, tag="enqueued", tag_field="msg", array_like=True):
+    """The answer to one `EnqueueRequest`: the new job's id, or why there is none."""
+
+    request_id: int
+    job_id: str | None = None
+    refusal: Refusal | None = None
+    error: str = ""
+    existing_id: str | None = None
+
+
+# -- worker to supervisor ------------------------------------------------------------------
 
 
 class ActorInfo(msgspec.Struct, array_like=True):
@@ -46,10 +101,13 @@ class Ready(msgspec.Struct, tag="ready", tag_field="msg", array_like=True):
 
 
 class BootFailed(msgspec.Struct, tag="boot_failed", tag_field="msg", array_like=True):
-    """A worker could not import its actor modules; it exits with WORKER_BOOT_ERROR."""
+    """A worker could not import its actor modules; it exits with WORKER_BOOT_ERROR.
+    `error` is one line naming the module, the exception and where it was raised."""
 
     error: str
     traceback: str = ""
+    module: str = ""
+    location: str = ""  # file:line, when the failure happened in a file
 
 
 class JobDone(msgspec.Struct, tag="done", tag_field="msg", array_like=True):
@@ -73,8 +131,32 @@ class JobFailed(msgspec.Struct, tag="failed", tag_field="msg", array_like=True):
     rss_kb: int = 0
 
 
-ToWorker = RunJob | Shutdown
-FromWorker = Ready | BootFailed | JobDone | JobFailed
+class Abandoned(msgspec.Struct, tag="abandoned", tag_field="msg", array_like=True):
+    """The worker is killing itself mid-job: no `Extend` came within its allowance."""
+
+    job_id: str
+    error: str
+    duration: float
+
+
+class Progress(msgspec.Struct, tag="progress", tag_field="msg", array_like=True):
+    """The running job's latest progress: a JSON number 0-1 or a small JSON object."""
+
+    job_id: str
+    value: bytes
+
+
+class EnqueueRequest(msgspec.Struct, tag="enqueue", tag_field="msg", array_like=True):
+    """The running job asks for a child job. `spec` is the job as POST /jobs takes it
+    (JSON); the supervisor sets its `parent_id` to the running job."""
+
+    request_id: int
+    job_id: str
+    spec: bytes
+
+
+ToWorker = Boot | RunJob | Extend | Shutdown | EnqueueReply
+FromWorker = Ready | BootFailed | JobDone | JobFailed | Abandoned | Progress | EnqueueRequest
 
 
 class SupervisorCodec:

@@ -11,7 +11,6 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from goqueue.supervisor import config, logs
-from goqueue.supervisor.arbiter import EXIT_BOOT_ERROR
 from goqueue.supervisor.errors import ConfigError
 
 # What `migrate` reads of the node's options; it loads them as `serve` does.
@@ -93,13 +92,7 @@ def _serve(args: argparse.Namespace) -> int:
     logs.configure(settings.log_level)
     from goqueue.api.node import serve
 
-    code = serve(settings, args)
-    if code == EXIT_BOOT_ERROR:
-        print(
-            "goqueue: cannot start: the actor modules failed to load (see the log above)",
-            file=sys.stderr,
-        )
-    return code
+    return serve(settings, args)  # a failed start is one line of the node's log
 
 
 def _migrate(args: argparse.Namespace) -> int:

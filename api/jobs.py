@@ -40,6 +40,7 @@ from goqueue.api.schemas import (
 from goqueue.api.state import EGRESS, ENGINE, SETTINGS
 from goqueue.supervisor.errors import GoQueueError
 from goqueue.supervisor.jobs import Enqueued, JobFilter, JobSpec
+from goqueue.supervisor.vocab import Status
 
 routes = web.RouteTableDef()
 
@@ -120,8 +121,13 @@ async def list_jobs(request: web.Request) -> web.Response:
         type=TYPE.parse(query), status=STATUS.parse(query), queue=QUEUE.parse(query)
     )
     limit, offset = LIMIT.parse(query), OFFSET.parse(query)
-    page = await within(request.app[ENGINE].list_jobs(filters, limit, offset))
-    return reply(JobList([job_out(job) for job in page.items], page.total, limit, offset))
+    engine = request.app[ENGINE]
+    page = await within(engine.list_jobs(filters, limit, offset))
+    jobs = [
+        job_out(job, engine.progress(job.id) if job.status == Status.RUNNING else None)
+        for job in page.items
+    ]
+    return reply(JobList(jobs, page.total, limit, offset))
 
 
 @routes.get("/jobs/{id}")
@@ -141,7 +147,7 @@ async def get_job(request: web.Request) -> web.Response:
         job = await within(engine.get(job_id))
     if job is None:
         raise ApiError(404, f"job {job_id} not found")
-    return reply(job_out(job))
+    return reply(job_out(job, engine.progress(job.id) if job.status == Status.RUNNING else None))
 
 
 @routes.get("/jobs/{id}/events")

@@ -28,7 +28,7 @@ from goqueue.supervisor.hooks import Hooks, LogHook, MetricsHook, WebhookHook
 from goqueue.supervisor.leases import Leases
 from goqueue.supervisor.metrics import Metrics
 from goqueue.supervisor.node import Node
-from goqueue.supervisor.pool import Pool, Recycle
+from goqueue.supervisor.pool import Pool, Recycle, WorkerConfig
 from goqueue.supervisor.store.base import Store
 from goqueue.supervisor.store.memory import MemoryStore
 from goqueue.supervisor.waiters import Waiters
@@ -38,6 +38,12 @@ from goqueue.supervisor.webhooks import Poster, Webhooks
 log = logging.getLogger("goqueue.node")
 
 WEBHOOK_CONCURRENCY = 8  # attempts in flight at once, per node
+
+# How long a running job may go without word from its supervisor, as a share of the lease.
+# Leases are renewed every third of their length, so a supervisor frozen just before a
+# renewal leaves its leases two thirds to live: a worker must give up before that (and
+# Extend comes every 0.5 s, well inside the rest).
+ALLOWANCE_SHARE = 0.6
 
 
 def make_store(settings: Settings) -> Store:
@@ -111,9 +117,13 @@ def build_node(settings: Settings, reload_settings: Callable[[], Settings]) -> N
     catalog = Catalog((), settings.limits)  # the first worker's Ready fills it in
     pool = Pool(
         asyncio.get_running_loop(),
-        settings.actors,
+        WorkerConfig.of(settings),
         kill_grace=settings.kill_grace,
         recycle=Recycle.of(settings),
+        # with a shared database another node may take over a job whose lease ran out;
+        # in memory no one else can, so a job has no such bound
+        lease_allowance=ALLOWANCE_SHARE * settings.lease_seconds if settings.database_url else None,
+        memory_limit_mb=settings.max_worker_rss_mb,
     )
     dispatcher = Dispatcher(
         store,
@@ -137,6 +147,7 @@ def build_node(settings: Settings, reload_settings: Callable[[], Settings]) -> N
         webhooks=webhooks,
         waiters=waiters,
     )
+    pool.listen(children=engine.enqueue_child)  # ctx.enqueue in a running job
     http = HttpServer(settings, lambda: create_app(engine, settings))
     return Node(
         settings=settings,

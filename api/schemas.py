@@ -13,6 +13,7 @@ from aiohttp import web
 from goqueue.api.wire import (
     BATCH_DECODER,
     HIDDEN_JOB_FIELDS,
+    LIVE_JOB_FIELDS,
     MAX_BATCH,
     SPEC_DECODER,
     BatchItem,
@@ -38,6 +39,7 @@ __all__ = [
     "BATCH_DECODER",
     "HIDDEN_JOB_FIELDS",
     "JSON",
+    "LIVE_JOB_FIELDS",
     "MAX_BATCH",
     "SPEC_DECODER",
     "BatchItem",

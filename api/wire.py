@@ -57,6 +57,9 @@ class JobOut(msgspec.Struct):
     started_at: AwareTime | None
     finished_at: AwareTime | None
     updated_at: AwareTime
+    # what a running job last reported with ctx.progress (a number 0-1 or a small object),
+    # as the node running it knows it; absent otherwise
+    progress: Any | UnsetType = UNSET
 
     @property
     def finished(self) -> bool:
@@ -65,17 +68,23 @@ class JobOut(msgspec.Struct):
 
 
 HIDDEN_JOB_FIELDS = frozenset({"seq"})
+LIVE_JOB_FIELDS = ("progress",)  # not stored: the node running the job fills them in
 
 _JOB_INDEX = {f.name: i for i, f in enumerate(msgspec.structs.fields(Job))}
 # A field dropped from Job fails here, at import; a field added to Job stays hidden until
 # JobOut lists it (tests/api/test_routes.py checks the two agree).
-_pick_job_fields = operator.itemgetter(*(_JOB_INDEX[f] for f in JobOut.__struct_fields__))
+_pick_job_fields = operator.itemgetter(
+    *(_JOB_INDEX[f] for f in JobOut.__struct_fields__ if f not in LIVE_JOB_FIELDS)
+)
 
 
-def job_out(job: Job) -> JobOut:
-    """The API view of a stored job (one `astuple` and one positional call, both in C:
-    POST /jobs is hot)."""
-    return JobOut(*_pick_job_fields(msgspec.structs.astuple(job)))
+def job_out(job: Job, progress: msgspec.Raw | None = None) -> JobOut:
+    """The API view of a stored job, with a running job's progress where known (one
+    `astuple` and one positional call, both in C: POST /jobs is hot)."""
+    out = JobOut(*_pick_job_fields(msgspec.structs.astuple(job)))
+    if progress is not None:
+        out.progress = progress
+    return out
 
 
 class DeadLetterOut(msgspec.Struct):

@@ -17,7 +17,15 @@ from __future__ import annotations
 import importlib
 from typing import TYPE_CHECKING, Any
 
-from goqueue.actors import Actor, ActorDefinitionError, Context, Fail, Retry, actor
+from goqueue.actors import (
+    Actor,
+    ActorDefinitionError,
+    Context,
+    EnqueueError,
+    Fail,
+    Retry,
+    actor,
+)
 
 if TYPE_CHECKING:
     from goqueue import pg
@@ -85,6 +93,7 @@ __all__ = [
     "ConnectionFailed",
     "Context",
     "DeadLetter",
+    "EnqueueError",
     "Fail",
     "IdempotencyMismatch",
     "InvalidJob",

@@ -18,6 +18,8 @@ import logging
 import random
 import signal
 import time
+from collections.abc import Awaitable, Callable
+from functools import partial
 
 from goqueue.actors.protocol import BootFailed, Ready
 from goqueue.supervisor.backoff import Backoff, backoff
@@ -26,15 +28,21 @@ from goqueue.supervisor.config import Settings
 from goqueue.supervisor.dispatch import Policy
 from goqueue.supervisor.errors import BootError, StoreUnavailable
 from goqueue.supervisor.node import Node
-from goqueue.supervisor.pool import Recycle, describe_exit
+from goqueue.supervisor.pool import Recycle, WorkerConfig, describe_exit
 from goqueue.supervisor.vocab import KillReason, RestartReason, WorkerState
 from goqueue.supervisor.worker import Worker
 
 log = logging.getLogger("goqueue.arbiter")
 
 EXIT_OK = 0
+EXIT_FAILED = 1  # something failed that retrying would not mend (see the log)
 EXIT_BOOT_ERROR = 3
 TICK = 0.5
+BOOT_RETRY_BASE = 0.5  # seconds before the first retry of a boot step (store, worker)
+BOOT_RETRY_CAP = 10.0
+SPAWN_RETRY_BASE = 0.5  # seconds before retrying a worker spawn that failed (EMFILE, ...)
+SPAWN_RETRY_CAP = 30.0
+ABORT_FLOOR = 2.0  # seconds closing after a failure may take even with no shutdown grace
 SWEEP = 5.0  # seconds between claims that no notification asked for
 PRUNE_EVERY = 60.0  # seconds between deletions of expired finished jobs
 SIGNALS = (
@@ -45,6 +53,7 @@ SIGNALS = (
     signal.SIGTTIN,
     signal.SIGTTOU,
 )
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
 
 # A worker that died of these is replaced and counted under that restart reason; the
 # other endings (stopped, recycled, shut down, boot failure) are counted where decided.
@@ -53,6 +62,7 @@ _RESTARTS: dict[KillReason | None, RestartReason] = {
     KillReason.TIMEOUT: RestartReason.TIMEOUT,
     KillReason.CANCEL: RestartReason.CANCEL,
     KillReason.LEASE_LOST: RestartReason.LEASE_LOST,
+    KillReason.MEMORY: RestartReason.MEMORY,
 }
 
 
@@ -80,7 +90,9 @@ class Arbiter:
         self._pending_settings: Settings | None = None
         self._first_ready: asyncio.Future[Ready] | None = None
         self._spawn_failures = 0
+        self._spawn_delays = Backoff(SPAWN_RETRY_BASE, SPAWN_RETRY_CAP, self.rng)
         self._next_spawn = 0.0
+        self._booted = False
         self._last_heartbeat = 0.0
         self._last_sweep = 0.0
         self._last_prune = 0.0
@@ -90,47 +102,104 @@ class Arbiter:
     # -- start -----------------------------------------------------------------------
 
     async def run(self) -> int:
-        """Start the node, loop until stopped, return the exit code."""
+        """Start the node, loop until stopped, return the exit code. Whatever fails on
+        the way, what was opened is closed and the exit code says so: a node never hangs."""
         loop = asyncio.get_running_loop()
-        try:
-            catalog = await self._boot()
-        except BootError as exc:
-            log.error(f"cannot start: {exc}")
-            await self.pool.shutdown(2.0)
-            return EXIT_BOOT_ERROR
-        self._adopt(catalog, Policy.of(self.settings))
-        await self.store.register_node(catalog.limits())
-        await self.node.webhooks.start()
-        self.manage_workers()
-        self._tasks.append(asyncio.ensure_future(self.dispatcher.run()))
         for sig in SIGNALS:
             loop.add_signal_handler(sig, self._queue_signal, sig)
-        await self.node.http.start()
-        extra = {"workers": self.target, "node": self.store.node_id, "types": sorted(catalog.types)}
+        try:
+            return await self._run()
+        except BootError as exc:
+            log.error(f"cannot start: {exc}")
+            await self._abort()
+            return EXIT_BOOT_ERROR
+        except Exception:
+            log.exception("the node failed; closing what it opened")
+            await self._abort()
+            return EXIT_FAILED
+        finally:
+            for sig in SIGNALS:
+                loop.remove_signal_handler(sig)
+
+    async def _run(self) -> int:
+        # HTTP first: /health answers and /ready says what is missing while the rest boots
+        self.node.engine.starting = True
+        try:
+            await self.node.http.start()
+        except OSError as exc:  # the port is taken, or the address is not ours
+            where = f"{self.settings.host}:{self.settings.port}"
+            log.error(f"cannot start: cannot listen on {where}: {exc.strerror or exc}")
+            await self._abort()
+            return EXIT_FAILED
+        if not await self._boot_unless_stopped():
+            log.info("stopped while starting")
+            await self._abort()
+            return self.exit_code
+        await self.node.webhooks.start()
+        self._booted = True
+        self.manage_workers()
+        self._tasks.append(asyncio.ensure_future(self.dispatcher.run()))
+        types = sorted(self.catalog.types)
+        extra = {"workers": self.target, "node": self.store.node_id, "types": types}
         log.info("node started", extra=extra)
         gc.freeze()  # boot-time objects never die: keep them out of every future collection
         self.dispatcher.wake()
         await self._main_loop()
-        for sig in SIGNALS:
-            loop.remove_signal_handler(sig)
         return self.exit_code
 
-    async def _boot(self) -> Catalog:
-        """Open the store (waiting for it if it is not up yet), spawn the first worker and
-        learn the actors from its Ready message."""
-        delays = Backoff(0.5, 10.0, self.rng)
+    async def _boot_unless_stopped(self) -> bool:
+        """Boot, unless a stop signal comes first (then False). Other signals wait for the
+        main loop."""
+        boot = asyncio.ensure_future(self._boot())
+        try:
+            while not boot.done():
+                woken = asyncio.ensure_future(self._wakeup.wait())
+                await asyncio.wait({boot, woken}, return_when=asyncio.FIRST_COMPLETED)
+                woken.cancel()
+                self._wakeup.clear()
+                if any(sig in STOP_SIGNALS for sig in self._signals):
+                    self._signals = [sig for sig in self._signals if sig not in STOP_SIGNALS]
+                    return False
+            boot.result()  # raises what the boot raised
+            return True
+        finally:
+            if not boot.done():
+                boot.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await boot
+
+    async def _boot(self) -> None:
+        """Open the store (waiting for it if it is not up yet), spawn the first worker,
+        learn the actors from its Ready message, and declare the node to the store."""
+        await self._retrying("opening the store", self.store.open, StoreUnavailable)
+        self._first_ready = asyncio.get_running_loop().create_future()
+        await self._retrying("starting the first worker", self._spawn_first, OSError)
+        ready = await self._first_ready
+        self._adopt(Catalog(ready.actors, self.settings.limits), Policy.of(self.settings))
+        register = partial(self.store.register_node, self.catalog.limits())
+        await self._retrying("registering the node", register, StoreUnavailable)
+        self.node.engine.starting = False
+
+    async def _spawn_first(self) -> None:
+        self.pool.spawn(self.generation)
+
+    async def _retrying(
+        self,
+        what: str,
+        attempt: Callable[[], Awaitable[None]],
+        errors: type[Exception],
+    ) -> None:
+        """Run `attempt` until it succeeds, waiting with backoff after each of `errors`
+        (one log line per retry); other errors go to the caller."""
+        delays = Backoff(BOOT_RETRY_BASE, BOOT_RETRY_CAP, self.rng)
         while True:
             try:
-                await self.store.open()
-                break
-            except StoreUnavailable as exc:
+                await attempt()
+                return
+            except errors as exc:
                 delay = delays.next()
-                log.warning(f"store unavailable at start; retrying in {delay:.2g}s: {exc}")
+                log.warning(f"{what} failed; retrying in {delay:.2g}s: {exc}")
                 await asyncio.sleep(delay)
-        self._first_ready = asyncio.get_running_loop().create_future()
-        self.pool.spawn(self.generation)
-        ready = await self._first_ready
-        return Catalog(ready.actors, self.settings.limits)
 
     def _adopt(self, catalog: Catalog, policy: Policy) -> None:
         """Make `catalog` (the actors a worker reported) the node's, everywhere it counts."""
@@ -201,7 +270,11 @@ class Arbiter:
             log.error(f"reload aborted: {exc}")
             return
         self._pending_settings = settings
-        self._probe = self.pool.spawn(self.generation + 1, settings.actors)
+        try:
+            self._probe = self.pool.spawn(self.generation + 1, WorkerConfig.of(settings))
+        except OSError as exc:
+            log.error(f"reload aborted: cannot start a worker: {exc}")
+            return
 
     def handle_ttin(self) -> None:
         """One worker more."""
@@ -217,22 +290,42 @@ class Arbiter:
     # -- workers ---------------------------------------------------------------------
 
     def manage_workers(self) -> None:
-        """Spawn up to the target; retire extras, preferring idle ones."""
-        if self._stopping is not None:
+        """Spawn up to the target; retire extras, preferring idle ones. After a reload the
+        old generation makes way one worker at a time, as new workers become ready, so
+        the node never has fewer than its target serving while new ones boot."""
+        if self._stopping is not None or not self._booted:
             return
         live = [
             w
             for w in self.pool
             if w.state != WorkerState.STOPPING and not w.retire and w is not self._probe
         ]
-        excess = len(live) - self.target
-        for worker in sorted(live, key=lambda w: w.state != WorkerState.IDLE)[: max(0, excess)]:
+        current = [w for w in live if w.generation >= self.generation]
+        old = [w for w in live if w.generation < self.generation]
+        ready = sum(1 for w in current if w.state != WorkerState.BOOTING)
+        for worker in _idle_first(old)[: max(0, len(old) + ready - self.target)]:
+            self.metrics.worker_restart(RestartReason.RELOAD)
             self._retire(worker)
+        for worker in _idle_first(current)[: max(0, len(current) - self.target)]:
+            self._retire(worker)
+        self._spawn(self.target - len(current))
+
+    def _spawn(self, count: int) -> None:
+        """Start `count` workers, unless spawning is backing off."""
         now = time.monotonic()
-        for _ in range(max(0, -excess)):
+        for _ in range(max(0, count)):
             if now < self._next_spawn:
                 return
-            self.pool.spawn(self.generation)
+            try:
+                self.pool.spawn(self.generation)
+            except OSError as exc:  # out of descriptors, memory or processes: wait, retry
+                delay = self._spawn_delays.next()
+                self._next_spawn = now + delay
+                log.error(
+                    f"cannot start a worker; retrying in {delay:.2g}s: {exc}",
+                    extra={"errno": exc.errno},
+                )
+                return
 
     def _retire(self, worker: Worker) -> None:
         worker.retire = True
@@ -284,12 +377,14 @@ class Arbiter:
     def worker_ready(self, worker: Worker, message: Ready) -> None:
         """A worker booted: the first defines the catalog, a probe completes a reload."""
         self._spawn_failures = 0
+        self._spawn_delays.reset()
         if self._first_ready is not None and not self._first_ready.done():
             self._first_ready.set_result(message)
             return
         if worker is self._probe:
             self._finish_reload(worker, message)
             return
+        self.manage_workers()  # during a reload, an old worker may now make way
         self.dispatcher.wake()
 
     def worker_boot_failed(self, worker: Worker, message: BootFailed) -> None:
@@ -324,6 +419,8 @@ class Arbiter:
             error = f"worker {worker.pid} {describe_exit(worker.exitcode)} during boot"
             self._first_ready.set_exception(BootError(error))
             return
+        if not self._booted:
+            return  # the node is not up (a failed boot): nothing to replace
         self.node.history.worker_exited(worker)
         restart = _RESTARTS.get(worker.kill_reason)
         if restart is not None:
@@ -345,13 +442,11 @@ class Arbiter:
         self._probe = None
         self.generation = probe.generation
         self.settings = settings
-        self.pool.reconfigure(settings.actors, Recycle.of(settings))
+        self.pool.reconfigure(
+            WorkerConfig.of(settings), Recycle.of(settings), settings.max_worker_rss_mb
+        )
         self.target = settings.workers
         self._adopt(Catalog(message.actors, settings.limits), Policy.of(settings))
-        for worker in self.pool:
-            if worker.generation < self.generation:
-                self.metrics.worker_restart(RestartReason.RELOAD)
-                self._retire(worker)
         self._tasks.append(asyncio.ensure_future(self.store.register_node(self.catalog.limits())))
         extra = {"generation": self.generation, "types": sorted(self.catalog.types)}
         log.info("reloaded", extra=extra)
@@ -359,6 +454,32 @@ class Arbiter:
         self.dispatcher.wake()
 
     # -- stop ------------------------------------------------------------------------
+
+    async def _abort(self) -> None:
+        """Close whatever is open after a failed or interrupted start (or a failure of the
+        loop): workers, webhooks, HTTP, the store; within the shutdown grace, whatever
+        hangs (a database that does not answer)."""
+        self.node.engine.draining = True
+        self.dispatcher.dispatching = False
+        for task in self._tasks:
+            task.cancel()
+        steps: list[tuple[str, Callable[[], Awaitable[None]]]] = [
+            ("stopping the workers", partial(self.pool.shutdown, 2.0)),
+            ("closing the webhook sender", partial(self.node.webhooks.close, 0.0)),
+            ("stopping the HTTP server", self.node.http.stop),
+            ("closing the store", self.store.close),
+        ]
+        try:
+            async with asyncio.timeout(max(self.settings.shutdown_grace, ABORT_FLOOR)):
+                for what, step in steps:
+                    try:
+                        await step()
+                    except Exception as exc:
+                        log.error(f"{what} failed: {exc!r}")
+        except TimeoutError:
+            log.error("closing took longer than the shutdown grace; exiting anyway")
+            for worker in self.pool:
+                self.pool.kill(worker, KillReason.SHUTDOWN)
 
     async def _shutdown(self, grace: float) -> None:
         """Drain: refuse new jobs, let running attempts finish within `grace`, hand back
@@ -381,3 +502,8 @@ class Arbiter:
         log.info("stopped", extra={"exit_code": self.exit_code})
         self._done.set()
         self._wakeup.set()
+
+
+def _idle_first(workers: list[Worker]) -> list[Worker]:
+    """Idle workers first: they can go at once, busy ones only after their job."""
+    return sorted(workers, key=lambda w: w.state != WorkerState.IDLE)

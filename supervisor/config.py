@@ -108,6 +108,8 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     limits: dict[str, int] = msgspec.field(default_factory=dict)
     read_api_key: bool = False
     webhook_allow_networks: tuple[str, ...] | None = None
+    path: tuple[str, ...] | None = None
+    max_result_bytes: int = 1_048_576
 
     def __post_init__(self) -> None:
         for option in OPTIONS:
@@ -208,7 +210,8 @@ def add_arguments(parser: argparse.ArgumentParser, only: Collection[str] | None 
         if only is not None and option.name not in only:
             continue
         envs = " or ".join(option.envs)
-        text = f"{option.help} (default: {describe_default(option)}; env {envs})"
+        repeat = "; repeatable" if option.repeatable else ""
+        text = f"{option.help}{repeat} (default: {describe_default(option)}; env {envs})"
         help_text = text.replace("%", "%%")  # argparse formats help with %
         if option.kind == "bool":
             parser.add_argument(
@@ -220,7 +223,12 @@ def add_arguments(parser: argparse.ArgumentParser, only: Collection[str] | None 
             )
             continue
         parser.add_argument(
-            option.flag, dest=option.name, metavar=option.metavar, default=None, help=help_text
+            option.flag,
+            dest=option.name,
+            metavar=option.metavar,
+            default=None,
+            action="append" if option.repeatable else "store",
+            help=help_text,
         )
     if only is None or "limits" in only:
         parser.add_argument(
@@ -280,6 +288,8 @@ def _from_flags(args: argparse.Namespace | None) -> dict[str, object]:
     values: dict[str, object] = {}
     for option in OPTIONS:
         raw = getattr(args, option.name, None) if args is not None else None
+        if isinstance(raw, list):  # a repeatable flag: every occurrence counts
+            raw = ",".join(raw)
         if raw is not None:
             values[option.name] = _parse(option, raw, f"flag {option.flag}")
     return values

@@ -121,7 +121,8 @@ def _comment(text: str) -> str:
 def _flags(option: Option) -> str:
     if option.kind == "bool":
         return f"`{option.flag}`, `--no-{option.flag[2:]}`"
-    return f"`{option.flag} {option.metavar}`" if option.metavar else f"`{option.flag}`"
+    flag = f"`{option.flag} {option.metavar}`" if option.metavar else f"`{option.flag}`"
+    return f"{flag} (repeatable)" if option.repeatable else flag
 
 
 def _markdown(text: str) -> str:

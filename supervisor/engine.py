@@ -12,9 +12,16 @@ import asyncio
 import time
 from collections.abc import Callable, Sequence
 
+import msgspec
 from goqueue.supervisor.catalog import Catalog
 from goqueue.supervisor.coalesce import Coalesced
-from goqueue.supervisor.errors import Draining, StoreError, UnknownJobType
+from goqueue.supervisor.errors import (
+    Draining,
+    InvalidJob,
+    StoreError,
+    StoreUnavailable,
+    UnknownJobType,
+)
 from goqueue.supervisor.history import History, Window
 from goqueue.supervisor.hooks import Hook
 from goqueue.supervisor.jobs import (
@@ -29,6 +36,7 @@ from goqueue.supervisor.jobs import (
     QueueStats,
     Stats,
     resolve_spec,
+    spec_problem,
     utcnow,
 )
 from goqueue.supervisor.metrics import Metrics
@@ -77,6 +85,7 @@ class Engine:
         self.kill = kill  # ends the attempt holding a lease token; False if none here
         self.waiters = waiters  # one of the hooks: outcomes recorded here wake them
         self._draining = False
+        self.starting = False  # True while the node boots: no enqueue yet (503)
         self._types: frozenset[str] = frozenset()
         self._types_at = 0.0
         self.history = history
@@ -109,13 +118,26 @@ class Engine:
         idempotency_key: str | None = None,
         request_hash: str | None = None,
         strict: bool = True,
+        parent_id: str | None = None,
     ) -> Enqueued:
         """Validate and store one job (`strict=False`: a type no live node runs yet)."""
-        new = await self._prepare(spec, idempotency_key, request_hash, strict)
+        new = await self._prepare(spec, idempotency_key, request_hash, strict, parent_id)
         enqueued = await self.store.enqueue(new)
         if enqueued.created:
             self.hooks.after_enqueue(enqueued.job)
         return enqueued
+
+    async def enqueue_child(self, spec: JobSpec, parent_id: str) -> str:
+        """A job a running job asked for (`ctx.enqueue`), checked as POST /jobs checks
+        one, with `parent_id` set; its id."""
+        problem = spec_problem(spec)
+        if problem is not None:
+            raise InvalidJob(*problem)
+        return (await self.enqueue(spec, parent_id=parent_id)).job.id
+
+    def progress(self, job_id: str) -> msgspec.Raw | None:
+        """The latest progress a running job reported, if it runs on this node."""
+        return self.pool.progress_of(job_id)
 
     async def enqueue_many(
         self, specs: Sequence[JobSpec], *, strict: bool = True
@@ -139,11 +161,18 @@ class Engine:
         return out
 
     async def _prepare(
-        self, spec: JobSpec, idempotency_key: str | None, request_hash: str | None, strict: bool
+        self,
+        spec: JobSpec,
+        idempotency_key: str | None,
+        request_hash: str | None,
+        strict: bool,
+        parent_id: str | None = None,
     ) -> NewJob:
         """Check types (templates too) and resolve the defaults."""
         if self.draining:
             raise Draining("the node is shutting down and accepts no new jobs")
+        if self.starting:
+            raise StoreUnavailable("the node is starting and accepts no jobs yet")
         known = await self._known_types() if strict else None
         resolved = resolve_spec(spec, self.catalog.actors.get, known)
         return NewJob(
@@ -153,6 +182,7 @@ class Engine:
             ),
             idempotency_key=idempotency_key,
             request_hash=request_hash,
+            parent_id=parent_id,
         )
 
     async def _known_types(self) -> frozenset[str]:
@@ -268,7 +298,8 @@ class Engine:
         except Exception:
             store_ok = False
         workers_up = self.pool.count(WorkerState.IDLE, WorkerState.BUSY) > 0
-        return {"store": store_ok, "workers": workers_up, "accepting": not self.draining}
+        accepting = not (self.draining or self.starting)
+        return {"store": store_ok, "workers": workers_up, "accepting": accepting}
 
     # -- summaries for operators (the dashboard) -------------------------------------
     # Cheap to ask often: store reads are shared between callers for a second or two, and

@@ -61,6 +61,15 @@ class UnknownJobType(GoQueueError):
         self.path = path
 
 
+class InvalidJob(GoQueueError):
+    """A job's fields contradict each other (rules a schema cannot state); `field` names
+    the one to fix."""
+
+    def __init__(self, message: str, field: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
 class Draining(GoQueueError):
     """The node is shutting down and accepts no new jobs."""
 

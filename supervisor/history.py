@@ -38,6 +38,7 @@ class ExitReason(StrEnum):
     RETIRED = "retired"  # replaced after a reload, or removed (SIGTTOU)
     SHUTDOWN = "shutdown"  # the node is stopping
     BOOT = "boot"  # could not import the actor modules
+    MEMORY = "memory"  # killed: its job passed the memory limit
 
 
 _REASONS: dict[str | None, ExitReason] = {
@@ -49,6 +50,7 @@ _REASONS: dict[str | None, ExitReason] = {
     "stopped": ExitReason.RETIRED,
     "shutdown": ExitReason.SHUTDOWN,
     "boot": ExitReason.BOOT,
+    "memory": ExitReason.MEMORY,
 }
 
 

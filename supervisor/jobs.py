@@ -144,7 +144,8 @@ def spec_problem(
 ) -> tuple[str, str] | None:
     """The first rule across fields (which a schema cannot state) that `spec` or one of
     its templates breaks, as (message, field); None when there is none. `url_refusal`
-    (a node's egress policy) says why a `webhook_url` may not be used, if it may not."""
+    (a node's egress policy) says why a `webhook_url` may not be used, if it may not.
+    Shared by the API, `ctx.enqueue`, the client and `goqueue.pg`."""
     if depth > MAX_CHAIN_DEPTH:
         return f"job templates nest at most {MAX_CHAIN_DEPTH} levels deep", prefix.rstrip(".")
     if spec.run_at is not None and spec.delay_seconds is not None:

@@ -49,6 +49,7 @@ class Option:
     maximum: float | None = None
     choices: tuple[str, ...] | None = None
     legacy_env: str | None = None
+    repeatable: bool = False  # a list flag that may be given more than once
 
     @property
     def flag(self) -> str:
@@ -219,7 +220,8 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "max_worker_rss_mb",
         "int",
-        "replace a worker between jobs once its RSS exceeds this many MiB",
+        "memory limit of a worker in MiB: a job whose worker passes it is killed and fails "
+        "(sampled every 50 ms), and a worker above it after a job is replaced",
         metavar="MIB",
         optional=True,
         when_unset="unlimited",
@@ -330,6 +332,26 @@ OPTIONS: tuple[Option, ...] = (
         optional=True,
         when_unset="none: public addresses only",
         example=("10.20.0.0/16",),
+    ),
+    # -- worker processes (appended together: keep this block in one piece) -----------
+    Option(
+        "path",
+        "list",
+        "directories put first on the workers' import path, before PYTHONPATH (the "
+        "working directory always is: run `goqueue serve` from your project)",
+        metavar="DIR",
+        optional=True,
+        when_unset="the working directory only",
+        example=("src",),
+        repeatable=True,
+    ),
+    Option(
+        "max_result_bytes",
+        "int",
+        "largest result a job may return, as JSON; a larger one fails the attempt, "
+        "without retry, and nothing of it is stored",
+        metavar="BYTES",
+        minimum=1,
     ),
 )
 

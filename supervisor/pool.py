@@ -1,9 +1,13 @@
 """Worker processes: spawning, the pipes, deadlines, the two-phase kill and reaping.
 
-Children come from a `forkserver` (never a plain fork of this threaded, event-looped
-process). Each child's pipe and its process sentinel are watched by the loop, so nothing
-here blocks; the sentinel firing is the death notice, and its exit code or signal is named
-in the error of whatever attempt the child was running.
+Each worker is a direct child (`spawn.py`). Its pipe and its pidfd are watched by the
+loop, so nothing here blocks; the pidfd firing is the death notice, and the exit code or
+signal is named in the error of whatever attempt the child was running.
+
+While attempts run, two timers of the pool's own (never the arbiter's tick, which may be
+waiting on a database) keep watch: every `EXTEND_EVERY` busy workers are told the
+supervisor is alive (`Extend`, when leases bound how long a job may go unwatched), and
+with a memory limit their resident memory is sampled every `SAMPLE_EVERY`.
 
 The pool reports on two channels: what became of each attempt (`JobEvents`, the
 dispatcher) and a worker's lifecycle (`WorkerEvents`, the arbiter). Replacing a worker
@@ -15,39 +19,60 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import multiprocessing
 import os
 import signal
-import socket
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING, Protocol
 
-from goqueue.actors import child
+import msgspec
 from goqueue.actors.protocol import (
     WORKER_BOOT_ERROR,
+    Abandoned,
+    Boot,
     BootFailed,
+    EnqueueReply,
+    EnqueueRequest,
+    Extend,
     FromWorker,
     JobDone,
     JobFailed,
+    Progress,
     Ready,
+    Refusal,
     RunJob,
     Shutdown,
     SupervisorCodec,
+    ToWorker,
 )
+from goqueue.supervisor import child_jobs
 from goqueue.supervisor.channel import Channel
+from goqueue.supervisor.child_jobs import EnqueueChild
 from goqueue.supervisor.jobs import Lease
+from goqueue.supervisor.spawn import WorkerConfig, launch, open_statm, reap, rss_kb
 from goqueue.supervisor.vocab import KillReason, WorkerState
-from goqueue.supervisor.worker import Worker
+from goqueue.supervisor.worker import Worker, describe_exit
 
 if TYPE_CHECKING:
     from goqueue.supervisor.config import Settings
+
+__all__ = [
+    "JobEvents",
+    "Pool",
+    "Recycle",
+    "WorkerConfig",
+    "WorkerEvents",
+    "describe_exit",
+]
 
 log = logging.getLogger("goqueue.pool")
 
 STOP_GRACE = 5.0  # seconds a worker asked to exit cleanly gets before SIGKILL
 EOF_GRACE = 0.2  # seconds to wait for a dead child's pipe to drain before settling it
+EXTEND_EVERY = 0.5  # seconds between two `Extend` to each busy worker
+SAMPLE_EVERY = 0.05  # seconds between two memory samples of each busy worker
 
 
 class JobEvents(Protocol):
@@ -57,7 +82,7 @@ class JobEvents(Protocol):
         """An attempt succeeded."""
 
     def job_failed(self, lease: Lease, message: JobFailed) -> None:
-        """An attempt raised."""
+        """An attempt raised (or the supervisor failed it: memory limit, abandoned)."""
 
     def job_lost(self, lease: Lease, worker: Worker) -> None:
         """A worker died holding `lease` (`worker.kill_reason` and `exitcode` say how)."""
@@ -129,55 +154,66 @@ class Recycle:
         return bool(self.max_rss_kb and worker.rss_kb > self.max_rss_kb)
 
 
-def describe_exit(exitcode: int | None) -> str:
-    """Name an exit status for humans: 'killed by SIGKILL', 'exited with code 3'."""
-    if exitcode is None:
-        return "exit status unknown"
-    if exitcode < 0:
-        try:
-            return f"killed by {signal.Signals(-exitcode).name}"
-        except ValueError:
-            return f"killed by signal {-exitcode}"
-    return f"exited with code {exitcode}"
-
-
 class Pool:
-    """The set of child processes, and the mechanics of talking to and killing them."""
+    """The set of child processes, and the mechanics of talking to and killing them.
+
+    `lease_allowance` (seconds, None for no bound) is how long a running job may go
+    without word from the supervisor before its worker kills itself; `memory_limit_mb`
+    kills a worker whose job takes more than that (None: no limit during a job).
+    """
 
     def __init__(
         self,
         loop: asyncio.AbstractEventLoop,
-        modules: Sequence[str],
+        config: WorkerConfig,
         *,
         kill_grace: float = 0.05,
         recycle: Recycle = Recycle(),
+        lease_allowance: float | None = None,
+        memory_limit_mb: int | None = None,
     ) -> None:
         self.loop = loop
-        self.modules = list(modules)
+        self.config = config
         self.kill_grace = kill_grace
         self.recycle = recycle
+        self.lease_allowance = lease_allowance
+        self.memory_limit_mb = memory_limit_mb
         self.jobs: JobEvents = Unheard()
         self.lifecycle: WorkerEvents = Unheard()
+        self.enqueue_child: EnqueueChild = child_jobs.unwired
         self.codec = SupervisorCodec()
         self.workers: dict[int, Worker] = {}
-        self._attaching: set[asyncio.Future[object]] = set()
+        self._statm: dict[int, int] = {}  # pid -> /proc/PID/statm descriptor
+        self._tasks: set[asyncio.Future[object]] = set()
         self._slots = 0
         self._all_gone = asyncio.Event()
         self._freed = asyncio.Event()  # a worker stopped being busy
-        self._mp = multiprocessing.get_context("forkserver")
-        self._mp.set_forkserver_preload(["goqueue.actors.child"])
+        self._extend_timer: asyncio.TimerHandle | None = None
+        self._sample_timer: asyncio.TimerHandle | None = None
 
-    def listen(self, *, jobs: JobEvents | None = None, workers: WorkerEvents | None = None) -> None:
-        """Say who hears about attempts (the dispatcher) and about workers (the arbiter)."""
+    def listen(
+        self,
+        *,
+        jobs: JobEvents | None = None,
+        workers: WorkerEvents | None = None,
+        children: EnqueueChild | None = None,
+    ) -> None:
+        """Say who hears about attempts (the dispatcher), about workers (the arbiter), and
+        who enqueues the jobs running jobs ask for (the engine)."""
         if jobs is not None:
             self.jobs = jobs
         if workers is not None:
             self.lifecycle = workers
+        if children is not None:
+            self.enqueue_child = children
 
-    def reconfigure(self, modules: Sequence[str], recycle: Recycle) -> None:
-        """Apply a reload: the actor modules new workers import, and the recycling policy."""
-        self.modules = list(modules)
+    def reconfigure(
+        self, config: WorkerConfig, recycle: Recycle, memory_limit_mb: int | None
+    ) -> None:
+        """Apply a reload: what new workers boot with, recycling and the memory limit."""
+        self.config = config
         self.recycle = recycle
+        self.memory_limit_mb = memory_limit_mb
 
     def __iter__(self) -> Iterator[Worker]:
         return iter(list(self.workers.values()))
@@ -190,8 +226,11 @@ class Pool:
         return sum(1 for w in self.workers.values() if w.state in states)
 
     def idle(self) -> list[Worker]:
-        """Workers ready for a job."""
-        return [w for w in self.workers.values() if w.state == WorkerState.IDLE]
+        """Workers ready for a job, the newest generation first (after a reload, jobs run
+        the new code wherever a worker of it is free)."""
+        idle = [w for w in self.workers.values() if w.state == WorkerState.IDLE]
+        idle.sort(key=lambda w: -w.generation)
+        return idle
 
     def holding(self, token: str) -> Worker | None:
         """The worker running the attempt with lease `token`."""
@@ -200,30 +239,29 @@ class Pool:
                 return worker
         return None
 
+    def progress_of(self, job_id: str) -> msgspec.Raw | None:
+        """The latest progress a running attempt of `job_id` reported on this node."""
+        for worker in self.workers.values():
+            if worker.running(job_id):
+                return worker.progress
+        return None
+
     # -- lifecycle -------------------------------------------------------------------
 
-    def spawn(self, generation: int, modules: Sequence[str] | None = None) -> Worker:
-        """Start one child; it reports Ready (or BootFailed) over its pipe."""
-        ours, theirs = self._mp.Pipe(duplex=True)
+    def spawn(self, generation: int, config: WorkerConfig | None = None) -> Worker:
+        """Start one child; it reports Ready (or BootFailed) over its pipe. Raises
+        OSError when no process can be started (descriptors or memory exhausted)."""
+        config = config or self.config
+        launched = launch()
         self._slots += 1
-        process = self._mp.Process(
-            target=child.main,
-            args=(theirs, list(modules or self.modules)),
-            name=f"goqueue-worker-{self._slots}",
-        )
-        process.start()
-        theirs.close()
         channel = Channel(self.codec.decode)
-        sock = socket.socket(fileno=os.dup(ours.fileno()))
-        ours.close()
-        worker = Worker(self._slots, generation, process.pid or 0, process, channel)
+        worker = Worker(self._slots, generation, launched.pid, launched.pidfd, channel)
         channel.listen(partial(self.received, worker), partial(self.pipe_closed, worker))
         self.workers[worker.pid] = worker
         self._all_gone.clear()
-        self._attaching.add(
-            asyncio.ensure_future(self.loop.connect_accepted_socket(lambda: channel, sock))
-        )
-        self.loop.add_reader(process.sentinel, self._on_exit, worker)
+        channel.attach(self.loop, launched.sock)
+        self.loop.add_reader(launched.pidfd, self._on_exit, worker)
+        self._send(worker, Boot(list(config.modules), list(config.paths), config.max_result_bytes))
         log.debug("worker spawned", extra={"worker_pid": worker.pid, "slot": worker.slot})
         return worker
 
@@ -232,7 +270,10 @@ class Pool:
         job = lease.job
         worker.begin(lease)
         worker.arm(self.loop, timeout, partial(self.kill, worker, KillReason.TIMEOUT))
-        self._send(worker, RunJob(job.id, job.type, job.attempts, job.queue, bytes(job.payload)))
+        payload = bytes(job.payload)
+        allowance = self.lease_allowance
+        self._send(worker, RunJob(job.id, job.type, job.attempts, job.queue, payload, allowance))
+        self._watch()
 
     def stop(self, worker: Worker) -> None:
         """Ask an idle worker to exit cleanly (recycling, reload, shrink)."""
@@ -242,7 +283,7 @@ class Pool:
 
     def kill(self, worker: Worker, reason: KillReason) -> None:
         """Two-phase kill: SIGTERM now, SIGKILL after the grace if it is still there."""
-        if worker.exitcode is not None or worker.kill_reason not in (None, KillReason.STOPPED):
+        if worker.gone or worker.kill_reason not in (None, KillReason.STOPPED):
             return
         worker.ending(reason)
         worker.cancel_timers()
@@ -250,15 +291,21 @@ class Pool:
         worker.arm(self.loop, self.kill_grace, partial(self._sigkill, worker))
 
     def _sigkill(self, worker: Worker) -> None:
-        if worker.exitcode is None:
-            self._signal(worker, signal.SIGKILL)
+        self._signal(worker, signal.SIGKILL)
 
     def _signal(self, worker: Worker, sig: signal.Signals) -> None:
+        if worker.gone:
+            return  # reaped: nothing to signal (the pidfd never names another process)
         with contextlib.suppress(ProcessLookupError):
-            os.kill(worker.pid, sig)
+            signal.pidfd_send_signal(worker.pidfd, sig)
 
-    def _send(self, worker: Worker, message: RunJob | Shutdown) -> None:
+    def _send(self, worker: Worker, message: ToWorker) -> None:
         worker.channel.send(self.codec.encode(message))
+
+    def _track(self, awaitable: Awaitable[object]) -> None:
+        task = asyncio.ensure_future(awaitable)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
 
     async def wait_idle(self, timeout: float) -> bool:
         """Wait up to `timeout` seconds until no worker is busy; True if none is."""
@@ -269,18 +316,110 @@ class Pool:
                 await asyncio.wait_for(self._freed.wait(), left)
         return not self.count(WorkerState.BUSY)
 
+    # -- watching running attempts -------------------------------------------------------
+
+    def _watch(self) -> None:
+        """Arm the timers that watch busy workers, if they are not running."""
+        if self.lease_allowance is not None and self._extend_timer is None:
+            self._extend_timer = self.loop.call_later(self._extend_every(), self._extend)
+        if self.memory_limit_mb is not None and self._sample_timer is None:
+            self._sample_timer = self.loop.call_later(SAMPLE_EVERY, self._sample)
+
+    def _busy(self) -> list[Worker]:
+        """Workers running an attempt whose outcome is still open."""
+        return [
+            w
+            for w in self.workers.values()
+            if w.lease is not None and w.verdict is None and not w.gone
+        ]
+
+    def _extend(self) -> None:
+        """Tell every busy worker the supervisor is alive: its job may go on."""
+        self._extend_timer = None
+        busy = self._busy()
+        if self.lease_allowance is None or not busy:
+            return
+        frame = self.codec.encode(Extend(self.lease_allowance))
+        for worker in busy:
+            worker.channel.send(frame)
+        self._extend_timer = self.loop.call_later(self._extend_every(), self._extend)
+
+    def _extend_every(self) -> float:
+        """Seconds between two `Extend`: a few of them fit in any allowance (short leases
+        give short allowances)."""
+        allowance = self.lease_allowance or EXTEND_EVERY
+        return min(EXTEND_EVERY, allowance / 4)
+
+    def _sample(self) -> None:
+        """Kill the busy workers whose resident memory passed the limit."""
+        self._sample_timer = None
+        limit = self.memory_limit_mb
+        busy = self._busy()
+        if limit is None or not busy:
+            return
+        for worker in busy:
+            fd = self._statm.get(worker.pid)
+            if fd is None:
+                try:
+                    fd = self._statm[worker.pid] = open_statm(worker.pid)
+                except OSError:  # out of descriptors: sample it next time
+                    continue
+            rss = rss_kb(fd)
+            if rss > limit * 1024:
+                self._kill_for_memory(worker, rss, limit)
+        self._sample_timer = self.loop.call_later(SAMPLE_EVERY, self._sample)
+
+    def _kill_for_memory(self, worker: Worker, rss: int, limit: int) -> None:
+        """SIGKILL at once (memory grows fast); the attempt fails with the reason."""
+        lease = worker.lease
+        assert lease is not None
+        error = (
+            f"exceeded the memory limit ({limit} MB): worker {worker.pid} reached "
+            f"{rss // 1024} MB and was killed"
+        )
+        duration = time.monotonic() - worker.attempt_started
+        worker.cancel_timers()
+        worker.condemn(KillReason.MEMORY, JobFailed(lease.job.id, error, duration, rss_kb=rss))
+        self._signal(worker, signal.SIGKILL)
+        log.warning(error, extra={"job_id": lease.job.id, "worker_pid": worker.pid})
+
     # -- reading ---------------------------------------------------------------------
 
     def received(self, worker: Worker, message: FromWorker) -> None:
         """A message from `worker`'s pipe."""
         match message:
             case JobDone() | JobFailed():
-                self._settle(worker, message)
+                if worker.verdict is None:
+                    self._settle(worker, message)
+            case Progress(job_id=job_id, value=value):
+                if worker.running(job_id) and worker.verdict is None:
+                    worker.progress = msgspec.Raw(value)
+            case EnqueueRequest() as request:
+                self._track(self._answer(worker, request))
+            case Abandoned() as given_up:
+                self._abandoned(worker, given_up)
             case Ready():
                 worker.booted(frozenset(a.name for a in message.actors))
                 self.lifecycle.worker_ready(worker, message)
             case BootFailed():
                 self.lifecycle.worker_boot_failed(worker, message)
+
+    async def _answer(self, worker: Worker, request: EnqueueRequest) -> None:
+        if worker.running(request.job_id):
+            reply = await child_jobs.answer(self.enqueue_child, request)
+        else:
+            reply = EnqueueReply(request.request_id)
+            child_jobs.refuse(reply, Refusal.INVALID, f"job {request.job_id} is not running here")
+        self._send(worker, reply)
+
+    def _abandoned(self, worker: Worker, message: Abandoned) -> None:
+        """The worker gave its attempt up (no `Extend` in time) and is killing itself."""
+        if not worker.running(message.job_id) or worker.verdict is not None:
+            return
+        worker.cancel_timers()
+        verdict = JobFailed(message.job_id, message.error, message.duration)
+        worker.condemn(KillReason.LEASE_LOST, verdict)
+        log.warning(message.error, extra={"job_id": message.job_id, "worker_pid": worker.pid})
 
     def _settle(self, worker: Worker, message: JobDone | JobFailed) -> None:
         """Free the worker, report the outcome, then replace the worker if it is due
@@ -301,15 +440,19 @@ class Pool:
 
     def pipe_closed(self, worker: Worker) -> None:
         """`worker`'s pipe reached its end; settle it if the process is gone too."""
-        if worker.exitcode is not None:
+        if worker.gone:
             self._finalize(worker)
 
     def _on_exit(self, worker: Worker) -> None:
-        """The sentinel fired: note the exit code, then settle once the pipe has been read
-        to its end (whatever the child said before dying still counts)."""
-        self.loop.remove_reader(worker.process.sentinel)
-        worker.process.join(0)
-        worker.exitcode = worker.process.exitcode
+        """The pidfd fired: collect the exit status, then settle once the pipe has been
+        read to its end (whatever the child said before dying still counts)."""
+        exited, exitcode = reap(worker.pid)
+        if not exited:
+            return  # not an exit after all; the pidfd stays watched
+        self.loop.remove_reader(worker.pidfd)
+        os.close(worker.pidfd)
+        worker.pidfd = -1
+        worker.exitcode = exitcode
         worker.cancel_timers()
         if worker.channel.closed:
             self._finalize(worker)
@@ -321,15 +464,20 @@ class Pool:
             return  # already settled
         worker.channel.close()
         self.workers.pop(worker.pid, None)
+        statm = self._statm.pop(worker.pid, None)
+        if statm is not None:
+            os.close(statm)
         self._freed.set()
         if not self.workers:
             self._all_gone.set()
         if worker.exitcode == WORKER_BOOT_ERROR and worker.kill_reason is None:
             worker.kill_reason = KillReason.BOOT
-        if worker.lease is not None:
-            self.jobs.job_lost(worker.lease, worker)
+        lease = worker.lease  # kept on the worker: the arbiter notes which job it ran
+        if lease is not None and worker.verdict is not None:
+            self.jobs.job_failed(lease, worker.verdict)
+        elif lease is not None:
+            self.jobs.job_lost(lease, worker)
         self.lifecycle.worker_exited(worker)
-        worker.process.close()
 
     async def shutdown(self, timeout: float = 5.0) -> None:
         """Stop every child: Shutdown to the idle, SIGTERM/SIGKILL to the rest."""
@@ -345,3 +493,9 @@ class Pool:
                 for worker in self:
                     self._signal(worker, signal.SIGKILL)
                 await asyncio.wait_for(self._all_gone.wait(), 2.0)
+        for timer in (self._extend_timer, self._sample_timer):
+            if timer is not None:
+                timer.cancel()
+        self._extend_timer = self._sample_timer = None
+        for task in list(self._tasks):
+            task.cancel()

@@ -66,6 +66,7 @@ class KillReason(StrEnum):
     SHUTDOWN = "shutdown"
     RECYCLE = "recycle"
     BOOT = "boot"  # exited with WORKER_BOOT_ERROR: its actor modules cannot be imported
+    MEMORY = "memory"  # its job took more memory than --max-worker-rss-mb allows
 
 
 class RestartReason(StrEnum):
@@ -78,6 +79,7 @@ class RestartReason(StrEnum):
     CANCEL = "cancel"
     SHUTDOWN = "shutdown"
     LEASE_LOST = "lease_lost"
+    MEMORY = "memory"
 
 
 class WebhookOutcome(StrEnum):

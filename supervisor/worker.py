@@ -1,23 +1,38 @@
 """The supervisor's handle on one worker process, and the state it moves through.
 
-`Worker` owns its own bookkeeping (state, the lease it runs, its timers); the pool owns
-the process, the pipe and the signals, and moves a worker only through these methods.
+`Worker` owns its own bookkeeping (state, the lease it runs, its timers, the attempt's
+latest progress); the pool owns the process, the pipe and the signals, and moves a
+worker only through these methods.
 """
 
 from __future__ import annotations
 
 import asyncio
+import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from multiprocessing.process import BaseProcess
 from typing import TYPE_CHECKING
 
+import msgspec
+from goqueue.actors.protocol import JobFailed
 from goqueue.supervisor.jobs import Lease
 from goqueue.supervisor.vocab import KillReason, WorkerState
 
 if TYPE_CHECKING:
     from goqueue.supervisor.channel import Channel
+
+
+def describe_exit(exitcode: int | None) -> str:
+    """Name an exit status for humans: 'killed by SIGKILL', 'exited with code 3'."""
+    if exitcode is None:
+        return "exit status unknown"
+    if exitcode < 0:
+        try:
+            return f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exited with code {exitcode}"
 
 
 @dataclass(eq=False)
@@ -26,8 +41,8 @@ class Worker:
 
     slot: int
     generation: int
-    pid: int  # kept here: the Process object is closed once the child is reaped
-    process: BaseProcess
+    pid: int
+    pidfd: int  # readable once the process has exited; -1 once it is reaped
     channel: Channel
     state: WorkerState = WorkerState.BOOTING
     types: frozenset[str] = frozenset()
@@ -38,6 +53,10 @@ class Worker:
     kill_reason: KillReason | None = None
     retire: bool = False  # replace after the current job (reload, shrink)
     exitcode: int | None = None
+    progress: msgspec.Raw | None = None  # the running attempt's latest report
+    # what the attempt's outcome is, when the supervisor decided it before the process
+    # was gone (a memory kill, a worker that gave up on a silent supervisor)
+    verdict: JobFailed | None = None
     _timers: list[asyncio.TimerHandle] = field(default_factory=list)
 
     def booted(self, types: frozenset[str]) -> None:
@@ -50,6 +69,7 @@ class Worker:
         """An attempt was handed to this worker."""
         self.state = WorkerState.BUSY
         self.lease = lease
+        self.progress = None
         self.attempt_started = time.monotonic()
 
     def end(self, rss_kb: int) -> Lease | None:
@@ -58,6 +78,7 @@ class Worker:
         self.cancel_timers()
         self.jobs_run += 1
         self.rss_kb = rss_kb
+        self.progress = None
         if self.state == WorkerState.BUSY:
             self.state = WorkerState.IDLE
         lease, self.lease = self.lease, None
@@ -68,9 +89,24 @@ class Worker:
         self.kill_reason = reason
         self.state = WorkerState.STOPPING
 
+    def condemn(self, reason: KillReason, verdict: JobFailed) -> None:
+        """End this worker for `reason`; its attempt's outcome is already `verdict`,
+        reported once the process is gone."""
+        self.ending(reason)
+        self.verdict = verdict
+
+    @property
+    def gone(self) -> bool:
+        """True once the process has exited and been reaped."""
+        return self.pidfd < 0
+
     def holds(self, token: str) -> bool:
         """True while this worker runs the attempt leased with `token`."""
         return self.lease is not None and self.lease.token == token
+
+    def running(self, job_id: str) -> bool:
+        """True while this worker runs an attempt of `job_id`."""
+        return self.lease is not None and self.lease.job.id == job_id
 
     def arm(
         self, loop: asyncio.AbstractEventLoop, delay: float, callback: Callable[[], None]

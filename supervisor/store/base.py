@@ -35,6 +35,7 @@ class NewJob(msgspec.Struct, kw_only=True):
     max_retries: int
     idempotency_key: str | None = None
     request_hash: str | None = None
+    parent_id: str | None = None  # set on a job a running job enqueued (`ctx.enqueue`)
 
 
 class Store(Protocol):

@@ -151,7 +151,7 @@ class MemoryStore:
                 raise DuplicateJob(held[0])
         if self._counts[Status.PENDING] >= self.max_pending:
             raise StoreFull(f"the queue is full ({self.max_pending} pending jobs)")
-        job = self._insert(spec, now, new.max_retries, None)
+        job = self._insert(spec, now, new.max_retries, new.parent_id)
         if spec.dedupe_key is not None and spec.dedupe_window_seconds:
             self._dedupe[spec.dedupe_key] = (job.id, ts + spec.dedupe_window_seconds)
         if new.idempotency_key is not None:

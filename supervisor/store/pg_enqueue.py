@@ -135,7 +135,10 @@ class Enqueuer:
         """Insert the jobs without keys (`news[i]` for i in `indexes`) in one statement."""
         if not indexes:
             return
-        todo = [(i, pg_rows.insert_params(news[i].spec, news[i].max_retries)) for i in indexes]
+        todo = [
+            (i, pg_rows.insert_params(news[i].spec, news[i].max_retries, news[i].parent_id))
+            for i in indexes
+        ]
         if len(todo) == 1:
             params = todo[0][1] | {"node": self.node_id}
             row = await self._db.fetchone(conn, self._sql[Sql.ADD_JOB], params)

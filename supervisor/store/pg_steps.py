@@ -90,7 +90,9 @@ def keyed_enqueue(
         if (yield sql[Sql.CLAIM_DEDUPE], params) is None:
             holder = yield sql[Sql.DEDUPE_HOLDER], params
             raise DuplicateJob("unknown" if holder is None else str(holder[0]))
-    row = yield insert(sql, new.spec, new.max_retries, node=node, job_id=job_id)
+    row = yield insert(
+        sql, new.spec, new.max_retries, node=node, parent_id=new.parent_id, job_id=job_id
+    )
     assert row is not None
     return Enqueued(pg_rows.job(row), created=True)
 

@@ -21,7 +21,7 @@ import pytest
 from aiohttp import web
 from goqueue.api.errors import from_domain, within
 from goqueue.api.middleware import errors_middleware, metrics_middleware
-from goqueue.api.schemas import HIDDEN_JOB_FIELDS, JobOut, JobStatus
+from goqueue.api.schemas import HIDDEN_JOB_FIELDS, LIVE_JOB_FIELDS, JobOut, JobStatus
 from goqueue.supervisor.errors import StoreUnavailable
 from goqueue.supervisor.jobs import Job, JobSpec
 from goqueue.supervisor.metrics import Metrics
@@ -741,7 +741,7 @@ def test_dead_letters_list_show_replay_purge(api_server: ApiServer) -> None:
 
 def test_job_out_shows_every_job_field_but_seq() -> None:
     job_fields = [f.name for f in msgspec.structs.fields(Job) if f.name not in HIDDEN_JOB_FIELDS]
-    assert list(JobOut.__struct_fields__) == job_fields
+    assert list(JobOut.__struct_fields__) == [*job_fields, *LIVE_JOB_FIELDS]
 
 
 def test_the_documented_statuses_are_the_status_enum() -> None:

@@ -91,6 +91,7 @@ def test_workers_names_the_node_its_exits_and_the_nodes(api_server: ApiServer) -
     assert body["workers"] == []  # this test engine runs no worker process
     assert set(body["exits_by_reason"]) == {
         "crash", "timeout", "cancel", "lease_lost", "recycle", "retired", "shutdown", "boot",
+        "memory",
     }  # fmt: skip
     assert body["recent_exits"] == []
     (node,) = body["nodes"]

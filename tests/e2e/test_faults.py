@@ -64,9 +64,6 @@ def logged(tmp_path: Path, seconds: float = 0.01, **fields: object) -> dict[str,
 # -- 1. workers outlive their supervisor ---------------------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 10: workers and the forkserver outlive a SIGKILLed supervisor"
-)
 def test_supervisor_sigkill_leaves_no_process_behind(pg_nodes: NodeSet, tmp_path: Path) -> None:
     """Scenario: a node with 2 workers runs a job spinning in `while True: pass` that
     ignores SIGTERM; `kill -9` hits the supervisor alone (not its group).
@@ -92,9 +89,6 @@ def test_supervisor_sigkill_leaves_no_process_behind(pg_nodes: NodeSet, tmp_path
     assert not [pid for pid in direct if alive(pid)], "a child of the supervisor lives on"
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 10: orphaned workers finish jobs another node re-runs"
-)
 def test_supervisor_sigkill_runs_no_job_to_completion_twice(
     pg_nodes: NodeSet, tmp_path: Path
 ) -> None:
@@ -342,7 +336,6 @@ def json_lines(node: Node) -> list[dict[str, object]]:
         raise AssertionError(f"a log line is not JSON ({exc}):\n{node.logs()[-3000:]}") from None
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10: a node does not listen until the store opens")
 def test_a_node_booting_without_its_database_listens_and_waits(
     private_nodes: NodeSet, pg_cluster: PgCluster, tmp_path: Path
 ) -> None:
@@ -371,7 +364,6 @@ def test_a_node_booting_without_its_database_listens_and_waits(
     json_lines(node)
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10: a store fault during boot hangs the node")
 def test_a_database_blip_during_boot_does_not_hang_the_node(
     private_nodes: NodeSet, pg_cluster: PgCluster, tmp_path: Path
 ) -> None:
@@ -402,9 +394,6 @@ def test_a_database_blip_during_boot_does_not_hang_the_node(
     wait_job(node, job["id"], "done", timeout=15)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 10: a failed run leaves an unclosed session and a raw traceback"
-)
 def test_a_node_whose_run_fails_exits_nonzero_and_leaves_nothing(
     pg_nodes: NodeSet, tmp_path: Path
 ) -> None:
@@ -459,9 +448,6 @@ def test_a_job_that_sigkills_its_worker_fails_alone(pg_nodes: NodeSet, tmp_path:
         assert [r.completed for r in runs[job["id"]]] == [True]
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 10: killing the forkserver kills every sibling worker (code 255)"
-)
 def test_a_job_that_kills_its_workers_parent_costs_its_siblings_nothing(
     pg_nodes: NodeSet, tmp_path: Path
 ) -> None:
@@ -639,9 +625,6 @@ def test_a_group_kill_keeps_claimed_jobs_in_their_place(group_kill: GroupKill) -
 # -- 8. audit events written behind, lost in a crash --------------------------------
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 10: audit events are written behind and lost in a crash"
-)
 def test_node_kills_lose_no_audit_event(pg_nodes: NodeSet, tmp_path: Path) -> None:
     """Scenario: two nodes x 2 workers (lease 2 s) work through 1,200 jobs of 5-20 ms;
     three times, once 250 more runs have ended, `kill -9` of one node's whole process
@@ -759,7 +742,6 @@ def test_a_webhook_is_sent_when_the_commit_reply_is_lost(pg_nodes: NodeSet, tmp_
 # -- 10. the memory limit is only read between jobs ----------------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10: --max-worker-rss-mb is not enforced during a job")
 def test_the_memory_limit_holds_during_a_job(pg_nodes: NodeSet, tmp_path: Path) -> None:
     """Scenario: `--max-worker-rss-mb 200`; a job allocates 1.5 GB in 50 MB steps,
     writing every page and logging its total after each step.

@@ -26,7 +26,7 @@ def outcome(status: str) -> Outcome:
 
 
 def worker(pid: int, kill_reason: str | None, exitcode: int, job_id: str | None = None) -> Any:
-    w = Worker(slot=pid % 10, generation=0, pid=pid, process=None, channel=None)  # type: ignore[arg-type]
+    w = Worker(slot=pid % 10, generation=0, pid=pid, pidfd=-1, channel=None)  # type: ignore[arg-type]
     w.kill_reason = kill_reason
     w.exitcode = exitcode
     if job_id is not None:
@@ -92,15 +92,18 @@ def test_worker_exits_are_named_and_counted() -> None:
     history.worker_exited(worker(102, "cancel", -9, job_id="j-1"))
     history.worker_exited(worker(103, "stopped", 0))
     history.worker_exited(worker(104, "timeout", -9))
+    history.worker_exited(worker(105, "memory", -9, job_id="j-2"))
     exits = history.exits()
-    assert [e.pid for e in exits] == [104, 103, 102, 101]  # newest first
+    assert [e.pid for e in exits] == [105, 104, 103, 102, 101]  # newest first
     assert [e.reason for e in exits] == [
+        ExitReason.MEMORY,
         ExitReason.TIMEOUT,
         ExitReason.RETIRED,
         ExitReason.CANCEL,
         ExitReason.CRASH,
     ]
-    assert exits[3].exit == "killed by SIGSEGV" and exits[2].job_id == "j-1"
+    assert exits[4].exit == "killed by SIGSEGV" and exits[3].job_id == "j-1"
+    assert exits[0].job_id == "j-2"
     counts = history.exit_counts()
     assert set(counts) == {r.value for r in ExitReason}
     assert counts["crash"] == counts["cancel"] == counts["retired"] == counts["timeout"] == 1

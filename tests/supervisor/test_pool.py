@@ -4,8 +4,11 @@ through the pool's own calls, its events caught by recording listeners."""
 from __future__ import annotations
 
 import asyncio
+import errno
 import json
+import os
 import struct
+import time
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -23,14 +26,17 @@ from goqueue.actors.protocol import (
     WorkerCodec,
 )
 from goqueue.supervisor.channel import Channel
+from goqueue.supervisor.errors import DuplicateJob, UnknownJobType
 from goqueue.supervisor.jobs import Job, JobSpec, Lease
-from goqueue.supervisor.pool import Pool, Recycle
+from goqueue.supervisor.pool import Pool, Recycle, WorkerConfig
 from goqueue.supervisor.vocab import KillReason, WorkerState
 from goqueue.supervisor.worker import Worker
 
 pytestmark = pytest.mark.timeout(30)
 
-ACTORS = ["tests.fixtures.testactors"]  # importable by the children: the checkout is on sys.path
+ROOT = Path(__file__).resolve().parents[2]
+# the checkout first on the workers' import path, as a project folder would be
+CONFIG = WorkerConfig(("tests.fixtures.testactors",), (str(ROOT),), max_result_bytes=1000)
 
 
 def frame(message: Any) -> bytes:
@@ -85,7 +91,7 @@ def test_a_partial_frame_waits_for_the_rest() -> None:
 
 
 def test_recycling_policy() -> None:
-    worker = Worker(1, 0, 1, None, None)
+    worker = Worker(1, 0, 1, -1, None)  # type: ignore[arg-type]
     worker.jobs_run, worker.rss_kb = 2, 5000
     assert not Recycle().due(worker)
     assert Recycle(max_jobs=2).due(worker) and not Recycle(max_jobs=3).due(worker)
@@ -150,7 +156,7 @@ def running(job_type: str, payload: bytes = b"null", timeout: float | None = Non
 
 
 async def started(**options: Any) -> tuple[Pool, Events, Worker]:
-    pool = Pool(asyncio.get_running_loop(), ACTORS, **options)
+    pool = Pool(asyncio.get_running_loop(), CONFIG, **options)
     events = Events()
     pool.listen(jobs=events, workers=events)
     worker = pool.spawn(0)
@@ -200,3 +206,134 @@ async def test_a_worker_due_for_recycling_is_stopped_after_its_job() -> None:
         assert len(pool) == 0
     finally:
         await pool.shutdown(5)
+
+
+def payload(**fields: Any) -> bytes:
+    return json.dumps(fields).encode()
+
+
+async def test_a_job_over_the_memory_limit_is_killed_and_fails(tmp_path: Path) -> None:
+    pool, events, worker = await started(memory_limit_mb=200)
+    try:
+        lease = running("memory_hog", payload(dir=str(tmp_path), mb=1500, step=50))
+        pool.run(worker, lease, timeout=60)
+        _, reported, message = await events.wait_for("job_failed", timeout=30)
+        assert reported is lease and message.retry
+        assert message.error.startswith("exceeded the memory limit (200 MB)")
+        _, gone, reason = await events.wait_for("worker_exited")
+        assert gone is worker and reason == KillReason.MEMORY and worker.exitcode == -9
+        assert "job_lost" not in events.kinds()
+        logged = [int(line) for line in (tmp_path / "hog.log").read_text().split()]
+        assert 100 <= max(logged) < 1024, logged  # sampled every 50 ms, far from 1.5 GB
+    finally:
+        await pool.shutdown(5)
+
+
+async def test_a_job_whose_supervisor_falls_silent_is_abandoned(tmp_path: Path) -> None:
+    pool, events, worker = await started(lease_allowance=0.5)
+    try:
+        lease = running("hold", payload(dir=str(tmp_path), seconds=10))
+        pool.run(worker, lease, timeout=60)
+        async with asyncio.timeout(10):
+            while not list(tmp_path.glob("hold-*")):
+                await asyncio.sleep(0.01)
+        time.sleep(1.5)  # the supervisor's loop frozen: no Extend goes out
+        _, reported, message = await events.wait_for("job_failed")
+        assert reported is lease and "allowance" in message.error
+        _, gone, reason = await events.wait_for("worker_exited")
+        assert gone is worker and reason == KillReason.LEASE_LOST and worker.exitcode == -9
+        assert not list(tmp_path.glob("done-*"))
+    finally:
+        await pool.shutdown(5)
+
+
+async def test_extend_keeps_a_long_job_alive_within_its_allowance(tmp_path: Path) -> None:
+    pool, events, worker = await started(lease_allowance=1.0)
+    try:
+        pool.run(worker, running("hold", payload(dir=str(tmp_path), seconds=2.5)), timeout=60)
+        await events.wait_for("job_done")
+        assert "worker_exited" not in events.kinds()
+    finally:
+        await pool.shutdown(5)
+
+
+async def test_ctx_enqueue_goes_through_the_callback_with_the_running_job_as_parent() -> None:
+    asked: list[tuple[JobSpec, str]] = []
+
+    async def enqueue(spec: JobSpec, parent_id: str) -> str:
+        asked.append((spec, parent_id))
+        if spec.type == "taken":
+            raise DuplicateJob("job-0")
+        if spec.type == "unknown":
+            raise UnknownJobType(spec.type)
+        return f"child-{len(asked)}"
+
+    pool, events, worker = await started()
+    pool.listen(children=enqueue)
+    try:
+        children = [
+            {"type": "noop", "payload": {"a": 1}, "options": {"priority": 8}},
+            {"type": "taken"},
+            {"type": "unknown"},
+            {"type": "noop", "options": {"priority": 99}},
+        ]
+        lease = running("parent", payload(children=children))
+        pool.run(worker, lease, timeout=10)
+        _, _, message = await events.wait_for("job_done")
+        answers = msgspec.json.decode(message.result)
+        assert answers[0] == {"id": "child-1"}
+        assert answers[1] == {
+            "refusal": "duplicate",
+            "error": "duplicate of job job-0",
+            "existing": "job-0",
+        }
+        assert answers[2]["refusal"] == "invalid" and "unknown job type" in answers[2]["error"]
+        assert answers[3]["refusal"] == "invalid" and "priority" in answers[3]["error"]
+        assert [(spec.type, parent) for spec, parent in asked] == [
+            ("noop", lease.job.id),
+            ("taken", lease.job.id),
+            ("unknown", lease.job.id),
+        ]  # the invalid one never reached the engine
+        assert asked[0][0].priority == 8 and bytes(asked[0][0].payload) == b'{"a":1}'
+    finally:
+        await pool.shutdown(5)
+
+
+async def test_progress_is_kept_for_the_running_attempt_only(tmp_path: Path) -> None:
+    pool, events, worker = await started()
+    try:
+        reports = [0.25, {"stage": "upload", "done": 3}]
+        lease = running("reporter", payload(dir=str(tmp_path), reports=reports))
+        pool.run(worker, lease, timeout=30)
+        async with asyncio.timeout(10):
+            while pool.progress_of(lease.job.id) != msgspec.Raw(b'{"stage":"upload","done":3}'):
+                await asyncio.sleep(0.01)
+        (tmp_path / "go").touch()
+        await events.wait_for("job_done")
+        assert pool.progress_of(lease.job.id) is None
+    finally:
+        await pool.shutdown(5)
+
+
+async def test_a_spawn_that_fails_leaves_nothing_open(monkeypatch: pytest.MonkeyPatch) -> None:
+    def refuse(*args: Any, **kwargs: Any) -> int:
+        raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
+
+    pool = Pool(asyncio.get_running_loop(), CONFIG)
+    before = sorted(os.listdir("/proc/self/fd"))
+    monkeypatch.setattr(os, "posix_spawn", refuse)
+    with pytest.raises(OSError, match="temporarily unavailable"):
+        pool.spawn(0)
+    assert sorted(os.listdir("/proc/self/fd")) == before and len(pool) == 0
+
+
+async def test_workers_are_direct_children_of_the_supervisor() -> None:
+    pool, _events, worker = await started()
+    try:
+        status = Path(f"/proc/{worker.pid}/status").read_text()
+        assert f"PPid:\t{os.getpid()}\n" in status
+        cmdline = Path(f"/proc/{worker.pid}/cmdline").read_bytes().split(b"\0")
+        assert b"goqueue.actors.child" in cmdline and b"multiprocessing" not in b" ".join(cmdline)
+    finally:
+        await pool.shutdown(5)
+    assert worker.exitcode == 0 and not Path(f"/proc/{worker.pid}").exists()

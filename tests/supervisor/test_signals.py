@@ -48,7 +48,7 @@ def test_sighup_reloads_actor_code_with_the_same_pid(make_node, tmp_path: Path) 
     pkg.mkdir()
     module = pkg / "reloadable.py"
     module.write_text(
-        "from actors import actor\n\n@actor('version')\ndef version(payload, ctx):\n"
+        "from goqueue.actors import actor\n\n@actor('version')\ndef version(payload, ctx):\n"
         "    return 'v1'\n"
     )
     env = {"PYTHONPATH": os.pathsep.join([str(pkg), str(FIXTURES)])}
@@ -56,7 +56,7 @@ def test_sighup_reloads_actor_code_with_the_same_pid(make_node, tmp_path: Path) 
     first = node.enqueue(type="version")
     assert node.wait_status(first["id"], "done")["result"] == "v1"
     module.write_text(
-        "from actors import actor\n\n@actor('version')\ndef version(payload, ctx):\n"
+        "from goqueue.actors import actor\n\n@actor('version')\ndef version(payload, ctx):\n"
         "    return 'version two'\n\n@actor('added')\ndef added(payload, ctx):\n"
         "    return 'new type'\n"
     )
@@ -76,7 +76,9 @@ def test_sighup_with_broken_code_keeps_the_old_code(make_node, tmp_path: Path) -
     pkg = tmp_path / "mods"
     pkg.mkdir()
     module = pkg / "breakable.py"
-    module.write_text("from actors import actor\n\n@actor('ok')\ndef ok(p, ctx):\n    return 1\n")
+    module.write_text(
+        "from goqueue.actors import actor\n\n@actor('ok')\ndef ok(p, ctx):\n    return 1\n"
+    )
     env = {"PYTHONPATH": os.pathsep.join([str(pkg), str(FIXTURES)])}
     node = make_node("--actors", "breakable", env=env)
     wait_for(lambda: workers(node)["idle"] == 2)  # both booted on the good code

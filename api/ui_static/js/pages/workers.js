@@ -17,6 +17,7 @@ const REASONS = {
   retired: "retired (reload or fewer workers)",
   shutdown: "node stopping",
   boot: "could not load actors",
+  memory: "killed: job over the memory limit",
 };
 
 export default {
