@@ -215,15 +215,15 @@ class Engine:
 
     async def refresh_gauges(self) -> None:
         """Bring the gauges up to date for a scrape. Queue depth is read from the store
-        here, on demand, not on a timer: with PostgreSQL it is a count over the table."""
+        here, on demand, not on a timer, and bounded: the deepest queues only."""
         self.metrics.set_workers(self.workers())
         try:
             async with asyncio.timeout(5):
-                stats = await self.store.stats()
+                depths = await self.store.queue_depths(self.metrics.depth_queues)
         except (StoreError, TimeoutError):
             return  # the scrape still answers; depth keeps its last value
-        self.metrics.set_depth(stats.queues)
-        self.history.note_depth(stats.counts.get("pending", 0))
+        self.metrics.set_depth(depths)
+        self.history.note_depth(depths.pending)
 
     def workers(self) -> dict[str, int]:
         """Workers by state (busy, idle, booting, stopping)."""

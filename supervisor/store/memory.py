@@ -7,6 +7,7 @@ only owner, so the same contract tests hold for both stores.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
@@ -33,6 +34,7 @@ from goqueue.supervisor.jobs import (
     Lease,
     Outcome,
     Page,
+    QueueDepths,
     QueueStats,
     Stats,
     new_id,
@@ -385,6 +387,22 @@ class MemoryStore:
         by_priority = {str(p): n for p, n in sorted(depth.items(), reverse=True) if n}
         return QueueStats(queue, counts, by_priority, queue in self._paused)
 
+    async def queue_depths(self, top: int) -> QueueDepths:
+        """The `top` deepest queues by priority, the rest summed by priority."""
+        totals = {queue: sum(depth.values()) for queue, depth in self._depth.items()}
+        deepest = heapq.nsmallest(top, totals, key=lambda q: (-totals[q], q))
+        chosen = {q: {str(p): n for p, n in sorted(self._depth[q].items())} for q in deepest}
+        other: dict[str, int] = {}
+        for queue, depth in self._depth.items():
+            if queue not in chosen:
+                for priority, n in depth.items():
+                    other[str(priority)] = other.get(str(priority), 0) + n
+        return QueueDepths(chosen, other, len(totals), sum(totals.values()))
+
+    async def queue_names(self, limit: int) -> frozenset[str]:
+        """Queues holding pending jobs, and paused queues (at most `limit`)."""
+        return frozenset(itertools.islice(itertools.chain(self._depth, self._paused), limit))
+
     async def set_paused(self, queue: str, paused: bool) -> None:
         """Pause or resume a queue."""
         if paused:
@@ -450,8 +468,16 @@ class MemoryStore:
         self._counts[status] += delta
 
     def _depth_add(self, job: Job, delta: int) -> None:
+        """Pending jobs by queue and priority; an emptied queue is forgotten, so 100k queues
+        used once cost nothing once they are empty."""
         depth = self._depth.setdefault(job.queue, {})
-        depth[job.priority] = depth.get(job.priority, 0) + delta
+        count = depth.get(job.priority, 0) + delta
+        if count > 0:
+            depth[job.priority] = count
+            return
+        depth.pop(job.priority, None)
+        if not depth:
+            del self._depth[job.queue]
 
     def _event(self, job: Job, kind: EventKind, now: datetime, detail: str | None = None) -> None:
         trail = self._events.setdefault(job.id, [])

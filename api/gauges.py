@@ -1,0 +1,40 @@
+"""The gauges a scrape shows, refreshed from the store without ever making /metrics slow."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Awaitable, Callable
+
+log = logging.getLogger("goqueue.api")
+
+
+class GaugeRefresh:
+    """The gauges' store read, bounded for a scrape: one read at a time, and a scrape
+    waits for it at most a moment; past that it answers the last values (the read goes on
+    and the next scrape has it), so a slow store never makes /metrics slow."""
+
+    def __init__(self, refresh: Callable[[], Awaitable[None]]) -> None:
+        self._refresh = refresh
+        self._task: asyncio.Task[None] | None = None
+
+    async def fresh(self, wait: float) -> None:
+        """Start a refresh unless one runs, and wait for it up to `wait` seconds."""
+        if self._task is None or self._task.done():
+            self._task = asyncio.ensure_future(self._run())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(self._task), wait)
+
+    async def _run(self) -> None:
+        try:
+            await self._refresh()
+        except Exception:
+            log.exception("refreshing the gauges failed")
+
+    async def close(self) -> None:
+        """Stop a refresh still running (the app is shutting down)."""
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._task
