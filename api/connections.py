@@ -22,14 +22,18 @@ database pool and logs.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 import resource
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
+from aiohttp.web_protocol import RequestHandler
+from aiohttp.web_request import BaseRequest
+from aiohttp.web_server import Server
 from goqueue.supervisor.metrics import ConnectionClose, Metrics
 
 log = logging.getLogger("goqueue.api")
@@ -98,9 +102,11 @@ class ConnectionGuard:
     def __len__(self) -> int:
         return len(self._open)
 
-    def factory(self, make: Callable[[], asyncio.Protocol]) -> Callable[[], Guarded]:
-        """A protocol factory for `loop.create_server`: aiohttp's, wrapped."""
-        return lambda: Guarded(self, make())
+    def factory(self, server: Server, settings: Mapping[str, Any]) -> Callable[[], Guarded]:
+        """A protocol factory for `loop.create_server`: aiohttp's protocol for `server`
+        (made with `settings`, see `handler_settings`), wrapped."""
+        loop = asyncio.get_running_loop()
+        return lambda: Guarded(self, JsonErrors(server, loop=loop, **settings))
 
     def admit(self, conn: Guarded, transport: asyncio.BaseTransport) -> bool:
         """Count a new connection; False when it must be refused (all others busy)."""
@@ -239,12 +245,39 @@ def connection_middleware(guard: ConnectionGuard) -> Middleware:
 
 
 def handler_settings(keepalive_timeout: float) -> dict[str, Any]:
-    """aiohttp's own per-connection limits, passed to its `AppRunner`."""
+    """aiohttp's own per-connection limits (`RequestHandler`'s arguments)."""
     return {
         "keepalive_timeout": keepalive_timeout,  # aiohttp's default is 3,630 s
         "lingering_time": 5.0,  # reading an unread body after answering (default 10 s)
         "max_line_size": 8190,  # request line and each header line (aiohttp's default)
         "max_field_size": 8190,
         "max_headers": 100,  # aiohttp's default is 128
-        "handler_cancellation": False,  # a write in flight finishes if the client leaves
+        "access_log": None,  # requests are counted in metrics, not logged one by one
     }
+
+
+class JsonErrors(RequestHandler):
+    """aiohttp's protocol, answering a request it cannot even parse (a control character
+    in a header, a line too long) in the API's JSON error format rather than as text
+    echoing the bytes, and logging it at debug level: it is the client's mistake, and a
+    hostile client must not be able to fill the log."""
+
+    def handle_error(
+        self,
+        request: BaseRequest,
+        status: int = 500,
+        exc: BaseException | None = None,
+        message: str | None = None,
+    ) -> web.StreamResponse:
+        if request.writer.output_size > 0:
+            raise ConnectionError("the answer was already started")
+        log.debug("unparsable request", exc_info=exc)
+        if status >= 500:
+            text = "internal server error"
+        else:
+            first = (message or "").strip().splitlines()
+            text = f"malformed request: {first[0][:200]}" if first else "malformed request"
+        body = b'{"error":' + json.dumps(text).encode() + b',"details":null}'
+        response = web.Response(status=status, body=body, content_type="application/json")
+        response.force_close()
+        return response

@@ -49,7 +49,7 @@ IDEMPOTENCY = Header(
         "type": "string",
         "minLength": 1,
         "maxLength": MAX_IDEMPOTENCY_KEY,
-        "pattern": "^[^\\u0000-\\u001f\\u007f]+$",
+        "pattern": "^[^\\u0000-\\u001f\\u007f]+\\Z",  # no control character (`strict.py`)
     },
     "repeat-safe enqueue: the same key and the same job (compared as parsed JSON, so "
     "spacing and key order do not matter) answer the original job (200); another job, 422",

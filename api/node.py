@@ -82,18 +82,15 @@ class HttpServer:
         """Serve the API."""
         settings = self.settings
         app = self.make_app()
-        self.runner = web.AppRunner(
-            app,
-            access_log=None,
-            handle_signals=False,
-            **handler_settings(settings.keepalive_timeout),
-        )
+        # handler_cancellation off: a write in flight finishes even if its client leaves
+        self.runner = web.AppRunner(app, handle_signals=False, handler_cancellation=False)
         await self.runner.setup()
         server = self.runner.server
         assert server is not None
         guard = app[CONNECTIONS]
+        protocol = guard.factory(server, handler_settings(settings.keepalive_timeout))
         self.listener = await asyncio.get_running_loop().create_server(
-            guard.factory(server), settings.host, settings.port, backlog=1024
+            protocol, settings.host, settings.port, backlog=1024
         )
         log.info(
             "listening",

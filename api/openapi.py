@@ -107,7 +107,12 @@ def operation(
 
 
 def build(app: web.Application, settings: Settings) -> dict[str, Any]:
-    """The OpenAPI document for every route of `app`."""
+    """The OpenAPI document for every route of `app`, its patterns in ECMA-262 syntax."""
+    return cast("dict[str, Any]", portable(describe(app, settings)))
+
+
+def describe(app: web.Application, settings: Settings) -> dict[str, Any]:
+    """The document with the server's own (Python) patterns, as the code matches them."""
     routes: list[tuple[str, str, str, Operation]] = []
     for route in app.router.routes():
         if route.method == "HEAD" or route.resource is None:
@@ -138,7 +143,7 @@ def build(app: web.Application, settings: Settings) -> dict[str, Any]:
             },
         },
     }
-    return cast("dict[str, Any]", portable(document))
+    return document
 
 
 def portable(node: Any) -> Any:

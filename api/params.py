@@ -36,7 +36,8 @@ _DIGITS = re.compile(r"[0-9]{1,12}")
 _MSGSPEC_PATH = re.compile(r" - at `\$(?P<path>[^`]*)`$")
 _NAMED_FIELD = re.compile(r"(?:unknown|missing required) field `(?P<name>[^`]+)`")
 
-NAME_SCHEMA: dict[str, Any] = {"type": "string", "pattern": f"^{_NAME.pattern}$"}
+# `\Z` as the server means it (`fullmatch`); the served document writes it `$` (ECMA-262).
+NAME_SCHEMA: dict[str, Any] = {"type": "string", "pattern": f"^{_NAME.pattern}\\Z"}
 UUID_SCHEMA: dict[str, Any] = {"type": "string", "format": "uuid"}
 _BOOLS = {"true": True, "1": True, "false": False, "0": False}
 
@@ -273,6 +274,7 @@ def _field(prefix: str) -> dict[str, str]:
 
 def _located(message: str, prefix: str) -> tuple[str, str | None]:
     """msgspec's message with its `$.path` rebased under `prefix`, and the field path."""
+    message = message.replace("\\Z'", "$'")  # patterns as the OpenAPI document shows them
     field = error_field(message)
     if prefix:
         message = message.replace("`$", f"`$.{prefix.rstrip('.')}", 1)
