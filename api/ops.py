@@ -15,7 +15,7 @@ routes = web.RouteTableDef()
 READY_TIMEOUT = 5.0  # well inside a probe's usual timeout
 PROMETHEUS_TEXT = "text/plain; version=0.0.4"
 AUTH_CHECK = "auth"  # informational: never fails readiness
-SCRAPE_WAIT = 0.08  # seconds a scrape waits for fresh queue depths before answering
+SCRAPE_WAIT = 0.05  # seconds a scrape waits for fresh queue depths before answering
 
 
 @routes.get("/health")

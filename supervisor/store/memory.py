@@ -89,7 +89,9 @@ class MemoryStore:
         self._finished: deque[str] = deque()
         self._paused: set[str] = set()
         self._counts: dict[str, int] = dict.fromkeys(STATUSES, 0)
-        self._depth: dict[str, dict[int, int]] = {}
+        self._depth: dict[str, dict[int, int]] = {}  # pending by queue, then priority
+        self._queue_totals: dict[str, int] = {}  # pending by queue
+        self._priority_totals: dict[int, int] = {}  # pending by priority, every queue
         self._limits: dict[str, int | None] = {}
         self._seq = itertools.count(1)
         self._wake: Callable[[], None] = lambda: None
@@ -388,16 +390,17 @@ class MemoryStore:
         return QueueStats(queue, counts, by_priority, queue in self._paused)
 
     async def queue_depths(self, top: int) -> QueueDepths:
-        """The `top` deepest queues by priority, the rest summed by priority."""
-        totals = {queue: sum(depth.values()) for queue, depth in self._depth.items()}
-        deepest = heapq.nsmallest(top, totals, key=lambda q: (-totals[q], q))
-        chosen = {q: {str(p): n for p, n in sorted(self._depth[q].items())} for q in deepest}
-        other: dict[str, int] = {}
-        for queue, depth in self._depth.items():
-            if queue not in chosen:
-                for priority, n in depth.items():
-                    other[str(priority)] = other.get(str(priority), 0) + n
-        return QueueDepths(chosen, other, len(totals), sum(totals.values()))
+        """The `top` deepest queues by priority, the rest summed by priority: one pass over
+        the per-queue totals, kept up to date as jobs come and go."""
+        totals = self._queue_totals
+        deepest = heapq.nsmallest(top, totals.items(), key=lambda item: (-item[1], item[0]))
+        chosen = {q: {str(p): n for p, n in self._depth[q].items()} for q, _ in deepest}
+        other = dict(self._priority_totals)
+        for queue, _ in deepest:
+            for priority, n in self._depth[queue].items():
+                other[priority] -= n
+        rest = {str(p): n for p, n in sorted(other.items()) if n}
+        return QueueDepths(chosen, rest, len(totals), sum(self._priority_totals.values()))
 
     async def queue_names(self, limit: int) -> frozenset[str]:
         """Queues holding pending jobs, and paused queues (at most `limit`)."""
@@ -468,16 +471,22 @@ class MemoryStore:
         self._counts[status] += delta
 
     def _depth_add(self, job: Job, delta: int) -> None:
-        """Pending jobs by queue and priority; an emptied queue is forgotten, so 100k queues
-        used once cost nothing once they are empty."""
-        depth = self._depth.setdefault(job.queue, {})
-        count = depth.get(job.priority, 0) + delta
+        """Pending jobs by queue and priority, by queue and by priority; an emptied queue is
+        forgotten, so 100k queues used once cost nothing once they are empty."""
+        queue, priority = job.queue, job.priority
+        self._priority_totals[priority] = self._priority_totals.get(priority, 0) + delta
+        total = self._queue_totals.get(queue, 0) + delta
+        depth = self._depth.setdefault(queue, {})
+        count = depth.get(priority, 0) + delta
         if count > 0:
-            depth[job.priority] = count
-            return
-        depth.pop(job.priority, None)
-        if not depth:
-            del self._depth[job.queue]
+            depth[priority] = count
+        else:
+            depth.pop(priority, None)
+        if total > 0:
+            self._queue_totals[queue] = total
+        else:
+            self._queue_totals.pop(queue, None)
+            del self._depth[queue]
 
     def _event(self, job: Job, kind: EventKind, now: datetime, detail: str | None = None) -> None:
         trail = self._events.setdefault(job.id, [])
