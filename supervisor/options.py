@@ -339,7 +339,7 @@ OPTIONS: tuple[Option, ...] = (
         "metrics_max_queues",
         "int",
         "deepest queues given their own goqueue_queue_depth series; the rest are summed "
-        'under queue="_other"',
+        'under queue="(other)"',
         metavar="N",
         minimum=1,
     ),
