@@ -131,4 +131,7 @@ def test_sighup_applies_new_limits_from_the_config_file(make_node, tmp_path: Pat
     config.write_text("[limits]\nlimited3 = 2\n")
     node.signal(signal.SIGHUP)
     wait_for(lambda: '"reloaded"' in node.logs(), timeout=15)
+    # old workers are replaced one by one: let the new generation finish booting, so the
+    # batch finds two workers free for the new limit of two
+    wait_for(lambda: node.get("/stats").body["workers"]["idle"] == 4, timeout=30)
     assert run_batch(second) == 2
