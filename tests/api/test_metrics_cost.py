@@ -5,6 +5,7 @@ for about 2 s."""
 
 from __future__ import annotations
 
+import asyncio
 import statistics
 import time
 import urllib.request
@@ -14,6 +15,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from goqueue.api.gauges import GaugeRefresh
 from goqueue.supervisor.jobs import JobFilter, JobSpec
 from goqueue.supervisor.metrics import OTHER_QUEUES
 from goqueue.supervisor.store.base import NewJob
@@ -128,3 +130,28 @@ def test_postgres_metrics_stay_fast_and_small_after_100k_queues_and_with_100k_jo
         assert_fast_and_small(node.url, JOBS)
     finally:
         stop_node(node)  # before the schema goes
+
+
+async def test_a_scrape_waits_for_a_quick_store_and_never_for_a_slow_one() -> None:
+    reads: list[float] = []
+
+    async def read(seconds: float) -> None:
+        await asyncio.sleep(seconds)
+        reads.append(seconds)
+
+    quick = GaugeRefresh(lambda: read(0.001))
+    await quick.fresh(0.5)
+    await quick.fresh(0.5)
+    assert reads == [0.001, 0.001]  # each scrape saw its own fresh read
+
+    reads.clear()
+    slow = GaugeRefresh(lambda: read(0.3))
+    started = time.perf_counter()
+    await slow.fresh(0.05)  # waits its 50 ms, then answers with what it has
+    assert 0.04 < time.perf_counter() - started < 0.25 and reads == []
+    await asyncio.sleep(0.4)  # the read finished in the background...
+    assert reads == [0.3]
+    started = time.perf_counter()
+    await slow.fresh(0.05)  # ...and was slow: the next scrape does not wait at all
+    assert time.perf_counter() - started < 0.02
+    await slow.close()
