@@ -4,9 +4,22 @@ from __future__ import annotations
 
 from aiohttp import web
 from goqueue.api import deliveries, dlq, jobs, openapi, ops, queues, summary, ui
+from goqueue.api.budget import QueueBudget
+from goqueue.api.connections import ConnectionGuard, connection_cap, connection_middleware
+from goqueue.api.exposure import Exposure
+from goqueue.api.gauges import GaugeRefresh
 from goqueue.api.middleware import auth_middleware, errors_middleware, metrics_middleware
 from goqueue.api.schemas import encode
-from goqueue.api.state import EGRESS, ENGINE, OPENAPI, SETTINGS
+from goqueue.api.state import (
+    BUDGET,
+    CONNECTIONS,
+    EGRESS,
+    ENGINE,
+    EXPOSURE,
+    GAUGES,
+    OPENAPI,
+    SETTINGS,
+)
 from goqueue.supervisor.config import Settings
 from goqueue.supervisor.egress import EgressPolicy
 from goqueue.supervisor.engine import Engine
@@ -25,15 +38,19 @@ ROUTE_TABLES = (
 
 
 def create_app(engine: Engine, settings: Settings) -> web.Application:
-    """The HTTP API of one node, talking only to `engine`."""
+    """The HTTP API of one node, talking only to `engine`. Its connection guard is in
+    `app[CONNECTIONS]`; `HttpServer` listens through it."""
+    cap = connection_cap(settings.max_connections, settings.workers)
+    guard = ConnectionGuard(cap, settings.header_timeout, engine.metrics)
     app = web.Application(
         client_max_size=settings.max_body_bytes,
         middlewares=[
+            connection_middleware(guard),
             metrics_middleware(engine.metrics),
             errors_middleware(settings.max_body_bytes),
             # no key configured, no middleware: each one is a layer on every request
             *(
-                [auth_middleware(settings.api_key, settings.read_api_key)]
+                [auth_middleware(settings.api_key, settings.public_reads)]
                 if settings.api_key
                 else []
             ),
@@ -42,6 +59,12 @@ def create_app(engine: Engine, settings: Settings) -> web.Application:
     app[ENGINE] = engine
     app[SETTINGS] = settings
     app[EGRESS] = EgressPolicy.of(settings.webhook_allow_hosts, settings.webhook_allow_networks)
+    app[CONNECTIONS] = guard
+    app[BUDGET] = QueueBudget(engine.store, settings.max_queues, engine.with_defaults)
+    app[EXPOSURE] = exposure = Exposure.of(settings)
+    engine.metrics.set_open_api(exposure.open)
+    app[GAUGES] = gauges = GaugeRefresh(engine.refresh_gauges)
+    app.on_cleanup.append(lambda _app: gauges.close())
     app[ui.ASSETS] = ui.load_assets()
     for table in ROUTE_TABLES:
         app.router.add_routes(table)

@@ -15,7 +15,7 @@ from goqueue.api.schemas import (
     job_out,
     reply,
 )
-from goqueue.api.state import ENGINE
+from goqueue.api.state import BUDGET, ENGINE
 from goqueue.supervisor.errors import Draining
 
 routes = web.RouteTableDef()
@@ -43,13 +43,17 @@ async def get_dead(request: web.Request) -> web.Response:
 
 
 @routes.post("/dlq/{id}/replay")
-@operation(responses={201: JobOut}, errors=(404, 503))
+@operation(responses={201: JobOut}, errors=(404, 429, 503))
 async def replay_dead(request: web.Request) -> web.Response:
     """Enqueue a fresh job from a dead letter; the letter goes once the job is stored."""
     dead_id = path_id(request, "dead letter")
     engine = request.app[ENGINE]
     if engine.draining:  # a replay adds work, like POST /jobs
         raise Draining("the node is shutting down and accepts no new jobs")
+    dead = await within(engine.get_dead(dead_id))
+    if dead is None:
+        raise ApiError(404, f"dead letter {dead_id} not found")
+    await request.app[BUDGET].admit_spec(dead.job.replay_spec(), "job.")
     job = await within(engine.replay(dead_id))
     return reply(job_out(job), 201, {"Location": f"/jobs/{job.id}"})
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Awaitable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from aiohttp import web
 from goqueue.api.schemas import JSON, ErrorOut, encode
@@ -30,6 +30,7 @@ T = TypeVar("T")
 STORE_TIMEOUT = 10.0
 RETRY_AFTER_FULL = "1"
 RETRY_AFTER_UNAVAILABLE = "5"
+STORE_UNAVAILABLE = "the store is unavailable; retry later"
 
 
 class ApiError(Exception):
@@ -43,6 +44,7 @@ class ApiError(Exception):
         *,
         headers: dict[str, str] | None = None,
         existing_id: str | None = None,
+        close: bool = False,
     ) -> None:
         super().__init__(message)
         self.status = status
@@ -50,15 +52,33 @@ class ApiError(Exception):
         self.details = details
         self.headers = headers
         self.existing_id = existing_id
+        self.close = close  # end the connection after answering (its input is untrusted)
 
     def response(self) -> web.Response:
-        """The JSON answer."""
-        body = ErrorOut(
-            self.message, self.details, UNSET if self.existing_id is None else self.existing_id
+        """The JSON answer; text quoting hostile input is made encodable first."""
+        existing = UNSET if self.existing_id is None else self.existing_id
+        try:
+            body = encode(ErrorOut(self.message, self.details, existing))
+        except UnicodeEncodeError:  # a lone surrogate from an undecodable header or path
+            details = cast("dict[str, Any] | None", safe_text(self.details))
+            body = encode(ErrorOut(str(safe_text(self.message)), details, existing))
+        response = web.Response(
+            body=body, status=self.status, content_type=JSON, headers=self.headers
         )
-        return web.Response(
-            body=encode(body), status=self.status, content_type=JSON, headers=self.headers
-        )
+        if self.close:
+            response.force_close()
+        return response
+
+
+def safe_text(value: object) -> object:
+    """`value` with every string made encodable (a lone surrogate becomes `\\udcff`)."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {safe_text(k): safe_text(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [safe_text(v) for v in value]
+    return value
 
 
 def bad_request(message: str, **details: Any) -> ApiError:
@@ -87,10 +107,10 @@ def from_domain(exc: GoQueueError) -> ApiError | None:
         case StoreFull():
             return ApiError(503, message, headers={"Retry-After": RETRY_AFTER_FULL})
         case StoreUnavailable():
+            # the cause (a driver's message, a host name) goes to the log, never to a client
+            log.warning("store unavailable", extra={"error": message})
             return ApiError(
-                503,
-                message or "the store is unavailable",
-                headers={"Retry-After": RETRY_AFTER_UNAVAILABLE},
+                503, STORE_UNAVAILABLE, headers={"Retry-After": RETRY_AFTER_UNAVAILABLE}
             )
         case Draining():
             return ApiError(503, message)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import hashlib
+import logging
 
 from aiohttp import web
 from goqueue.api.errors import STORE_TIMEOUT, ApiError, bad_request, from_domain, within
@@ -19,15 +19,14 @@ from goqueue.api.params import (
     STRICT,
     TYPE,
     WAIT,
-    check_spec,
     decode,
+    decode_spec,
     idempotency_key,
     path_id,
     read_body,
 )
 from goqueue.api.schemas import (
     BATCH_DECODER,
-    SPEC_DECODER,
     BatchItem,
     BatchRequest,
     BatchResponse,
@@ -37,17 +36,26 @@ from goqueue.api.schemas import (
     job_out,
     reply,
 )
-from goqueue.api.state import EGRESS, ENGINE, SETTINGS
+from goqueue.api.state import BUDGET, EGRESS, ENGINE, SETTINGS
+from goqueue.api.strict import request_digest
 from goqueue.supervisor.errors import GoQueueError
 from goqueue.supervisor.jobs import Enqueued, JobFilter, JobSpec
 from goqueue.supervisor.vocab import Status
+
+log = logging.getLogger("goqueue.api")
 
 routes = web.RouteTableDef()
 
 IDEMPOTENCY = Header(
     IDEMPOTENCY_HEADER,
-    {"type": "string", "minLength": 1, "maxLength": MAX_IDEMPOTENCY_KEY},
-    "repeat-safe enqueue: the same key and body answer the original job (200)",
+    {
+        "type": "string",
+        "minLength": 1,
+        "maxLength": MAX_IDEMPOTENCY_KEY,
+        "pattern": "^[^\\u0000-\\u001f\\u007f]+\\Z",  # no control character (`strict.py`)
+    },
+    "repeat-safe enqueue: the same key and the same job (compared as parsed JSON, so "
+    "spacing and key order do not matter) answer the original job (200); another job, 422",
 )
 
 
@@ -55,18 +63,19 @@ IDEMPOTENCY = Header(
 @operation(
     body=JobSpec,
     responses={201: JobOut, 200: JobOut},
-    errors=(409, 422, 503),
+    errors=(408, 409, 422, 429, 503),
     headers=(IDEMPOTENCY,),
     query_params=(STRICT,),
 )
 async def enqueue(request: web.Request) -> web.Response:
     """Enqueue a job."""
+    settings = request.app[SETTINGS]
     key = idempotency_key(request)
     strict = STRICT.parse(request.query)
-    body = await read_body(request, request.app[SETTINGS].max_body_bytes)
-    spec = decode(SPEC_DECODER, body)
-    check_spec(spec, request.app[EGRESS])
-    digest = hashlib.sha256(body).hexdigest() if key is not None else None
+    body = await read_body(request, settings.max_body_bytes, settings.body_timeout)
+    spec = decode_spec(body, request.app[EGRESS])
+    await request.app[BUDGET].admit_spec(spec)
+    digest = request_digest(spec) if key is not None else None
     engine = request.app[ENGINE]
     enqueued = await within(
         engine.enqueue(spec, idempotency_key=key, request_hash=digest, strict=strict)
@@ -78,35 +87,62 @@ async def enqueue(request: web.Request) -> web.Response:
 
 
 @routes.post("/jobs/batch")
-@operation(body=BatchRequest, responses={200: BatchResponse}, errors=(503,), query_params=(STRICT,))
+@operation(
+    body=BatchRequest, responses={200: BatchResponse}, errors=(408, 503), query_params=(STRICT,)
+)
 async def enqueue_batch(request: web.Request) -> web.Response:
-    """Enqueue up to 1000 jobs; each is answered on its own (201, 400, 409 or 503)."""
+    """Enqueue up to 1000 jobs; each is checked and answered on its own (201, 400, 409, 429
+    or 503): bad items do not keep the good ones out."""
     if IDEMPOTENCY_HEADER in request.headers:  # refuse rather than silently not honour it
         raise bad_request(
             f"{IDEMPOTENCY_HEADER} is only supported on POST /jobs", header=IDEMPOTENCY_HEADER
         )
     strict = STRICT.parse(request.query)
-    body = await read_body(request, request.app[SETTINGS].max_body_bytes)
+    settings = request.app[SETTINGS]
+    body = await read_body(request, settings.max_body_bytes, settings.body_timeout)
     batch = decode(BATCH_DECODER, body)
-    for index, spec in enumerate(batch.jobs):
-        check_spec(spec, request.app[EGRESS], f"jobs[{index}].")
-    answers = await within(request.app[ENGINE].enqueue_many(batch.jobs, strict=strict))
-    return reply(BatchResponse([batch_item(i, a) for i, a in enumerate(answers)]))
+    answers: list[BatchItem | None] = []
+    specs: list[JobSpec] = []
+    for index, raw in enumerate(batch.jobs):
+        prefix = f"jobs[{index}]."
+        try:
+            spec = decode_spec(bytes(raw), request.app[EGRESS], prefix)
+            await request.app[BUDGET].admit_spec(spec, prefix)
+        except ApiError as exc:
+            answers.append(refused_item(exc))
+            continue
+        specs.append(spec)
+        answers.append(None)
+    stored = iter(
+        await within(request.app[ENGINE].enqueue_many(specs, strict=strict)) if specs else []
+    )
+    results = [
+        answer if answer is not None else batch_item(index, next(stored))
+        for index, answer in enumerate(answers)
+    ]
+    return reply(BatchResponse(results))
+
+
+def refused_item(error: ApiError) -> BatchItem:
+    """A batch item the API refused before the engine saw it (its field already prefixed)."""
+    item = BatchItem(error.status, error=error.message)
+    if error.details is not None:
+        item.details = error.details
+    return item
 
 
 def batch_item(index: int, answer: Enqueued | Exception) -> BatchItem:
-    """One job's answer in a batch; an error the API cannot explain is re-raised (500)."""
+    """One job's answer in a batch. An error the API cannot explain is logged and answered
+    500 in its slot alone: the other items' answers still reach the client."""
     if isinstance(answer, Enqueued):
         return BatchItem(201, job=job_out(answer.job))
     error = from_domain(answer) if isinstance(answer, GoQueueError) else None
     if error is None:
-        raise answer
-    item = BatchItem(error.status, error=error.message)
-    if error.details is not None:
-        details = dict(error.details)
-        if "field" in details:
-            details["field"] = f"jobs[{index}].{details['field']}"
-        item.details = details
+        log.error("batch item %d failed", index, exc_info=answer)
+        return BatchItem(500, error="internal server error")
+    item = refused_item(error)
+    if error.details is not None and "field" in error.details:
+        item.details = {**error.details, "field": f"jobs[{index}].{error.details['field']}"}
     if error.existing_id is not None:
         item.existing_id = error.existing_id
     return item

@@ -109,14 +109,15 @@ def fault(request: web.Request, exc: Exception) -> web.Response:
     return ApiError(500, "internal server error").response()
 
 
-def auth_middleware(api_key: str | None, protect_reads: bool) -> Middleware:
-    """Require `X-API-Key` on mutating requests (and reads when `protect_reads`) when a key
-    is configured; /health, /ready and /metrics stay open for probes and scrapers."""
-    expected = api_key.encode() if api_key else None
+def auth_middleware(api_key: str, public_reads: bool) -> Middleware:
+    """Require `X-API-Key` on every request (only on mutating ones with `public_reads`);
+    /health, /ready, /metrics and the dashboard's files stay open for probes, scrapers and
+    browsers (the dashboard asks for the key before it reads anything)."""
+    expected = api_key.encode()
 
     @web.middleware
     async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if expected is not None and needs_key(request, protect_reads):
+        if needs_key(request, public_reads):
             given = request.headers.get(API_KEY_HEADER, "").encode("utf-8", "surrogateescape")
             if not hmac.compare_digest(given, expected):
                 raise ApiError(
@@ -127,8 +128,8 @@ def auth_middleware(api_key: str | None, protect_reads: bool) -> Middleware:
     return check
 
 
-def needs_key(request: web.Request, protect_reads: bool) -> bool:
+def needs_key(request: web.Request, public_reads: bool) -> bool:
     """Whether this request must carry the API key."""
     if route_of(request) in OPEN_ROUTES:
         return False
-    return protect_reads or request.method in MUTATING
+    return request.method in MUTATING or not public_reads

@@ -16,6 +16,8 @@ from collections.abc import Callable
 
 import uvloop
 from aiohttp import web
+from goqueue.api.connections import handler_settings, raise_open_files_limit
+from goqueue.api.state import CONNECTIONS, EXPOSURE
 from goqueue.supervisor import config
 from goqueue.supervisor.arbiter import Arbiter
 from goqueue.supervisor.catalog import Catalog
@@ -83,23 +85,52 @@ def make_webhooks(settings: Settings, metrics: Metrics, store: Store) -> Webhook
 
 
 class HttpServer:
-    """The aiohttp runner over an app made when the node starts serving."""
+    """The aiohttp runner over an app made when the node starts serving, listening through
+    the app's connection guard (header deadline, connection cap)."""
 
     def __init__(self, settings: Settings, make_app: Callable[[], web.Application]) -> None:
         self.settings = settings
         self.make_app = make_app
         self.runner: web.AppRunner | None = None
+        self.listener: asyncio.Server | None = None
 
     async def start(self) -> None:
         """Serve the API."""
-        self.runner = web.AppRunner(self.make_app(), access_log=None, handle_signals=False)
+        settings = self.settings
+        app = self.make_app()
+        # handler_cancellation off: a write in flight finishes even if its client leaves
+        self.runner = web.AppRunner(app, handle_signals=False, handler_cancellation=False)
         await self.runner.setup()
-        site = web.TCPSite(self.runner, self.settings.host, self.settings.port, backlog=1024)
-        await site.start()
-        log.info("listening", extra={"host": self.settings.host, "port": self.settings.port})
+        server = self.runner.server
+        assert server is not None
+        guard = app[CONNECTIONS]
+        protocol = guard.factory(server, handler_settings(settings.keepalive_timeout))
+        self.listener = await asyncio.get_running_loop().create_server(
+            protocol, settings.host, settings.port, backlog=1024
+        )
+        log.info(
+            "listening",
+            extra={
+                "host": settings.host,
+                "port": settings.port,
+                "max_connections": guard.max_connections,
+            },
+        )
+        exposure = app[EXPOSURE]
+        if exposure.open:
+            log.warning("THE API IS OPEN: %s", exposure.warning(), extra={"host": settings.host})
+
+    @property
+    def port(self) -> int | None:
+        """The port listened on (the chosen one when `--port 0`)."""
+        if self.listener is None or not self.listener.sockets:
+            return None
+        return int(self.listener.sockets[0].getsockname()[1])
 
     async def stop(self) -> None:
         """Close the listener and finish in-flight requests."""
+        if self.listener is not None:
+            self.listener.close()
         if self.runner is not None:
             await self.runner.cleanup()
 
@@ -109,7 +140,7 @@ def build_node(settings: Settings, reload_settings: Callable[[], Settings]) -> N
     from goqueue.api.app import create_app
 
     store = make_store(settings)
-    metrics = Metrics()
+    metrics = Metrics(settings.metrics_max_queues)
     webhooks = make_webhooks(settings, metrics, store)
     history = History()
     waiters = Waiters(store.get)  # GET /jobs/{id}?wait=: woken by outcomes recorded here
@@ -175,5 +206,8 @@ async def serve_async(settings: Settings, args: argparse.Namespace | None) -> in
 
 
 def serve(settings: Settings, args: argparse.Namespace | None) -> int:
-    """Run a node on uvloop (chosen once, here)."""
+    """Run a node on uvloop (chosen once, here), with as many open files as allowed (the
+    workers inherit the raised limit)."""
+    soft, hard = raise_open_files_limit()
+    log.info("open files limit", extra={"soft": soft, "hard": hard})
     return uvloop.run(serve_async(settings, args))

@@ -12,7 +12,7 @@ import functools
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 from aiohttp import web
@@ -28,6 +28,8 @@ REF_PREFIX = "#/components/schemas/"
 REF_TEMPLATE = REF_PREFIX + "{name}"
 _ATTR = "__goqueue_operation__"
 _PATH_PARAM = re.compile(r"\{(\w+)\}")
+# \A \Z (anchors), (?P<name> and (?P=name) (named groups), (?i) and kin (inline flags)
+_PYTHON_ONLY = re.compile(r"\\[AZ]|\(\?P|\(\?[aiLmsux]")
 _PATH_SCHEMAS: Mapping[str, dict[str, Any]] = {"id": UUID_SCHEMA, "name": NAME_SCHEMA}
 
 DESCRIPTIONS: Mapping[int, str] = {
@@ -37,9 +39,11 @@ DESCRIPTIONS: Mapping[int, str] = {
     400: "Invalid input; `details` names the field, parameter or header",
     401: "Missing or wrong X-API-Key (when the node has an API key)",
     404: "No such job, dead letter or route",
+    408: "The request body did not arrive in time (`--body-timeout`)",
     409: "Conflict: a duplicate (with `existing_id`) or a job in the wrong state",
     413: "Request body larger than the node's limit",
-    422: "Idempotency-Key reused with a different body",
+    422: "Idempotency-Key reused with a different job",
+    429: "Too many queues (`--max-queues`); `details.field` names the queue; see `Retry-After`",
     503: "Queue full, store unavailable, or node draining; see `Retry-After`",
 }
 
@@ -103,7 +107,12 @@ def operation(
 
 
 def build(app: web.Application, settings: Settings) -> dict[str, Any]:
-    """The OpenAPI document for every route of `app`."""
+    """The OpenAPI document for every route of `app`, its patterns in ECMA-262 syntax."""
+    return cast("dict[str, Any]", portable(describe(app, settings)))
+
+
+def describe(app: web.Application, settings: Settings) -> dict[str, Any]:
+    """The document with the server's own (Python) patterns, as the code matches them."""
     routes: list[tuple[str, str, str, Operation]] = []
     for route in app.router.routes():
         if route.method == "HEAD" or route.resource is None:
@@ -117,9 +126,9 @@ def build(app: web.Application, settings: Settings) -> dict[str, Any]:
     paths: dict[str, dict[str, Any]] = {}
     for path, method, name, op in routes:
         secured = bool(settings.api_key) and path not in OPEN_ROUTES
-        secured = secured and (method.upper() in MUTATING or settings.read_api_key)
+        secured = secured and (method.upper() in MUTATING or not settings.public_reads)
         paths.setdefault(path, {})[method] = _operation(path, name, op, schemas, secured)
-    return {
+    document: dict[str, Any] = {
         "openapi": OPENAPI_VERSION,
         "info": {
             "title": "GoQueue",
@@ -134,6 +143,35 @@ def build(app: web.Application, settings: Settings) -> dict[str, Any]:
             },
         },
     }
+    return document
+
+
+def portable(node: Any) -> Any:
+    """The document with every `pattern` in ECMA-262 syntax, as JSON Schema requires.
+
+    The server matches with Python's `re`, where `$` also matches before a trailing newline,
+    so its patterns end in `\\Z`; JavaScript's `$` (no `m` flag) already means the very end,
+    and reads `\\Z` as a plain `Z`. A pattern using any other Python-only syntax stops
+    the document from being built (a test compiles every pattern in both engines)."""
+    if isinstance(node, list):
+        return [portable(item) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: portable(value) for key, value in node.items()}
+    if isinstance(out.get("pattern"), str):
+        out["pattern"] = ecma_pattern(out["pattern"])
+    return out
+
+
+def ecma_pattern(pattern: str) -> str:
+    """A Python pattern anchored with `\\A` / `\\Z` in ECMA-262 syntax (`^` / `$`)."""
+    if pattern.endswith("\\Z"):
+        pattern = pattern[:-2] + "$"
+    if pattern.startswith("\\A"):
+        pattern = "^" + pattern[2:]
+    if _PYTHON_ONLY.search(pattern):
+        raise RuntimeError(f"pattern {pattern!r} uses syntax JavaScript reads differently")
+    return pattern
 
 
 def _components(ops: Sequence[Operation]) -> tuple[dict[Any, Any], dict[str, Any]]:

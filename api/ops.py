@@ -6,13 +6,16 @@ from aiohttp import web
 from goqueue.api.errors import within
 from goqueue.api.openapi import Text, operation
 from goqueue.api.schemas import JSON, Health, Ready, reply
-from goqueue.api.state import ENGINE, OPENAPI
+from goqueue.api.state import ENGINE, EXPOSURE, GAUGES, OPENAPI
 from goqueue.supervisor.errors import StoreUnavailable
+from msgspec import UNSET
 
 routes = web.RouteTableDef()
 
 READY_TIMEOUT = 5.0  # well inside a probe's usual timeout
 PROMETHEUS_TEXT = "text/plain; version=0.0.4"
+AUTH_CHECK = "auth"  # informational: never fails readiness
+SCRAPE_WAIT = 0.05  # seconds a scrape waits for fresh queue depths before answering
 
 
 @routes.get("/health")
@@ -25,24 +28,27 @@ async def health(request: web.Request) -> web.Response:
 @routes.get("/ready")
 @operation(responses={200: Ready, 503: Ready}, strict_query=False)
 async def ready(request: web.Request) -> web.Response:
-    """Readiness: store reachable, a worker up, not draining; 503 otherwise."""
+    """Readiness: store reachable, a worker up, not draining; 503 otherwise. `checks.auth`
+    is false when the API listens beyond loopback with no key: a warning, not a failure."""
     try:
         checks = await within(request.app[ENGINE].readiness(), READY_TIMEOUT)
     except StoreUnavailable:
         checks = {"store": False}
     failed = sorted(name for name, ok in checks.items() if not ok)
+    exposure = request.app[EXPOSURE]
+    checks[AUTH_CHECK] = not exposure.open
+    warnings = [exposure.warning()] if exposure.open else UNSET
     if not failed:
-        return reply(Ready("ready", checks))
-    return reply(Ready("not_ready", checks, f"not ready: {', '.join(failed)}"), 503)
+        return reply(Ready("ready", checks, warnings=warnings))
+    return reply(Ready("not_ready", checks, f"not ready: {', '.join(failed)}", warnings), 503)
 
 
 @routes.get("/metrics")
 @operation(responses={200: Text(PROMETHEUS_TEXT)}, strict_query=False)
 async def metrics(request: web.Request) -> web.Response:
     """Prometheus metrics, text exposition format."""
-    engine = request.app[ENGINE]
-    await engine.refresh_gauges()
-    body, content_type = engine.metrics.render()
+    await request.app[GAUGES].fresh(SCRAPE_WAIT)
+    body, content_type = request.app[ENGINE].metrics.render()
     return web.Response(body=body, headers={"Content-Type": content_type})
 
 

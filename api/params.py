@@ -7,6 +7,7 @@ Nothing here touches the engine: a request is fully checked before any state cha
 
 from __future__ import annotations
 
+import asyncio
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -15,6 +16,8 @@ from typing import Any, Protocol, TypeVar
 import msgspec
 from aiohttp import web
 from goqueue.api.errors import ApiError, bad_request
+from goqueue.api.schemas import SPEC_DECODER
+from goqueue.api.strict import check_raw_query, check_spec_text, check_utf8, header_text
 from goqueue.api.wire import MAX_WAIT_SECONDS, error_field
 from goqueue.supervisor.egress import EgressPolicy
 from goqueue.supervisor.jobs import STATUSES, JobSpec, spec_problem
@@ -33,7 +36,8 @@ _NAME = re.compile(r"[A-Za-z0-9_.:\-]{1,200}")
 _DIGITS = re.compile(r"[0-9]{1,12}")
 _DECIMAL = re.compile(r"[0-9]{1,6}(?:\.[0-9]{1,6})?")
 
-NAME_SCHEMA: dict[str, Any] = {"type": "string", "pattern": f"^{_NAME.pattern}$"}
+# `\Z` as the server means it (`fullmatch`); the served document writes it `$` (ECMA-262).
+NAME_SCHEMA: dict[str, Any] = {"type": "string", "pattern": f"^{_NAME.pattern}\\Z"}
 UUID_SCHEMA: dict[str, Any] = {"type": "string", "format": "uuid"}
 _BOOLS = {"true": True, "1": True, "false": False, "0": False}
 
@@ -208,8 +212,9 @@ JOB_FILTERS = (TYPE, STATUS, QUEUE, LIMIT, OFFSET)
 
 
 def check_query(request: web.Request, params: Sequence[QueryParam]) -> None:
-    """Refuse unknown or repeated query parameters (a misspelt filter must not silently
-    list everything)."""
+    """Refuse undecodable, unknown or repeated query parameters (a misspelt filter must not
+    silently list everything)."""
+    check_raw_query(request.rel_url.raw_query_string)
     raw = request.query
     allowed = {p.name for p in params}
     for name in raw:
@@ -252,15 +257,22 @@ def idempotency_key(request: web.Request) -> str | None:
             f"{IDEMPOTENCY_HEADER} must be one value of 1 to {MAX_IDEMPOTENCY_KEY} characters",
             header=IDEMPOTENCY_HEADER,
         )
-    return key
+    return header_text(IDEMPOTENCY_HEADER, key)
 
 
-async def read_body(request: web.Request, max_bytes: int) -> bytes:
-    """The raw body; 413 (by Content-Length, before reading) when it is too large."""
+async def read_body(request: web.Request, max_bytes: int, timeout: float) -> bytes:
+    """The raw body; 413 (by Content-Length, before reading) when it is too large, 408 when
+    it does not arrive within `timeout` seconds (a slow sender holds a connection)."""
     length = request.content_length
     if length is not None and length > max_bytes:
         raise too_large(max_bytes)
-    return await request.read()  # aiohttp's client_max_size guards chunked bodies
+    try:
+        async with asyncio.timeout(timeout):
+            return await request.read()  # aiohttp's client_max_size guards chunked bodies
+    except TimeoutError:
+        raise ApiError(
+            408, f"the request body did not arrive within {timeout:g} s", close=True
+        ) from None
 
 
 def too_large(max_bytes: int) -> ApiError:
@@ -268,19 +280,46 @@ def too_large(max_bytes: int) -> ApiError:
     return ApiError(413, f"request body exceeds {max_bytes} bytes", {"max_bytes": max_bytes})
 
 
-def decode(decoder: msgspec.json.Decoder[T], body: bytes) -> T:
-    """Decode and validate a JSON body; a 400 naming the field on failure."""
+def decode(decoder: msgspec.json.Decoder[T], body: bytes, prefix: str = "") -> T:
+    """Decode and validate a JSON document; a 400 naming the field on failure (`prefix`
+    in front of its path, for an item of a batch). Text is checked for invalid UTF-8 by
+    msgspec, except inside raw values (a payload): `check_utf8` covers those."""
+    what = f"{prefix.rstrip('.')} is" if prefix else "request body is"
     if not body.strip():
-        raise bad_request("request body is empty; expected a JSON object")
+        raise bad_request(f"{what} empty; expected a JSON object", **_field(prefix))
     try:
         return decoder.decode(body)
     except msgspec.ValidationError as exc:
-        field = error_field(str(exc))
-        raise bad_request(str(exc), **({"field": field} if field else {})) from None
+        message, field = _located(str(exc), prefix)
+        raise bad_request(message, **({"field": field} if field else {})) from None
     except msgspec.DecodeError as exc:
-        raise bad_request(f"request body is not valid JSON: {exc}") from None
+        raise bad_request(f"{what} not valid JSON: {exc}", **_field(prefix)) from None
     except RecursionError:
-        raise bad_request("request body is nested too deeply") from None
+        raise bad_request(f"{what} nested too deeply", **_field(prefix)) from None
+
+
+def decode_spec(body: bytes, egress: EgressPolicy, prefix: str = "") -> JobSpec:
+    """One job from its JSON: valid UTF-8 throughout, decoded, checked across fields and
+    against the node's egress policy."""
+    check_utf8(body, prefix)
+    spec = decode(SPEC_DECODER, body, prefix)
+    check_spec(spec, egress, prefix)
+    check_spec_text(spec, prefix)
+    return spec
+
+
+def _field(prefix: str) -> dict[str, str]:
+    return {"field": prefix.rstrip(".")} if prefix else {}
+
+
+def _located(message: str, prefix: str) -> tuple[str, str | None]:
+    """msgspec's message with its `$.path` rebased under `prefix`, and the field path."""
+    message = message.replace("\\Z'", "$'")  # patterns as the OpenAPI document shows them
+    field = error_field(message)
+    if prefix:
+        message = message.replace("`$", f"`$.{prefix.rstrip('.')}", 1)
+        field = prefix + field if field else prefix.rstrip(".")
+    return message, field
 
 
 def check_spec(spec: JobSpec, egress: EgressPolicy, prefix: str = "") -> None:

@@ -7,7 +7,7 @@ from goqueue.api.errors import within
 from goqueue.api.openapi import operation
 from goqueue.api.params import queue_name
 from goqueue.api.schemas import StatsOut, reply
-from goqueue.api.state import ENGINE
+from goqueue.api.state import BUDGET, ENGINE
 from goqueue.supervisor.jobs import QueueStats
 
 routes = web.RouteTableDef()
@@ -30,10 +30,11 @@ async def queue_stats(request: web.Request) -> web.Response:
 
 
 @routes.post("/queues/{name}/pause")
-@operation(responses={200: QueueStats}, errors=(503,))
+@operation(responses={200: QueueStats}, errors=(429, 503))
 async def pause(request: web.Request) -> web.Response:
     """Stop dispatching from a queue (on every node sharing the store)."""
     name = queue_name(request)
+    await request.app[BUDGET].admit(name, "name")  # a paused queue counts, even empty
     return reply(await within(request.app[ENGINE].set_paused(name, True)))
 
 

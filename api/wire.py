@@ -143,9 +143,16 @@ class BatchRequest(msgspec.Struct, forbid_unknown_fields=True):
     jobs: Annotated[list[JobSpec], msgspec.Meta(min_length=1, max_length=MAX_BATCH)]
 
 
+class BatchEnvelope(msgspec.Struct, forbid_unknown_fields=True):
+    """A batch as first read: the list of items, each decoded and answered on its own."""
+
+    jobs: Annotated[list[msgspec.Raw], msgspec.Meta(min_length=1, max_length=MAX_BATCH)]
+
+
 class BatchItem(msgspec.Struct):
     """One job's answer in a batch: `status` 201 with `job`, or an error status with
-    `error` (and `existing_id` for a 409 duplicate)."""
+    `error` and `details` (400 naming the field as `jobs[i].…`, 409 with `existing_id`,
+    429 too many queues, 503)."""
 
     status: int
     job: JobOut | UnsetType = UNSET
@@ -176,11 +183,14 @@ class Health(msgspec.Struct):
 
 
 class Ready(msgspec.Struct):
-    """Readiness and the checks behind it; `error` says which failed (503)."""
+    """Readiness and the checks behind it; `error` says which failed (503). `checks.auth`
+    is informational: false when the API listens beyond loopback with no API key, which
+    `warnings` explains; it never makes a node unready."""
 
     status: Literal["ready", "not_ready"]
     checks: dict[str, bool]
     error: str | UnsetType = UNSET
+    warnings: list[str] | UnsetType = UNSET
 
 
 class Purged(msgspec.Struct):
@@ -191,7 +201,7 @@ class Purged(msgspec.Struct):
 
 # Decoders are built once and reused (msgspec's advice; they hold no loop).
 SPEC_DECODER = msgspec.json.Decoder(JobSpec)
-BATCH_DECODER = msgspec.json.Decoder(BatchRequest)
+BATCH_DECODER = msgspec.json.Decoder(BatchEnvelope)
 
 _MSGSPEC_PATH = re.compile(r" - at `\$(?P<path>[^`]*)`$")
 _NAMED_FIELD = re.compile(r"(?:unknown|missing required) field `(?P<name>[^`]+)`")

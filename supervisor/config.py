@@ -79,7 +79,7 @@ COMPUTED_DEFAULTS: Mapping[str, str] = MappingProxyType(
 class Settings(msgspec.Struct, kw_only=True, frozen=True):
     """Everything a node is configured with. Constructing one validates it."""
 
-    host: str = "0.0.0.0"
+    host: str = "127.0.0.1"  # containers pass 0.0.0.0 (deploy/)
     port: int = 8080
     workers: int = msgspec.field(default_factory=cpu_count)
     actors: tuple[str, ...] = ("goqueue.actors.examples",)
@@ -106,10 +106,16 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     config: str | None = None
     node_id: str = msgspec.field(default_factory=default_node_id)
     limits: dict[str, int] = msgspec.field(default_factory=dict)
-    read_api_key: bool = False
     webhook_allow_networks: tuple[str, ...] | None = None
     path: tuple[str, ...] | None = None
     max_result_bytes: int = 1_048_576
+    public_reads: bool = False
+    max_queues: int = 10_000
+    metrics_max_queues: int = 100
+    max_connections: int = 10_000
+    header_timeout: float = 15.0
+    body_timeout: float = 30.0
+    keepalive_timeout: float = 75.0
 
     def __post_init__(self) -> None:
         for option in OPTIONS:

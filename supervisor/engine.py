@@ -185,6 +185,11 @@ class Engine:
             parent_id=parent_id,
         )
 
+    def with_defaults(self, spec: JobSpec) -> JobSpec:
+        """`spec` (and its templates) with queue, priority and retries filled in as they
+        will be stored: the job's own, else its actor's, else the server's."""
+        return resolve_spec(spec, self.catalog.actors.get, None)
+
     async def _known_types(self) -> frozenset[str]:
         """Types this node or (with a shared store) any live node can run; cached briefly."""
         now = time.monotonic()
@@ -274,15 +279,15 @@ class Engine:
 
     async def refresh_gauges(self) -> None:
         """Bring the gauges up to date for a scrape. Queue depth is read from the store
-        here, on demand, not on a timer: with PostgreSQL it is a count over the table."""
+        here, on demand, not on a timer, and bounded: the deepest queues only."""
         self.metrics.set_workers(self.workers())
         try:
             async with asyncio.timeout(5):
-                stats = await self.store.stats()
+                depths = await self.store.queue_depths(self.metrics.depth_queues)
         except (StoreError, TimeoutError):
             return  # the scrape still answers; depth keeps its last value
-        self.metrics.set_depth(stats.queues)
-        self.history.note_depth(stats.counts.get("pending", 0))
+        self.metrics.set_depth(depths)
+        self.history.note_depth(depths.pending)
 
     def workers(self) -> dict[str, int]:
         """Workers by state (busy, idle, booting, stopping)."""

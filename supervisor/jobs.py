@@ -19,7 +19,9 @@ Priority = Annotated[int, msgspec.Meta(ge=0, le=10)]
 Retries = Annotated[int, msgspec.Meta(ge=0, le=100)]
 Seconds = Annotated[float, msgspec.Meta(gt=0, le=7 * 86400)]
 Delay = Annotated[float, msgspec.Meta(ge=0, le=366 * 86400)]
-Url = Annotated[str, msgspec.Meta(pattern=r"^https?://[^\s]+$", max_length=2048)]
+# `\Z`, not `$` (which lets a trailing newline through in Python), and ASCII classes only
+# (Python's and JavaScript's `\s` differ): the served OpenAPI document writes `\Z` as `$`.
+Url = Annotated[str, msgspec.Meta(pattern=r"^https?://[^\x00-\x20\x7f]+\Z", max_length=2048)]
 Key = Annotated[str, msgspec.Meta(min_length=1, max_length=512)]
 AwareTime = Annotated[datetime, msgspec.Meta(tz=True)]
 
@@ -324,6 +326,16 @@ class Stats(msgspec.Struct):
     counts: dict[str, int]
     queues: dict[str, dict[str, int]]
     dead_letters: int
+
+
+class QueueDepths(msgspec.Struct):
+    """Pending jobs for a metrics scrape, bounded whatever the number of queues: by
+    priority for the `top` deepest queues, summed by priority over all the others."""
+
+    top: dict[str, dict[str, int]]
+    other: dict[str, int]
+    queues: int  # queues holding pending jobs
+    pending: int  # pending jobs in every queue
 
 
 class Page(msgspec.Struct):

@@ -7,8 +7,10 @@ records them, so plain single-process collectors suffice (no multiprocess mode).
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from enum import StrEnum
 from typing import Any
 
+from goqueue.supervisor.jobs import QueueDepths
 from goqueue.supervisor.vocab import (
     TERMINAL,
     AttemptOutcome,
@@ -27,15 +29,28 @@ from prometheus_client import (
 )
 
 TERMINAL_STATUSES: tuple[Status, ...] = tuple(s for s in Status if s in TERMINAL)
+# The queue label of the pending jobs of every queue beyond the deepest ones: parentheses
+# are not allowed in a queue name, so no real queue can take this series over.
+OTHER_QUEUES = "(other)"
+DEFAULT_DEPTH_QUEUES = 100
 
 ATTEMPT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 HTTP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
 
 
+class ConnectionClose(StrEnum):
+    """Why the node closed an HTTP connection itself."""
+
+    HEADER_TIMEOUT = "header_timeout"  # no complete request headers in time (slowloris)
+    EVICTED = "evicted"  # idle the longest when a new connection needed its place
+    REFUSED = "refused"  # over the cap with every connection busy: answered 503
+
+
 class Metrics:
     """Every GoQueue series, plus one small method per event that moves them."""
 
-    def __init__(self) -> None:
+    def __init__(self, depth_queues: int = DEFAULT_DEPTH_QUEUES) -> None:
+        self.depth_queues = depth_queues  # queues with depth series of their own
         self.registry = CollectorRegistry()
         reg = self.registry
         self.jobs = Counter(
@@ -61,7 +76,17 @@ class Metrics:
             registry=reg,
         )
         self.queue_depth = Gauge(
-            "goqueue_queue_depth", "Pending jobs.", ["queue", "priority"], registry=reg
+            "goqueue_queue_depth",
+            f'Pending jobs of the deepest queues; the rest summed under queue="{OTHER_QUEUES}".',
+            ["queue", "priority"],
+            registry=reg,
+        )
+        self.queues = Gauge("goqueue_queues", "Queues holding pending jobs.", registry=reg)
+        self.open_api = Gauge(
+            "goqueue_api_open",
+            "1 when the API listens beyond loopback with no API key: anyone reaching the port "
+            "may enqueue, cancel and replay.",
+            registry=reg,
         )
         self.running = Gauge("goqueue_jobs_running", "Attempts running now.", registry=reg)
         self.workers = Gauge(
@@ -92,6 +117,15 @@ class Metrics:
             buckets=HTTP_BUCKETS,
             registry=reg,
         )
+        self.connections = Gauge(
+            "goqueue_http_connections", "HTTP connections open now.", registry=reg
+        )
+        self.connections_closed = Counter(
+            "goqueue_http_connections_closed_total",
+            "HTTP connections the node closed itself, by reason.",
+            ["reason"],
+            registry=reg,
+        )
         self.enqueued_jobs = Counter(
             "goqueue_enqueued_total", "Jobs enqueued.", ["type"], registry=reg
         )
@@ -116,6 +150,8 @@ class Metrics:
             self.restarts.labels(reason)
         for outcome in WebhookOutcome:
             self.webhooks.labels(outcome)
+        for closed in ConnectionClose:
+            self.connections_closed.labels(closed)
 
     def declare_types(self, job_types: Iterable[str]) -> None:
         """Create the per-type series of the registered actors at zero."""
@@ -167,17 +203,30 @@ class Metrics:
         for state in {*WorkerState, *counts}:
             self.workers.labels(state).set(counts.get(state, 0))
 
-    def set_depth(self, queues: Mapping[str, Mapping[str, int]]) -> None:
-        """Pending jobs by queue and priority (store stats); series that vanished go to 0."""
-        seen: set[tuple[str, str]] = set()
-        for queue, by_priority in queues.items():
-            for priority, count in by_priority.items():
-                key = (queue, str(priority))
-                seen.add(key)
-                self.queue_depth.labels(*key).set(count)
-        for key in self._depth_keys - seen:
-            self.queue_depth.labels(*key).set(0)
-        self._depth_keys |= seen
+    def set_depth(self, depths: QueueDepths) -> None:
+        """Pending jobs by priority of the deepest queues, the rest summed under
+        `OTHER_QUEUES`. A series that is no longer among them is removed, not left at 0:
+        the page stays small however many queues came and went."""
+        current = {(q, p): n for q, by in depths.top.items() for p, n in by.items()}
+        current.update(((OTHER_QUEUES, p), n) for p, n in depths.other.items())
+        for key in self._depth_keys - current.keys():
+            self.queue_depth.remove(*key)
+        for key, count in current.items():
+            self.queue_depth.labels(*key).set(count)
+        self._depth_keys = set(current)
+        self.queues.set(depths.queues)
+
+    def set_connections(self, count: int) -> None:
+        """HTTP connections open now."""
+        self.connections.set(count)
+
+    def connection_closed(self, reason: ConnectionClose) -> None:
+        """The node closed an HTTP connection (a slow client, or to make room)."""
+        self._labels(self.connections_closed, reason).inc()
+
+    def set_open_api(self, is_open: bool) -> None:
+        """Whether the API listens beyond loopback with no key (an alertable 1)."""
+        self.open_api.set(1 if is_open else 0)
 
     def render(self) -> tuple[bytes, str]:
         """The exposition body and its content type, for GET /metrics."""

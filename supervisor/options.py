@@ -123,7 +123,12 @@ class Option:
 
 
 OPTIONS: tuple[Option, ...] = (
-    Option("host", "str", "address the API listens on", metavar="ADDR"),
+    Option(
+        "host",
+        "str",
+        "address the API listens on; beyond loopback (containers: 0.0.0.0) set an API key",
+        metavar="ADDR",
+    ),
     Option(
         "port",
         "int",
@@ -163,18 +168,14 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "api_key",
         "str",
-        "key required (X-API-Key) on mutating requests",
+        "key required (X-API-Key) on every request but probes, metrics and the dashboard's "
+        "files (reads too, unless --public-reads)",
         metavar="KEY",
         optional=True,
-        when_unset="none, so the API is open",
+        when_unset="none: the API is open to whoever reaches it (logged loudly beyond loopback)",
         example="change-me",
         secret=True,
         legacy_env="API_KEY",
-    ),
-    Option(
-        "read_api_key",
-        "bool",
-        "require the API key on read requests too (/health, /ready and /metrics stay open)",
     ),
     Option(
         "default_timeout",
@@ -352,6 +353,61 @@ OPTIONS: tuple[Option, ...] = (
         "without retry, and nothing of it is stored",
         metavar="BYTES",
         minimum=1,
+    ),
+    # -- exposure and bounded cost per client: hostile networks and greedy clients --
+    Option(
+        "public_reads",
+        "bool",
+        "with an API key, let reads (GET) through without it; writes still need it",
+    ),
+    Option(
+        "max_queues",
+        "int",
+        "queues with pending jobs, or paused, at once; an enqueue or pause that would add "
+        "one more answers 429 (with PostgreSQL counted across nodes, a few seconds stale)",
+        metavar="N",
+        minimum=1,
+    ),
+    Option(
+        "metrics_max_queues",
+        "int",
+        "deepest queues given their own goqueue_queue_depth series; the rest are summed "
+        'under queue="(other)"',
+        metavar="N",
+        minimum=1,
+    ),
+    Option(
+        "max_connections",
+        "int",
+        "open HTTP connections; beyond it the longest idle one is closed (or, none idle, the "
+        "new one answered 503); lowered to fit the open-files limit",
+        metavar="N",
+        minimum=1,
+    ),
+    Option(
+        "header_timeout",
+        "float",
+        "seconds a client has to send a request's headers, counted from connecting or from "
+        "the request's first byte; then the connection is closed",
+        metavar="SECONDS",
+        minimum=0,
+        above_minimum=True,
+    ),
+    Option(
+        "body_timeout",
+        "float",
+        "seconds a client has to send a request's body; then it is answered 408",
+        metavar="SECONDS",
+        minimum=0,
+        above_minimum=True,
+    ),
+    Option(
+        "keepalive_timeout",
+        "float",
+        "seconds an idle kept-alive connection stays open",
+        metavar="SECONDS",
+        minimum=0,
+        above_minimum=True,
     ),
 )
 

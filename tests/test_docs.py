@@ -264,7 +264,7 @@ def test_serve_help_lists_every_flag_of_the_options_table() -> None:
     ).stdout
     rows = table(README, "flag")
     flags = {word for row in rows for code in code_in(row[0]) for word in code.split()[:1]}
-    assert "--node-id" in flags and "--read-api-key" in flags
+    assert "--node-id" in flags and "--public-reads" in flags
     for flag in flags:
         assert re.search(rf"(?<![\w-]){re.escape(flag)}(?![\w-])", out), flag
     for row in rows:

@@ -22,6 +22,7 @@ from goqueue.supervisor.jobs import (
     Lease,
     Outcome,
     Page,
+    QueueDepths,
     QueueStats,
     Stats,
 )
@@ -120,6 +121,14 @@ class Store(Protocol):
 
     async def queue_stats(self, queue: str) -> QueueStats:
         """One queue's counts (all zero for a queue never seen)."""
+
+    async def queue_depths(self, top: int) -> QueueDepths:
+        """Pending jobs by priority of the `top` deepest queues and of all others summed:
+        a bounded answer for metrics, however many queues there are."""
+
+    async def queue_names(self, limit: int) -> frozenset[str]:
+        """Up to `limit` names of queues holding pending jobs or paused (the queues that
+        `--max-queues` counts)."""
 
     async def set_paused(self, queue: str, paused: bool) -> None:
         """Pause or resume dispatch from a queue (for every node sharing the store)."""

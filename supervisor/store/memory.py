@@ -7,6 +7,7 @@ only owner, so the same contract tests hold for both stores.
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
@@ -33,6 +34,7 @@ from goqueue.supervisor.jobs import (
     Lease,
     Outcome,
     Page,
+    QueueDepths,
     QueueStats,
     Stats,
     new_id,
@@ -87,7 +89,9 @@ class MemoryStore:
         self._finished: deque[str] = deque()
         self._paused: set[str] = set()
         self._counts: dict[str, int] = dict.fromkeys(STATUSES, 0)
-        self._depth: dict[str, dict[int, int]] = {}
+        self._depth: dict[str, dict[int, int]] = {}  # pending by queue, then priority
+        self._queue_totals: dict[str, int] = {}  # pending by queue
+        self._priority_totals: dict[int, int] = {}  # pending by priority, every queue
         self._limits: dict[str, int | None] = {}
         self._seq = itertools.count(1)
         self._wake: Callable[[], None] = lambda: None
@@ -385,6 +389,23 @@ class MemoryStore:
         by_priority = {str(p): n for p, n in sorted(depth.items(), reverse=True) if n}
         return QueueStats(queue, counts, by_priority, queue in self._paused)
 
+    async def queue_depths(self, top: int) -> QueueDepths:
+        """The `top` deepest queues by priority, the rest summed by priority: one pass over
+        the per-queue totals, kept up to date as jobs come and go."""
+        totals = self._queue_totals
+        deepest = heapq.nsmallest(top, totals.items(), key=lambda item: (-item[1], item[0]))
+        chosen = {q: {str(p): n for p, n in self._depth[q].items()} for q, _ in deepest}
+        other = dict(self._priority_totals)
+        for queue, _ in deepest:
+            for priority, n in self._depth[queue].items():
+                other[priority] -= n
+        rest = {str(p): n for p, n in sorted(other.items()) if n}
+        return QueueDepths(chosen, rest, len(totals), sum(self._priority_totals.values()))
+
+    async def queue_names(self, limit: int) -> frozenset[str]:
+        """Queues holding pending jobs, and paused queues (at most `limit`)."""
+        return frozenset(itertools.islice(itertools.chain(self._depth, self._paused), limit))
+
     async def set_paused(self, queue: str, paused: bool) -> None:
         """Pause or resume a queue."""
         if paused:
@@ -450,8 +471,22 @@ class MemoryStore:
         self._counts[status] += delta
 
     def _depth_add(self, job: Job, delta: int) -> None:
-        depth = self._depth.setdefault(job.queue, {})
-        depth[job.priority] = depth.get(job.priority, 0) + delta
+        """Pending jobs by queue and priority, by queue and by priority; an emptied queue is
+        forgotten, so 100k queues used once cost nothing once they are empty."""
+        queue, priority = job.queue, job.priority
+        self._priority_totals[priority] = self._priority_totals.get(priority, 0) + delta
+        total = self._queue_totals.get(queue, 0) + delta
+        depth = self._depth.setdefault(queue, {})
+        count = depth.get(priority, 0) + delta
+        if count > 0:
+            depth[priority] = count
+        else:
+            depth.pop(priority, None)
+        if total > 0:
+            self._queue_totals[queue] = total
+        else:
+            self._queue_totals.pop(queue, None)
+            del self._depth[queue]
 
     def _event(self, job: Job, kind: EventKind, now: datetime, detail: str | None = None) -> None:
         trail = self._events.setdefault(job.id, [])

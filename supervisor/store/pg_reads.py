@@ -16,6 +16,7 @@ from goqueue.supervisor.jobs import (
     Job,
     JobFilter,
     Page,
+    QueueDepths,
     QueueStats,
     Stats,
 )
@@ -94,6 +95,31 @@ class Reads:
             by_priority = {str(p): n for p, n in sorted(await depth.fetchall(), reverse=True)}
             paused_row = await paused.fetchone()
         return QueueStats(queue, counts, by_priority, bool(paused_row and paused_row[0]))
+
+    async def queue_depths(self, top: int) -> QueueDepths:
+        """The `top` deepest queues by priority, the rest summed by priority."""
+        rows = await self._db.execute(self._sql[Sql.QUEUE_DEPTHS], {"top": top})
+        chosen: dict[str, dict[str, int]] = {}
+        everything: dict[str, int] = {}
+        queues = 0
+        for queue, priority, n in rows:
+            if queue is not None:
+                chosen.setdefault(queue, {})[str(priority)] = n
+            elif priority is not None:
+                everything[str(priority)] = n
+            else:
+                queues = n
+        other = dict(everything)
+        for depth in chosen.values():
+            for priority, n in depth.items():
+                other[priority] = other.get(priority, 0) - n
+        other = {priority: n for priority, n in other.items() if n > 0}
+        return QueueDepths(chosen, other, queues, sum(everything.values()))
+
+    async def queue_names(self, limit: int) -> frozenset[str]:
+        """Queues holding pending jobs (at most `limit`), and the paused ones."""
+        rows = await self._db.execute(self._sql[Sql.QUEUE_NAMES], {"limit": limit})
+        return frozenset(row[0] for row in rows)
 
     async def events(self, job_id: str) -> list[Event]:
         """A job's audit trail, oldest first (each event committed with its change)."""

@@ -163,6 +163,8 @@ class Sql(StrEnum):
     QUEUE_COUNTS = auto()
     QUEUE_DEPTH = auto()
     IS_PAUSED = auto()
+    QUEUE_DEPTHS = auto()
+    QUEUE_NAMES = auto()
     EVENTS = auto()
     DEAD_COUNT = auto()
     LIST_DEAD = auto()
@@ -375,6 +377,26 @@ TEMPLATES: Final[Mapping[Sql, str]] = MappingProxyType(
             WHERE queue = %(queue)s AND status = 'pending' GROUP BY priority""",
         Sql.IS_PAUSED: """
             SELECT EXISTS (SELECT 1 FROM {s}.paused_queues WHERE queue = %(queue)s)""",
+        # Rows: (queue, priority, n) for the `top` deepest queues; (NULL, priority, n) over
+        # every queue; (NULL, NULL, number of queues). A few hundred rows however many queues
+        # there are: a scrape never parses one row per queue.
+        Sql.QUEUE_DEPTHS: """
+            WITH per_queue AS MATERIALIZED (
+                SELECT queue, count(*) AS n FROM {s}.jobs WHERE status = 'pending'
+                GROUP BY queue),
+            top AS (SELECT queue FROM per_queue ORDER BY n DESC, queue LIMIT %(top)s)
+            SELECT queue, priority, count(*) FROM {s}.jobs
+            WHERE status = 'pending' AND queue IN (SELECT queue FROM top)
+            GROUP BY queue, priority
+            UNION ALL
+            SELECT NULL, priority, count(*) FROM {s}.jobs WHERE status = 'pending'
+            GROUP BY priority
+            UNION ALL
+            SELECT NULL, NULL, count(*) FROM per_queue""",
+        Sql.QUEUE_NAMES: """
+            (SELECT queue FROM {s}.jobs WHERE status = 'pending' GROUP BY queue
+             LIMIT %(limit)s)
+            UNION SELECT queue FROM {s}.paused_queues""",
         Sql.EVENTS: """
             SELECT job_id, event, at, node, attempt, detail FROM {s}.events
             WHERE job_id = %(id)s ORDER BY at, id""",

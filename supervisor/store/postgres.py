@@ -41,6 +41,7 @@ from goqueue.supervisor.jobs import (
     Lease,
     Outcome,
     Page,
+    QueueDepths,
     QueueStats,
     Stats,
 )
@@ -295,6 +296,14 @@ class PostgresStore:
     async def queue_stats(self, queue: str) -> QueueStats:
         """One queue's counts, pending depth by priority, and whether it is paused."""
         return await self._reads.queue_stats(queue)
+
+    async def queue_depths(self, top: int) -> QueueDepths:
+        """The `top` deepest queues by priority, the rest summed by priority."""
+        return await self._reads.queue_depths(top)
+
+    async def queue_names(self, limit: int) -> frozenset[str]:
+        """Queues holding pending jobs (at most `limit`), and the paused ones."""
+        return await self._reads.queue_names(limit)
 
     async def events(self, job_id: str) -> list[Event]:
         """A job's audit trail, oldest first."""

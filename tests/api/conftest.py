@@ -13,6 +13,7 @@ import http.client
 import json
 import threading
 import time
+import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -223,3 +224,39 @@ def make_api_server() -> Iterator[Callable[..., ApiServer]]:
 def api_server(make_api_server: Callable[..., ApiServer]) -> ApiServer:
     """A server with default settings (no API key)."""
     return make_api_server()
+
+
+# -- live nodes on either store ----------------------------------------------------------
+
+
+@pytest.fixture(params=["memory", "postgres"])
+def api_store(request: pytest.FixtureRequest) -> str:
+    """Which store a live-node test runs against (both: a rule must hold on each)."""
+    return str(request.param)
+
+
+@pytest.fixture
+def make_store_node(make_node: Callable[..., Any], api_store: str) -> Iterator[Callable[..., Any]]:
+    """`make_node` on the store under test: PostgreSQL nodes share a fresh schema of the
+    test database (dropped afterwards); memory nodes each hold their own jobs."""
+    from tests.conftest import postgres_dsn, stop_node
+
+    if api_store == "memory":
+        yield make_node
+        return
+    dsn = postgres_dsn()
+    schema = f"gq_api_{uuid.uuid4().hex[:10]}"
+    nodes: list[Any] = []
+
+    def make(*args: str, **kw: Any) -> Any:
+        node = make_node("--database-url", dsn, "--database-schema", schema, *args, **kw)
+        nodes.append(node)
+        return node
+
+    yield make
+    for node in nodes:  # before the schema goes: a drain still writes to it
+        stop_node(node)
+    import psycopg
+
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")

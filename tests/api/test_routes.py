@@ -380,36 +380,43 @@ def test_cancel_running_needs_force(api_server: ApiServer) -> None:
 # -- auth ------------------------------------------------------------------------------
 
 
-def test_api_key_guards_mutations_only(make_api_server: Any) -> None:
+def test_api_key_guards_every_route_but_probes_metrics_and_the_dashboard(
+    make_api_server: Any,
+) -> None:
     server = make_api_server(api_key="s3cret")
     for headers in ({}, {"X-API-Key": "wrong"}, {"X-API-Key": "S3CRET"}, {"X-API-Key": "é"}):
         resp = server.post("/jobs", email(), headers=headers)
         assert resp.status == 401, headers
         assert resp.json["details"] == {"header": "X-API-Key"}
-    job = server.post("/jobs", email(), headers={"X-API-Key": "s3cret"})
+    key = {"X-API-Key": "s3cret"}
+    job = server.post("/jobs", email(), headers=key)
     assert job.status == 201
     assert server.delete(f"/jobs/{job.json['id']}").status == 401
     assert server.post("/queues/default/pause").status == 401
-    assert server.get("/jobs").status == 200
-    assert server.get(f"/jobs/{job.json['id']}").status == 200
-    for path in ("/health", "/metrics", "/openapi.json", "/stats"):
+    for path in ("/jobs", f"/jobs/{job.json['id']}", "/stats", "/dlq", "/openapi.json"):
+        assert server.get(path).status == 401, path  # payloads and results are private
+        assert server.get(path, headers=key).status == 200, path
+    for path in ("/health", "/metrics", "/ui/"):
         assert server.get(path).status == 200, path
-    assert server.job_count() == 1
-    assert server.get(f"/jobs/{job.json['id']}").json["status"] == "pending"
-    paths = server.get("/openapi.json").json["paths"]
-    assert paths["/jobs"]["post"]["security"] == [{"ApiKey": []}]
-    assert "401" in paths["/jobs"]["post"]["responses"]
-    assert "security" not in paths["/jobs"]["get"]
-
-
-def test_read_api_key_guards_reads_but_not_probes(make_api_server: Any) -> None:
-    server = make_api_server(api_key="s3cret", read_api_key=True)
-    assert server.get("/jobs").status == 401
-    assert server.get("/stats").status == 401
-    assert server.get("/jobs", headers={"X-API-Key": "s3cret"}).status == 200
-    assert server.get("/health").status == 200
-    assert server.get("/metrics").status == 200
     assert server.get("/ready").status == 503  # no worker: open, just not ready
+    assert server.job_count() == 1
+    assert server.get(f"/jobs/{job.json['id']}", headers=key).json["status"] == "pending"
+    paths = server.get("/openapi.json", headers=key).json["paths"]
+    assert paths["/jobs"]["post"]["security"] == [{"ApiKey": []}]
+    assert paths["/jobs"]["get"]["security"] == [{"ApiKey": []}]
+    assert "401" in paths["/jobs"]["get"]["responses"]
+    assert "security" not in paths["/health"]["get"]
+
+
+def test_public_reads_let_reads_through_without_the_key(make_api_server: Any) -> None:
+    server = make_api_server(api_key="s3cret", public_reads=True)
+    assert server.get("/jobs").status == 200
+    assert server.get("/stats").status == 200
+    assert server.post("/jobs", email()).status == 401
+    assert server.post("/jobs", email(), headers={"X-API-Key": "s3cret"}).status == 201
+    paths = server.get("/openapi.json").json["paths"]
+    assert "security" not in paths["/jobs"]["get"]
+    assert paths["/jobs"]["post"]["security"] == [{"ApiKey": []}]
 
 
 # -- lists -----------------------------------------------------------------------------
@@ -501,17 +508,40 @@ def test_batch_refuses_an_idempotency_key(api_server: ApiServer) -> None:
     [
         ({"jobs": []}, "jobs"),
         ({"jobs": [email()] * 1001}, "jobs"),
-        ({"jobs": [email(), {"type": "email", "priority": 11}]}, "jobs[1].priority"),
-        ({"jobs": [email(), email(dedupe_key="k")]}, "jobs[1].dedupe_window_seconds"),
         ({"jobs": [email()], "extra": 1}, "extra"),
+        ({"jobs": "none"}, "jobs"),
         ({}, "jobs"),
     ],
 )
-def test_bad_batches_are_refused_whole(api_server: ApiServer, body: Any, field: str) -> None:
+def test_bad_batch_envelopes_are_refused_whole(
+    api_server: ApiServer, body: Any, field: str
+) -> None:
     resp = api_server.post("/jobs/batch", body)
     assert resp.status == 400, resp.body
     assert resp.json["details"]["field"] == field
     assert api_server.job_count() == 0
+
+
+@pytest.mark.parametrize(
+    ("item", "field"),
+    [
+        ({"type": "email", "priority": 11}, "jobs[1].priority"),
+        (email(dedupe_key="k"), "jobs[1].dedupe_window_seconds"),
+        ({"type": "email", "surprise": 1}, "jobs[1].surprise"),
+        ("not an object", "jobs[1]"),
+        (
+            {"type": "email", "on_success": {"type": "email", "queue": "a b"}},
+            "jobs[1].on_success.queue",
+        ),
+    ],
+)
+def test_bad_batch_items_are_refused_alone(api_server: ApiServer, item: Any, field: str) -> None:
+    resp = api_server.post("/jobs/batch", {"jobs": [email(), item, email()]})
+    assert resp.status == 200, resp.body
+    results = resp.json["results"]
+    assert [r["status"] for r in results] == [201, 400, 201]
+    assert results[1]["details"]["field"] == field and "job" not in results[1]
+    assert api_server.job_count() == 2
 
 
 # -- stats and queues ------------------------------------------------------------------
@@ -556,7 +586,8 @@ def test_health_ready_and_draining(api_server: ApiServer) -> None:
     assert api_server.get("/health").json == {"status": "ok"}
     no_workers = api_server.get("/ready")
     assert no_workers.status == 503
-    assert no_workers.json["checks"] == {"store": True, "workers": False, "accepting": True}
+    checks = {"store": True, "workers": False, "accepting": True, "auth": True}
+    assert no_workers.json["checks"] == checks  # auth: loopback, so no key is needed
     assert "workers" in no_workers.json["error"]
 
     engine = api_server.engine
@@ -567,7 +598,7 @@ def test_health_ready_and_draining(api_server: ApiServer) -> None:
     assert ready.status == 200
     assert ready.json == {
         "status": "ready",
-        "checks": {"store": True, "workers": True, "accepting": True},
+        "checks": {"store": True, "workers": True, "accepting": True, "auth": True},
     }
     job = enqueue(api_server)
     letter = make_dead_letter(api_server)

@@ -244,7 +244,7 @@ def test_unknown_ui_files_are_json_404s(api_server: ApiServer, path: str) -> Non
 
 
 def test_ui_files_need_no_key_even_where_reads_do(make_api_server: Any) -> None:
-    server = make_api_server(api_key="s3cret", read_api_key=True)
+    server = make_api_server(api_key="s3cret")  # with a key, reads need it by default
     assert server.get("/ui/").status == 200
     assert server.get("/ui/js/api.js").status == 200
     assert server.get("/stats/history").status == 401

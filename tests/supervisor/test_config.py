@@ -44,14 +44,16 @@ def toml_file(tmp_path: Path) -> Callable[[str], str]:
 def test_defaults_without_any_source() -> None:
     settings = config.load(None, {})
     assert settings.port == 8080
-    assert settings.host == "0.0.0.0"
+    assert settings.host == "127.0.0.1"  # loopback unless told otherwise
     assert settings.workers >= 1
     assert settings.actors == ("goqueue.actors.examples",)
     assert settings.queues is None
     assert settings.database_url is None
     assert settings.kill_grace == 0.05
     assert settings.limits == {}
-    assert settings.read_api_key is False
+    assert settings.public_reads is False
+    assert settings.max_queues == 10_000
+    assert (settings.header_timeout, settings.keepalive_timeout) == (15.0, 75.0)
     assert settings.node_id and "-" in settings.node_id
 
 
@@ -116,7 +118,9 @@ def test_empty_environment_value_counts_as_unset() -> None:
         ({"GOQUEUE_SHUTDOWN_GRACE": "-1"}, ["shutdown_grace", "at least 0"]),
         ({"GOQUEUE_LEASE_SECONDS": "0.5"}, ["lease_seconds", "at least 1"]),
         ({"GOQUEUE_LOG_LEVEL": "loud"}, ["log_level", "debug, info, warning, error"]),
-        ({"GOQUEUE_READ_API_KEY": "maybe"}, ["read_api_key", "boolean"]),
+        ({"GOQUEUE_PUBLIC_READS": "maybe"}, ["public_reads", "boolean"]),
+        ({"GOQUEUE_MAX_QUEUES": "0"}, ["max_queues", "at least 1"]),
+        ({"GOQUEUE_HEADER_TIMEOUT": "0"}, ["header_timeout", "greater than 0"]),
         ({"GOQUEUE_MAX_JOBS_PER_WORKER": "0"}, ["max_jobs_per_worker", "at least 1"]),
         ({"GOQUEUE_RETRY_BASE": "10", "GOQUEUE_RETRY_CAP": "5"}, ["retry_cap", "retry_base"]),
     ],
@@ -136,8 +140,8 @@ def test_bad_flag_value_names_the_flag(flags: Flags) -> None:
 def test_wrong_type_in_file_is_rejected(toml_file) -> None:
     with pytest.raises(ConfigError, match=r"workers: expected an integer, got 2\.5"):
         config.load(None, {"GOQUEUE_CONFIG": toml_file("workers = 2.5\n")})
-    with pytest.raises(ConfigError, match="read_api_key"):
-        config.load(None, {"GOQUEUE_CONFIG": toml_file("read_api_key = 1\n")})
+    with pytest.raises(ConfigError, match="public_reads"):
+        config.load(None, {"GOQUEUE_CONFIG": toml_file("public_reads = 1\n")})
     with pytest.raises(ConfigError, match="port"):
         config.load(None, {"GOQUEUE_CONFIG": toml_file("port = true\n")})
 
@@ -198,12 +202,12 @@ def test_comma_lists_from_every_source(flags: Flags, toml_file) -> None:
 
 def test_booleans_and_numbers_parse(flags: Flags) -> None:
     for text, expected in [("1", True), ("YES", True), ("true", True), ("0", False), ("no", False)]:
-        assert config.load(None, {"GOQUEUE_READ_API_KEY": text}).read_api_key is expected
+        assert config.load(None, {"GOQUEUE_PUBLIC_READS": text}).public_reads is expected
     settings = config.load(
-        flags("--no-read-api-key", "--kill-grace", "0.2", "--port", "0", "--log-level", "DEBUG"),
-        {"GOQUEUE_READ_API_KEY": "yes"},
+        flags("--no-public-reads", "--kill-grace", "0.2", "--port", "0", "--log-level", "DEBUG"),
+        {"GOQUEUE_PUBLIC_READS": "yes"},
     )
-    assert settings.read_api_key is False
+    assert settings.public_reads is False
     assert settings.kill_grace == 0.2
     assert settings.port == 0
     assert settings.log_level == "debug"

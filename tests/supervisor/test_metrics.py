@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from goqueue.supervisor.metrics import Metrics
+from goqueue.supervisor.jobs import QueueDepths
+from goqueue.supervisor.metrics import OTHER_QUEUES, Metrics
 from goqueue.supervisor.vocab import RestartReason, WebhookOutcome, WorkerState
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -71,25 +72,40 @@ def test_counters_and_histogram_buckets() -> None:
     assert got[key(http_bucket, route="/jobs/{id}", le="0.005")] == 2
 
 
-def test_gauges_and_vanished_depth_series_go_to_zero() -> None:
+def test_gauges_and_vanished_depth_series_are_removed() -> None:
     metrics = Metrics()
     metrics.set_running(3)
     metrics.set_workers({"busy": 3, "idle": 1})
-    metrics.set_depth({"default": {"5": 7, "10": 2}, "bulk": {"0": 4}})
+    metrics.set_depth(QueueDepths({"default": {"5": 7, "10": 2}, "bulk": {"0": 4}}, {}, 2, 13))
     got = samples(metrics)
     assert got[key("goqueue_jobs_running")] == 3
     assert got[key("goqueue_workers", state="busy")] == 3
     assert got[key("goqueue_workers", state="booting")] == 0
     assert got[key("goqueue_queue_depth", queue="default", priority="10")] == 2
+    assert got[key("goqueue_queues")] == 2
 
     metrics.set_workers({"idle": 4})
-    metrics.set_depth({"default": {"5": 1}})
+    metrics.set_depth(QueueDepths({"default": {"5": 1}}, {}, 1, 1))
     got = samples(metrics)
     assert got[key("goqueue_workers", state="busy")] == 0
     assert got[key("goqueue_workers", state="idle")] == 4
     assert got[key("goqueue_queue_depth", queue="default", priority="5")] == 1
-    assert got[key("goqueue_queue_depth", queue="default", priority="10")] == 0
-    assert got[key("goqueue_queue_depth", queue="bulk", priority="0")] == 0
+    depth = {k for k in got if k[0] == "goqueue_queue_depth"}
+    assert depth == {key("goqueue_queue_depth", queue="default", priority="5")}
+
+
+def test_depth_series_are_capped_with_the_rest_summed() -> None:
+    metrics = Metrics(depth_queues=2)
+    top = {"a": {"5": 9}, "b": {"5": 5, "0": 1}}
+    metrics.set_depth(QueueDepths(top, {"5": 3, "10": 1}, 40, 19))
+    got = samples(metrics)
+    depth = {k: v for k, v in got.items() if k[0] == "goqueue_queue_depth"}
+    assert len(depth) == 5
+    assert got[key("goqueue_queue_depth", queue=OTHER_QUEUES, priority="5")] == 3
+    assert got[key("goqueue_queue_depth", queue=OTHER_QUEUES, priority="10")] == 1
+    assert got[key("goqueue_queues")] == 40
+    metrics.set_depth(QueueDepths({}, {}, 0, 0))
+    assert not [k for k in samples(metrics) if k[0] == "goqueue_queue_depth"]
 
 
 def test_declared_types_start_at_zero() -> None:

@@ -146,7 +146,7 @@ def test_pausing_a_queue_in_the_ui_stops_its_dispatch(
 def test_with_an_api_key_actions_are_refused_until_it_is_entered(
     make_node: Any, open_tab: Any
 ) -> None:
-    node = make_node("--api-key", KEY)
+    node = make_node("--api-key", KEY, "--public-reads")
     key = {"X-API-Key": KEY}
     assert node.post("/queues/held/pause", headers=key).status == 200
     job = request("POST", node.url + "/jobs", {"type": "noop", "queue": "held"}, key).body
@@ -186,7 +186,7 @@ def test_with_an_api_key_actions_are_refused_until_it_is_entered(
 def test_with_read_protection_the_dashboard_shows_nothing_until_the_key_is_given(
     make_node: Any, open_tab: Any
 ) -> None:
-    node = make_node("--api-key", KEY, "--read-api-key")
+    node = make_node("--api-key", KEY)  # with a key, reads need it too (no --public-reads)
     request("POST", node.url + "/jobs", {"type": "noop", "queue": "q"}, {"X-API-Key": KEY})
     tab = open_tab(node.url)
     tab.allow_refusals = True

@@ -257,6 +257,30 @@ async def test_stats_and_queue_stats(open_store) -> None:
         assert sum(empty.counts.values()) == 0
 
 
+async def test_queue_depths_are_bounded_and_emptied_queues_vanish(open_store) -> None:
+    async with open_store() as store:
+        for queue, priority, n in (("big", 10, 3), ("big", 0, 1), ("mid", 5, 2), ("one", 5, 1)):
+            for _ in range(n):
+                await store.enqueue(new("a", queue=queue, priority=priority))
+        await store.set_paused("idle", True)
+        depths = await store.queue_depths(2)
+        assert depths.top == {"big": {"10": 3, "0": 1}, "mid": {"5": 2}}
+        assert depths.other == {"5": 1} and depths.queues == 3 and depths.pending == 7
+        assert await store.queue_names(100) == {"big", "mid", "one", "idle"}
+        assert len(await store.queue_names(1)) >= 1
+        lease = await claim_one(store, {"a": 1})  # the deepest queue's best job: big, 10
+        assert lease.job.queue == "big"
+        everything = await store.queue_depths(100)
+        assert everything.other == {} and everything.top["big"] == {"10": 2, "0": 1}
+        for job in (await store.list_jobs(JobFilter(status="pending"), 100, 0)).items:
+            await store.cancel(job.id, False)
+        emptied = await store.queue_depths(100)
+        assert emptied.top == {} and emptied.other == {} and emptied.pending == 0
+        assert emptied.queues == 0
+        await store.set_paused("idle", False)
+        assert await store.queue_names(100) == frozenset()
+
+
 async def test_events_trail(open_store) -> None:
     async with open_store() as store:
         job = (await store.enqueue(new("a"))).job
