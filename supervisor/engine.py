@@ -56,6 +56,7 @@ from goqueue.supervisor.waiters import Waiters
 from goqueue.supervisor.webhooks import Delivery, Webhooks
 
 _TYPES_TTL = 2.0
+BOOT_WAIT = 5.0  # seconds an enqueue waits for a booting node before 503
 LIVE_STATS_TTL = 2.0  # store counts shared by every dashboard for this long
 QUEUES_TTL = 2.0  # likewise the queue summaries (pausing a queue forgets them)
 BUSIEST = 10
@@ -85,7 +86,8 @@ class Engine:
         self.kill = kill  # ends the attempt holding a lease token; False if none here
         self.waiters = waiters  # one of the hooks: outcomes recorded here wake them
         self._draining = False
-        self.starting = False  # True while the node boots: no enqueue yet (503)
+        self._started = asyncio.Event()  # set once the node has booted (see `starting`)
+        self._started.set()
         self._types: frozenset[str] = frozenset()
         self._types_at = 0.0
         self.history = history
@@ -172,7 +174,7 @@ class Engine:
         if self.draining:
             raise Draining("the node is shutting down and accepts no new jobs")
         if self.starting:
-            raise StoreUnavailable("the node is starting and accepts no jobs yet")
+            await self._until_started()
         known = await self._known_types() if strict else None
         resolved = resolve_spec(spec, self.catalog.actors.get, known)
         return NewJob(
@@ -184,6 +186,26 @@ class Engine:
             request_hash=request_hash,
             parent_id=parent_id,
         )
+
+    @property
+    def starting(self) -> bool:
+        """True while the node boots (store, first worker, registration): an enqueue then
+        waits up to `BOOT_WAIT` seconds for the boot to end, and is refused (503) after."""
+        return not self._started.is_set()
+
+    @starting.setter
+    def starting(self, value: bool) -> None:
+        if value:
+            self._started.clear()
+        else:
+            self._started.set()
+
+    async def _until_started(self) -> None:
+        try:
+            async with asyncio.timeout(BOOT_WAIT):
+                await self._started.wait()
+        except TimeoutError:
+            raise StoreUnavailable("the node is starting and accepts no jobs yet") from None
 
     def with_defaults(self, spec: JobSpec) -> JobSpec:
         """`spec` (and its templates) with queue, priority and retries filled in as they

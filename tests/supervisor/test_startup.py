@@ -265,3 +265,21 @@ def _children(pid: int) -> list[int]:
             if int(stat.rsplit(") ", 1)[1].split()[1]) == pid:
                 found.append(int(entry))
     return found
+
+
+def test_a_job_posted_as_soon_as_health_answers_is_taken(make_node) -> None:
+    """A client that waits only for /health (as load balancers and scripts do) and posts
+    at once, while the first worker still boots, gets its 201: the enqueue waits for the
+    boot to end instead of answering 503."""
+    node = make_node(wait=False)
+    wait_for(lambda: _answers(node.url + "/health"), timeout=20, interval=0.005)
+    resp = node.post("/jobs", {"type": "noop", "payload": 1})
+    assert resp.status == 201, resp
+    node.wait_status(resp.body["id"], "done")
+
+
+def _answers(url: str) -> bool:
+    try:
+        return request("GET", url).status == 200
+    except OSError:
+        return False
