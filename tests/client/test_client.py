@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import socket
 import threading
 import time
@@ -233,8 +234,7 @@ class DroppingProxy:
     def _pipe(self, client: socket.socket, drop: bool) -> None:
         upstream = socket.create_connection(self.upstream)
         if drop:
-            request = client.recv(65536)
-            upstream.sendall(request)
+            upstream.sendall(_read_request(client))
             upstream.recv(65536)  # the node has answered: the job exists
             client.close()
             upstream.close()
@@ -243,6 +243,18 @@ class DroppingProxy:
         threads = [threading.Thread(target=_pump, args=p, daemon=True) for p in pumps]
         for t in threads:
             t.start()
+
+
+def _read_request(sock: socket.socket) -> bytes:
+    """One whole HTTP request (head and Content-Length body), however TCP split it."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        data += sock.recv(65536)
+    head, _, body = data.partition(b"\r\n\r\n")
+    length = re.search(rb"(?im)^content-length:\s*(\d+)", head)
+    while length and len(body) < int(length.group(1)):
+        body += sock.recv(65536)
+    return head + b"\r\n\r\n" + body
 
 
 def _pump(source: socket.socket, sink: socket.socket) -> None:
