@@ -98,9 +98,9 @@ class ApiServer:
             self.thread.join(timeout=CALL_TIMEOUT)
             self.loop.close()
 
-    def call(self, coro: Awaitable[T]) -> T:
+    def call(self, coro: Awaitable[T], timeout: float = CALL_TIMEOUT) -> T:
         """Run a coroutine on the server's loop and return its result."""
-        return asyncio.run_coroutine_threadsafe(_await(coro), self.loop).result(CALL_TIMEOUT)
+        return asyncio.run_coroutine_threadsafe(_await(coro), self.loop).result(timeout)
 
     def sync(self, fn: Callable[[], T]) -> T:
         """Run a plain function on the server's loop (the store is single-threaded)."""

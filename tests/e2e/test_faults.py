@@ -637,7 +637,7 @@ def test_node_kills_lose_no_audit_event(pg_nodes: NodeSet, tmp_path: Path) -> No
     ids = batch_enqueue(live[1], spread(tmp_path, 1200))
     for _ in range(3):
         target = ended(tmp_path) + 250
-        wait_until(lambda t=target: ended(tmp_path) >= t, 30, f"{target} runs ended")
+        wait_until(lambda t=target: ended(tmp_path) >= t, 90, f"{target} runs ended")
         victim = live.pop(0)
         os.killpg(victim.proc.pid, signal.SIGKILL)
         victim.proc.wait(timeout=5)
