@@ -33,15 +33,21 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def wait_for(predicate: Callable[[], Any], timeout: float = 10.0, interval: float = 0.02) -> Any:
-    """Poll `predicate` until it returns something truthy; fail after `timeout`."""
+def wait_for(
+    predicate: Callable[[], Any],
+    timeout: float = 10.0,
+    interval: float = 0.02,
+    what: str = "condition met",
+) -> Any:
+    """Poll `predicate` until it returns something truthy; fail after `timeout`, saying
+    `what` was awaited."""
     deadline = time.monotonic() + timeout
     while True:
         value = predicate()
         if value:
             return value
         if time.monotonic() > deadline:
-            raise AssertionError(f"condition not met within {timeout}s")
+            raise AssertionError(f"not within {timeout:g}s: {what}")
         time.sleep(interval)
 
 

@@ -23,7 +23,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from tests.conftest import Node
+from tests.conftest import Node, wait_for
 
 # -- the run log ---------------------------------------------------------------------
 
@@ -434,15 +434,8 @@ class PgProxy:
 def wait_until(
     predicate: Callable[[], Any], timeout: float, what: str, interval: float = 0.05
 ) -> Any:
-    """Like `wait_for`, with a message that says what was awaited."""
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout:g}s: {what}")
-        time.sleep(interval)
+    """`wait_for` with the message first: the fault tests always say what they await."""
+    return wait_for(predicate, timeout, interval, what)
 
 
 @dataclass
