@@ -46,6 +46,7 @@ class JobOut(msgspec.Struct):
     run_at: AwareTime
     timeout_seconds: float | None
     dedupe_key: str | None
+    unique_key: str | None
     webhook_url: str | None
     on_success: JobSpec | None
     on_failure: JobSpec | None
@@ -197,6 +198,21 @@ class Purged(msgspec.Struct):
     """The id of the dead letter that was deleted."""
 
     purged: Uuid
+
+
+class BulkReplayed(msgspec.Struct):
+    """A bulk replay: how many dead letters became fresh jobs, and how many matching the
+    filters are left (beyond `limit`, or being replayed by another request)."""
+
+    replayed: int
+    remaining: int
+
+
+class BulkPurged(msgspec.Struct):
+    """A bulk purge: how many dead letters were deleted, and how many matching are left."""
+
+    purged: int
+    remaining: int
 
 
 # Decoders are built once and reused (msgspec's advice; they hold no loop).

@@ -22,8 +22,10 @@ from goqueue.supervisor.jobs import (
     Lease,
     Outcome,
     Page,
+    Purged,
     QueueDepths,
     QueueStats,
+    Replayed,
     Stats,
 )
 from goqueue.supervisor.summaries import DeadFilter, NodeSummary, QueueSummary
@@ -137,7 +139,7 @@ class Store(Protocol):
         """Dead letters newest first."""
 
     async def get_dead(self, dead_id: str) -> DeadLetter | None:
-        """One dead letter by its own id."""
+        """One dead letter by its own id, else by its job's id (a job has at most one)."""
 
     async def replay_dead(self, dead_id: str, max_retries: int) -> Job:
         """Enqueue a fresh job from a dead letter and remove the letter, atomically.
@@ -145,6 +147,14 @@ class Store(Protocol):
 
     async def purge_dead(self, dead_id: str) -> bool:
         """Delete a dead letter; False if there was none."""
+
+    async def replay_dead_many(self, filters: DeadFilter, limit: int) -> Replayed:
+        """Replay up to `limit` letters passing `filters`, oldest first: each becomes a
+        fresh job (its own retries, no dedupe or unique key) and goes, atomically (in one
+        transaction on PostgreSQL). `remaining` counts matching letters left."""
+
+    async def purge_dead_many(self, filters: DeadFilter, limit: int) -> Purged:
+        """Delete up to `limit` letters passing `filters`, oldest first."""
 
     async def events(self, job_id: str) -> list[Event]:
         """A job's audit trail, oldest first."""
