@@ -46,7 +46,6 @@ class JobOut(msgspec.Struct):
     run_at: AwareTime
     timeout_seconds: float | None
     dedupe_key: str | None
-    unique_key: str | None
     webhook_url: str | None
     on_success: JobSpec | None
     on_failure: JobSpec | None
@@ -58,6 +57,7 @@ class JobOut(msgspec.Struct):
     started_at: AwareTime | None
     finished_at: AwareTime | None
     updated_at: AwareTime
+    unique_key: str | None = None  # a default: nodes before unique jobs do not send it
     # what a running job last reported with ctx.progress (a number 0-1 or a small object),
     # as the node running it knows it; absent otherwise
     progress: Any | UnsetType = UNSET

@@ -17,6 +17,8 @@ import aiohttp
 import yarl
 from goqueue.api.wire import (
     MAX_WAIT_SECONDS,
+    BulkPurged,
+    BulkReplayed,
     DeadLetterList,
     DeadLetterOut,
     JobList,
@@ -288,3 +290,23 @@ class AsyncDeadLetters:
     async def purge(self, dead_id: str) -> str:
         """Delete a dead letter; returns its id."""
         return await self._client.execute(core.purge(dead_id))
+
+    async def replay_many(
+        self, *, limit: int | None = None, **filters: Unpack[core.DeadFilters]
+    ) -> BulkReplayed:
+        """Replay the matching dead letters, oldest first (as `Client.dlq.replay_many`)."""
+        sweep = core.Sweep(limit)
+        while (n := sweep.next_limit()) is not None:
+            answer = await self._client.execute(core.replay_matching(filters, n))
+            sweep.note(answer.replayed, answer.remaining)
+        return BulkReplayed(sweep.done, sweep.remaining)
+
+    async def purge_many(
+        self, *, limit: int | None = None, **filters: Unpack[core.DeadFilters]
+    ) -> BulkPurged:
+        """Delete the matching dead letters, oldest first (as `Client.dlq.purge_many`)."""
+        sweep = core.Sweep(limit)
+        while (n := sweep.next_limit()) is not None:
+            answer = await self._client.execute(core.purge_matching(filters, n))
+            sweep.note(answer.purged, answer.remaining)
+        return BulkPurged(sweep.done, sweep.remaining)

@@ -18,7 +18,15 @@ from collections.abc import Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import Any, TypeVar, Unpack
 
-from goqueue.api.wire import MAX_WAIT_SECONDS, DeadLetterList, DeadLetterOut, JobList, JobOut
+from goqueue.api.wire import (
+    MAX_WAIT_SECONDS,
+    BulkPurged,
+    BulkReplayed,
+    DeadLetterList,
+    DeadLetterOut,
+    JobList,
+    JobOut,
+)
 from goqueue.api.wire import QueueStats as QueueStats
 from goqueue.api.wire import StatsOut as StatsOut
 from goqueue.client import core
@@ -356,3 +364,25 @@ class DeadLetters:
     def purge(self, dead_id: str) -> str:
         """Delete a dead letter; returns its id."""
         return self._client.execute(core.purge(dead_id))
+
+    def replay_many(
+        self, *, limit: int | None = None, **filters: Unpack[core.DeadFilters]
+    ) -> BulkReplayed:
+        """Replay the dead letters the filters select, oldest first, each as a fresh job:
+        every match (as many requests as it takes) or, with `limit`, at most that many in
+        one request. `remaining` says how many matching are left."""
+        sweep = core.Sweep(limit)
+        while (n := sweep.next_limit()) is not None:
+            answer = self._client.execute(core.replay_matching(filters, n))
+            sweep.note(answer.replayed, answer.remaining)
+        return BulkReplayed(sweep.done, sweep.remaining)
+
+    def purge_many(
+        self, *, limit: int | None = None, **filters: Unpack[core.DeadFilters]
+    ) -> BulkPurged:
+        """Delete the dead letters the filters select, oldest first (as `replay_many`)."""
+        sweep = core.Sweep(limit)
+        while (n := sweep.next_limit()) is not None:
+            answer = self._client.execute(core.purge_matching(filters, n))
+            sweep.note(answer.purged, answer.remaining)
+        return BulkPurged(sweep.done, sweep.remaining)
