@@ -3,6 +3,9 @@ HTTP, on both stores; every answer checked against the served OpenAPI document."
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
 import uuid
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -192,3 +195,46 @@ def test_queue_health_metrics(nodes) -> None:
     values = wait_for(scraped, 15)
     assert values["goqueue_dead_letters"] == 2
     assert values['goqueue_queue_oldest_pending_seconds{queue="stuck"}'] < 60
+
+
+def goqueue_cli(node: Node, *argv: str) -> subprocess.CompletedProcess[str]:
+    """Run the `goqueue` command against `node`."""
+    cmd = [sys.executable, "-m", "goqueue.api.cli", *argv, "--url", node.url]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_cli_replays_every_dead_letter_of_a_type_with_one_command(nodes, tmp_path: Path) -> None:
+    node = nodes()
+    broken = bury(node, "fails_until_fixed", 3, payload={"dir": str(tmp_path)})
+    bury(node, "failnow", 1)
+    shown = goqueue_cli(node, "dlq", "show", broken[0])  # by the job's id
+    assert shown.returncode == 0 and f"job_id      {broken[0]}" in shown.stdout, shown
+    missing = goqueue_cli(node, "dlq", "show", str(uuid.uuid4()))
+    assert missing.returncode == 1 and "neither a dead letter's id" in missing.stderr
+
+    unasked = goqueue_cli(node, "dlq", "replay", "--type", "fails_until_fixed")
+    assert unasked.returncode == 2 and "--all (with --type)" in unasked.stderr
+    both = goqueue_cli(node, "dlq", "purge", broken[0], "--all")
+    assert both.returncode == 2 and "not both" in both.stderr
+    bad_age = goqueue_cli(node, "dlq", "purge", "--all", "--older-than", "7 days")
+    assert bad_age.returncode == 2 and "not a duration" in bad_age.stderr
+
+    (tmp_path / "fixed").touch()
+    replayed = goqueue_cli(node, "dlq", "replay", "--all", "--type", "fails_until_fixed")
+    assert replayed.returncode == 0, replayed
+    assert replayed.stdout == "replayed 3 dead letters (0 matching left)\n"
+    assert [d["job"]["type"] for d in node.get("/dlq").body["dead_letters"]] == ["failnow"]
+
+    old = goqueue_cli(node, "dlq", "purge", "--all", "--older-than", "7d")
+    assert old.stdout == "purged 0 dead letters (0 matching left)\n", old
+    everything = goqueue_cli(node, "dlq", "purge", "--all", "--json")
+    assert json.loads(everything.stdout) == {"purged": 1, "remaining": 0}
+
+
+def test_cli_enqueue_with_a_unique_key(nodes) -> None:
+    node = nodes()
+    first = goqueue_cli(node, "enqueue", "noop", "--unique-key", "k", "--delay", "60", "--json")
+    assert first.returncode == 0, first
+    held = goqueue_cli(node, "enqueue", "noop", "--unique-key", "k")
+    assert held.returncode == 1 and "HTTP 409" in held.stderr
+    assert json.loads(first.stdout)["id"] in held.stderr
