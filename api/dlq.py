@@ -84,8 +84,8 @@ def not_found(some_id: str) -> ApiError:
     """The 404 of an id that names no dead letter, as its own id or its job's."""
     return ApiError(
         404,
-        f"no dead letter {some_id}: neither a dead letter's id nor the id of a job in the "
-        "dead-letter queue",
+        f"dead letter {some_id} not found: it is neither a dead letter's id nor the id of a "
+        "job in the dead-letter queue",
         {"id": some_id},
     )
 

@@ -121,8 +121,8 @@ def test_a_dead_letter_is_found_by_its_jobs_id(nodes) -> None:
     unknown = str(uuid.uuid4())
     missing = node.get(f"/dlq/{unknown}")
     assert missing.status == 404 and missing.body["details"] == {"id": unknown}
-    assert f"no dead letter {unknown}" in missing.body["error"]
-    assert "the id of a job in the dead-letter queue" in missing.body["error"]
+    assert f"dead letter {unknown} not found" in missing.body["error"]
+    assert "nor the id of a job in the dead-letter queue" in missing.body["error"]
     conforms(node, "GET", "/dlq/{id}", missing)
     replayed = node.post(f"/dlq/{job_id}/replay")  # by the job's id too
     assert replayed.status == 201 and replayed.body["type"] == "failnow"
@@ -210,7 +210,10 @@ def test_cli_replays_every_dead_letter_of_a_type_with_one_command(nodes, tmp_pat
     shown = goqueue_cli(node, "dlq", "show", broken[0])  # by the job's id
     assert shown.returncode == 0 and f"job_id      {broken[0]}" in shown.stdout, shown
     missing = goqueue_cli(node, "dlq", "show", str(uuid.uuid4()))
-    assert missing.returncode == 1 and "neither a dead letter's id" in missing.stderr
+    assert (
+        missing.returncode == 1
+        and "neither a dead letter's id nor the id of a job" in missing.stderr
+    )
 
     unasked = goqueue_cli(node, "dlq", "replay", "--type", "fails_until_fixed")
     assert unasked.returncode == 2 and "--all (with --type)" in unasked.stderr
