@@ -206,7 +206,6 @@ class Job(msgspec.Struct, kw_only=True, gc=False):
     run_at: datetime
     timeout_seconds: float | None
     dedupe_key: str | None
-    unique_key: str | None = None  # a default: dead letters stored before it lack it
     webhook_url: str | None
     on_success: JobSpec | None
     on_failure: JobSpec | None
@@ -218,6 +217,9 @@ class Job(msgspec.Struct, kw_only=True, gc=False):
     started_at: datetime | None
     finished_at: datetime | None
     updated_at: datetime
+    # last among the shown fields, as in `JobOut` (webhook bodies are the API's bytes); a
+    # default: dead letters stored before unique keys existed lack it
+    unique_key: str | None = None
     seq: int = 0
 
     @classmethod
