@@ -46,7 +46,7 @@ from goqueue.supervisor.jobs import (
 )
 from goqueue.supervisor.store.base import NewJob
 from goqueue.supervisor.store.memory_dead import DeadLetters
-from goqueue.supervisor.store.memory_heaps import PendingHeaps
+from goqueue.supervisor.store.memory_heaps import OldestByQueue, PendingHeaps
 from goqueue.supervisor.summaries import (
     DeadBrief,
     DeadFilter,
@@ -85,6 +85,7 @@ class MemoryStore:
         self.max_events_per_job = max_events_per_job
         self._jobs: dict[str, Job] = {}
         self._pending = PendingHeaps(self._jobs)
+        self._ages = OldestByQueue(self._jobs)  # for the metrics' longest wait by queue
         self._tokens: dict[str, str] = {}  # job id -> lease token
         self._leases: dict[str, Lease] = {}  # token -> lease
         self._dedupe: dict[str, tuple[str, float]] = {}
@@ -210,6 +211,7 @@ class MemoryStore:
 
     def _make_pending(self, job: Job, now: datetime) -> None:
         self._pending.add(job, now.timestamp())
+        self._ages.add(job)
         self._depth_add(job, +1)
         self._wake()
 
@@ -411,11 +413,11 @@ class MemoryStore:
                 other[priority] -= n
         rest = {str(p): n for p, n in sorted(other.items()) if n}
         now_ts = self.clock().timestamp()
-        _, oldest = self._pending.ready_by_queue(now_ts)
-        waiting = {q: max(0.0, now_ts - oldest[q]) if q in oldest else 0.0 for q in chosen}
-        others = [ts for q, ts in oldest.items() if q not in chosen]
+        due = {q: ts for q in totals if (ts := self._ages.oldest_due(q, now_ts)) is not None}
+        waiting = {q: now_ts - due[q] if q in due else 0.0 for q in chosen}
         if len(totals) > len(chosen):
-            waiting[OTHER_QUEUES] = max(0.0, now_ts - min(others)) if others else 0.0
+            others = [ts for q, ts in due.items() if q not in chosen]
+            waiting[OTHER_QUEUES] = now_ts - min(others) if others else 0.0
         pending = sum(self._priority_totals.values())
         return QueueDepths(chosen, rest, len(totals), pending, waiting, len(self._dead))
 
@@ -529,6 +531,7 @@ class MemoryStore:
         else:
             self._queue_totals.pop(queue, None)
             del self._depth[queue]
+            self._ages.forget(queue)
 
     def _event(self, job: Job, kind: EventKind, now: datetime, detail: str | None = None) -> None:
         trail = self._events.setdefault(job.id, [])
