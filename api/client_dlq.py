@@ -8,7 +8,7 @@ import argparse
 import re
 import sys
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, cast
 
 from goqueue.api.client import (
     EXIT_OK,
@@ -48,10 +48,10 @@ def duration(text: str) -> timedelta:
     return timedelta(seconds=float(match[1]) * _UNITS[match[2]])
 
 
-def bulk_filters(args: argparse.Namespace, now: datetime) -> core.DeadFilters:
-    """The filters of `--all`: `--older-than 7d` is `before` a week ago, `--newer-than`
-    is `after`; with no filter at all, every letter (`all=true`)."""
-    filters: core.DeadFilters = {}
+def selection(args: argparse.Namespace, now: datetime) -> core.DeadSelection:
+    """The filters given: `--older-than 7d` is `before` a week ago, `--newer-than` is
+    `after`."""
+    filters: core.DeadSelection = {}
     for name in ("type", "queue", "error", "before", "after"):
         value = getattr(args, name)
         if value is not None:
@@ -60,9 +60,13 @@ def bulk_filters(args: argparse.Namespace, now: datetime) -> core.DeadFilters:
         filters["before"] = now - args.older_than
     if args.newer_than is not None:
         filters["after"] = now - args.newer_than
-    if not filters:
-        filters["all"] = True
     return filters
+
+
+def bulk_filters(args: argparse.Namespace, now: datetime) -> core.DeadFilters:
+    """The filters of `--all`; with none at all, every letter (`all=true`)."""
+    chosen = selection(args, now)
+    return cast(core.DeadFilters, chosen) if chosen else {"all": True}
 
 
 def _bulk_usage(args: argparse.Namespace, verb: str) -> str | None:
@@ -73,6 +77,10 @@ def _bulk_usage(args: argparse.Namespace, verb: str) -> str | None:
     if args.id is None and not args.all:
         hint = f" (with {' '.join(filtered)})" if filtered else ""
         return f"give a dead letter's ID, or --all{hint} to {verb} every matching letter"
+    return _times_usage(args)
+
+
+def _times_usage(args: argparse.Namespace) -> str | None:
     if args.older_than is not None and args.before is not None:
         return "give --older-than or --before, not both"
     if args.newer_than is not None and args.after is not None:
@@ -83,7 +91,11 @@ def _bulk_usage(args: argparse.Namespace, verb: str) -> str | None:
 @_command
 def cmd_dlq_list(client: Client, args: argparse.Namespace) -> int:
     """GET /dlq as a table (the job's type, queue, attempts and last error inline)."""
-    page = client.dlq.page(limit=args.limit, offset=args.offset)
+    if (problem := _times_usage(args)) is not None:
+        print(f"goqueue dlq list: {problem}", file=sys.stderr)
+        return EXIT_USAGE
+    filters = selection(args, datetime.now(UTC))
+    page = client.dlq.page(limit=args.limit, offset=args.offset, **filters)
     if args.json:
         return _print_json(page)
     data = plain(page)
@@ -162,6 +174,7 @@ def add_dlq(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
 
     p = actions.add_parser("list", parents=[common], help="list dead letters, newest first")
     _add_paging(p)
+    _add_filters(p.add_argument_group("only the letters (every filter given must match)"))
     p.set_defaults(func=cmd_dlq_list)
 
     p = actions.add_parser(
@@ -189,6 +202,16 @@ def _add_bulk_options(parser: argparse.ArgumentParser, verb: str) -> None:
         action="store_true",
         help=f"{verb} every dead letter the filters select (all of them with no filter)",
     )
+    _add_filters(bulk)
+    bulk.add_argument(
+        "--limit",
+        type=int,
+        metavar="N",
+        help="at most N letters, in one request (default: every match)",
+    )
+
+
+def _add_filters(bulk: argparse._ArgumentGroup) -> None:
     bulk.add_argument("--type", metavar="T", help="only letters of jobs of this type")
     bulk.add_argument("--queue", metavar="Q", help="only letters of jobs of this queue")
     bulk.add_argument(
@@ -202,9 +225,3 @@ def _add_bulk_options(parser: argparse.ArgumentParser, verb: str) -> None:
     )
     bulk.add_argument("--before", type=_rfc3339, metavar="TIME", help="dead-lettered before")
     bulk.add_argument("--after", type=_rfc3339, metavar="TIME", help="dead-lettered after")
-    bulk.add_argument(
-        "--limit",
-        type=int,
-        metavar="N",
-        help="at most N letters, in one request (default: every match)",
-    )

@@ -48,20 +48,27 @@ BULK_LIMIT = IntParam(
     "how many matching are left",
 )
 ALL = BoolParam("all", "true: act on every dead letter (required when no filter is given)")
-BULK_FILTERS = (TYPE, QUEUE, ERROR, BEFORE, AFTER, ALL, BULK_LIMIT)
+FILTERS = (TYPE, QUEUE, ERROR, BEFORE, AFTER)
+BULK_FILTERS = (*FILTERS, ALL, BULK_LIMIT)
 
 
-def bulk_filter(request: web.Request) -> DeadFilter:
-    """The filters of a bulk action; 400 when there are none and `all` is not true (an
-    empty query string must never empty the dead-letter queue)."""
+def dead_filter(request: web.Request) -> DeadFilter:
+    """The dead-letter filters of the query string (all optional)."""
     query = request.query
-    filters = DeadFilter(
+    return DeadFilter(
         type=TYPE.parse(query),
         queue=QUEUE.parse(query),
         error=ERROR.parse(query),
         before=BEFORE.parse(query),
         after=AFTER.parse(query),
     )
+
+
+def bulk_filter(request: web.Request) -> DeadFilter:
+    """The filters of a bulk action; 400 when there are none and `all` is not true (an
+    empty query string must never empty the dead-letter queue)."""
+    query = request.query
+    filters = dead_filter(request)
     if filters.empty and not ALL.parse(query):
         raise bad_request(
             "give a filter (type, queue, error, before, after) or all=true to act on "
@@ -91,11 +98,11 @@ def not_found(some_id: str) -> ApiError:
 
 
 @routes.get("/dlq")
-@operation(responses={200: DeadLetterList}, query_params=PAGE)
+@operation(responses={200: DeadLetterList}, query_params=(*FILTERS, *PAGE))
 async def list_dead(request: web.Request) -> web.Response:
-    """List dead letters, newest first."""
+    """List dead letters, newest first; filtered, the ones a bulk action would take."""
     limit, offset = LIMIT.parse(request.query), OFFSET.parse(request.query)
-    page = await within(request.app[ENGINE].list_dead(limit, offset))
+    page = await within(request.app[ENGINE].list_dead(limit, offset, dead_filter(request)))
     letters = [dead_out(dead) for dead in page.items]
     return reply(DeadLetterList(letters, page.total, limit, offset))
 

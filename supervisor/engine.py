@@ -289,9 +289,9 @@ class Engine:
         self._queues.invalidate()
         return await self.store.queue_stats(queue)
 
-    async def list_dead(self, limit: int, offset: int) -> Page:
-        """Dead letters newest first."""
-        return await self.store.list_dead(limit, offset)
+    async def list_dead(self, limit: int, offset: int, filters: DeadFilter | None = None) -> Page:
+        """Dead letters newest first (those passing `filters`)."""
+        return await self.store.list_dead(limit, offset, filters)
 
     async def get_dead(self, dead_id: str) -> DeadLetter | None:
         """One dead letter."""

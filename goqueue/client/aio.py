@@ -262,12 +262,14 @@ class AsyncDeadLetters:
     def __init__(self, client: AsyncClient) -> None:
         self._client = client
 
-    async def list(self, *, page_size: int = PAGE_SIZE) -> AsyncIterator[DeadLetterOut]:
+    async def list(
+        self, *, page_size: int = PAGE_SIZE, **filters: Unpack[core.DeadSelection]
+    ) -> AsyncIterator[DeadLetterOut]:
         """Dead letters newest first: `async for dead in client.dlq.list()`."""
         seen = core.Seen()
         offset = 0
         while True:
-            page = await self.page(limit=page_size, offset=offset)
+            page = await self.page(limit=page_size, offset=offset, **filters)
             for dead in page.dead_letters:
                 if seen.fresh(dead.id):
                     yield dead
@@ -275,9 +277,16 @@ class AsyncDeadLetters:
             if not page.dead_letters or offset >= page.total:
                 return
 
-    async def page(self, *, limit: int | None = None, offset: int | None = None) -> DeadLetterList:
-        """One page of dead letters, newest first, with the total."""
-        return await self._client.execute(core.dead_page(limit, offset))
+    async def page(
+        self,
+        *,
+        limit: int | None = None,
+        offset: int | None = None,
+        **filters: Unpack[core.DeadSelection],
+    ) -> DeadLetterList:
+        """One page of dead letters, newest first, with the total (of those passing the
+        filters)."""
+        return await self._client.execute(core.dead_page(limit, offset, filters))
 
     async def get(self, dead_id: str) -> DeadLetterOut:
         """One dead letter."""

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Generic, NamedTuple, Protocol, TypedDict, TypeVar, Unpack
+from typing import Any, Generic, NamedTuple, Protocol, TypedDict, TypeVar, Unpack, cast
 
 import msgspec
 from goqueue.api.wire import (
@@ -417,9 +417,12 @@ def set_paused(name: str, paused: bool) -> Call[QueueStats]:
     return Call("POST", f"/queues/{quote(name)}/{action}", _read_queue, safe=True)
 
 
-def dead_page(limit: int | None, offset: int | None) -> Call[DeadLetterList]:
-    """GET /dlq: one page, newest first."""
-    path = with_query("/dlq", {"limit": limit, "offset": offset})
+def dead_page(
+    limit: int | None, offset: int | None, filters: DeadSelection | None = None
+) -> Call[DeadLetterList]:
+    """GET /dlq: one page, newest first (of the letters passing `filters`)."""
+    query = _dead_query(cast(DeadFilters, filters or {}), DeadSelection.__annotations__)
+    path = with_query("/dlq", query | {"limit": limit, "offset": offset})
     return Call("GET", path, _read_dead_letters, safe=True)
 
 
@@ -440,24 +443,31 @@ def purge(dead_id: str) -> Call[str]:
     )
 
 
-class DeadFilters(TypedDict, total=False):
-    """Which dead letters a bulk replay or purge takes: every filter given must match
-    (`error` is a substring of the last error, any case; `before` and `after` bound when
-    the letter was written). With none, `all=True` is required."""
+class DeadSelection(TypedDict, total=False):
+    """Which dead letters a listing shows: every filter given must match (`error` is a
+    substring of the last error, any case; `before` and `after` bound when the letter
+    was written)."""
 
     type: str
     queue: str
     error: str
     before: datetime | str
     after: datetime | str
+
+
+class DeadFilters(DeadSelection, total=False):
+    """Which dead letters a bulk replay or purge takes (as `DeadSelection`); with no
+    filter, `all=True` is required."""
+
     all: bool
 
 
 SWEEP_LIMIT = 500  # letters per request when a bulk action takes every match
 
 
-def _bulk_path(path: str, filters: DeadFilters, limit: int) -> str:
-    unknown = sorted(set(filters) - set(DeadFilters.__annotations__))
+def _dead_query(filters: DeadFilters, allowed: Iterable[str]) -> dict[str, object]:
+    """The query parameters of dead-letter filters (times as RFC 3339)."""
+    unknown = sorted(set(filters) - set(allowed))
     if unknown:
         raise TypeError(f"unknown dead-letter filter(s): {', '.join(unknown)}")
     query: dict[str, object] = {k: v for k, v in filters.items() if v is not None}
@@ -469,6 +479,11 @@ def _bulk_path(path: str, filters: DeadFilters, limit: int) -> str:
             query[name] = when.isoformat()
     if query.get("all") is False:
         del query["all"]
+    return query
+
+
+def _bulk_path(path: str, filters: DeadFilters, limit: int) -> str:
+    query = _dead_query(filters, (*DeadSelection.__annotations__, "all"))
     return with_query(path, query | {"limit": limit})
 
 

@@ -338,20 +338,30 @@ class DeadLetters:
     def __init__(self, client: Client) -> None:
         self._client = client
 
-    def list(self, *, page_size: int = PAGE_SIZE) -> Iterator[DeadLetterOut]:
-        """Dead letters newest first, a page at a time as you iterate."""
+    def list(
+        self, *, page_size: int = PAGE_SIZE, **filters: Unpack[core.DeadSelection]
+    ) -> Iterator[DeadLetterOut]:
+        """Dead letters newest first (those passing the filters), a page at a time as
+        you iterate."""
         seen = core.Seen()
         offset = 0
         while True:
-            page = self.page(limit=page_size, offset=offset)
+            page = self.page(limit=page_size, offset=offset, **filters)
             yield from (dead for dead in page.dead_letters if seen.fresh(dead.id))
             offset += len(page.dead_letters)
             if not page.dead_letters or offset >= page.total:
                 return
 
-    def page(self, *, limit: int | None = None, offset: int | None = None) -> DeadLetterList:
-        """One page of dead letters, newest first, with the total."""
-        return self._client.execute(core.dead_page(limit, offset))
+    def page(
+        self,
+        *,
+        limit: int | None = None,
+        offset: int | None = None,
+        **filters: Unpack[core.DeadSelection],
+    ) -> DeadLetterList:
+        """One page of dead letters, newest first, with the total (of those passing the
+        filters: `type`, `queue`, `error`, `before`, `after`)."""
+        return self._client.execute(core.dead_page(limit, offset, filters))
 
     def get(self, dead_id: str) -> DeadLetterOut:
         """One dead letter: every attempt's error and the job's last state."""

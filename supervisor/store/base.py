@@ -135,8 +135,9 @@ class Store(Protocol):
     async def set_paused(self, queue: str, paused: bool) -> None:
         """Pause or resume dispatch from a queue (for every node sharing the store)."""
 
-    async def list_dead(self, limit: int, offset: int) -> Page:
-        """Dead letters newest first."""
+    async def list_dead(self, limit: int, offset: int, filters: DeadFilter | None = None) -> Page:
+        """Dead letters newest first; with `filters`, those passing them (the letters a
+        bulk action with the same filters would take, listed the other way round)."""
 
     async def get_dead(self, dead_id: str) -> DeadLetter | None:
         """One dead letter by its own id, else by its job's id (a job has at most one)."""

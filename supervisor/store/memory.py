@@ -450,9 +450,9 @@ class MemoryStore:
 
     # -- dead letters ----------------------------------------------------------------
 
-    async def list_dead(self, limit: int, offset: int) -> Page:
-        """Dead letters newest first."""
-        return self._dead.page(limit, offset)
+    async def list_dead(self, limit: int, offset: int, filters: DeadFilter | None = None) -> Page:
+        """Dead letters newest first (those passing `filters`)."""
+        return self._dead.page(limit, offset, filters)
 
     async def get_dead(self, dead_id: str) -> DeadLetter | None:
         """One dead letter, by its own id or its job's."""

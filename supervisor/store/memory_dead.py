@@ -49,10 +49,13 @@ class DeadLetters:
         letters = reversed(self._by_id.values())
         return letters if filters is None else filter(filters.matches, letters)
 
-    def page(self, limit: int, offset: int) -> Page:
-        """A page of letters, newest first."""
-        letters = list(itertools.islice(self.newest_first(), offset, offset + limit))
-        return Page(letters, len(self._by_id))
+    def page(self, limit: int, offset: int, filters: DeadFilter | None = None) -> Page:
+        """A page of letters, newest first (those passing `filters`)."""
+        if filters is None or filters.empty:
+            letters = list(itertools.islice(self.newest_first(), offset, offset + limit))
+            return Page(letters, len(self._by_id))
+        matches = list(self.newest_first(filters))
+        return Page(matches[offset : offset + limit], len(matches))
 
     def oldest_matching(self, filters: DeadFilter, limit: int) -> tuple[list[DeadLetter], int]:
         """Up to `limit` letters passing `filters`, oldest first, and how many more pass."""

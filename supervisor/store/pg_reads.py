@@ -143,16 +143,22 @@ class Reads:
             for r in rows
         ]
 
-    async def list_dead(self, limit: int, offset: int) -> Page:
-        """Dead letters newest first."""
-        params = {"limit": limit, "offset": offset}
+    async def list_dead(self, limit: int, offset: int, filters: DeadFilter | None = None) -> Page:
+        """Dead letters newest first (those passing `filters`)."""
+        filters = filters or DeadFilter()
+        if filters.job_id is not None and not pg_rows.is_uuid(filters.job_id):
+            return Page([], 0)
+        params = pg_rows.dead_filter(filters) | {"limit": limit, "offset": offset}
+        count, counted = (
+            (Sql.DEAD_COUNT, {}) if filters.empty else (Sql.COUNT_DEAD_MATCHING, params)
+        )
         async with self._db.connection() as conn:
             async with conn.pipeline():
                 page = await conn.execute(self._sql[Sql.LIST_DEAD], params)
-                total = await conn.execute(self._sql[Sql.DEAD_COUNT])
+                total = await conn.execute(self._sql[count], counted)
             rows = await page.fetchall()
-            count = await total.fetchone()
-        return Page([pg_rows.dead(r) for r in rows], _count(count))
+            found = await total.fetchone()
+        return Page([pg_rows.dead(r) for r in rows], _count(found))
 
     async def get_dead(self, dead_id: str) -> DeadLetter | None:
         """One dead letter by its own id or its job's."""

@@ -436,7 +436,7 @@ TEMPLATES: Final[Mapping[Sql, str]] = MappingProxyType(
             WHERE job_id = %(id)s ORDER BY at, id""",
         Sql.DEAD_COUNT: "SELECT count(*) FROM {s}.dead_letters",
         Sql.LIST_DEAD: """
-            SELECT id, job_id, job, errors, created_at FROM {s}.dead_letters
+            SELECT id, job_id, job, errors, created_at FROM {s}.dead_letters {dead_where}
             ORDER BY created_at DESC, seq DESC LIMIT %(limit)s OFFSET %(offset)s""",
         # By its own id, else by its job's (a job has at most one letter).
         Sql.GET_DEAD: """

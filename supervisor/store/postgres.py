@@ -311,9 +311,9 @@ class PostgresStore:
         """A job's audit trail, oldest first."""
         return await self._reads.events(job_id)
 
-    async def list_dead(self, limit: int, offset: int) -> Page:
-        """Dead letters newest first."""
-        return await self._reads.list_dead(limit, offset)
+    async def list_dead(self, limit: int, offset: int, filters: DeadFilter | None = None) -> Page:
+        """Dead letters newest first (those passing `filters`)."""
+        return await self._reads.list_dead(limit, offset, filters)
 
     async def get_dead(self, dead_id: str) -> DeadLetter | None:
         """One dead letter by its own id or its job's."""

@@ -85,6 +85,10 @@ def test_bulk_replay_and_purge_by_filter(nodes, tmp_path: Path) -> None:
     assert node.post("/dlq/replay?type=x&limit=1001").status == 400
     assert node.get("/dlq").body["total"] == 5  # nothing refused changed anything
 
+    listed = node.get("/dlq?type=fails_until_fixed&limit=2")  # what a replay would take
+    assert listed.body["total"] == 3 and len(listed.body["dead_letters"]) == 2
+    conforms(node, "GET", "/dlq", listed)
+    assert node.get("/dlq?error=BAD%20input").body["total"] == 2
     (tmp_path / "fixed").touch()  # the fix is deployed: replayed jobs now succeed
     first = node.post("/dlq/replay?type=fails_until_fixed&limit=2")
     assert first.status == 200 and first.body == {"replayed": 2, "remaining": 1}
@@ -215,6 +219,8 @@ def test_cli_replays_every_dead_letter_of_a_type_with_one_command(nodes, tmp_pat
         and "neither a dead letter's id nor the id of a job" in missing.stderr
     )
 
+    listed = goqueue_cli(node, "dlq", "list", "--type", "failnow", "--newer-than", "1h")
+    assert listed.returncode == 0 and "showing 1-1 of 1 dead letters" in listed.stdout, listed
     unasked = goqueue_cli(node, "dlq", "replay", "--type", "fails_until_fixed")
     assert unasked.returncode == 2 and "--all (with --type)" in unasked.stderr
     both = goqueue_cli(node, "dlq", "purge", broken[0], "--all")

@@ -35,6 +35,8 @@ def test_client_replays_and_purges_every_match(node: Node, tmp_path: Path) -> No
         with pytest.raises(goqueue.BadRequest) as unfiltered:
             client.dlq.replay_many()
         assert unfiltered.value.details == {"parameter": "all"}
+        assert client.dlq.page(type="failnow").total == 2
+        assert len(list(client.dlq.list(page_size=1, error="rejected"))) == 3
         (tmp_path / "fixed").touch()
         one = client.dlq.replay_many(type="fails_until_fixed", limit=1)
         assert (one.replayed, one.remaining) == (1, 2)

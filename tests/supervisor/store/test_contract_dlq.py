@@ -43,6 +43,12 @@ async def test_replay_many_by_filter_oldest_first_within_the_limit(open_store, c
             emails.append(await bury(store, "email", f"smtp timeout {n}"))
             await clock.advance(0.01)
         other = await bury(store, "report", "smtp timeout", queue="reports")
+        listed = await store.list_dead(2, 0, DeadFilter(type="email"))  # what a replay takes
+        assert [d.id for d in listed.items] == [emails[2].id, emails[1].id]
+        assert listed.total == 3
+        by_error = await store.list_dead(10, 0, DeadFilter(error="TIMEOUT 1"))
+        assert [d.id for d in by_error.items] == [emails[1].id] and by_error.total == 1
+        assert (await store.list_dead(10, 0, DeadFilter())).total == 4
         first = await store.replay_dead_many(DeadFilter(type="email"), 2)
         assert len(first.jobs) == 2 and first.remaining == 1
         assert [j.type for j in first.jobs] == ["email", "email"]
