@@ -97,6 +97,19 @@ def not_found(some_id: str) -> ApiError:
     )
 
 
+async def admit_queues(request: web.Request, filters: DeadFilter, limit: int) -> None:
+    """Admit (`--max-queues`) the queues of the letters a bulk replay will take, the
+    oldest `limit` matching: 429 naming the first refused, before anything is replayed.
+    Read just before the replay, as the single replay does: a guard, not a lock."""
+    engine = request.app[ENGINE]
+    first = await within(engine.dead_briefs(filters, limit, 0, 1))
+    page = first
+    if first.total > limit:  # listed newest first: the oldest `limit` are the last ones
+        page = await within(engine.dead_briefs(filters, limit, first.total - limit, 1))
+    for queue in dict.fromkeys(brief.queue for brief in page.items):
+        await request.app[BUDGET].admit(queue, "queue")
+
+
 @routes.get("/dlq")
 @operation(responses={200: DeadLetterList}, query_params=(*FILTERS, *PAGE))
 async def list_dead(request: web.Request) -> web.Response:
@@ -108,12 +121,16 @@ async def list_dead(request: web.Request) -> web.Response:
 
 
 @routes.post("/dlq/replay")
-@operation(responses={200: BulkReplayed}, errors=(503,), query_params=BULK_FILTERS)
+@operation(responses={200: BulkReplayed}, errors=(429, 503), query_params=BULK_FILTERS)
 async def replay_matching(request: web.Request) -> web.Response:
     """Replay the dead letters a filter selects (the oldest `limit`), each as a fresh job."""
     filters = bulk_filter(request)
     limit = BULK_LIMIT.parse(request.query)
-    replayed = await within(request.app[ENGINE].replay_many(filters, limit))
+    engine = request.app[ENGINE]
+    if engine.draining:  # a replay adds work, like POST /jobs
+        raise Draining("the node is shutting down and accepts no new jobs")
+    await admit_queues(request, filters, limit)
+    replayed = await within(engine.replay_many(filters, limit))
     return reply(BulkReplayed(len(replayed.jobs), replayed.remaining))
 
 

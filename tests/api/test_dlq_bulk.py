@@ -1,4 +1,4 @@
-"""Bulk dead-letter actions, lookup by job id and unique jobs, on real nodes over real
+"""Bulk dead-letter actions, lookup by job id and unique jobs, on real make_store_node over real
 HTTP, on both stores; every answer checked against the served OpenAPI document."""
 
 from __future__ import annotations
@@ -7,7 +7,6 @@ import json
 import subprocess
 import sys
 import uuid
-from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -16,33 +15,9 @@ from urllib.parse import quote
 
 import pytest
 
-from tests.conftest import Node, Response, postgres_dsn, stop_node, wait_for
+from tests.conftest import Node, Response, wait_for
 
 pytestmark = pytest.mark.timeout(120)
-
-
-@pytest.fixture(params=["memory", "postgres"])
-def nodes(request: pytest.FixtureRequest, make_node) -> Iterator[Callable[..., Node]]:
-    """A factory of nodes on one store: each its own memory, or one fresh schema."""
-    if request.param == "memory":
-        yield make_node
-        return
-    dsn = postgres_dsn()
-    schema = f"gq_dlq_{uuid.uuid4().hex[:10]}"
-    started: list[Node] = []
-
-    def make(*args: str, **kw: Any) -> Node:
-        node = make_node("--database-url", dsn, "--database-schema", schema, *args, **kw)
-        started.append(node)
-        return node
-
-    yield make
-    for node in started:  # before the schema goes: a drain still writes to it
-        stop_node(node)
-    import psycopg
-
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
 def conforms(node: Node, method: str, path: str, resp: Response) -> None:
@@ -68,8 +43,8 @@ def bury(node: Node, job_type: str, n: int, **job: Any) -> list[str]:
     return ids
 
 
-def test_bulk_replay_and_purge_by_filter(nodes, tmp_path: Path) -> None:
-    node = nodes()
+def test_bulk_replay_and_purge_by_filter(make_store_node, tmp_path: Path) -> None:
+    node = make_store_node()
     work = {"dir": str(tmp_path)}
     broken = bury(node, "fails_until_fixed", 3, payload=work)
     bad_input = bury(node, "failnow", 2)
@@ -114,8 +89,8 @@ def test_bulk_replay_and_purge_by_filter(nodes, tmp_path: Path) -> None:
     assert node.delete("/dlq?all=true").body == {"purged": 0, "remaining": 0}
 
 
-def test_a_dead_letter_is_found_by_its_jobs_id(nodes) -> None:
-    node = nodes()
+def test_a_dead_letter_is_found_by_its_jobs_id(make_store_node) -> None:
+    node = make_store_node()
     [job_id] = bury(node, "failnow", 1)
     by_job = node.get(f"/dlq/{job_id}")
     assert by_job.status == 200 and by_job.body["job_id"] == job_id
@@ -137,8 +112,8 @@ def test_a_dead_letter_is_found_by_its_jobs_id(nodes) -> None:
     assert purged.status == 200 and purged.body == {"purged": letter}
 
 
-def test_unique_jobs_hold_their_key_until_finished(nodes, tmp_path: Path) -> None:
-    node = nodes()
+def test_unique_jobs_hold_their_key_until_finished(make_store_node, tmp_path: Path) -> None:
+    node = make_store_node()
     hold = {"type": "hold", "unique_key": "sync:42", "payload": {"dir": str(tmp_path)}}
     first = node.post("/jobs", hold)
     assert first.status == 201 and first.body["unique_key"] == "sync:42"
@@ -167,10 +142,12 @@ def test_unique_jobs_hold_their_key_until_finished(nodes, tmp_path: Path) -> Non
 
 
 @pytest.mark.postgres
-def test_one_unique_key_raced_over_two_nodes_makes_exactly_one_job(nodes, request) -> None:
-    if "memory" in request.node.callspec.id:
-        pytest.skip("two memory nodes share nothing")
-    a, b = nodes("--queues", "elsewhere"), nodes("--queues", "elsewhere")
+def test_one_unique_key_raced_over_two_nodes_makes_exactly_one_job(
+    make_store_node, api_store: str
+) -> None:
+    if api_store == "memory":
+        pytest.skip("two memory nodes share nothing: the memory race is in the store contract")
+    a, b = make_store_node("--queues", "elsewhere"), make_store_node("--queues", "elsewhere")
     job = {"type": "noop", "unique_key": "race"}
     with ThreadPoolExecutor(16) as pool:
         answers = list(pool.map(lambda i: (a, b)[i % 2].post("/jobs", job), range(40)))
@@ -180,8 +157,8 @@ def test_one_unique_key_raced_over_two_nodes_makes_exactly_one_job(nodes, reques
     assert {r.body["existing_id"] for r in refused} == {created[0].body["id"]}
 
 
-def test_queue_health_metrics(nodes) -> None:
-    node = nodes("--queues", "served")
+def test_queue_health_metrics(make_store_node) -> None:
+    node = make_store_node("--queues", "served")
     bury(node, "failnow", 2, queue="served")
     node.enqueue(type="noop", queue="stuck")  # no node serves it: it only waits
     node.enqueue(type="noop", queue="stuck")
@@ -207,8 +184,10 @@ def goqueue_cli(node: Node, *argv: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(cmd, capture_output=True, text=True, timeout=60, check=False)
 
 
-def test_cli_replays_every_dead_letter_of_a_type_with_one_command(nodes, tmp_path: Path) -> None:
-    node = nodes()
+def test_cli_replays_every_dead_letter_of_a_type_with_one_command(
+    make_store_node, tmp_path: Path
+) -> None:
+    node = make_store_node()
     broken = bury(node, "fails_until_fixed", 3, payload={"dir": str(tmp_path)})
     bury(node, "failnow", 1)
     shown = goqueue_cli(node, "dlq", "show", broken[0])  # by the job's id
@@ -240,10 +219,36 @@ def test_cli_replays_every_dead_letter_of_a_type_with_one_command(nodes, tmp_pat
     assert json.loads(everything.stdout) == {"purged": 1, "remaining": 0}
 
 
-def test_cli_enqueue_with_a_unique_key(nodes) -> None:
-    node = nodes()
+def test_cli_enqueue_with_a_unique_key(make_store_node) -> None:
+    node = make_store_node()
     first = goqueue_cli(node, "enqueue", "noop", "--unique-key", "k", "--delay", "60", "--json")
     assert first.returncode == 0, first
     held = goqueue_cli(node, "enqueue", "noop", "--unique-key", "k")
     assert held.returncode == 1 and "HTTP 409" in held.stderr
     assert json.loads(first.stdout)["id"] in held.stderr
+
+
+def test_a_bulk_replay_into_queues_beyond_max_queues_is_429_and_replays_nothing(
+    make_store_node,
+) -> None:
+    node = make_store_node("--max-queues", "2")
+    bury(node, "failnow", 1, queue="a")
+    bury(node, "failnow", 1, queue="b")
+
+    def hold(queue: str) -> str | None:  # once the budget's read (2 s) sees a and b empty
+        resp = node.post("/jobs", {"type": "noop", "queue": queue, "delay_seconds": 600})
+        return resp.body["id"] if resp.status == 201 else None
+
+    held = [wait_for(lambda q=q: hold(q), 10) for q in ("p1", "p2")]
+    refused = node.post("/dlq/replay?all=true")
+    assert refused.status == 429 and refused.body["details"]["field"] == "queue"
+    conforms(node, "POST", "/dlq/replay", refused)
+    assert node.get("/dlq").body["total"] == 2  # nothing replayed
+    for job_id in held:
+        assert node.delete(f"/jobs/{job_id}").status == 200
+
+    def replayed() -> Response | None:
+        resp = node.post("/dlq/replay?all=true")
+        return resp if resp.status == 200 else None
+
+    assert wait_for(replayed, 10).body == {"replayed": 2, "remaining": 0}
