@@ -20,13 +20,11 @@ from typing import TYPE_CHECKING, Any, TypeAlias
 
 import msgspec
 from goqueue.api.client_output import (
-    DEAD_COLUMNS,
     EVENT_COLUMNS,
     JOB_COLUMNS,
     JOB_FIELD_ORDER,
     cell,
     counts,
-    dead_row,
     fields,
     page_footer,
     priority_depth,
@@ -201,6 +199,7 @@ _JOB_OPTIONS = (
     ("timeout_seconds", "timeout"),
     ("dedupe_key", "dedupe_key"),
     ("dedupe_window_seconds", "dedupe_window"),
+    ("unique_key", "unique_key"),
     ("webhook_url", "webhook_url"),
     ("on_success", "on_success"),
     ("on_failure", "on_failure"),
@@ -333,56 +332,6 @@ cmd_pause = _command(_queue_switch(True))
 cmd_resume = _command(_queue_switch(False))
 
 
-@_command
-def cmd_dlq_list(client: Client, args: argparse.Namespace) -> int:
-    """GET /dlq as a table (the job's type, queue, attempts and last error inline)."""
-    page = client.dlq.page(limit=args.limit, offset=args.offset)
-    if args.json:
-        return _print_json(page)
-    data = plain(page)
-    letters = data["dead_letters"]
-    if letters:
-        print(table([dead_row(d) for d in letters], DEAD_COLUMNS))
-    print(page_footer("dead letters", len(letters), data))
-    return EXIT_OK
-
-
-@_command
-def cmd_dlq_show(client: Client, args: argparse.Namespace) -> int:
-    """GET /dlq/{id}: the letter, every attempt's error, then the job snapshot."""
-    dead = client.dlq.get(args.id)
-    if args.json:
-        return _print_json(dead)
-    data = plain(dead)
-    head = {k: v for k, v in data.items() if k != "job"}
-    print(fields(head, ("id", "job_id", "created_at", "errors")))
-    # The snapshot's own `errors` repeat the letter's, shown just above.
-    snapshot = {k: v for k, v in data["job"].items() if k != "errors"}
-    print("job:")
-    print(fields(snapshot, JOB_FIELD_ORDER, indent="  "))
-    return EXIT_OK
-
-
-@_command
-def cmd_dlq_replay(client: Client, args: argparse.Namespace) -> int:
-    """POST /dlq/{id}/replay: a fresh job from the letter."""
-    job = client.dlq.replay(args.id)
-    if args.json:
-        return _print_json(job)
-    print(f"dead letter {args.id} replayed as job {job.id}")
-    return EXIT_OK
-
-
-@_command
-def cmd_dlq_purge(client: Client, args: argparse.Namespace) -> int:
-    """DELETE /dlq/{id}."""
-    purged = client.dlq.purge(args.id)
-    if args.json:
-        return _print_json({"purged": purged})
-    print(f"dead letter {purged} purged")
-    return EXIT_OK
-
-
 # --- parser ------------------------------------------------------------------------------
 
 
@@ -470,6 +419,11 @@ def _add_enqueue(subparsers: Subparsers, common: argparse.ArgumentParser) -> Non
         "--dedupe-window", type=_positive, metavar="S", help="seconds the dedupe key blocks"
     )
     p.add_argument(
+        "--unique-key",
+        metavar="K",
+        help="refuse another job with this key while this one is not finished (409)",
+    )
+    p.add_argument(
         "--idempotency-key",
         metavar="K",
         help="sent as the Idempotency-Key header (default: a fresh one, so that a retry "
@@ -539,25 +493,6 @@ def _add_queues(subparsers: Subparsers, common: argparse.ArgumentParser) -> None
     p.set_defaults(func=cmd_resume)
 
 
-def _add_dlq(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
-    """`goqueue dlq list|show ID|replay ID|purge ID`."""
-    dlq = subparsers.add_parser("dlq", help="dead letters: list, show, replay, purge")
-    actions = dlq.add_subparsers(dest="dlq_action", metavar="ACTION", required=True)
-
-    p = actions.add_parser("list", parents=[common], help="list dead letters, newest first")
-    _add_paging(p)
-    p.set_defaults(func=cmd_dlq_list)
-
-    for name, func, text in (
-        ("show", cmd_dlq_show, "show a dead letter with every attempt's error"),
-        ("replay", cmd_dlq_replay, "enqueue a fresh job from a dead letter"),
-        ("purge", cmd_dlq_purge, "delete a dead letter"),
-    ):
-        p = actions.add_parser(name, parents=[common], help=text)
-        p.add_argument("id", metavar="ID", help="the dead letter's id")
-        p.set_defaults(func=func)
-
-
 def _add_paging(parser: argparse.ArgumentParser) -> None:
     """--limit / --offset for list commands (the server defaults to 50, caps at 1000)."""
     parser.add_argument("--limit", type=int, metavar="N", help="at most N (default 50)")
@@ -570,4 +505,6 @@ def add_client_commands(subparsers: Subparsers) -> None:
     _add_enqueue(subparsers, common)
     _add_jobs(subparsers, common)
     _add_queues(subparsers, common)
-    _add_dlq(subparsers, common)
+    from goqueue.api.client_dlq import add_dlq  # it builds on this module's helpers
+
+    add_dlq(subparsers, common)

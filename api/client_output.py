@@ -25,6 +25,7 @@ JOB_FIELD_ORDER = (
     "run_at",
     "timeout_seconds",
     "dedupe_key",
+    "unique_key",
     "webhook_url",
     "parent_id",
     "created_at",

@@ -11,6 +11,7 @@ import asyncio
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any, Protocol, TypeVar
 
 import msgspec
@@ -20,7 +21,7 @@ from goqueue.api.schemas import SPEC_DECODER
 from goqueue.api.strict import check_raw_query, check_spec_text, check_utf8, header_text
 from goqueue.api.wire import MAX_WAIT_SECONDS, error_field
 from goqueue.supervisor.egress import EgressPolicy
-from goqueue.supervisor.jobs import STATUSES, JobSpec, spec_problem
+from goqueue.supervisor.jobs import STATUSES, AwareTime, JobSpec, spec_problem
 
 T = TypeVar("T")
 
@@ -188,6 +189,54 @@ class SecondsParam:
         return {"type": "number", "minimum": 0, "maximum": self.high}
 
 
+@dataclass(frozen=True, slots=True)
+class TextParam:
+    """Free text of 1 to `max_length` characters, or absent."""
+
+    name: str
+    max_length: int
+    description: str
+
+    def parse(self, query: Mapping[str, str]) -> str | None:
+        """The value, or None when absent."""
+        raw = query.get(self.name)
+        if raw is not None and not 1 <= len(raw) <= self.max_length:
+            raise bad_request(
+                f"{self.name} must be 1 to {self.max_length} characters", parameter=self.name
+            )
+        return raw
+
+    def schema(self) -> dict[str, Any]:
+        """Its JSON Schema, for OpenAPI."""
+        return {"type": "string", "minLength": 1, "maxLength": self.max_length}
+
+
+@dataclass(frozen=True, slots=True)
+class TimeParam:
+    """An RFC 3339 time with its offset (`2030-01-31T09:00:00Z`), or absent."""
+
+    name: str
+    description: str
+
+    def parse(self, query: Mapping[str, str]) -> datetime | None:
+        """The value, or None when absent."""
+        raw = query.get(self.name)
+        if raw is None:
+            return None
+        try:
+            return msgspec.convert(raw, AwareTime)
+        except msgspec.ValidationError:
+            raise bad_request(
+                f"{self.name} must be an RFC 3339 time with an offset "
+                f"(2030-01-31T09:00:00Z), got {raw[:50]!r}",
+                parameter=self.name,
+            ) from None
+
+    def schema(self) -> dict[str, Any]:
+        """Its JSON Schema, for OpenAPI."""
+        return {"type": "string", "format": "date-time"}
+
+
 LIMIT = IntParam("limit", DEFAULT_LIMIT, 1, MAX_LIMIT, "page size")
 OFFSET = IntParam("offset", 0, 0, MAX_OFFSET, "items to skip")
 STATUS = ChoiceParam("status", STATUSES, "only jobs in this status")
@@ -206,6 +255,10 @@ STRICT = BoolParam(
     "of their consumers); the job waits until a node runs that actor",
     default=True,
 )
+
+ERROR = TextParam("error", 200, "only dead letters whose last error contains this (any case)")
+BEFORE = TimeParam("before", "only dead letters written before this time (RFC 3339)")
+AFTER = TimeParam("after", "only dead letters written after this time (RFC 3339)")
 
 PAGE = (LIMIT, OFFSET)
 JOB_FILTERS = (TYPE, STATUS, QUEUE, LIMIT, OFFSET)

@@ -17,7 +17,17 @@ import msgspec
 from aiohttp import web
 from goqueue.api.errors import bad_request, within
 from goqueue.api.openapi import operation
-from goqueue.api.params import LIMIT, OFFSET, QUEUE, STATUS, TYPE, IntParam
+from goqueue.api.params import (
+    AFTER,
+    BEFORE,
+    ERROR,
+    LIMIT,
+    OFFSET,
+    QUEUE,
+    STATUS,
+    TYPE,
+    IntParam,
+)
 from goqueue.api.schemas import reply
 from goqueue.api.state import ENGINE
 from goqueue.supervisor.errors import StoreUnavailable
@@ -40,28 +50,6 @@ routes = web.RouteTableDef()
 
 MAX_SINCE = 10**12 - 1
 _UUID = re.compile(r"[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}")
-
-
-@dataclass(frozen=True, slots=True)
-class TextParam:
-    """Free text of 1 to `max_length` characters, or absent."""
-
-    name: str
-    max_length: int
-    description: str
-
-    def parse(self, query: Mapping[str, str]) -> str | None:
-        """The value, or None when absent."""
-        raw = query.get(self.name)
-        if raw is not None and not 1 <= len(raw) <= self.max_length:
-            raise bad_request(
-                f"{self.name} must be 1 to {self.max_length} characters", parameter=self.name
-            )
-        return raw
-
-    def schema(self) -> dict[str, Any]:
-        """Its JSON Schema, for OpenAPI."""
-        return {"type": "string", "minLength": 1, "maxLength": self.max_length}
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,7 +81,6 @@ PREVIEW = IntParam(
     MAX_PREVIEW,
     "characters kept of each payload, result and error (the rest is cut)",
 )
-ERROR = TextParam("error", 200, "only dead letters whose last error contains this (any case)")
 JOB_ID = UuidParam("job_id", "only the dead letter of this job")
 
 
@@ -219,7 +206,7 @@ async def job_briefs(request: web.Request) -> web.Response:
 @operation(
     responses={200: DeadBriefList},
     errors=(503,),
-    query_params=(TYPE, QUEUE, ERROR, JOB_ID, LIMIT, OFFSET, PREVIEW),
+    query_params=(TYPE, QUEUE, ERROR, JOB_ID, BEFORE, AFTER, LIMIT, OFFSET, PREVIEW),
 )
 async def dead_briefs(request: web.Request) -> web.Response:
     """List dead letters newest first, filtered, as rows with previews."""
@@ -229,6 +216,8 @@ async def dead_briefs(request: web.Request) -> web.Response:
         queue=QUEUE.parse(query),
         error=ERROR.parse(query),
         job_id=JOB_ID.parse(query),
+        before=BEFORE.parse(query),
+        after=AFTER.parse(query),
     )
     limit, offset, cut = LIMIT.parse(query), OFFSET.parse(query), PREVIEW.parse(query)
     page = await within(request.app[ENGINE].dead_briefs(filters, limit, offset, cut))

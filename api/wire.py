@@ -57,6 +57,7 @@ class JobOut(msgspec.Struct):
     started_at: AwareTime | None
     finished_at: AwareTime | None
     updated_at: AwareTime
+    unique_key: str | None = None  # a default: nodes before unique jobs do not send it
     # what a running job last reported with ctx.progress (a number 0-1 or a small object),
     # as the node running it knows it; absent otherwise
     progress: Any | UnsetType = UNSET
@@ -197,6 +198,21 @@ class Purged(msgspec.Struct):
     """The id of the dead letter that was deleted."""
 
     purged: Uuid
+
+
+class BulkReplayed(msgspec.Struct):
+    """A bulk replay: how many dead letters became fresh jobs, and how many matching the
+    filters are left (beyond `limit`, or being replayed by another request)."""
+
+    replayed: int
+    remaining: int
+
+
+class BulkPurged(msgspec.Struct):
+    """A bulk purge: how many dead letters were deleted, and how many matching are left."""
+
+    purged: int
+    remaining: int
 
 
 # Decoders are built once and reused (msgspec's advice; they hold no loop).

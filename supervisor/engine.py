@@ -33,7 +33,9 @@ from goqueue.supervisor.jobs import (
     JobFilter,
     JobSpec,
     Page,
+    Purged,
     QueueStats,
+    Replayed,
     Stats,
     resolve_spec,
     spec_problem,
@@ -287,9 +289,9 @@ class Engine:
         self._queues.invalidate()
         return await self.store.queue_stats(queue)
 
-    async def list_dead(self, limit: int, offset: int) -> Page:
-        """Dead letters newest first."""
-        return await self.store.list_dead(limit, offset)
+    async def list_dead(self, limit: int, offset: int, filters: DeadFilter | None = None) -> Page:
+        """Dead letters newest first (those passing `filters`)."""
+        return await self.store.list_dead(limit, offset, filters)
 
     async def get_dead(self, dead_id: str) -> DeadLetter | None:
         """One dead letter."""
@@ -298,6 +300,19 @@ class Engine:
     async def purge_dead(self, dead_id: str) -> bool:
         """Delete a dead letter."""
         return await self.store.purge_dead(dead_id)
+
+    async def replay_many(self, filters: DeadFilter, limit: int) -> Replayed:
+        """Re-enqueue up to `limit` matching dead letters, oldest first."""
+        if self.draining:
+            raise Draining("the node is shutting down and accepts no new jobs")
+        replayed = await self.store.replay_dead_many(filters, limit)
+        for job in replayed.jobs:
+            self.hooks.after_enqueue(job)
+        return replayed
+
+    async def purge_many(self, filters: DeadFilter, limit: int) -> Purged:
+        """Delete up to `limit` matching dead letters, oldest first."""
+        return await self.store.purge_dead_many(filters, limit)
 
     async def refresh_gauges(self) -> None:
         """Bring the gauges up to date for a scrape. Queue depth is read from the store

@@ -16,11 +16,15 @@ class StoreError(GoQueueError):
     """Base of errors a store raises for a request it refuses."""
 
 
-class DuplicateJob(StoreError):
-    """A job with the same dedupe key was enqueued inside its window."""
+UNIQUE_HELD = "it holds the unique_key until it finishes"
 
-    def __init__(self, existing_id: str) -> None:
-        super().__init__(f"duplicate of job {existing_id}")
+
+class DuplicateJob(StoreError):
+    """A job with the same dedupe key was enqueued inside its window, or a job holding
+    the same unique key is not finished yet."""
+
+    def __init__(self, existing_id: str, held: str | None = None) -> None:
+        super().__init__(f"duplicate of job {existing_id}" + (f" ({held})" if held else ""))
         self.existing_id = existing_id
 
 

@@ -28,6 +28,9 @@ AwareTime = Annotated[datetime, msgspec.Meta(tz=True)]
 DEFAULT_QUEUE = "default"
 DEFAULT_PRIORITY = 5
 DEFAULT_MAX_RETRIES = 3
+# The queue label of the pending jobs of every queue beyond the deepest ones, in metrics:
+# parentheses are not allowed in a queue name, so no real queue can take this series over.
+OTHER_QUEUES = "(other)"
 MAX_CHAIN_DEPTH = 32  # on_success/on_failure nesting; deeper recursion would hit Python's limit
 
 
@@ -62,6 +65,7 @@ class JobSpec(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, gc=False
     timeout_seconds: Seconds | None = None
     dedupe_key: Key | None = None
     dedupe_window_seconds: Seconds | None = None
+    unique_key: Key | None = None
     webhook_url: Url | None = None
     on_success: JobSpec | None = None
     on_failure: JobSpec | None = None
@@ -159,6 +163,12 @@ def spec_problem(
         )
     if spec.dedupe_window_seconds is not None and spec.dedupe_key is None:
         return "dedupe_window_seconds needs a dedupe_key", f"{prefix}dedupe_key"
+    if depth and spec.unique_key is not None:
+        return (
+            "unique_key is not allowed in a job template (a follow-up is enqueued with its "
+            "parent's outcome, which a held key must not undo)",
+            f"{prefix}unique_key",
+        )
     if spec.webhook_url is not None and url_refusal is not None:
         refusal = url_refusal(spec.webhook_url)
         if refusal is not None:
@@ -207,6 +217,9 @@ class Job(msgspec.Struct, kw_only=True, gc=False):
     started_at: datetime | None
     finished_at: datetime | None
     updated_at: datetime
+    # last among the shown fields, as in `JobOut` (webhook bodies are the API's bytes); a
+    # default: dead letters stored before unique keys existed lack it
+    unique_key: str | None = None
     seq: int = 0
 
     @classmethod
@@ -226,6 +239,7 @@ class Job(msgspec.Struct, kw_only=True, gc=False):
             run_at=spec.due_at(now),
             timeout_seconds=spec.timeout_seconds,
             dedupe_key=spec.dedupe_key,
+            unique_key=spec.unique_key,
             webhook_url=spec.webhook_url,
             on_success=spec.on_success,
             on_failure=spec.on_failure,
@@ -240,7 +254,8 @@ class Job(msgspec.Struct, kw_only=True, gc=False):
         )
 
     def replay_spec(self) -> JobSpec:
-        """The fields a replay of this job starts from (no dedupe: a replay is deliberate)."""
+        """The fields a replay of this job starts from (no dedupe or unique key: a replay
+        is deliberate)."""
         return JobSpec(
             type=self.type,
             queue=self.queue,
@@ -283,6 +298,21 @@ class DeadLetter(msgspec.Struct, kw_only=True, gc=False):
     job: Job
     errors: tuple[AttemptError, ...]
     created_at: datetime
+
+
+class Replayed(msgspec.Struct):
+    """What a bulk replay did: the fresh jobs, and how many matching letters it left
+    (beyond its limit, or dead-lettered before the call and still there)."""
+
+    jobs: list[Job]
+    remaining: int
+
+
+class Purged(msgspec.Struct):
+    """What a bulk purge did: how many letters it deleted, how many matching it left."""
+
+    purged: int
+    remaining: int
 
 
 class Event(msgspec.Struct, kw_only=True):
@@ -329,13 +359,18 @@ class Stats(msgspec.Struct):
 
 
 class QueueDepths(msgspec.Struct):
-    """Pending jobs for a metrics scrape, bounded whatever the number of queues: by
-    priority for the `top` deepest queues, summed by priority over all the others."""
+    """Queue health for a metrics scrape, bounded whatever the number of queues: pending
+    jobs by priority for the `top` deepest queues, summed by priority over all the others;
+    the longest wait of a due job by queue (the same way); dead letters."""
 
     top: dict[str, dict[str, int]]
     other: dict[str, int]
     queues: int  # queues holding pending jobs
     pending: int  # pending jobs in every queue
+    # seconds the longest-waiting due job of each of the `top` queues has waited (0 with
+    # none due), the longest of all the others under `OTHER_QUEUES` when there are others
+    waiting: dict[str, float] = msgspec.field(default_factory=dict)
+    dead_letters: int = 0
 
 
 class Page(msgspec.Struct):

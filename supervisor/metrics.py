@@ -10,6 +10,7 @@ from collections.abc import Iterable, Mapping
 from enum import StrEnum
 from typing import Any
 
+from goqueue.supervisor.jobs import OTHER_QUEUES as OTHER_QUEUES
 from goqueue.supervisor.jobs import QueueDepths
 from goqueue.supervisor.vocab import (
     TERMINAL,
@@ -29,9 +30,6 @@ from prometheus_client import (
 )
 
 TERMINAL_STATUSES: tuple[Status, ...] = tuple(s for s in Status if s in TERMINAL)
-# The queue label of the pending jobs of every queue beyond the deepest ones: parentheses
-# are not allowed in a queue name, so no real queue can take this series over.
-OTHER_QUEUES = "(other)"
 DEFAULT_DEPTH_QUEUES = 100
 
 ATTEMPT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
@@ -82,6 +80,16 @@ class Metrics:
             registry=reg,
         )
         self.queues = Gauge("goqueue_queues", "Queues holding pending jobs.", registry=reg)
+        self.oldest_pending = Gauge(
+            "goqueue_queue_oldest_pending_seconds",
+            "How long the longest-waiting due job of a queue has waited (0 with none due), "
+            f'for the deepest queues; the longest of the rest under queue="{OTHER_QUEUES}".',
+            ["queue"],
+            registry=reg,
+        )
+        self.dead_letters = Gauge(
+            "goqueue_dead_letters", "Dead letters in the store.", registry=reg
+        )
         self.open_api = Gauge(
             "goqueue_api_open",
             "1 when the API listens beyond loopback with no API key: anyone reaching the port "
@@ -130,6 +138,7 @@ class Metrics:
             "goqueue_enqueued_total", "Jobs enqueued.", ["type"], registry=reg
         )
         self._depth_keys: set[tuple[str, str]] = set()
+        self._waiting_keys: set[str] = set()
         self._children: dict[tuple[object, ...], Any] = {}
         self._start_at_zero()
 
@@ -205,8 +214,9 @@ class Metrics:
 
     def set_depth(self, depths: QueueDepths) -> None:
         """Pending jobs by priority of the deepest queues, the rest summed under
-        `OTHER_QUEUES`. A series that is no longer among them is removed, not left at 0:
-        the page stays small however many queues came and went."""
+        `OTHER_QUEUES`, their longest waits the same way, and the dead letters. A series
+        that is no longer among them is removed, not left at 0: the page stays small
+        however many queues came and went."""
         current = {(q, p): n for q, by in depths.top.items() for p, n in by.items()}
         current.update(((OTHER_QUEUES, p), n) for p, n in depths.other.items())
         for key in self._depth_keys - current.keys():
@@ -215,6 +225,12 @@ class Metrics:
             self.queue_depth.labels(*key).set(count)
         self._depth_keys = set(current)
         self.queues.set(depths.queues)
+        for queue in self._waiting_keys - depths.waiting.keys():
+            self.oldest_pending.remove(queue)
+        for queue, seconds in depths.waiting.items():
+            self.oldest_pending.labels(queue).set(seconds)
+        self._waiting_keys = set(depths.waiting)
+        self.dead_letters.set(depths.dead_letters)
 
     def set_connections(self, count: int) -> None:
         """HTTP connections open now."""

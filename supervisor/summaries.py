@@ -11,7 +11,7 @@ import os
 from typing import Literal
 
 import msgspec
-from goqueue.supervisor.jobs import AwareTime
+from goqueue.supervisor.jobs import AwareTime, DeadLetter
 from goqueue.supervisor.vocab import Status
 
 DEFAULT_PREVIEW = 200  # characters of a payload, result or error shown in a list row
@@ -124,13 +124,32 @@ class DeadBrief(msgspec.Struct):
 
 
 class DeadFilter(msgspec.Struct, kw_only=True):
-    """Filters for listing dead letters; `error` is a case-insensitive substring of the
-    last error."""
+    """Filters for dead letters; `error` is a case-insensitive substring of the last
+    error, `before` and `after` bound when the letter was written (exclusive)."""
 
     type: str | None = None
     queue: str | None = None
     error: str | None = None
     job_id: str | None = None
+    before: AwareTime | None = None
+    after: AwareTime | None = None
+
+    def matches(self, dead: DeadLetter) -> bool:
+        """True when `dead` passes every filter that is set (the memory store's test)."""
+        job = dead.job
+        return (
+            (self.type is None or job.type == self.type)
+            and (self.queue is None or job.queue == self.queue)
+            and (self.job_id is None or dead.job_id == self.job_id)
+            and (self.before is None or dead.created_at < self.before)
+            and (self.after is None or dead.created_at > self.after)
+            and (self.error is None or self.error.casefold() in (job.last_error or "").casefold())
+        )
+
+    @property
+    def empty(self) -> bool:
+        """True when no filter is set: a bulk action then needs `all=true`."""
+        return self == DeadFilter()
 
 
 _PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024

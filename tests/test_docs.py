@@ -433,6 +433,21 @@ def test_job_fields_table_matches_the_job_schema() -> None:
     assert "existing_id" in text and '{"error": ' in text
 
 
+def test_readme_metrics_table_lists_every_series_with_its_labels() -> None:
+    from goqueue.supervisor.metrics import Metrics
+    from prometheus_client.metrics import MetricWrapperBase
+
+    exported: dict[str, set[str]] = {}
+    for metric in vars(Metrics()).values():
+        if isinstance(metric, MetricWrapperBase):
+            # prometheus-client keeps a metric's name (a counter's without `_total`) and
+            # label names privately; describing them publicly needs a sample of each
+            name = metric._name + ("_total" if metric._type == "counter" else "")
+            exported[name] = set(metric._labelnames)
+    rows = {code_in(row[0])[0]: set(code_in(row[1])) for row in table(README, "series")}
+    assert rows == exported, "README's metrics table differs from the series /metrics shows"
+
+
 def event_names() -> set[str]:
     """The audit trail's event names: the one vocabulary every store writes them from."""
     return {kind.value for kind in EventKind}

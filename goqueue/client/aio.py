@@ -17,6 +17,8 @@ import aiohttp
 import yarl
 from goqueue.api.wire import (
     MAX_WAIT_SECONDS,
+    BulkPurged,
+    BulkReplayed,
     DeadLetterList,
     DeadLetterOut,
     JobList,
@@ -260,12 +262,14 @@ class AsyncDeadLetters:
     def __init__(self, client: AsyncClient) -> None:
         self._client = client
 
-    async def list(self, *, page_size: int = PAGE_SIZE) -> AsyncIterator[DeadLetterOut]:
+    async def list(
+        self, *, page_size: int = PAGE_SIZE, **filters: Unpack[core.DeadSelection]
+    ) -> AsyncIterator[DeadLetterOut]:
         """Dead letters newest first: `async for dead in client.dlq.list()`."""
         seen = core.Seen()
         offset = 0
         while True:
-            page = await self.page(limit=page_size, offset=offset)
+            page = await self.page(limit=page_size, offset=offset, **filters)
             for dead in page.dead_letters:
                 if seen.fresh(dead.id):
                     yield dead
@@ -273,9 +277,16 @@ class AsyncDeadLetters:
             if not page.dead_letters or offset >= page.total:
                 return
 
-    async def page(self, *, limit: int | None = None, offset: int | None = None) -> DeadLetterList:
-        """One page of dead letters, newest first, with the total."""
-        return await self._client.execute(core.dead_page(limit, offset))
+    async def page(
+        self,
+        *,
+        limit: int | None = None,
+        offset: int | None = None,
+        **filters: Unpack[core.DeadSelection],
+    ) -> DeadLetterList:
+        """One page of dead letters, newest first, with the total (of those passing the
+        filters)."""
+        return await self._client.execute(core.dead_page(limit, offset, filters))
 
     async def get(self, dead_id: str) -> DeadLetterOut:
         """One dead letter."""
@@ -288,3 +299,23 @@ class AsyncDeadLetters:
     async def purge(self, dead_id: str) -> str:
         """Delete a dead letter; returns its id."""
         return await self._client.execute(core.purge(dead_id))
+
+    async def replay_many(
+        self, *, limit: int | None = None, **filters: Unpack[core.DeadFilters]
+    ) -> BulkReplayed:
+        """Replay the matching dead letters, oldest first (as `Client.dlq.replay_many`)."""
+        sweep = core.Sweep(limit)
+        while (n := sweep.next_limit()) is not None:
+            answer = await self._client.execute(core.replay_matching(filters, n))
+            sweep.note(answer.replayed, answer.remaining)
+        return BulkReplayed(sweep.done, sweep.remaining)
+
+    async def purge_many(
+        self, *, limit: int | None = None, **filters: Unpack[core.DeadFilters]
+    ) -> BulkPurged:
+        """Delete the matching dead letters, oldest first (as `Client.dlq.purge_many`)."""
+        sweep = core.Sweep(limit)
+        while (n := sweep.next_limit()) is not None:
+            answer = await self._client.execute(core.purge_matching(filters, n))
+            sweep.note(answer.purged, answer.remaining)
+        return BulkPurged(sweep.done, sweep.remaining)

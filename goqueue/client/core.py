@@ -16,13 +16,15 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Generic, NamedTuple, Protocol, TypedDict, TypeVar, Unpack
+from typing import Any, Generic, NamedTuple, Protocol, TypedDict, TypeVar, Unpack, cast
 
 import msgspec
 from goqueue.api.wire import (
     MAX_BATCH,
     SPEC_DECODER,
     BatchResponse,
+    BulkPurged,
+    BulkReplayed,
     DeadLetterList,
     DeadLetterOut,
     ErrorOut,
@@ -73,6 +75,7 @@ class JobOptions(TypedDict, total=False):
     timeout_seconds: float
     dedupe_key: str
     dedupe_window_seconds: float
+    unique_key: str
     webhook_url: str
     on_success: JobSpec | Mapping[str, Any]
     on_failure: JobSpec | Mapping[str, Any]
@@ -264,6 +267,8 @@ _read_queue = _decoder(QueueStats)
 _decode_events = msgspec.json.Decoder(EventList).decode
 _decode_batch = msgspec.json.Decoder(BatchResponse).decode
 _decode_purged = msgspec.json.Decoder(Purged).decode
+_read_replayed = _decoder(BulkReplayed)
+_read_purged_many = _decoder(BulkPurged)
 
 
 class Submitted(NamedTuple):
@@ -412,9 +417,12 @@ def set_paused(name: str, paused: bool) -> Call[QueueStats]:
     return Call("POST", f"/queues/{quote(name)}/{action}", _read_queue, safe=True)
 
 
-def dead_page(limit: int | None, offset: int | None) -> Call[DeadLetterList]:
-    """GET /dlq: one page, newest first."""
-    path = with_query("/dlq", {"limit": limit, "offset": offset})
+def dead_page(
+    limit: int | None, offset: int | None, filters: DeadSelection | None = None
+) -> Call[DeadLetterList]:
+    """GET /dlq: one page, newest first (of the letters passing `filters`)."""
+    query = _dead_query(cast(DeadFilters, filters or {}), DeadSelection.__annotations__)
+    path = with_query("/dlq", query | {"limit": limit, "offset": offset})
     return Call("GET", path, _read_dead_letters, safe=True)
 
 
@@ -433,6 +441,91 @@ def purge(dead_id: str) -> Call[str]:
     return Call(
         "DELETE", f"/dlq/{quote(dead_id)}", lambda status, body: _decode_purged(body).purged
     )
+
+
+class DeadSelection(TypedDict, total=False):
+    """Which dead letters a listing shows: every filter given must match (`error` is a
+    substring of the last error, any case; `before` and `after` bound when the letter
+    was written)."""
+
+    type: str
+    queue: str
+    error: str
+    before: datetime | str
+    after: datetime | str
+
+
+class DeadFilters(DeadSelection, total=False):
+    """Which dead letters a bulk replay or purge takes (as `DeadSelection`); with no
+    filter, `all=True` is required."""
+
+    all: bool
+
+
+SWEEP_LIMIT = 500  # letters per request when a bulk action takes every match
+
+
+def _dead_query(filters: DeadFilters, allowed: Iterable[str]) -> dict[str, object]:
+    """The query parameters of dead-letter filters (times as RFC 3339)."""
+    unknown = sorted(set(filters) - set(allowed))
+    if unknown:
+        raise TypeError(f"unknown dead-letter filter(s): {', '.join(unknown)}")
+    query: dict[str, object] = {k: v for k, v in filters.items() if v is not None}
+    for name in ("before", "after"):
+        when = query.get(name)
+        if isinstance(when, datetime):
+            if when.tzinfo is None:
+                raise ValueError(f"{name} must be timezone-aware")
+            query[name] = when.isoformat()
+    if query.get("all") is False:
+        del query["all"]
+    return query
+
+
+def _bulk_path(path: str, filters: DeadFilters, limit: int) -> str:
+    query = _dead_query(filters, (*DeadSelection.__annotations__, "all"))
+    return with_query(path, query | {"limit": limit})
+
+
+def replay_matching(filters: DeadFilters, limit: int) -> Call[BulkReplayed]:
+    """POST /dlq/replay (not repeated: a second request would take the next letters)."""
+    return Call("POST", _bulk_path("/dlq/replay", filters, limit), _read_replayed)
+
+
+def purge_matching(filters: DeadFilters, limit: int) -> Call[BulkPurged]:
+    """DELETE /dlq with filters (not repeated, as a replay)."""
+    return Call("DELETE", _bulk_path("/dlq", filters, limit), _read_purged_many)
+
+
+class Sweep:
+    """A bulk action over every matching letter, as many requests as it takes (sans I/O).
+    It stops when nothing matches any more, or after as many letters as matched at the
+    first request: letters that die meanwhile (a replayed job failing again) are not
+    chased forever."""
+
+    def __init__(self, limit: int | None) -> None:
+        self.limit = limit  # None: every match; N: one request of at most N
+        self.done = 0
+        self.remaining = 0
+        self._cap: int | None = None
+
+    def next_limit(self) -> int | None:
+        """The limit of the next request, or None when finished."""
+        if self.limit is not None:
+            return self.limit if self._cap is None else None
+        if self._cap is None:
+            return SWEEP_LIMIT
+        left = self._cap - self.done
+        return min(SWEEP_LIMIT, left) if left > 0 and self.remaining > 0 else None
+
+    def note(self, count: int, remaining: int) -> None:
+        """A request's answer."""
+        if self._cap is None:
+            self._cap = count + remaining
+        elif count == 0:
+            self._cap = self.done  # taken by someone else meanwhile: stop
+        self.done += count
+        self.remaining = remaining
 
 
 # -- results -------------------------------------------------------------------------------

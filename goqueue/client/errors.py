@@ -74,8 +74,9 @@ class NotFound(RequestError):
 
 
 class Conflict(RequestError):
-    """409: a duplicate inside its dedupe window (`existing_id` is the job holding the
-    key), or a job in a state that refuses the request (cancelling a finished job)."""
+    """409: a duplicate inside its dedupe window, or of a unique key an unfinished job
+    holds (`existing_id` is the job holding the key), or a job in a state that refuses the
+    request (cancelling a finished job)."""
 
     status = 409
 

@@ -18,7 +18,15 @@ from collections.abc import Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import Any, TypeVar, Unpack
 
-from goqueue.api.wire import MAX_WAIT_SECONDS, DeadLetterList, DeadLetterOut, JobList, JobOut
+from goqueue.api.wire import (
+    MAX_WAIT_SECONDS,
+    BulkPurged,
+    BulkReplayed,
+    DeadLetterList,
+    DeadLetterOut,
+    JobList,
+    JobOut,
+)
 from goqueue.api.wire import QueueStats as QueueStats
 from goqueue.api.wire import StatsOut as StatsOut
 from goqueue.client import core
@@ -330,20 +338,30 @@ class DeadLetters:
     def __init__(self, client: Client) -> None:
         self._client = client
 
-    def list(self, *, page_size: int = PAGE_SIZE) -> Iterator[DeadLetterOut]:
-        """Dead letters newest first, a page at a time as you iterate."""
+    def list(
+        self, *, page_size: int = PAGE_SIZE, **filters: Unpack[core.DeadSelection]
+    ) -> Iterator[DeadLetterOut]:
+        """Dead letters newest first (those passing the filters), a page at a time as
+        you iterate."""
         seen = core.Seen()
         offset = 0
         while True:
-            page = self.page(limit=page_size, offset=offset)
+            page = self.page(limit=page_size, offset=offset, **filters)
             yield from (dead for dead in page.dead_letters if seen.fresh(dead.id))
             offset += len(page.dead_letters)
             if not page.dead_letters or offset >= page.total:
                 return
 
-    def page(self, *, limit: int | None = None, offset: int | None = None) -> DeadLetterList:
-        """One page of dead letters, newest first, with the total."""
-        return self._client.execute(core.dead_page(limit, offset))
+    def page(
+        self,
+        *,
+        limit: int | None = None,
+        offset: int | None = None,
+        **filters: Unpack[core.DeadSelection],
+    ) -> DeadLetterList:
+        """One page of dead letters, newest first, with the total (of those passing the
+        filters: `type`, `queue`, `error`, `before`, `after`)."""
+        return self._client.execute(core.dead_page(limit, offset, filters))
 
     def get(self, dead_id: str) -> DeadLetterOut:
         """One dead letter: every attempt's error and the job's last state."""
@@ -356,3 +374,25 @@ class DeadLetters:
     def purge(self, dead_id: str) -> str:
         """Delete a dead letter; returns its id."""
         return self._client.execute(core.purge(dead_id))
+
+    def replay_many(
+        self, *, limit: int | None = None, **filters: Unpack[core.DeadFilters]
+    ) -> BulkReplayed:
+        """Replay the dead letters the filters select, oldest first, each as a fresh job:
+        every match (as many requests as it takes) or, with `limit`, at most that many in
+        one request. `remaining` says how many matching are left."""
+        sweep = core.Sweep(limit)
+        while (n := sweep.next_limit()) is not None:
+            answer = self._client.execute(core.replay_matching(filters, n))
+            sweep.note(answer.replayed, answer.remaining)
+        return BulkReplayed(sweep.done, sweep.remaining)
+
+    def purge_many(
+        self, *, limit: int | None = None, **filters: Unpack[core.DeadFilters]
+    ) -> BulkPurged:
+        """Delete the dead letters the filters select, oldest first (as `replay_many`)."""
+        sweep = core.Sweep(limit)
+        while (n := sweep.next_limit()) is not None:
+            answer = self._client.execute(core.purge_matching(filters, n))
+            sweep.note(answer.purged, answer.remaining)
+        return BulkPurged(sweep.done, sweep.remaining)

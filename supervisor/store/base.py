@@ -22,8 +22,10 @@ from goqueue.supervisor.jobs import (
     Lease,
     Outcome,
     Page,
+    Purged,
     QueueDepths,
     QueueStats,
+    Replayed,
     Stats,
 )
 from goqueue.supervisor.summaries import DeadFilter, NodeSummary, QueueSummary
@@ -133,11 +135,12 @@ class Store(Protocol):
     async def set_paused(self, queue: str, paused: bool) -> None:
         """Pause or resume dispatch from a queue (for every node sharing the store)."""
 
-    async def list_dead(self, limit: int, offset: int) -> Page:
-        """Dead letters newest first."""
+    async def list_dead(self, limit: int, offset: int, filters: DeadFilter | None = None) -> Page:
+        """Dead letters newest first; with `filters`, those passing them (the letters a
+        bulk action with the same filters would take, listed the other way round)."""
 
     async def get_dead(self, dead_id: str) -> DeadLetter | None:
-        """One dead letter by its own id."""
+        """One dead letter by its own id, else by its job's id (a job has at most one)."""
 
     async def replay_dead(self, dead_id: str, max_retries: int) -> Job:
         """Enqueue a fresh job from a dead letter and remove the letter, atomically.
@@ -145,6 +148,14 @@ class Store(Protocol):
 
     async def purge_dead(self, dead_id: str) -> bool:
         """Delete a dead letter; False if there was none."""
+
+    async def replay_dead_many(self, filters: DeadFilter, limit: int) -> Replayed:
+        """Replay up to `limit` letters passing `filters`, oldest first: each becomes a
+        fresh job (its own retries, no dedupe or unique key) and goes, atomically (in one
+        transaction on PostgreSQL). `remaining` counts matching letters left."""
+
+    async def purge_dead_many(self, filters: DeadFilter, limit: int) -> Purged:
+        """Delete up to `limit` letters passing `filters`, oldest first."""
 
     async def events(self, job_id: str) -> list[Event]:
         """A job's audit trail, oldest first."""

@@ -15,6 +15,7 @@ from datetime import UTC, datetime, timedelta
 
 import msgspec
 from goqueue.supervisor.errors import (
+    UNIQUE_HELD,
     DuplicateJob,
     IdempotencyMismatch,
     InvalidState,
@@ -23,6 +24,7 @@ from goqueue.supervisor.errors import (
 )
 from goqueue.supervisor.jobs import (
     DEFAULT_MAX_RETRIES,
+    OTHER_QUEUES,
     STATUSES,
     AttemptError,
     DeadLetter,
@@ -34,14 +36,17 @@ from goqueue.supervisor.jobs import (
     Lease,
     Outcome,
     Page,
+    Purged,
     QueueDepths,
     QueueStats,
+    Replayed,
     Stats,
     new_id,
     utcnow,
 )
 from goqueue.supervisor.store.base import NewJob
-from goqueue.supervisor.store.memory_heaps import PendingHeaps
+from goqueue.supervisor.store.memory_dead import DeadLetters
+from goqueue.supervisor.store.memory_heaps import OldestByQueue, PendingHeaps
 from goqueue.supervisor.summaries import (
     DeadBrief,
     DeadFilter,
@@ -80,11 +85,13 @@ class MemoryStore:
         self.max_events_per_job = max_events_per_job
         self._jobs: dict[str, Job] = {}
         self._pending = PendingHeaps(self._jobs)
+        self._ages = OldestByQueue(self._jobs)  # for the metrics' longest wait by queue
         self._tokens: dict[str, str] = {}  # job id -> lease token
         self._leases: dict[str, Lease] = {}  # token -> lease
         self._dedupe: dict[str, tuple[str, float]] = {}
         self._idempotency: dict[str, tuple[str, str, float]] = {}
-        self._dead: dict[str, DeadLetter] = {}
+        self._dead = DeadLetters()
+        self._unique: dict[str, str] = {}  # unique key -> the job holding it (not terminal)
         self._events: dict[str, list[Event]] = {}
         self._finished: deque[str] = deque()
         self._paused: set[str] = set()
@@ -153,6 +160,8 @@ class MemoryStore:
             held = self._dedupe.get(spec.dedupe_key)
             if held is not None and held[1] > ts:
                 raise DuplicateJob(held[0])
+        if spec.unique_key is not None and spec.unique_key in self._unique:
+            raise DuplicateJob(self._unique[spec.unique_key], UNIQUE_HELD)
         if self._counts[Status.PENDING] >= self.max_pending:
             raise StoreFull(f"the queue is full ({self.max_pending} pending jobs)")
         job = self._insert(spec, now, new.max_retries, new.parent_id)
@@ -167,6 +176,8 @@ class MemoryStore:
         job = Job.from_spec(spec, now=now, max_retries=max_retries, parent_id=parent_id)
         job.seq = next(self._seq)
         self._jobs[job.id] = job
+        if job.unique_key is not None:
+            self._unique[job.unique_key] = job.id
         self._count(job.status, +1)
         self._make_pending(job, now)
         self._event(job, EventKind.ENQUEUED, now)
@@ -200,6 +211,7 @@ class MemoryStore:
 
     def _make_pending(self, job: Job, now: datetime) -> None:
         self._pending.add(job, now.timestamp())
+        self._ages.add(job)
         self._depth_add(job, +1)
         self._wake()
 
@@ -316,7 +328,7 @@ class MemoryStore:
             errors=job.errors,
             created_at=now,
         )
-        self._dead[dead.id] = dead
+        self._dead.add(dead)
         self._event(job, EventKind.DEAD_LETTERED, now, dead.id)
         self._retire(job)
         return dead
@@ -400,7 +412,14 @@ class MemoryStore:
             for priority, n in self._depth[queue].items():
                 other[priority] -= n
         rest = {str(p): n for p, n in sorted(other.items()) if n}
-        return QueueDepths(chosen, rest, len(totals), sum(self._priority_totals.values()))
+        now_ts = self.clock().timestamp()
+        due = {q: ts for q in totals if (ts := self._ages.oldest_due(q, now_ts)) is not None}
+        waiting = {q: now_ts - due[q] if q in due else 0.0 for q in chosen}
+        if len(totals) > len(chosen):
+            others = [ts for q, ts in due.items() if q not in chosen]
+            waiting[OTHER_QUEUES] = now_ts - min(others) if others else 0.0
+        pending = sum(self._priority_totals.values())
+        return QueueDepths(chosen, rest, len(totals), pending, waiting, len(self._dead))
 
     async def queue_names(self, limit: int) -> frozenset[str]:
         """Queues holding pending jobs, and paused queues (at most `limit`)."""
@@ -431,14 +450,13 @@ class MemoryStore:
 
     # -- dead letters ----------------------------------------------------------------
 
-    async def list_dead(self, limit: int, offset: int) -> Page:
-        """Dead letters newest first."""
-        letters = list(reversed(self._dead.values()))
-        return Page(letters[offset : offset + limit], len(letters))
+    async def list_dead(self, limit: int, offset: int, filters: DeadFilter | None = None) -> Page:
+        """Dead letters newest first (those passing `filters`)."""
+        return self._dead.page(limit, offset, filters)
 
     async def get_dead(self, dead_id: str) -> DeadLetter | None:
-        """One dead letter."""
-        return self._dead.get(dead_id)
+        """One dead letter, by its own id or its job's."""
+        return self._dead.find(dead_id)
 
     async def replay_dead(self, dead_id: str, max_retries: int) -> Job:
         """Enqueue a fresh job from a dead letter, then drop the letter."""
@@ -447,15 +465,38 @@ class MemoryStore:
             raise NotFound(f"dead letter {dead_id} not found")
         if self._counts[Status.PENDING] >= self.max_pending:
             raise StoreFull(f"the queue is full ({self.max_pending} pending jobs)")
-        now = self.clock()
+        return self._replay(dead, max_retries, self.clock())
+
+    def _replay(self, dead: DeadLetter, max_retries: int, now: datetime) -> Job:
         job = self._insert(dead.job.replay_spec(), now, max_retries, None)
-        del self._dead[dead_id]
+        self._dead.pop(dead.id)
         self._event(job, EventKind.REPLAYED, now, dead.job_id)
         return job
 
+    async def replay_dead_many(self, filters: DeadFilter, limit: int) -> Replayed:
+        """Replay up to `limit` matching letters, oldest first, each with its job's own
+        retries; stops early (the rest remaining) once the store is full."""
+        letters, more = self._dead.oldest_matching(filters, limit)
+        now = self.clock()
+        jobs: list[Job] = []
+        for dead in letters:
+            if self._counts[Status.PENDING] >= self.max_pending:
+                if not jobs:
+                    raise StoreFull(f"the queue is full ({self.max_pending} pending jobs)")
+                break
+            jobs.append(self._replay(dead, dead.job.max_retries, now))
+        return Replayed(jobs, more + len(letters) - len(jobs))
+
     async def purge_dead(self, dead_id: str) -> bool:
         """Delete a dead letter."""
-        return self._dead.pop(dead_id, None) is not None
+        return self._dead.pop(dead_id) is not None
+
+    async def purge_dead_many(self, filters: DeadFilter, limit: int) -> Purged:
+        """Delete up to `limit` matching letters, oldest first."""
+        letters, more = self._dead.oldest_matching(filters, limit)
+        for dead in letters:
+            self._dead.pop(dead.id)
+        return Purged(len(letters), more)
 
     # -- bookkeeping -----------------------------------------------------------------
 
@@ -466,6 +507,9 @@ class MemoryStore:
         self._count(status, +1)
         job.status = status
         job.updated_at = now
+        key = job.unique_key
+        if key is not None and status in TERMINAL and self._unique.get(key) == job.id:
+            del self._unique[key]  # the key is free again
 
     def _count(self, status: str, delta: int) -> None:
         self._counts[status] += delta
@@ -487,6 +531,7 @@ class MemoryStore:
         else:
             self._queue_totals.pop(queue, None)
             del self._depth[queue]
+            self._ages.forget(queue)
 
     def _event(self, job: Job, kind: EventKind, now: datetime, detail: str | None = None) -> None:
         trail = self._events.setdefault(job.id, [])
@@ -567,15 +612,7 @@ class MemoryStore:
 
     async def dead_briefs(self, filters: DeadFilter, limit: int, offset: int, preview: int) -> Page:
         """Dead letters newest first, filtered, as brief rows."""
-        needle = filters.error.casefold() if filters.error else None
-        matches = [
-            dead
-            for dead in reversed(self._dead.values())
-            if (filters.type is None or dead.job.type == filters.type)
-            and (filters.queue is None or dead.job.queue == filters.queue)
-            and (filters.job_id is None or dead.job_id == filters.job_id)
-            and (needle is None or needle in (dead.job.last_error or "").casefold())
-        ]
+        matches = list(self._dead.newest_first(filters))
         rows = [_dead_brief(dead, preview) for dead in matches[offset : offset + limit]]
         return Page(rows, len(matches))
 

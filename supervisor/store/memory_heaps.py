@@ -115,3 +115,49 @@ class PendingHeaps:
     def _is_pending(self, job_id: str) -> bool:
         job = self.jobs.get(job_id)
         return job is not None and job.status == Status.PENDING
+
+
+AgeEntry = tuple[float, int, str]  # (run_at, seq, job id)
+_MIN_COMPACT = 64
+
+
+class OldestByQueue:
+    """Each queue's pending jobs by run_at, so the longest-waiting due job of a queue is
+    found in O(1) amortized for a metrics scrape (the ready heaps are in claim order, and
+    scanning them costs a pass over every due job). An entry whose job stopped being
+    pending, or came back with another run_at, is dropped when it reaches the top; a heap
+    is rebuilt from its live entries whenever it doubles, so stale ones never pile up."""
+
+    def __init__(self, jobs: Mapping[str, Job]) -> None:
+        self.jobs = jobs
+        self.heaps: dict[str, list[AgeEntry]] = {}
+        self._compact_at: dict[str, int] = {}
+
+    def add(self, job: Job) -> None:
+        """A job became pending (enqueued, retried, released or returned by the reaper)."""
+        heap = self.heaps.setdefault(job.queue, [])
+        heapq.heappush(heap, (job.run_at.timestamp(), job.seq, job.id))
+        if len(heap) >= self._compact_at.get(job.queue, _MIN_COMPACT):
+            heap[:] = [entry for entry in heap if self._live(entry)]
+            heapq.heapify(heap)
+            self._compact_at[job.queue] = max(_MIN_COMPACT, 2 * len(heap))
+
+    def forget(self, queue: str) -> None:
+        """The queue has no pending job any more: its entries are all stale."""
+        self.heaps.pop(queue, None)
+        self._compact_at.pop(queue, None)
+
+    def oldest_due(self, queue: str, now_ts: float) -> float | None:
+        """The earliest run_at among the queue's pending jobs if it is due by `now_ts`."""
+        heap = self.heaps.get(queue)
+        while heap and not self._live(heap[0]):
+            heapq.heappop(heap)
+        if not heap or heap[0][0] > now_ts:
+            return None
+        return heap[0][0]
+
+    def _live(self, entry: AgeEntry) -> bool:
+        job = self.jobs.get(entry[2])
+        return (
+            job is not None and job.status == Status.PENDING and job.run_at.timestamp() == entry[0]
+        )

@@ -15,20 +15,21 @@ from typing import Any
 
 import psycopg
 from goqueue.supervisor.errors import DuplicateJob, IdempotencyMismatch, NotFound, StoreUnavailable
-from goqueue.supervisor.jobs import DEFAULT_MAX_RETRIES, Enqueued, Job, JobSpec
+from goqueue.supervisor.jobs import DEFAULT_MAX_RETRIES, Enqueued, Job, JobSpec, Replayed
 from goqueue.supervisor.store import pg_rows, pg_steps
 from goqueue.supervisor.store.base import NewJob
 from goqueue.supervisor.store.pg_connection import Conn, Connections
 from goqueue.supervisor.store.pg_group_commit import Batcher, WriteAgain, group_or_each
 from goqueue.supervisor.store.pg_notify import Wakeups
 from goqueue.supervisor.store.pg_sql import Sql, Statements
+from goqueue.supervisor.summaries import DeadFilter
 from goqueue.supervisor.vocab import EventKind
 
 Answer = Enqueued | Exception
 
 
-def _keyed(new: NewJob) -> bool:
-    return new.idempotency_key is not None or pg_steps.dedupes(new.spec)
+def _key_order(new: NewJob) -> tuple[str, str, str]:
+    return (new.idempotency_key or "", new.spec.dedupe_key or "", new.spec.unique_key or "")
 
 
 class Enqueuer:
@@ -98,10 +99,10 @@ class Enqueuer:
         (a group's order is arbitrary anyway), so two nodes rarely wait on each other.
         """
         answers: list[Answer | None] = [None] * len(news)
-        keyed = [i for i, new in enumerate(news) if _keyed(new)]
+        keyed = [i for i, new in enumerate(news) if pg_steps.keyed(new)]
         if sort_keys:
-            keyed.sort(key=lambda i: (news[i].idempotency_key or "", news[i].spec.dedupe_key or ""))
-        plain = [i for i, new in enumerate(news) if not _keyed(new)]
+            keyed.sort(key=lambda i: _key_order(news[i]))
+        plain = [i for i, new in enumerate(news) if not pg_steps.keyed(new)]
         async with self._db.connection(lane) as conn:
             if keyed:
                 async with conn.pipeline(), conn.transaction():
@@ -205,3 +206,22 @@ class Enqueuer:
             job = await self.insert(conn, dead.job.replay_spec(), max_retries, events=events)
         self._wakeups.pending([job])
         return job
+
+    async def replay_dead_many(self, filters: DeadFilter, limit: int) -> Replayed:
+        """Replay up to `limit` matching letters, oldest first, in one transaction: each
+        letter is deleted and its fresh job inserted together, or none of them is."""
+        params = pg_rows.dead_filter(filters) | {"limit": limit}
+        if filters.job_id is not None and not pg_rows.is_uuid(filters.job_id):
+            return Replayed([], 0)
+        async with self._db.connection() as conn, conn.transaction():
+            cur = await conn.execute(self._sql[Sql.TAKE_DEAD_MANY], params)
+            rows = sorted(await cur.fetchall(), key=lambda r: (r[4], r[5]))
+            jobs = []
+            for row in rows:
+                dead = pg_rows.dead(row)
+                events = [(EventKind.ENQUEUED, None), (EventKind.REPLAYED, dead.job_id)]
+                spec, retries = dead.job.replay_spec(), dead.job.max_retries
+                jobs.append(await self.insert(conn, spec, retries, events=events))
+            left = await self._db.fetchone(conn, self._sql[Sql.COUNT_DEAD_MATCHING], params)
+        self._wakeups.pending(jobs)
+        return Replayed(jobs, int(left[0]) if left else 0)

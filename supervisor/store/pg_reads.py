@@ -10,12 +10,14 @@ from __future__ import annotations
 from datetime import datetime
 
 from goqueue.supervisor.jobs import (
+    OTHER_QUEUES,
     STATUSES,
     DeadLetter,
     Event,
     Job,
     JobFilter,
     Page,
+    Purged,
     QueueDepths,
     QueueStats,
     Stats,
@@ -24,6 +26,7 @@ from goqueue.supervisor.store import pg_rows
 from goqueue.supervisor.store.pg_connection import Connections
 from goqueue.supervisor.store.pg_rows import Row
 from goqueue.supervisor.store.pg_sql import Sql, Statements
+from goqueue.supervisor.summaries import DeadFilter
 
 
 def _count(row: Row | None) -> int:
@@ -101,20 +104,29 @@ class Reads:
         rows = await self._db.execute(self._sql[Sql.QUEUE_DEPTHS], {"top": top})
         chosen: dict[str, dict[str, int]] = {}
         everything: dict[str, int] = {}
-        queues = 0
-        for queue, priority, n in rows:
-            if queue is not None:
-                chosen.setdefault(queue, {})[str(priority)] = n
-            elif priority is not None:
-                everything[str(priority)] = n
-            else:
-                queues = n
+        waiting: dict[str, float] = {}
+        queues = dead = 0
+        for kind, queue, priority, n, seconds in rows:
+            match kind:
+                case "depth":
+                    chosen.setdefault(queue, {})[str(priority)] = n
+                case "all":
+                    everything[str(priority)] = n
+                case "queues":
+                    queues = n
+                case "wait":
+                    waiting[queue] = seconds
+                case "other" if n:
+                    waiting[OTHER_QUEUES] = seconds
+                case "dead":
+                    dead = n
         other = dict(everything)
         for depth in chosen.values():
             for priority, n in depth.items():
                 other[priority] = other.get(priority, 0) - n
         other = {priority: n for priority, n in other.items() if n > 0}
-        return QueueDepths(chosen, other, queues, sum(everything.values()))
+        pending = sum(everything.values())
+        return QueueDepths(chosen, other, queues, pending, waiting, dead)
 
     async def queue_names(self, limit: int) -> frozenset[str]:
         """Queues holding pending jobs (at most `limit`), and the paused ones."""
@@ -131,19 +143,25 @@ class Reads:
             for r in rows
         ]
 
-    async def list_dead(self, limit: int, offset: int) -> Page:
-        """Dead letters newest first."""
-        params = {"limit": limit, "offset": offset}
+    async def list_dead(self, limit: int, offset: int, filters: DeadFilter | None = None) -> Page:
+        """Dead letters newest first (those passing `filters`)."""
+        filters = filters or DeadFilter()
+        if filters.job_id is not None and not pg_rows.is_uuid(filters.job_id):
+            return Page([], 0)
+        params = pg_rows.dead_filter(filters) | {"limit": limit, "offset": offset}
+        count, counted = (
+            (Sql.DEAD_COUNT, {}) if filters.empty else (Sql.COUNT_DEAD_MATCHING, params)
+        )
         async with self._db.connection() as conn:
             async with conn.pipeline():
                 page = await conn.execute(self._sql[Sql.LIST_DEAD], params)
-                total = await conn.execute(self._sql[Sql.DEAD_COUNT])
+                total = await conn.execute(self._sql[count], counted)
             rows = await page.fetchall()
-            count = await total.fetchone()
-        return Page([pg_rows.dead(r) for r in rows], _count(count))
+            found = await total.fetchone()
+        return Page([pg_rows.dead(r) for r in rows], _count(found))
 
     async def get_dead(self, dead_id: str) -> DeadLetter | None:
-        """One dead letter by its own id."""
+        """One dead letter by its own id or its job's."""
         if not pg_rows.is_uuid(dead_id):
             return None
         rows = await self._db.execute(self._sql[Sql.GET_DEAD], {"id": dead_id})
@@ -156,6 +174,14 @@ class Reads:
         async with self._db.connection() as conn:
             cur = await conn.execute(self._sql[Sql.PURGE_DEAD], {"id": dead_id})
             return cur.rowcount > 0
+
+    async def purge_dead_many(self, filters: DeadFilter, limit: int) -> Purged:
+        """Delete up to `limit` matching letters, oldest first."""
+        if filters.job_id is not None and not pg_rows.is_uuid(filters.job_id):
+            return Purged(0, 0)
+        params = pg_rows.dead_filter(filters) | {"limit": limit}
+        rows = await self._db.execute(self._sql[Sql.PURGE_DEAD_MANY], params)
+        return Purged(int(rows[0][0]), max(0, int(rows[0][1])))
 
     async def prune(self, finished_before: datetime, limit: int) -> int:
         """Delete old finished jobs and their audit trails, oldest first."""

@@ -18,6 +18,7 @@ import msgspec
 import psycopg
 from goqueue.supervisor.jobs import AttemptError, DeadLetter, Job, JobSpec, new_id
 from goqueue.supervisor.store.pg_sql import JOB_FIELDS
+from goqueue.supervisor.summaries import DeadFilter
 from goqueue.supervisor.vocab import Status
 from psycopg.adapt import AdaptersMap, Dumper, Loader
 from psycopg.types.string import TextLoader
@@ -77,6 +78,7 @@ _COLUMNS = (
     "delay",
     "timeout",
     "dedupe_key",
+    "unique_key",
     "webhook_url",
     "on_success",
     "on_failure",
@@ -111,6 +113,7 @@ def insert_params(
         "delay": spec.delay_seconds or 0.0,
         "timeout": spec.timeout_seconds,
         "dedupe_key": text(spec.dedupe_key),
+        "unique_key": text(spec.unique_key),
         "webhook_url": text(spec.webhook_url),
         "on_success": raw(spec.on_success),
         "on_failure": raw(spec.on_failure),
@@ -134,6 +137,7 @@ def pending(params: Mapping[str, Any], spec: JobSpec, decided: Row) -> Job:
         run_at=run_at,
         timeout_seconds=spec.timeout_seconds,
         dedupe_key=params["dedupe_key"],
+        unique_key=params["unique_key"],
         webhook_url=params["webhook_url"],
         on_success=spec.on_success,
         on_failure=spec.on_failure,
@@ -171,6 +175,23 @@ def dead(row: Row) -> DeadLetter:
         errors=_ERRORS.decode(row[3]),
         created_at=row[4],
     )
+
+
+def dead_filter(filters: DeadFilter) -> dict[str, Any]:
+    """The parameters of the statements filtering dead letters (`dead_where`)."""
+    return {
+        "type": filters.type,
+        "queue": filters.queue,
+        "job_id": filters.job_id,
+        "pattern": None if filters.error is None else f"%{_like_escape(filters.error)}%",
+        "before": filters.before,
+        "after": filters.after,
+    }
+
+
+def _like_escape(text: str) -> str:
+    """`text` matched literally inside a LIKE pattern."""
+    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 def text(value: str | None) -> str | None:

@@ -314,6 +314,21 @@ CREATE INDEX webhook_deliveries_finished ON {s}.webhook_deliveries (created_at)
     WHERE next_attempt_at IS NULL;
 """,
     ),
+    Migration(
+        6,
+        "unique jobs, dead letters by job",
+        """
+-- A unique key is held while its job is not terminal: defined by the terminal set, so a
+-- status added later (claimed...) holds the key too. Two enqueues racing on one key from
+-- two nodes: the second waits for the first's transaction, then finds the key held.
+ALTER TABLE {s}.jobs ADD COLUMN unique_key text;
+CREATE UNIQUE INDEX jobs_unique_key ON {s}.jobs (unique_key)
+    WHERE unique_key IS NOT NULL AND status NOT IN ('done', 'failed', 'cancelled');
+-- GET /dlq/ID finds a letter by its job's id too; bulk actions take the oldest first.
+CREATE INDEX dead_letters_job ON {s}.dead_letters (job_id);
+CREATE INDEX dead_letters_oldest ON {s}.dead_letters (created_at, seq);
+""",
+    ),
 )
 
 

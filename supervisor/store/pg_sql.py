@@ -41,14 +41,18 @@ FILTER_COLUMNS: Final = ("type", "status", "queue")  # `JobFilter` fields: equal
 # The columns an enqueue writes, and the values it writes for a job's parameters.
 _INSERTED = (
     "id, type, queue, payload, priority, status, attempts, max_retries, run_at,"
-    " timeout_seconds, dedupe_key, webhook_url, on_success, on_failure, parent_id,"
-    " created_at, updated_at"
+    " timeout_seconds, dedupe_key, unique_key, webhook_url, on_success, on_failure,"
+    " parent_id, created_at, updated_at"
 )
 _INSERT_VALUES = """(%(id)s, %(type)s, %(queue)s, %(payload)s, %(priority)s, 'pending', 0,
                 %(max_retries)s,
                 coalesce(%(run_at)s::timestamptz, now() + %(delay)s::float8 * interval '1 second'),
-                %(timeout)s, %(dedupe_key)s, %(webhook_url)s, %(on_success)s, %(on_failure)s,
-                %(parent_id)s, now(), now())"""
+                %(timeout)s, %(dedupe_key)s, %(unique_key)s, %(webhook_url)s, %(on_success)s,
+                %(on_failure)s, %(parent_id)s, now(), now())"""
+
+# The partial unique index of migration 6: a unique key is held while its job is not
+# terminal. Written out once, for `ON CONFLICT` to name the index by its predicate.
+_UNIQUE_HELD = "unique_key IS NOT NULL AND status NOT IN ('done', 'failed', 'cancelled')"
 
 
 def _trail(event: EventKind) -> str:
@@ -82,6 +86,15 @@ _OUTBOX = f"""outbox AS (
             FROM changed h WHERE (h.hooked).id IS NOT NULL)"""
 
 
+# The filters of dead letters (`pg_rows.dead_filter` gives their parameters).
+_DEAD_WHERE = """WHERE (%(type)s::text IS NULL OR job ->> 'type' = %(type)s::text)
+              AND (%(queue)s::text IS NULL OR job ->> 'queue' = %(queue)s::text)
+              AND (%(job_id)s::uuid IS NULL OR job_id = %(job_id)s::uuid)
+              AND (%(pattern)s::text IS NULL OR job ->> 'last_error' ILIKE %(pattern)s::text)
+              AND (%(before)s::timestamptz IS NULL OR created_at < %(before)s::timestamptz)
+              AND (%(after)s::timestamptz IS NULL OR created_at > %(after)s::timestamptz)"""
+
+
 def _fragments(schema: str) -> dict[str, str]:
     """The fragments the templates share, with the schema filled in."""
     quoted = f'"{schema}"'
@@ -106,10 +119,9 @@ def _fragments(schema: str) -> dict[str, str]:
         "dead_from": """FROM {s}.dead_letters CROSS JOIN LATERAL
                 (SELECT (job -> 'payload')::text AS p, NULL::text AS r,
                     job ->> 'last_error' AS e) t
-            WHERE (%(type)s::text IS NULL OR job ->> 'type' = %(type)s::text)
-              AND (%(queue)s::text IS NULL OR job ->> 'queue' = %(queue)s::text)
-              AND (%(job_id)s::uuid IS NULL OR job_id = %(job_id)s::uuid)
-              AND (%(pattern)s::text IS NULL OR t.e ILIKE %(pattern)s::text)""",
+            """
+        + _DEAD_WHERE,
+        "dead_where": _DEAD_WHERE,
         "channel": f'"{channel(schema)}"',
         "hooked": _HOOKED.format(t="jobs"),
         "hooked_j": _HOOKED.format(t="j"),
@@ -138,9 +150,11 @@ class Sql(StrEnum):
     ADD_JOBS = auto()
     CLAIM_DEDUPE = auto()
     DEDUPE_HOLDER = auto()
+    UNIQUE_HOLDER = auto()
     CLAIM_IDEMPOTENCY = auto()
     IDEMPOTENCY_HOLDER = auto()
     TAKE_DEAD = auto()
+    TAKE_DEAD_MANY = auto()
     # leases and outcomes
     CLAIM = auto()
     NEXT_DUE_ANY = auto()
@@ -170,6 +184,8 @@ class Sql(StrEnum):
     LIST_DEAD = auto()
     GET_DEAD = auto()
     PURGE_DEAD = auto()
+    PURGE_DEAD_MANY = auto()
+    COUNT_DEAD_MATCHING = auto()
     PRUNE = auto()
     # summaries for operators (the dashboard)
     QUEUE_PENDING = auto()
@@ -211,11 +227,14 @@ TEMPLATES: Final[Mapping[Sql, str]] = MappingProxyType(
         Sql.PAUSE: """
             INSERT INTO {s}.paused_queues (queue) VALUES (%(queue)s) ON CONFLICT DO NOTHING""",
         Sql.RESUME: "DELETE FROM {s}.paused_queues WHERE queue = %(queue)s",
-        # One pending job, answered whole, with its events (enqueued; replayed...).
+        # One pending job, answered whole, with its events (enqueued; replayed...); no row
+        # when a live job holds its unique key (a concurrent enqueue of the key waits for
+        # the other's transaction, then finds it held or free).
         Sql.INSERT_JOB: f"""
             WITH changed AS (
                 INSERT INTO {{s}}.jobs ({_INSERTED})
                 VALUES {_INSERT_VALUES}
+                ON CONFLICT (unique_key) WHERE {_UNIQUE_HELD} DO NOTHING
                 RETURNING {{job}}),
             {{trail}}
             SELECT {{job}} FROM changed""",
@@ -235,15 +254,16 @@ TEMPLATES: Final[Mapping[Sql, str]] = MappingProxyType(
                 INSERT INTO {{s}}.jobs ({_INSERTED})
                 SELECT t.id, t.type, t.queue, t.payload::json, t.priority, 'pending', 0,
                     t.max_retries, coalesce(t.run_at, now() + t.delay * interval '1 second'),
-                    t.timeout, t.dedupe_key, t.webhook_url, t.on_success::json,
+                    t.timeout, t.dedupe_key, t.unique_key, t.webhook_url, t.on_success::json,
                     t.on_failure::json, t.parent_id, now(), now()
                 FROM unnest(%(id)b::uuid[], %(type)b::text[], %(queue)b::text[],
                     %(payload)b::text[], %(priority)b::int2[], %(max_retries)b::int4[],
                     %(run_at)b::timestamptz[], %(delay)b::float8[], %(timeout)b::float8[],
-                    %(dedupe_key)b::text[], %(webhook_url)b::text[], %(on_success)b::text[],
-                    %(on_failure)b::text[], %(parent_id)b::uuid[])
+                    %(dedupe_key)b::text[], %(unique_key)b::text[], %(webhook_url)b::text[],
+                    %(on_success)b::text[], %(on_failure)b::text[], %(parent_id)b::uuid[])
                     AS t(id, type, queue, payload, priority, max_retries, run_at, delay,
-                         timeout, dedupe_key, webhook_url, on_success, on_failure, parent_id)
+                         timeout, dedupe_key, unique_key, webhook_url, on_success, on_failure,
+                         parent_id)
                 RETURNING id, attempts, run_at, created_at, seq),
             {_trail(EventKind.ENQUEUED)}
             SELECT id, run_at, created_at, seq FROM changed""",
@@ -255,6 +275,8 @@ TEMPLATES: Final[Mapping[Sql, str]] = MappingProxyType(
             WHERE dedupe.expires_at <= now()
             RETURNING job_id""",
         Sql.DEDUPE_HOLDER: "SELECT job_id FROM {s}.dedupe WHERE key = %(key)s",
+        Sql.UNIQUE_HOLDER: f"""
+            SELECT id FROM {{s}}.jobs WHERE unique_key = %(key)s AND {_UNIQUE_HELD}""",
         Sql.CLAIM_IDEMPOTENCY: """
             INSERT INTO {s}.idempotency (key, request_hash, job_id, expires_at)
             VALUES (%(key)s, %(hash)s, %(id)s, now() + %(ttl)s::float8 * interval '1 second')
@@ -377,22 +399,34 @@ TEMPLATES: Final[Mapping[Sql, str]] = MappingProxyType(
             WHERE queue = %(queue)s AND status = 'pending' GROUP BY priority""",
         Sql.IS_PAUSED: """
             SELECT EXISTS (SELECT 1 FROM {s}.paused_queues WHERE queue = %(queue)s)""",
-        # Rows: (queue, priority, n) for the `top` deepest queues; (NULL, priority, n) over
-        # every queue; (NULL, NULL, number of queues). A few hundred rows however many queues
-        # there are: a scrape never parses one row per queue.
+        # Rows (kind, queue, priority, n, seconds): 'depth' (queue, priority, n) for the
+        # `top` deepest queues; 'all' (priority, n) over every queue; 'queues' (n queues);
+        # 'wait' (queue, seconds its longest-waiting due job has waited) for the top queues;
+        # 'other' (n other queues, their longest wait); 'dead' (n dead letters). A few
+        # hundred rows however many queues there are: a scrape never parses one per queue.
         Sql.QUEUE_DEPTHS: """
             WITH per_queue AS MATERIALIZED (
-                SELECT queue, count(*) AS n FROM {s}.jobs WHERE status = 'pending'
-                GROUP BY queue),
-            top AS (SELECT queue FROM per_queue ORDER BY n DESC, queue LIMIT %(top)s)
-            SELECT queue, priority, count(*) FROM {s}.jobs
+                SELECT queue, count(*) AS n, extract(epoch FROM
+                    now() - min(run_at) FILTER (WHERE run_at <= now()))::float8 AS age
+                FROM {s}.jobs WHERE status = 'pending' GROUP BY queue),
+            top AS MATERIALIZED (
+                SELECT queue FROM per_queue ORDER BY n DESC, queue LIMIT %(top)s)
+            SELECT 'depth', queue, priority, count(*), NULL::float8 FROM {s}.jobs
             WHERE status = 'pending' AND queue IN (SELECT queue FROM top)
             GROUP BY queue, priority
             UNION ALL
-            SELECT NULL, priority, count(*) FROM {s}.jobs WHERE status = 'pending'
+            SELECT 'all', NULL, priority, count(*), NULL FROM {s}.jobs WHERE status = 'pending'
             GROUP BY priority
             UNION ALL
-            SELECT NULL, NULL, count(*) FROM per_queue""",
+            SELECT 'queues', NULL, NULL, count(*), NULL FROM per_queue
+            UNION ALL
+            SELECT 'wait', queue, NULL, NULL, coalesce(greatest(age, 0), 0) FROM per_queue
+            WHERE queue IN (SELECT queue FROM top)
+            UNION ALL
+            SELECT 'other', NULL, NULL, count(*), coalesce(greatest(max(age), 0), 0)
+            FROM per_queue WHERE queue NOT IN (SELECT queue FROM top)
+            UNION ALL
+            SELECT 'dead', NULL, NULL, count(*), NULL FROM {s}.dead_letters""",
         Sql.QUEUE_NAMES: """
             (SELECT queue FROM {s}.jobs WHERE status = 'pending' GROUP BY queue
              LIMIT %(limit)s)
@@ -402,12 +436,30 @@ TEMPLATES: Final[Mapping[Sql, str]] = MappingProxyType(
             WHERE job_id = %(id)s ORDER BY at, id""",
         Sql.DEAD_COUNT: "SELECT count(*) FROM {s}.dead_letters",
         Sql.LIST_DEAD: """
-            SELECT id, job_id, job, errors, created_at FROM {s}.dead_letters
+            SELECT id, job_id, job, errors, created_at FROM {s}.dead_letters {dead_where}
             ORDER BY created_at DESC, seq DESC LIMIT %(limit)s OFFSET %(offset)s""",
+        # By its own id, else by its job's (a job has at most one letter).
         Sql.GET_DEAD: """
             SELECT id, job_id, job, errors, created_at FROM {s}.dead_letters
-            WHERE id = %(id)s""",
+            WHERE id = %(id)s OR job_id = %(id)s ORDER BY id = %(id)s DESC LIMIT 1""",
         Sql.PURGE_DEAD: "DELETE FROM {s}.dead_letters WHERE id = %(id)s",
+        # Bulk actions take the oldest matching letters first; a letter another node is
+        # taking is skipped, not waited for (it counts as remaining).
+        Sql.TAKE_DEAD_MANY: """
+            DELETE FROM {s}.dead_letters WHERE id IN (
+                SELECT id FROM {s}.dead_letters {dead_where}
+                ORDER BY created_at, seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
+            RETURNING id, job_id, job, errors, created_at, seq""",
+        Sql.PURGE_DEAD_MANY: """
+            WITH gone AS (
+                DELETE FROM {s}.dead_letters WHERE id IN (
+                    SELECT id FROM {s}.dead_letters {dead_where}
+                    ORDER BY created_at, seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
+                RETURNING id)
+            SELECT (SELECT count(*) FROM gone),
+                (SELECT count(*) FROM {s}.dead_letters {dead_where})
+                    - (SELECT count(*) FROM gone)""",
+        Sql.COUNT_DEAD_MATCHING: "SELECT count(*) FROM {s}.dead_letters {dead_where}",
         Sql.PRUNE: """
             WITH gone AS (
                 DELETE FROM {s}.jobs WHERE id IN (

@@ -14,7 +14,12 @@ from collections.abc import Generator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import psycopg
-from goqueue.supervisor.errors import DuplicateJob, IdempotencyMismatch, StoreUnavailable
+from goqueue.supervisor.errors import (
+    UNIQUE_HELD,
+    DuplicateJob,
+    IdempotencyMismatch,
+    StoreUnavailable,
+)
 from goqueue.supervisor.jobs import Enqueued, JobSpec, new_id
 from goqueue.supervisor.store import pg_rows
 from goqueue.supervisor.store.base import NewJob
@@ -29,6 +34,12 @@ Query = tuple[str, Mapping[str, Any]]
 Steps = Generator[Query, Row | None, T]
 
 ENQUEUED: Sequence[tuple[EventKind, str | None]] = ((EventKind.ENQUEUED, None),)
+
+
+def keyed(new: NewJob) -> bool:
+    """True when storing `new` checks a key (idempotency, dedupe, unique): it then needs
+    a savepoint of its own, so that a refusal undoes only itself."""
+    return new.idempotency_key is not None or dedupes(new.spec) or new.spec.unique_key is not None
 
 
 def dedupes(spec: JobSpec) -> bool:
@@ -61,7 +72,8 @@ def keyed_enqueue(
 ) -> Steps[Enqueued]:
     """Store `new` inside the caller's transaction (a savepoint, so that a refusal undoes
     only this job). A repeat of its idempotency key answers the original job
-    (`created=False`); raises IdempotencyMismatch, DuplicateJob or StoreUnavailable."""
+    (`created=False`); raises IdempotencyMismatch, DuplicateJob (a dedupe key inside its
+    window, or a unique key a live job holds) or StoreUnavailable."""
     job_id = new_id()
     if new.idempotency_key is not None:
         request_hash = pg_rows.text(new.request_hash) or ""
@@ -90,11 +102,18 @@ def keyed_enqueue(
         if (yield sql[Sql.CLAIM_DEDUPE], params) is None:
             holder = yield sql[Sql.DEDUPE_HOLDER], params
             raise DuplicateJob("unknown" if holder is None else str(holder[0]))
-    row = yield insert(
-        sql, new.spec, new.max_retries, node=node, parent_id=new.parent_id, job_id=job_id
-    )
-    assert row is not None
-    return Enqueued(pg_rows.job(row), created=True)
+    for _ in range(3):
+        row = yield insert(
+            sql, new.spec, new.max_retries, node=node, parent_id=new.parent_id, job_id=job_id
+        )
+        if row is not None:
+            return Enqueued(pg_rows.job(row), created=True)
+        # a live job holds the unique key (only that stops the insert); it may have
+        # finished since, freeing the key: then the insert is tried again
+        holder = yield sql[Sql.UNIQUE_HOLDER], {"key": pg_rows.text(new.spec.unique_key)}
+        if holder is not None:
+            raise DuplicateJob(str(holder[0]), UNIQUE_HELD)
+    raise StoreUnavailable("unique key changed hands concurrently; retry")
 
 
 async def run_async(on: AsyncConnection[Row] | AsyncCursor[Row], steps: Steps[T]) -> T:

@@ -77,15 +77,7 @@ class Summaries:
         """Dead letters newest first, filtered on their job snapshot, cut in the database."""
         if filters.job_id is not None and not pg_rows.is_uuid(filters.job_id):
             return Page([], 0)
-        params = {
-            "type": filters.type,
-            "queue": filters.queue,
-            "job_id": filters.job_id,
-            "pattern": None if filters.error is None else f"%{_like_escape(filters.error)}%",
-            "limit": limit,
-            "offset": offset,
-            "n": preview,
-        }
+        params = pg_rows.dead_filter(filters) | {"limit": limit, "offset": offset, "n": preview}
         sql = self._sql
         rows, total = await self._page(sql[Sql.DEAD_BRIEFS], sql[Sql.COUNT_DEAD_BRIEFS], params)
         return Page([_dead_brief(r) for r in rows], total)
@@ -100,11 +92,6 @@ class Summaries:
             rows = await page.fetchall()
             count = await total.fetchone()
         return rows, int(count[0]) if count else 0
-
-
-def _like_escape(text: str) -> str:
-    """`text` matched literally inside a LIKE pattern."""
-    return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
 
 
 def _preview(cols: Sequence[Any]) -> Preview | None:

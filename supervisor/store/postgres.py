@@ -41,8 +41,10 @@ from goqueue.supervisor.jobs import (
     Lease,
     Outcome,
     Page,
+    Purged,
     QueueDepths,
     QueueStats,
+    Replayed,
     Stats,
 )
 from goqueue.supervisor.store import pg_rows, pg_schema
@@ -309,17 +311,25 @@ class PostgresStore:
         """A job's audit trail, oldest first."""
         return await self._reads.events(job_id)
 
-    async def list_dead(self, limit: int, offset: int) -> Page:
-        """Dead letters newest first."""
-        return await self._reads.list_dead(limit, offset)
+    async def list_dead(self, limit: int, offset: int, filters: DeadFilter | None = None) -> Page:
+        """Dead letters newest first (those passing `filters`)."""
+        return await self._reads.list_dead(limit, offset, filters)
 
     async def get_dead(self, dead_id: str) -> DeadLetter | None:
-        """One dead letter by its own id."""
+        """One dead letter by its own id or its job's."""
         return await self._reads.get_dead(dead_id)
 
     async def purge_dead(self, dead_id: str) -> bool:
         """Delete a dead letter; False if there was none."""
         return await self._reads.purge_dead(dead_id)
+
+    async def replay_dead_many(self, filters: DeadFilter, limit: int) -> Replayed:
+        """Replay up to `limit` matching letters, oldest first, in one transaction."""
+        return await self._enqueuer.replay_dead_many(filters, limit)
+
+    async def purge_dead_many(self, filters: DeadFilter, limit: int) -> Purged:
+        """Delete up to `limit` matching letters, oldest first."""
+        return await self._reads.purge_dead_many(filters, limit)
 
     async def prune(self, finished_before: datetime, limit: int) -> int:
         """Delete old finished jobs and their audit trails, oldest first."""

@@ -56,6 +56,7 @@ def job(**overrides: Any) -> dict[str, Any]:
         "started_at": None,
         "finished_at": None,
         "updated_at": "2025-01-31T09:00:00.123456Z",
+        "unique_key": None,
     }
     return fields | overrides
 

@@ -675,7 +675,7 @@ def test_openapi_describes_every_route(api_server: ApiServer) -> None:
     }
     documented = {(path, method) for path, ops in doc["paths"].items() for method in ops}
     assert documented == served
-    assert len(served) == 26  # 19 (deliveries included) + the summary routes (5), dashboard (2)
+    assert len(served) == 28  # 21 (deliveries, bulk dead letters) + summaries (5), dashboard (2)
     schemas = doc["components"]["schemas"]
     refs = set(re.findall(r'"#/components/schemas/([^"]+)"', resp.body.decode()))
     assert refs <= set(schemas)

@@ -75,3 +75,18 @@ def test_ctx_progress_shows_while_the_job_runs(node: Node, tmp_path: Path) -> No
     (tmp_path / "go").touch()
     done = node.wait_status(job["id"], "done")
     assert "progress" not in done and done["result"] == "finished"
+
+
+def test_ctx_enqueue_of_a_held_unique_key_is_refused_with_its_holder(node: Node) -> None:
+    held = node.enqueue(type="noop", unique_key="only-one", delay_seconds=60)
+    children = [
+        {"type": "noop", "options": {"unique_key": "only-one"}},
+        {"type": "noop", "options": {"unique_key": "mine", "delay_seconds": 60}},
+        {"type": "noop", "options": {"unique_key": "mine"}},
+    ]
+    job = node.enqueue(type="parent", payload={"children": children})
+    refused, made, again = node.wait_status(job["id"], "done")["result"]
+    assert refused["refusal"] == "duplicate" and refused["existing"] == held["id"]
+    assert "unique_key" in refused["error"]
+    assert node.get(f"/jobs/{made['id']}").body["unique_key"] == "mine"
+    assert again["refusal"] == "duplicate" and again["existing"] == made["id"]

@@ -108,6 +108,22 @@ def test_depth_series_are_capped_with_the_rest_summed() -> None:
     assert not [k for k in samples(metrics) if k[0] == "goqueue_queue_depth"]
 
 
+def test_oldest_wait_follows_the_depth_queues_and_dead_letters_are_counted() -> None:
+    metrics = Metrics(depth_queues=2)
+    waiting = {"a": 12.5, "b": 0.0, OTHER_QUEUES: 40.0}
+    metrics.set_depth(QueueDepths({"a": {"5": 1}, "b": {"5": 1}}, {"5": 1}, 3, 3, waiting, 7))
+    got = samples(metrics)
+    assert got[key("goqueue_queue_oldest_pending_seconds", queue="a")] == 12.5
+    assert got[key("goqueue_queue_oldest_pending_seconds", queue="b")] == 0
+    assert got[key("goqueue_queue_oldest_pending_seconds", queue=OTHER_QUEUES)] == 40
+    assert got[key("goqueue_dead_letters")] == 7
+    metrics.set_depth(QueueDepths({"a": {"5": 1}}, {}, 1, 1, {"a": 13.0}, 0))
+    got = samples(metrics)
+    oldest = {k for k in got if k[0] == "goqueue_queue_oldest_pending_seconds"}
+    assert oldest == {key("goqueue_queue_oldest_pending_seconds", queue="a")}  # the rest gone
+    assert got[key("goqueue_dead_letters")] == 0
+
+
 def test_declared_types_start_at_zero() -> None:
     metrics = Metrics()
     metrics.declare_types(["report"])

@@ -409,3 +409,44 @@ def test_ten_open_dashboards_cost_the_node_little(node: Node, open_tab: Any) -> 
     assert per_page <= 1.0, f"{per_page:.2f} requests per second per open page"
     assert cpu_share < 0.10, f"ten dashboards used {cpu_share:.0%} of a core on the node"
     print(f"\nten dashboards: {per_page:.2f} requests/s per page, node CPU {cpu_share:.1%}")
+
+
+def test_every_matching_dead_letter_is_replayed_or_purged_after_a_counted_confirmation(
+    node: Node, open_tab: Any, tmp_path: Path
+) -> None:
+    broken = [
+        node.enqueue(type="fails_until_fixed", payload={"dir": str(tmp_path)})["id"]
+        for _ in range(3)
+    ]
+    other = node.enqueue(type="failnow")["id"]
+    for job_id in [*broken, other]:
+        node.wait_status(job_id, "failed")
+    wait_for(lambda: node.get("/dlq").body["total"] == 4)
+    (tmp_path / "fixed").touch()
+    tab = open_tab(node.url)
+    page = tab.open("/dlq?type=fails_until_fixed")
+    expect(page.locator("tbody tr")).to_have_count(3)
+    page.locator('[data-bulk="replay"]').click()
+    dialog = page.locator("dialog#confirm")
+    expect(dialog).to_contain_text("Replay 3 dead letters?")  # the count, before anything
+    expect(dialog).to_contain_text("of type fails_until_fixed")
+    tab.shot("dlq-bulk-replay")
+    assert node.get("/dlq").body["total"] == 4  # nothing happens until it is confirmed
+    dialog.get_by_role("button", name="Replay 3 dead letters").click()
+    expect(page.locator(".toast")).to_contain_text("Replayed 3 dead letters.")
+    expect(page.locator("tbody tr")).to_have_count(0)
+    done = lambda: node.get("/jobs?type=fails_until_fixed&status=done").body["total"] == 3  # noqa: E731
+    wait_for(done, 20)
+    [left] = node.get("/dlq").body["dead_letters"]
+    assert left["job_id"] == other
+
+    page = tab.open("/dlq")
+    page.locator('[data-bulk="purge"]').click()
+    expect(dialog).to_contain_text("Purge 1 dead letter?")
+    expect(dialog).to_contain_text("every dead letter (no filter)")
+    dialog.get_by_role("button", name="Keep it").click()  # the safe choice changes nothing
+    assert node.get("/dlq").body["total"] == 1
+    page.locator('[data-bulk="purge"]').click()
+    dialog.get_by_role("button", name="Purge 1 dead letter").click()
+    expect(page.locator(".toast").last).to_contain_text("Purged 1 dead letter.")
+    assert node.get("/dlq").body["total"] == 0

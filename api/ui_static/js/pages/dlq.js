@@ -1,4 +1,5 @@
-// Dead letters: filter by type, queue and error text; replay or purge one. Rows come
+// Dead letters: filter by type, queue and error text; replay or purge one, or every
+// letter the filters select (confirmed with their count). Rows come
 // from GET /summary/dlq (payloads and errors cut to a preview by the store), refreshed
 // every 5 s while "Live" is on.
 
@@ -10,15 +11,57 @@ import { callout, confirmAction, explain, pageHead, pager, table, toast } from "
 const EVERY_MS = 5000;
 const LIMIT = 25;
 
+const BULK_LIMIT = 1000; // letters per request, the most the node takes
+
 /**
- * Bulk replay and purge by filter. The node has no such routes yet (they are planned:
- * `POST /dlq/replay` and `DELETE /dlq` with these same filters, answering how many were
- * affected); once it documents them in /openapi.json, this returns the buttons for the
- * toolbar, each confirmed with the count the filter matches. Until then: nothing, rather
- * than a loop of single calls pretending to be one action.
+ * Bulk replay and purge of every dead letter the page's filters select (all of them with
+ * none), through `POST /dlq/replay` and `DELETE /dlq` with the same filters. Each asks
+ * first, naming how many letters match now; then it calls as often as it takes, stopping
+ * after that many (letters that die meanwhile are not chased). None for one job's letter.
  */
-function bulkActions() {
-  return [];
+function bulkActions(filters, afterwards) {
+  if (filters.job_id) return [];
+  const selection = { type: filters.type, queue: filters.queue, error: filters.error };
+  const described = Object.entries(selection).filter(([, v]) => v).map(([k, v]) => (k === "error" ? `whose last error contains "${v}"` : `of ${k} ${v}`));
+  const which = described.length ? `the letters ${described.join(", ")}` : "every dead letter (no filter)";
+  const action = (verb, run) => async () => {
+    let matching;
+    try {
+      matching = (await api("summary/dlq", { query: { ...selection, limit: 1, preview: 1 } })).total;
+    } catch (err) {
+      toast(`Could not count the dead letters: ${explain(err)}`, { bad: true });
+      return;
+    }
+    if (!matching) {
+      toast("No dead letter matches these filters.");
+      return;
+    }
+    const letters = `${int(matching)} dead ${matching === 1 ? "letter" : "letters"}`;
+    const ok = await confirmAction(
+      verb === "replay"
+        ? { title: `Replay ${letters}?`, what: [`Each becomes a fresh job and leaves the dead-letter queue: ${which}.`, "The oldest go first."], confirm: `Replay ${letters}`, danger: false }
+        : { title: `Purge ${letters}?`, what: [`Deleted for good, job snapshots and errors: ${which}.`, "Their jobs stay failed and can no longer be replayed."], confirm: `Purge ${letters}` },
+    );
+    if (!ok) return;
+    const query = { ...selection, all: described.length ? "" : "true" };
+    let done = 0;
+    try {
+      while (done < matching) {
+        const answer = await run({ ...query, limit: Math.min(BULK_LIMIT, matching - done) });
+        const count = answer.replayed ?? answer.purged;
+        done += count;
+        if (!count || !answer.remaining) break;
+      }
+      toast(`${verb === "replay" ? "Replayed" : "Purged"} ${int(done)} dead ${done === 1 ? "letter" : "letters"}.`);
+    } catch (err) {
+      toast(`Stopped after ${int(done)}: ${explain(err)}`, { bad: true });
+    }
+    afterwards();
+  };
+  return [
+    h("button", { type: "button", class: "small", "data-bulk": "replay", onclick: action("replay", (query) => api("dlq/replay", { method: "POST", query })) }, icon("replay"), "Replay all matching"),
+    h("button", { type: "button", class: "small danger", "data-bulk": "purge", onclick: action("purge", (query) => api("dlq", { method: "DELETE", query })) }, icon("trash"), "Purge all matching"),
+  ];
 }
 
 export async function replayDead(letter, navigateTo) {
@@ -71,7 +114,7 @@ export default {
     const liveBox = h("input", { type: "checkbox", id: "d-live", checked: true });
     const filtered = filters.type || filters.queue || filters.error || filters.job_id;
     const body = h("div", null, h("div", { class: "loading" }, "Loading dead letters…"));
-    const bulk = h("div", { class: "actions" }, bulkActions(filters));
+    const bulk = h("div", { class: "actions" }, bulkActions(filters, () => live.now()));
 
     root.append(
       pageHead("Dead letters", { sub: "Jobs whose retries ran out, with every attempt's error. Replay one to run it again as a fresh job." }),
