@@ -91,6 +91,7 @@ class ActorInfo(msgspec.Struct, array_like=True):
     concurrency: int | None = None
     queue: str | None = None
     priority: int | None = None
+    schedule: str | None = None  # a five-field cron expression (UTC): a periodic job
 
 
 class Ready(msgspec.Struct, tag="ready", tag_field="msg", array_like=True):

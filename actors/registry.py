@@ -28,7 +28,8 @@ if TYPE_CHECKING:
     from goqueue.client.core import AsyncProducer, JobOptions, Producer
 
 _NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}$")
-_OPTIONS = ("timeout", "max_retries", "concurrency", "queue", "priority")
+_OPTIONS = ("timeout", "max_retries", "concurrency", "queue", "priority", "schedule")
+_CRON_FIELD = re.compile(r"[0-9A-Za-z*/,\-#?LW]+")
 
 
 class Link(Protocol):
@@ -88,6 +89,7 @@ class Actor:
     concurrency: int | None = None
     queue: str | None = None
     priority: int | None = None
+    schedule: str | None = None  # five-field cron (UTC): the node enqueues one job per tick
 
     @property
     def is_async(self) -> bool:
@@ -97,7 +99,13 @@ class Actor:
     def info(self) -> ActorInfo:
         """The declaration as sent to the supervisor."""
         return ActorInfo(
-            self.name, self.timeout, self.max_retries, self.concurrency, self.queue, self.priority
+            self.name,
+            self.timeout,
+            self.max_retries,
+            self.concurrency,
+            self.queue,
+            self.priority,
+            self.schedule,
         )
 
     def __call__(self, payload: Any, ctx: Context) -> Any:
@@ -182,6 +190,8 @@ def _check_options(name: str | None, options: Mapping[str, Any]) -> None:
                 raise ActorDefinitionError(
                     f"{label}: queue must be 1-200 characters of letters, digits, _.:-"
                 )
+        elif key == "schedule":
+            _check_schedule(label, value)
         elif key == "priority":
             ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 10
             if not ok:
@@ -190,6 +200,17 @@ def _check_options(name: str | None, options: Mapping[str, Any]) -> None:
             low = 0 if key == "max_retries" else 1
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ActorDefinitionError(f"{label}: {key} must be an integer >= {low}")
+
+
+def _check_schedule(label: str, value: object) -> None:
+    """The shape of a cron expression only: a worker loads no cron parser; the supervisor
+    checks the expression itself and refuses to start on a bad one, naming the actor."""
+    fields = value.split() if isinstance(value, str) else []
+    if len(fields) != 5 or not all(_CRON_FIELD.fullmatch(f) for f in fields):
+        raise ActorDefinitionError(
+            f"{label}: schedule must be a five-field cron expression "
+            f"(minute hour day month weekday), got {value!r}"
+        )
 
 
 class Registry(dict[str, Actor]):

@@ -571,3 +571,6 @@ def add_client_commands(subparsers: Subparsers) -> None:
     _add_jobs(subparsers, common)
     _add_queues(subparsers, common)
     _add_dlq(subparsers, common)
+    from goqueue.api.client_schedules import add_schedules  # it imports this module
+
+    add_schedules(subparsers, common)

@@ -31,6 +31,8 @@ from goqueue.supervisor.options import (
     LIMIT_FLAG,
     LIMIT_HELP,
     LIMIT_METAVAR,
+    SCHEDULE_EXAMPLE,
+    SCHEDULE_HELP,
 )
 
 MARKDOWN_BEGIN = (
@@ -79,6 +81,8 @@ def example_toml() -> str:
         + _comment(f"Default: {LIMIT_DEFAULT}. Flag: {LIMIT_FLAG} {LIMIT_METAVAR}.")
         + f"#[limits]\n{limits}\n"
     )
+    schedule = "\n".join(f"#{key} = {value}" for key, value in SCHEDULE_EXAMPLE)
+    blocks.append(_comment(f"Periodic jobs: {SCHEDULE_HELP}.") + f"#[[schedules]]\n{schedule}\n")
     return "\n".join(blocks)
 
 

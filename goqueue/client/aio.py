@@ -22,6 +22,7 @@ from goqueue.api.wire import (
     JobList,
     JobOut,
     QueueStats,
+    ScheduleOut,
     StatsOut,
 )
 from goqueue.client import core
@@ -66,6 +67,7 @@ class AsyncClient:
         self.max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
         self.dlq = AsyncDeadLetters(self)
+        self.schedules = AsyncSchedules(self)
 
     @property
     def url(self) -> str:
@@ -288,3 +290,22 @@ class AsyncDeadLetters:
     async def purge(self, dead_id: str) -> str:
         """Delete a dead letter; returns its id."""
         return await self._client.execute(core.purge(dead_id))
+
+
+class AsyncSchedules:
+    """`client.schedules` of an `AsyncClient`: the node's periodic jobs."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
+
+    async def list(self) -> builtins.list[ScheduleOut]:
+        """Every schedule: next fire, last fire and its job, enabled or not."""
+        return await self._client.execute(core.schedules())
+
+    async def enable(self, name: str) -> ScheduleOut:
+        """Enable a schedule (with PostgreSQL for every node, across restarts)."""
+        return await self._client.execute(core.set_schedule_enabled(name, True))
+
+    async def disable(self, name: str) -> ScheduleOut:
+        """Disable a schedule: its ticks enqueue nothing until it is enabled again."""
+        return await self._client.execute(core.set_schedule_enabled(name, False))

@@ -31,6 +31,8 @@ from goqueue.api.wire import (
     JobOut,
     Purged,
     QueueStats,
+    ScheduleList,
+    ScheduleOut,
     StatsOut,
     error_field,
 )
@@ -264,6 +266,8 @@ _read_queue = _decoder(QueueStats)
 _decode_events = msgspec.json.Decoder(EventList).decode
 _decode_batch = msgspec.json.Decoder(BatchResponse).decode
 _decode_purged = msgspec.json.Decoder(Purged).decode
+_decode_schedules = msgspec.json.Decoder(ScheduleList).decode
+_read_schedule = _decoder(ScheduleOut)
 
 
 class Submitted(NamedTuple):
@@ -433,6 +437,19 @@ def purge(dead_id: str) -> Call[str]:
     return Call(
         "DELETE", f"/dlq/{quote(dead_id)}", lambda status, body: _decode_purged(body).purged
     )
+
+
+def schedules() -> Call[list[ScheduleOut]]:
+    """GET /schedules: the node's periodic jobs, by name."""
+    return Call(
+        "GET", "/schedules", lambda status, body: _decode_schedules(body).schedules, safe=True
+    )
+
+
+def set_schedule_enabled(name: str, enabled: bool) -> Call[ScheduleOut]:
+    """POST /schedules/{name}/enable or /disable (the same twice is the same as once)."""
+    action = "enable" if enabled else "disable"
+    return Call("POST", f"/schedules/{quote(name)}/{action}", _read_schedule, safe=True)
 
 
 # -- results -------------------------------------------------------------------------------

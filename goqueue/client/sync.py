@@ -18,7 +18,14 @@ from collections.abc import Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import Any, TypeVar, Unpack
 
-from goqueue.api.wire import MAX_WAIT_SECONDS, DeadLetterList, DeadLetterOut, JobList, JobOut
+from goqueue.api.wire import (
+    MAX_WAIT_SECONDS,
+    DeadLetterList,
+    DeadLetterOut,
+    JobList,
+    JobOut,
+    ScheduleOut,
+)
 from goqueue.api.wire import QueueStats as QueueStats
 from goqueue.api.wire import StatsOut as StatsOut
 from goqueue.client import core
@@ -119,6 +126,7 @@ class Client:
         self.retries = retries or Retries()
         self._pool = _Pool(self.endpoint, timeout, pool_size)
         self.dlq = DeadLetters(self)
+        self.schedules = Schedules(self)
 
     @property
     def url(self) -> str:
@@ -356,3 +364,22 @@ class DeadLetters:
     def purge(self, dead_id: str) -> str:
         """Delete a dead letter; returns its id."""
         return self._client.execute(core.purge(dead_id))
+
+
+class Schedules:
+    """`client.schedules`: the node's periodic jobs."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def list(self) -> builtins.list[ScheduleOut]:
+        """Every schedule: next fire, last fire and its job, enabled or not."""
+        return self._client.execute(core.schedules())
+
+    def enable(self, name: str) -> ScheduleOut:
+        """Enable a schedule (with PostgreSQL for every node, across restarts)."""
+        return self._client.execute(core.set_schedule_enabled(name, True))
+
+    def disable(self, name: str) -> ScheduleOut:
+        """Disable a schedule: its ticks enqueue nothing until it is enabled again."""
+        return self._client.execute(core.set_schedule_enabled(name, False))

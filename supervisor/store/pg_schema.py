@@ -314,6 +314,34 @@ CREATE INDEX webhook_deliveries_finished ON {s}.webhook_deliveries (created_at)
     WHERE next_attempt_at IS NULL;
 """,
     ),
+    # Migration 6 is unique jobs and the bulk dead-letter actions (another branch).
+    Migration(
+        7,
+        "periodic jobs",
+        """
+-- One row per schedule ever fired or switched: whether it is enabled (for every node,
+-- across restarts), its last fire (the tick's time) and the job that made, and when it
+-- was last enabled (ticks before that were refused, not missed).
+CREATE TABLE {s}.schedules (
+    name        text PRIMARY KEY,
+    enabled     boolean NOT NULL DEFAULT true,
+    last_fire   timestamptz,
+    last_job_id uuid,
+    enabled_at  timestamptz,
+    updated_at  timestamptz NOT NULL DEFAULT now()
+);
+-- One row per fired tick: its primary key is what makes a tick fire once however many
+-- nodes try it. The firing statement prunes a schedule's rows older than a day.
+CREATE TABLE {s}.schedule_fires (
+    schedule  text NOT NULL,
+    fire_time timestamptz NOT NULL,
+    job_id    uuid NOT NULL,
+    node      text NOT NULL,
+    fired_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (schedule, fire_time)
+);
+""",
+    ),
 )
 
 
@@ -354,8 +382,8 @@ def lock_key(schema: str) -> str:
     return f"goqueue.migrate.{schema}"
 
 
-async def current_version(conn: AsyncConnection[TupleRow], schema: str) -> int:
-    """The highest applied migration of `schema` (0 when none)."""
+async def applied_versions(conn: AsyncConnection[TupleRow], schema: str) -> frozenset[int]:
+    """The migrations of `schema` already applied (none when it has no version table)."""
     from psycopg import sql
 
     cur = await conn.execute(
@@ -363,13 +391,10 @@ async def current_version(conn: AsyncConnection[TupleRow], schema: str) -> int:
     )
     row = await cur.fetchone()
     if not row or not row[0]:
-        return 0
-    query = sql.SQL("SELECT coalesce(max(version), 0) FROM {}.schema_version").format(
-        sql.Identifier(schema)
-    )
+        return frozenset()
+    query = sql.SQL("SELECT version FROM {}.schema_version").format(sql.Identifier(schema))
     cur = await conn.execute(query)
-    row = await cur.fetchone()
-    return int(row[0]) if row else 0
+    return frozenset(int(r[0]) for r in await cur.fetchall())
 
 
 async def migrate(conn: AsyncConnection[TupleRow], schema: str) -> list[int]:
@@ -396,9 +421,11 @@ async def migrate(conn: AsyncConnection[TupleRow], schema: str) -> list[int]:
                 " applied_at timestamptz NOT NULL DEFAULT now())"
             ).format(ident)
         )
-        done = await current_version(conn, schema)
+        # Every step not yet recorded, not only those above the highest: steps written on
+        # parallel branches may land in either order.
+        done = await applied_versions(conn, schema)
         for step in MIGRATIONS:
-            if step.version <= done:
+            if step.version in done:
                 continue
             await conn.execute(sql.SQL(step.sql).format(s=ident))
             await conn.execute(

@@ -18,7 +18,8 @@ row, and hands every other request to its parts, each a module beside it:
 replays), `pg_outcomes` (claims and lease-fenced writes), `pg_reads` (reads and
 pruning), `pg_notify` (NOTIFY, LISTEN and wake-ups), `pg_sql` (every statement),
 `pg_schema` (schema name and migrations), `pg_rows` (values to and from rows),
-`pg_group_commit`, and `pg_outbox` (the webhook outbox, delivered by `outbox.Outbox`).
+`pg_group_commit`, `pg_outbox` (the webhook outbox, delivered by `outbox.Outbox`) and
+`pg_schedules` (periodic jobs fired once per tick across nodes).
 """
 
 from __future__ import annotations
@@ -45,6 +46,7 @@ from goqueue.supervisor.jobs import (
     QueueStats,
     Stats,
 )
+from goqueue.supervisor.schedules import Fired, ScheduleState
 from goqueue.supervisor.store import pg_rows, pg_schema
 from goqueue.supervisor.store.base import NewJob
 from goqueue.supervisor.store.pg_connection import Connections
@@ -53,6 +55,7 @@ from goqueue.supervisor.store.pg_notify import Listener, Notifier, Wakeups
 from goqueue.supervisor.store.pg_outbox import OutboxRows
 from goqueue.supervisor.store.pg_outcomes import Outcomes
 from goqueue.supervisor.store.pg_reads import Reads
+from goqueue.supervisor.store.pg_schedules import ScheduleRows
 from goqueue.supervisor.store.pg_sql import Sql, Statements
 from goqueue.supervisor.store.pg_summaries import Summaries
 from goqueue.supervisor.summaries import DeadFilter, NodeSummary, QueueSummary
@@ -109,6 +112,7 @@ class PostgresStore:
         self._reads = Reads(self._db, self._sql)
         self.outbox = OutboxRows(self._db, self._sql, node_id)  # delivered by `Outbox`
         self._summaries = Summaries(self._db, self._sql, self._outcomes.live_window)
+        self._schedules = ScheduleRows(self._db, self._sql, node_id, self._enqueuer, self._wakeups)
         self._tasks: list[asyncio.Task[None]] = []
         self._limits: dict[str, int | None] | None = None
         self._known: tuple[float, frozenset[str]] = (0.0, frozenset())
@@ -324,6 +328,22 @@ class PostgresStore:
     async def prune(self, finished_before: datetime, limit: int) -> int:
         """Delete old finished jobs and their audit trails, oldest first."""
         return await self._reads.prune(finished_before, limit)
+
+    # -- periodic jobs -----------------------------------------------------------------
+
+    async def schedule_states(self) -> dict[str, ScheduleState]:
+        """Every schedule's state, as every node sees it."""
+        return await self._schedules.states()
+
+    async def fire_schedule(
+        self, name: str, tick: datetime, new: NewJob, *, missed: bool = False
+    ) -> tuple[Fired, Job | None]:
+        """Store the tick's job, exactly once across nodes."""
+        return await self._schedules.fire(name, tick, new, missed=missed)
+
+    async def set_schedule_enabled(self, name: str, enabled: bool) -> ScheduleState:
+        """Enable or disable a schedule for every node, kept across restarts."""
+        return await self._schedules.switch(name, enabled)
 
     # -- summaries for operators (the dashboard) -----------------------------------------
 
