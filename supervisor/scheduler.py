@@ -132,14 +132,14 @@ class Scheduler:
 
     async def run(self) -> None:
         """Recover what was missed, then fire each tick as it comes."""
-        await self._recover()
+        await self.recover()
         while True:
             delay = await self.tick()
             self._wakeup.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wakeup.wait(), min(MAX_SLEEP, delay))
 
-    async def _recover(self) -> None:
+    async def recover(self) -> None:
         """Start each schedule's count of ticks from what the store remembers."""
         while True:
             try:
