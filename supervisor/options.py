@@ -425,7 +425,7 @@ LIMIT_EXAMPLE: Mapping[str, int] = MappingProxyType({"report": 2})
 
 # Periodic jobs are not an `Option` either: `[[schedules]]` tables in the file only.
 SCHEDULE_HELP = (
-    "periodic jobs, one [[schedules]] table each: name, type, cron (five fields, in "
+    "one [[schedules]] table per periodic job: name, type, cron (five fields, in "
     "timezone, UTC unless given) or every_seconds, and optionally payload, queue, priority and "
     'missed ("once": a tick missed while every node was down fires once on recovery, the '
     'default; "skip": it does not); an actor\'s schedule= of the same name loses to it'
