@@ -28,7 +28,16 @@ if TYPE_CHECKING:
     from goqueue.client.core import AsyncProducer, JobOptions, Producer
 
 _NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}$")
-_OPTIONS = ("timeout", "max_retries", "concurrency", "queue", "priority", "schedule")
+_OPTIONS = (
+    "timeout",
+    "max_retries",
+    "concurrency",
+    "queue",
+    "priority",
+    "schedule",
+    "rate_limit",
+)
+_RATE = re.compile(r"\s*[1-9][0-9]{0,5}\s*/\s*[smh]\s*")
 _CRON_FIELD = re.compile(r"[0-9A-Za-z*/,\-#?LW]+")
 
 
@@ -90,6 +99,7 @@ class Actor:
     queue: str | None = None
     priority: int | None = None
     schedule: str | None = None  # five-field cron (UTC): the node enqueues one job per tick
+    rate_limit: str | None = None  # at most N starts per second, minute or hour: "20/s"
 
     @property
     def is_async(self) -> bool:
@@ -106,6 +116,7 @@ class Actor:
             self.queue,
             self.priority,
             self.schedule,
+            self.rate_limit,
         )
 
     def __call__(self, payload: Any, ctx: Context) -> Any:
@@ -190,8 +201,8 @@ def _check_options(name: str | None, options: Mapping[str, Any]) -> None:
                 raise ActorDefinitionError(
                     f"{label}: queue must be 1-200 characters of letters, digits, _.:-"
                 )
-        elif key == "schedule":
-            _check_schedule(label, value)
+        elif key in ("schedule", "rate_limit"):
+            _check_timing(label, key, value)
         elif key == "priority":
             ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 10
             if not ok:
@@ -202,9 +213,16 @@ def _check_options(name: str | None, options: Mapping[str, Any]) -> None:
                 raise ActorDefinitionError(f"{label}: {key} must be an integer >= {low}")
 
 
-def _check_schedule(label: str, value: object) -> None:
-    """The shape of a cron expression only: a worker loads no cron parser; the supervisor
-    checks the expression itself and refuses to start on a bad one, naming the actor."""
+def _check_timing(label: str, key: str, value: object) -> None:
+    """`schedule` and `rate_limit`. Of a cron expression only the shape: a worker loads
+    no cron parser; the supervisor checks the expression itself and leaves a bad one
+    out, naming the actor."""
+    if key == "rate_limit":
+        if not isinstance(value, str) or not _RATE.fullmatch(value):
+            raise ActorDefinitionError(
+                f'{label}: rate_limit must be N/s, N/m or N/h (as "100/s"), got {value!r}'
+            )
+        return
     fields = value.split() if isinstance(value, str) else []
     if len(fields) != 5 or not all(_CRON_FIELD.fullmatch(f) for f in fields):
         raise ActorDefinitionError(

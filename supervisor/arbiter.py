@@ -176,9 +176,8 @@ class Arbiter:
         self._first_ready = asyncio.get_running_loop().create_future()
         await self._retrying("starting the first worker", self._spawn_first, OSError)
         ready = await self._first_ready
-        problems = self._adopt(
-            Catalog(ready.actors, self.settings.limits), Policy.of(self.settings)
-        )
+        catalog = Catalog(ready.actors, self.settings.limits, self.settings.rate_limits)
+        problems = self._adopt(catalog, Policy.of(self.settings))
         if problems:
             raise BootError(problems[0])
         register = partial(self.store.register_node, self.catalog.limits())
@@ -457,7 +456,8 @@ class Arbiter:
             WorkerConfig.of(settings), Recycle.of(settings), settings.max_worker_rss_mb
         )
         self.target = settings.workers
-        self._adopt(Catalog(message.actors, settings.limits), Policy.of(settings))
+        catalog = Catalog(message.actors, settings.limits, settings.rate_limits)
+        self._adopt(catalog, Policy.of(settings))
         self._tasks.append(asyncio.ensure_future(self.store.register_node(self.catalog.limits())))
         extra = {"generation": self.generation, "types": sorted(self.catalog.types)}
         log.info("reloaded", extra=extra)

@@ -136,6 +136,13 @@ class Metrics:
             ["schedule"],
             registry=reg,
         )
+        self.rate_limit_waits = Counter(
+            "goqueue_rate_limit_waits_total",
+            "Dispatch passes that held a type's jobs back because its rate limit's window "
+            "was used up.",
+            ["type"],
+            registry=reg,
+        )
         self._depth_keys: set[tuple[str, str]] = set()
         self._children: dict[tuple[object, ...], Any] = {}
         self._start_at_zero()
@@ -200,6 +207,10 @@ class Metrics:
     def enqueued(self, job_type: str, n: int = 1) -> None:
         """`n` jobs of `job_type` were stored."""
         self._labels(self.enqueued_jobs, job_type).inc(n)
+
+    def rate_limit_wait(self, job_type: str) -> None:
+        """A dispatch pass held `job_type` back: its window's starts were used up."""
+        self._labels(self.rate_limit_waits, job_type).inc()
 
     def declare_schedules(self, names: Iterable[str]) -> None:
         """Create the series of the node's schedules at zero."""

@@ -26,6 +26,7 @@ from goqueue.supervisor.jobs import (
     QueueStats,
     Stats,
 )
+from goqueue.supervisor.rates import Rate, Taken
 from goqueue.supervisor.schedules import Fired, ScheduleState
 from goqueue.supervisor.summaries import DeadFilter, NodeSummary, QueueSummary
 
@@ -161,6 +162,16 @@ class Store(Protocol):
     def set_waker(self, wake: Callable[[], None]) -> None:
         """Give the store the dispatcher's wake-up, to call when work may be claimable
         (a job enqueued or made due, here or — through LISTEN/NOTIFY — on another node)."""
+
+    # -- rate limits -------------------------------------------------------------------
+
+    async def take_starts(self, job_type: str, rate: Rate, want: int) -> Taken:
+        """Take up to `want` starts of `job_type` from its current window of `rate`
+        (PostgreSQL: counted across every node, on the database's clock; memory: this
+        node's). Raises StoreUnavailable."""
+
+    async def return_starts(self, job_type: str, window: float, count: int) -> None:
+        """Give back `count` starts taken from `window` and not used."""
 
     # -- periodic jobs -----------------------------------------------------------------
 

@@ -40,6 +40,7 @@ from goqueue.supervisor.jobs import (
     new_id,
     utcnow,
 )
+from goqueue.supervisor.rates import Rate, StartWindows, Taken
 from goqueue.supervisor.schedules import Fired, ScheduleState, fire_detail
 from goqueue.supervisor.store.base import NewJob
 from goqueue.supervisor.store.memory_heaps import PendingHeaps
@@ -99,6 +100,7 @@ class MemoryStore:
         self._wake: Callable[[], None] = lambda: None
         self._opened_at = self.clock()
         self._schedules = ScheduleBook()
+        self._starts = StartWindows()
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -181,6 +183,16 @@ class MemoryStore:
             return []
         max_retries = spec.max_retries if spec.max_retries is not None else DEFAULT_MAX_RETRIES
         return [self._insert(spec, now, max_retries, parent.id)]
+
+    # -- rate limits (this node's own) -----------------------------------------------
+
+    async def take_starts(self, job_type: str, rate: Rate, want: int) -> Taken:
+        """Take starts from the type's current window, on this node."""
+        return self._starts.take(job_type, rate, want, self.clock().timestamp())
+
+    async def return_starts(self, job_type: str, window: float, count: int) -> None:
+        """Give back unused starts."""
+        self._starts.give_back(job_type, window, count)
 
     # -- periodic jobs (this node's own) ---------------------------------------------
 

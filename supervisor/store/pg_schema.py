@@ -342,6 +342,48 @@ CREATE TABLE {s}.schedule_fires (
 );
 """,
     ),
+    Migration(
+        8,
+        "rate limits",
+        """
+-- The starts taken in each rate-limited type's current window, shared by every node.
+CREATE TABLE {s}.rate_windows (
+    type         text NOT NULL,
+    window_start timestamptz NOT NULL,
+    used         integer NOT NULL,
+    PRIMARY KEY (type, window_start)
+);
+-- Take up to p_want starts of p_type from its window of p_period seconds (aligned on
+-- the epoch, on the database's clock), at most p_limit per window; nodes take turns on
+-- the window's row. Older windows of the type are deleted on the way. Nothing is granted
+-- in a window's last p_guard seconds: a job claimed then would start in the next one.
+CREATE FUNCTION {s}.take_starts(p_type text, p_limit integer, p_period float8,
+    p_want integer, p_guard float8,
+    OUT o_granted integer, OUT o_window float8, OUT o_left float8)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_now float8 := extract(epoch FROM clock_timestamp());
+    v_used integer;
+BEGIN
+    o_window := floor(v_now / p_period) * p_period;
+    o_left := o_window + p_period - v_now;
+    IF o_left < p_guard THEN
+        o_granted := 0;
+        RETURN;
+    END IF;
+    INSERT INTO {s}.rate_windows (type, window_start, used)
+    VALUES (p_type, to_timestamp(o_window), 0) ON CONFLICT DO NOTHING;
+    SELECT r.used INTO v_used FROM {s}.rate_windows r
+    WHERE r.type = p_type AND r.window_start = to_timestamp(o_window) FOR UPDATE;
+    o_granted := least(p_want, greatest(0, p_limit - v_used));
+    UPDATE {s}.rate_windows r SET used = r.used + o_granted
+    WHERE r.type = p_type AND r.window_start = to_timestamp(o_window);
+    DELETE FROM {s}.rate_windows r
+    WHERE r.type = p_type AND r.window_start < to_timestamp(o_window);
+END
+$fn$;
+""",
+    ),
 )
 
 

@@ -189,6 +189,9 @@ class Sql(StrEnum):
     SCHEDULE_FIRE = auto()
     SCHEDULE_FIRED = auto()
     SCHEDULE_SWITCH = auto()
+    # rate limits
+    TAKE_STARTS = auto()
+    RETURN_STARTS = auto()
 
 
 TEMPLATES: Final[Mapping[Sql, str]] = MappingProxyType(
@@ -525,6 +528,12 @@ TEMPLATES: Final[Mapping[Sql, str]] = MappingProxyType(
                     ELSE t.enabled_at END,
                 updated_at = now()
             RETURNING name, enabled, last_fire, last_job_id, enabled_at""",
+        Sql.TAKE_STARTS: """
+            SELECT o_granted, o_window, o_left
+            FROM {s}.take_starts(%(type)s, %(limit)s, %(period)s, %(want)s, %(guard)s)""",
+        Sql.RETURN_STARTS: """
+            UPDATE {s}.rate_windows SET used = greatest(0, used - %(count)s)
+            WHERE type = %(type)s AND window_start = to_timestamp(%(window)s)""",
     }
 )
 

@@ -46,6 +46,7 @@ from goqueue.supervisor.jobs import (
     QueueStats,
     Stats,
 )
+from goqueue.supervisor.rates import Rate, Taken
 from goqueue.supervisor.schedules import Fired, ScheduleState
 from goqueue.supervisor.store import pg_rows, pg_schema
 from goqueue.supervisor.store.base import NewJob
@@ -328,6 +329,25 @@ class PostgresStore:
     async def prune(self, finished_before: datetime, limit: int) -> int:
         """Delete old finished jobs and their audit trails, oldest first."""
         return await self._reads.prune(finished_before, limit)
+
+    # -- rate limits -------------------------------------------------------------------
+
+    async def take_starts(self, job_type: str, rate: Rate, want: int) -> Taken:
+        """Take starts from the type's current window, counted across every node."""
+        params = {
+            "type": job_type,
+            "limit": rate.limit,
+            "period": rate.period,
+            "want": want,
+            "guard": rate.guard,
+        }
+        (row,) = await self._db.execute(self._sql[Sql.TAKE_STARTS], params)
+        return Taken(int(row[0]), float(row[1]), float(row[2]))
+
+    async def return_starts(self, job_type: str, window: float, count: int) -> None:
+        """Give back unused starts (nothing once the window is over)."""
+        params = {"type": job_type, "window": window, "count": count}
+        await self._db.execute(self._sql[Sql.RETURN_STARTS], params)
 
     # -- periodic jobs -----------------------------------------------------------------
 

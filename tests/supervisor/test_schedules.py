@@ -1,6 +1,6 @@
 """Schedules as declared: cron and period timetables (time zones, DST as cronsim
 defines it), what makes a declaration invalid, and how the config file and actors
-declare them."""
+declare them; rate limits too, declared the same ways."""
 
 from __future__ import annotations
 
@@ -13,7 +13,9 @@ import pytest
 from goqueue.actors.errors import ActorDefinitionError
 from goqueue.actors.registry import actor
 from goqueue.supervisor import config
+from goqueue.supervisor.catalog import Catalog
 from goqueue.supervisor.errors import ConfigError
+from goqueue.supervisor.rates import Rate, StartWindows, parse_rate
 from goqueue.supervisor.schedules import (
     Missed,
     ScheduleSpec,
@@ -165,3 +167,50 @@ def test_a_fired_jobs_event_detail() -> None:
     tick = datetime(2030, 1, 31, 10, 0, tzinfo=PARIS)
     assert fire_detail("r", tick, False) == "schedule r at 2030-01-31T09:00:00Z"
     assert fire_detail("r", tick, True) == "schedule r at 2030-01-31T09:00:00Z, missed"
+
+
+# -- rate limits (declared as schedules are: in the config and on actors) ---------------
+
+
+@pytest.mark.parametrize(
+    ("text", "limit", "period"),
+    [("100/s", 100, 1.0), ("6000/m", 6000, 60.0), (" 2 / h ", 2, 3600.0)],
+)
+def test_rates_read_as_starts_per_window(text: str, limit: int, period: float) -> None:
+    rate = parse_rate(text)
+    assert (rate.limit, rate.period) == (limit, period)
+    assert rate.guard == min(0.05, period / 20)
+
+
+@pytest.mark.parametrize("bad", ["100", "0/s", "10/d", "1.5/s", "x/s", 10, "2000000/s"])
+def test_unreadable_rates_are_refused(bad: object) -> None:
+    with pytest.raises(ValueError):
+        parse_rate(bad)
+
+
+def test_rate_limits_in_the_file_and_on_actors_the_config_winning(tmp_path: Path) -> None:
+    path = tmp_path / "goqueue.toml"
+    path.write_text('[rate_limits]\nemail = "20/s"\n')
+    settings = config.load(None, {"GOQUEUE_CONFIG": str(path)})
+    assert settings.rate_limits == {"email": "20/s"}
+    email = actor("email", rate_limit="5/s")(lambda payload, ctx: None)
+    report = actor("report", rate_limit="6000/m")(lambda payload, ctx: None)
+    catalog = Catalog([email.info(), report.info()], {}, settings.rate_limits)
+    assert catalog.rates == {"email": Rate(20, 1.0), "report": Rate(6000, 60.0)}
+    path.write_text('[rate_limits]\nemail = "fast"\n')
+    with pytest.raises(ConfigError, match="rate_limits: email: expected STARTS/s"):
+        config.load(None, {"GOQUEUE_CONFIG": str(path)})
+    with pytest.raises(ActorDefinitionError, match="rate_limit must be N/s, N/m or N/h"):
+        actor("x", rate_limit="5 per second")
+
+
+def test_a_memory_window_counts_starts_and_takes_back_unused_ones() -> None:
+    windows = StartWindows()
+    rate = Rate(3, 1.0)
+    taken = windows.take("a", rate, 2, now=100.2)
+    assert (taken.granted, taken.window) == (2, 100.0) and taken.seconds_left == pytest.approx(0.8)
+    assert windows.take("a", rate, 5, now=100.3).granted == 1
+    windows.give_back("a", 100.0, 1)
+    assert windows.take("a", rate, 5, now=100.4).granted == 1
+    assert windows.take("a", rate, 5, now=100.97).granted == 0  # the guard: 50 ms
+    assert windows.take("a", rate, 5, now=101.0).granted == 3  # a new window
