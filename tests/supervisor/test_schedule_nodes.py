@@ -315,3 +315,25 @@ def test_disabling_holds_for_every_node_and_across_restarts(
     wait_for(lambda: len(fires_from_db(pg_args)) > count, timeout=5)
     missed = [m for _, m in fires(c) if m]
     assert missed == [], "the ticks it was off for are not missed ticks"
+
+
+def test_the_python_clients_list_and_switch_schedules(start_memory: Start, tmp_path: Path) -> None:
+    import asyncio
+
+    import goqueue
+
+    node = start_memory("--config", str(config(tmp_path, beat(every=3600))))
+    with goqueue.Client(node.url) as client:
+        listed = {s.name: s for s in client.schedules.list()}
+        assert set(listed) == {"beat", "minutely"} and listed["beat"].every_seconds == 3600
+        assert not client.schedules.disable("beat").enabled
+        with pytest.raises(goqueue.NotFound):
+            client.schedules.enable("nope")
+
+    async def run() -> None:
+        async with goqueue.AsyncClient(node.url) as client:
+            assert not {s.name: s for s in await client.schedules.list()}["beat"].enabled
+            again = await client.schedules.enable("beat")
+            assert again.enabled and again.next_fire is not None
+
+    asyncio.run(run())
