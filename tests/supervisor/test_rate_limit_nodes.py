@@ -9,6 +9,7 @@ import time
 import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
+from datetime import datetime
 from pathlib import Path
 
 import pytest
@@ -21,14 +22,19 @@ ACTORS = ("--actors", "ratedactors")
 
 
 def starts(node: Node, job_type: str, count: int, timeout: float) -> list[float]:
-    """When each of the `count` jobs of `job_type` started (their results), once all
-    are done."""
+    """When each of the `count` jobs of `job_type` started, as the job records it
+    (`started_at`: its claim), once all are done. Their workers' own clocks (the
+    results) must agree within the guard the limiter keeps at each window's end."""
 
     def done() -> list[dict] | None:
         jobs = node.get(f"/jobs?type={job_type}&status=done&limit=1000").body["jobs"]
         return jobs if len(jobs) >= count else None
 
-    return sorted(job["result"]["started"] for job in wait_for(done, timeout=timeout))
+    jobs = wait_for(done, timeout=timeout)
+    for job in jobs:
+        claimed = datetime.fromisoformat(job["started_at"]).timestamp()
+        assert 0 <= job["result"]["started"] - claimed < 5, job
+    return sorted(datetime.fromisoformat(job["started_at"]).timestamp() for job in jobs)
 
 
 def per_second(times: list[float]) -> Counter[int]:
