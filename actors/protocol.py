@@ -91,6 +91,8 @@ class ActorInfo(msgspec.Struct, array_like=True):
     concurrency: int | None = None
     queue: str | None = None
     priority: int | None = None
+    schedule: str | None = None  # a five-field cron expression (UTC): a periodic job
+    rate_limit: str | None = None  # at most N starts per window: "100/s", "6000/m"
 
 
 class Ready(msgspec.Struct, tag="ready", tag_field="msg", array_like=True):

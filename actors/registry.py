@@ -28,7 +28,17 @@ if TYPE_CHECKING:
     from goqueue.client.core import AsyncProducer, JobOptions, Producer
 
 _NAME = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}$")
-_OPTIONS = ("timeout", "max_retries", "concurrency", "queue", "priority")
+_OPTIONS = (
+    "timeout",
+    "max_retries",
+    "concurrency",
+    "queue",
+    "priority",
+    "schedule",
+    "rate_limit",
+)
+_RATE = re.compile(r"\s*[1-9][0-9]{0,5}\s*/\s*[smh]\s*")
+_CRON_FIELD = re.compile(r"[0-9A-Za-z*/,\-#?LW]+")
 
 
 class Link(Protocol):
@@ -88,6 +98,8 @@ class Actor:
     concurrency: int | None = None
     queue: str | None = None
     priority: int | None = None
+    schedule: str | None = None  # five-field cron (UTC): the node enqueues one job per tick
+    rate_limit: str | None = None  # at most N starts per second, minute or hour: "20/s"
 
     @property
     def is_async(self) -> bool:
@@ -97,7 +109,14 @@ class Actor:
     def info(self) -> ActorInfo:
         """The declaration as sent to the supervisor."""
         return ActorInfo(
-            self.name, self.timeout, self.max_retries, self.concurrency, self.queue, self.priority
+            self.name,
+            self.timeout,
+            self.max_retries,
+            self.concurrency,
+            self.queue,
+            self.priority,
+            self.schedule,
+            self.rate_limit,
         )
 
     def __call__(self, payload: Any, ctx: Context) -> Any:
@@ -182,6 +201,8 @@ def _check_options(name: str | None, options: Mapping[str, Any]) -> None:
                 raise ActorDefinitionError(
                     f"{label}: queue must be 1-200 characters of letters, digits, _.:-"
                 )
+        elif key in ("schedule", "rate_limit"):
+            _check_timing(label, key, value)
         elif key == "priority":
             ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 10
             if not ok:
@@ -190,6 +211,24 @@ def _check_options(name: str | None, options: Mapping[str, Any]) -> None:
             low = 0 if key == "max_retries" else 1
             if not isinstance(value, int) or isinstance(value, bool) or value < low:
                 raise ActorDefinitionError(f"{label}: {key} must be an integer >= {low}")
+
+
+def _check_timing(label: str, key: str, value: object) -> None:
+    """`schedule` and `rate_limit`. Of a cron expression only the shape: a worker loads
+    no cron parser; the supervisor checks the expression itself and leaves a bad one
+    out, naming the actor."""
+    if key == "rate_limit":
+        if not isinstance(value, str) or not _RATE.fullmatch(value):
+            raise ActorDefinitionError(
+                f'{label}: rate_limit must be N/s, N/m or N/h (as "100/s"), got {value!r}'
+            )
+        return
+    fields = value.split() if isinstance(value, str) else []
+    if len(fields) != 5 or not all(_CRON_FIELD.fullmatch(f) for f in fields):
+        raise ActorDefinitionError(
+            f"{label}: schedule must be a five-field cron expression "
+            f"(minute hour day month weekday), got {value!r}"
+        )
 
 
 class Registry(dict[str, Actor]):

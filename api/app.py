@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from aiohttp import web
-from goqueue.api import deliveries, dlq, jobs, openapi, ops, queues, summary, ui
+from goqueue.api import deliveries, dlq, jobs, openapi, ops, queues, schedules, summary, ui
 from goqueue.api.budget import QueueBudget
 from goqueue.api.connections import ConnectionGuard, connection_cap, connection_middleware
 from goqueue.api.exposure import Exposure
@@ -32,6 +32,7 @@ ROUTE_TABLES = (
     dlq.routes,
     queues.routes,
     ops.routes,
+    schedules.routes,
     summary.routes,
     ui.routes,
 )

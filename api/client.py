@@ -508,3 +508,6 @@ def add_client_commands(subparsers: Subparsers) -> None:
     from goqueue.api.client_dlq import add_dlq  # it builds on this module's helpers
 
     add_dlq(subparsers, common)
+    from goqueue.api.client_schedules import add_schedules  # it imports this module
+
+    add_schedules(subparsers, common)

@@ -31,8 +31,10 @@ from goqueue.supervisor.leases import Leases
 from goqueue.supervisor.metrics import Metrics
 from goqueue.supervisor.node import Node
 from goqueue.supervisor.pool import Pool, Recycle, WorkerConfig
+from goqueue.supervisor.scheduler import Scheduler
 from goqueue.supervisor.store.base import Store
 from goqueue.supervisor.store.memory import MemoryStore
+from goqueue.supervisor.throttle import Throttle
 from goqueue.supervisor.waiters import Waiters
 from goqueue.supervisor.webhook_sender import WebhookSender
 from goqueue.supervisor.webhooks import Poster, Webhooks
@@ -165,8 +167,10 @@ def build_node(settings: Settings, reload_settings: Callable[[], Settings]) -> N
         # a store whose claims cost a round trip keeps a worker's worth in hand
         prefetch=settings.workers if store.claim_ahead else 0,
     )
+    dispatcher.throttle = Throttle(store, dispatcher.wake, metrics.rate_limit_wait)
     pool.listen(jobs=dispatcher)
     store.set_waker(dispatcher.wake)
+    scheduler = Scheduler(store, hooks, metrics)  # given its schedules with the catalog
     engine = Engine(
         store,
         pool,
@@ -177,6 +181,7 @@ def build_node(settings: Settings, reload_settings: Callable[[], Settings]) -> N
         kill=dispatcher.cancel_lease,
         webhooks=webhooks,
         waiters=waiters,
+        scheduler=scheduler,
     )
     pool.listen(children=engine.enqueue_child)  # ctx.enqueue in a running job
     http = HttpServer(settings, lambda: create_app(engine, settings))
@@ -191,6 +196,7 @@ def build_node(settings: Settings, reload_settings: Callable[[], Settings]) -> N
         metrics=metrics,
         webhooks=webhooks,
         leases=Leases(store, dispatcher, pool),
+        scheduler=scheduler,
         http=http,
         reload_settings=reload_settings,
     )

@@ -38,7 +38,7 @@ DESCRIPTIONS: Mapping[int, str] = {
     308: "Moved for good; `Location` says where",
     400: "Invalid input; `details` names the field, parameter or header",
     401: "Missing or wrong X-API-Key (when the node has an API key)",
-    404: "No such job, dead letter or route",
+    404: "No such job, dead letter, schedule or route",
     408: "The request body did not arrive in time (`--body-timeout`)",
     409: "Conflict: a duplicate (with `existing_id`) or a job in the wrong state",
     413: "Request body larger than the node's limit",

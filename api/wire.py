@@ -194,6 +194,33 @@ class Ready(msgspec.Struct):
     warnings: list[str] | UnsetType = UNSET
 
 
+class ScheduleOut(msgspec.Struct):
+    """A periodic job: its timetable (`cron` in `timezone`, or `every_seconds`), the job
+    each tick enqueues, whether it is enabled, its next tick (null while disabled), its
+    last fire (the tick's time) and that job's id. `source` is `config` or `actor`."""
+
+    name: str
+    type: str
+    cron: str | None
+    every_seconds: int | None
+    timezone: str
+    payload: Any
+    queue: str | None
+    priority: int | None
+    missed: Literal["once", "skip"]
+    source: Literal["config", "actor"]
+    enabled: bool
+    next_fire: AwareTime | None
+    last_fire: AwareTime | None
+    last_job_id: Uuid | None
+
+
+class ScheduleList(msgspec.Struct):
+    """This node's schedules, by name."""
+
+    schedules: list[ScheduleOut]
+
+
 class Purged(msgspec.Struct):
     """The id of the dead letter that was deleted."""
 

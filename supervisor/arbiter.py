@@ -139,6 +139,7 @@ class Arbiter:
         self._booted = True
         self.manage_workers()
         self._tasks.append(asyncio.ensure_future(self.dispatcher.run()))
+        self.node.scheduler.start()
         types = sorted(self.catalog.types)
         extra = {"workers": self.target, "node": self.store.node_id, "types": types}
         log.info("node started", extra=extra)
@@ -175,7 +176,10 @@ class Arbiter:
         self._first_ready = asyncio.get_running_loop().create_future()
         await self._retrying("starting the first worker", self._spawn_first, OSError)
         ready = await self._first_ready
-        self._adopt(Catalog(ready.actors, self.settings.limits), Policy.of(self.settings))
+        catalog = Catalog(ready.actors, self.settings.limits, self.settings.rate_limits)
+        problems = self._adopt(catalog, Policy.of(self.settings))
+        if problems:
+            raise BootError(problems[0])
         register = partial(self.store.register_node, self.catalog.limits())
         await self._retrying("registering the node", register, StoreUnavailable)
         self.node.engine.starting = False
@@ -201,12 +205,18 @@ class Arbiter:
                 log.warning(f"{what} failed; retrying in {delay:.2g}s: {exc}")
                 await asyncio.sleep(delay)
 
-    def _adopt(self, catalog: Catalog, policy: Policy) -> None:
-        """Make `catalog` (the actors a worker reported) the node's, everywhere it counts."""
+    def _adopt(self, catalog: Catalog, policy: Policy) -> list[str]:
+        """Make `catalog` (the actors a worker reported) the node's, everywhere it counts,
+        with the schedules of the settings and the actors; returns the actors' schedules
+        that are invalid (left out)."""
         self.catalog = catalog
         self.dispatcher.reconfigure(catalog, policy)
         self.node.engine.set_catalog(catalog)
         self.metrics.declare_types(catalog.types)
+        problems = self.node.scheduler.configure(self.settings.schedules, catalog)
+        for problem in problems:
+            log.error(f"schedule left out: {problem}")
+        return problems
 
     # -- the loop --------------------------------------------------------------------
 
@@ -446,7 +456,8 @@ class Arbiter:
             WorkerConfig.of(settings), Recycle.of(settings), settings.max_worker_rss_mb
         )
         self.target = settings.workers
-        self._adopt(Catalog(message.actors, settings.limits), Policy.of(settings))
+        catalog = Catalog(message.actors, settings.limits, settings.rate_limits)
+        self._adopt(catalog, Policy.of(settings))
         self._tasks.append(asyncio.ensure_future(self.store.register_node(self.catalog.limits())))
         extra = {"generation": self.generation, "types": sorted(self.catalog.types)}
         log.info("reloaded", extra=extra)
@@ -463,6 +474,7 @@ class Arbiter:
         self.dispatcher.dispatching = False
         for task in self._tasks:
             task.cancel()
+        await self.node.scheduler.stop()
         steps: list[tuple[str, Callable[[], Awaitable[None]]]] = [
             ("stopping the workers", partial(self.pool.shutdown, 2.0)),
             ("closing the webhook sender", partial(self.node.webhooks.close, 0.0)),
@@ -486,6 +498,7 @@ class Arbiter:
         the rest, stop the children, then the HTTP server and the store."""
         deadline = time.monotonic() + grace
         self.node.engine.draining = True
+        await self.node.scheduler.stop()  # a draining node enqueues nothing
         self.dispatcher.dispatching = False
         self.dispatcher.release_buffer()  # let other nodes have them now
         log.info("draining", extra={"grace": grace})

@@ -7,15 +7,26 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from goqueue.actors.protocol import ActorInfo
+from goqueue.supervisor.rates import Rate, parse_rate
 
 
 class Catalog:
     """Actor declarations by type, with per-type limit overrides applied."""
 
-    def __init__(self, actors: Iterable[ActorInfo], limits: Mapping[str, int]) -> None:
+    def __init__(
+        self,
+        actors: Iterable[ActorInfo],
+        limits: Mapping[str, int],
+        rates: Mapping[str, str] | None = None,
+    ) -> None:
         self.actors = {a.name: a for a in actors}
         self.overrides = dict(limits)
         self.types = frozenset(self.actors)
+        self.rates: dict[str, Rate] = {}  # the config's `[rate_limits]` win over actors'
+        for name, info in self.actors.items():
+            if info.rate_limit is not None:
+                self.rates[name] = parse_rate(info.rate_limit)
+        self.rates.update((t, parse_rate(rate)) for t, rate in (rates or {}).items())
 
     def limit(self, job_type: str) -> int | None:
         """Concurrency limit for a type on this node (None = only the worker count)."""

@@ -40,6 +40,8 @@ from goqueue.supervisor.options import (
     OPTIONS,
     Option,
 )
+from goqueue.supervisor.rates import parse_rate
+from goqueue.supervisor.schedules import ScheduleSpec
 from goqueue.supervisor.store.pg_schema import schema_name_problem
 
 __all__ = [
@@ -116,6 +118,8 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     header_timeout: float = 15.0
     body_timeout: float = 30.0
     keepalive_timeout: float = 75.0
+    schedules: tuple[ScheduleSpec, ...] = ()
+    rate_limits: dict[str, str] = msgspec.field(default_factory=dict)  # TYPE -> "20/s"
 
     def __post_init__(self) -> None:
         for option in OPTIONS:
@@ -133,6 +137,8 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
 
             if problem := network_problem(network):
                 raise ConfigError(f"webhook_allow_networks: {network!r} is {problem}")
+        _check_schedules(self.schedules)
+        _check_rates(self.rate_limits)
         if self.database_url is not None:
             _check_dsn(self.database_url)
         if problem := schema_name_problem(self.database_schema):
@@ -149,6 +155,27 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
             )
 
 
+def _check_rates(rates: dict[str, str]) -> None:
+    """Each rate limit readable."""
+    for job_type, rate in rates.items():
+        try:
+            parse_rate(rate)
+        except ValueError as exc:
+            raise ConfigError(f"rate_limits: {job_type}: {exc}") from None
+
+
+def _check_schedules(schedules: tuple[ScheduleSpec, ...]) -> None:
+    """Each schedule valid, each name once."""
+    seen: set[str] = set()
+    for i, spec in enumerate(schedules):
+        label = f"schedules[{i}]" + (f" ({spec.name})" if isinstance(spec.name, str) else "")
+        if problem := spec.problem():
+            raise ConfigError(f"{label}: {problem}")
+        if spec.name in seen:
+            raise ConfigError(f"{label}: the name {spec.name!r} is taken by another schedule")
+        seen.add(spec.name)
+
+
 def _check_dsn(dsn: str) -> None:
     """Reject a DSN that cannot even be parsed (no point retrying a typo forever)."""
     from psycopg.conninfo import conninfo_to_dict
@@ -159,7 +186,7 @@ def _check_dsn(dsn: str) -> None:
         raise ConfigError(f"database_url: not a valid PostgreSQL DSN: {exc}".strip()) from None
 
 
-FILE_KEYS: frozenset[str] = frozenset(BY_NAME) - {"config"} | {"limits"}
+FILE_KEYS: frozenset[str] = frozenset(BY_NAME) - {"config"} | {"limits", "schedules", "rate_limits"}
 _FIELDS: Mapping[str, msgspec.structs.FieldInfo] = MappingProxyType(
     {field.name: field for field in msgspec.structs.fields(Settings)}
 )
@@ -326,6 +353,10 @@ def _from_file(path: str) -> tuple[dict[str, object], dict[str, int]]:
     for key, raw in data.items():
         if key == "limits":
             limits = _file_limits(raw, source)
+        elif key == "schedules":
+            values[key] = _file_schedules(raw, source)
+        elif key == "rate_limits":
+            values[key] = _file_rates(raw, source)
         elif key == "config":
             raise ConfigError(f"config: cannot be set inside the config file ({path})")
         elif key in FILE_KEYS:
@@ -344,6 +375,28 @@ def _file_limits(raw: object, source: str) -> dict[str, int]:
     if not isinstance(raw, dict):
         raise ConfigError(f"limits: expected a table of TYPE = N, got {raw!r} (from {source})")
     return {str(key): _limit(str(key), value, source) for key, value in raw.items()}
+
+
+def _file_rates(raw: object, source: str) -> dict[str, str]:
+    """The `[rate_limits]` table: TYPE = "N/s" (checked by `Settings`)."""
+    if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
+        raise ConfigError(
+            f'rate_limits: expected a table of TYPE = "N/s", got {raw!r} (from {source})'
+        )
+    return {str(key): value for key, value in raw.items()}
+
+
+def _file_schedules(raw: object, source: str) -> tuple[ScheduleSpec, ...]:
+    """`[[schedules]]` tables, each a `ScheduleSpec` (checked by `Settings`)."""
+    if not isinstance(raw, list):
+        raise ConfigError(f"schedules: expected [[schedules]] tables, got {raw!r} (from {source})")
+    specs = []
+    for i, table in enumerate(raw):
+        try:
+            specs.append(msgspec.convert(table, ScheduleSpec))
+        except msgspec.ValidationError as exc:
+            raise ConfigError(f"schedules[{i}]: {exc} (from {source})") from None
+    return tuple(specs)
 
 
 def _flag_limits(args: argparse.Namespace | None) -> dict[str, int]:

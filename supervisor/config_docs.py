@@ -31,6 +31,11 @@ from goqueue.supervisor.options import (
     LIMIT_FLAG,
     LIMIT_HELP,
     LIMIT_METAVAR,
+    RATE_DEFAULT,
+    RATE_EXAMPLE,
+    RATE_HELP,
+    SCHEDULE_EXAMPLE,
+    SCHEDULE_HELP,
 )
 
 MARKDOWN_BEGIN = (
@@ -79,6 +84,14 @@ def example_toml() -> str:
         + _comment(f"Default: {LIMIT_DEFAULT}. Flag: {LIMIT_FLAG} {LIMIT_METAVAR}.")
         + f"#[limits]\n{limits}\n"
     )
+    rates = "\n".join(f'#{name} = "{rate}"' for name, rate in RATE_EXAMPLE.items())
+    blocks.append(
+        _comment(f"Rate limits: {RATE_HELP}.")
+        + _comment(f"Default: {RATE_DEFAULT}.")
+        + f"#[rate_limits]\n{rates}\n"
+    )
+    schedule = "\n".join(f"#{key} = {value}" for key, value in SCHEDULE_EXAMPLE)
+    blocks.append(_comment(f"Periodic jobs: {SCHEDULE_HELP}.") + f"#[[schedules]]\n{schedule}\n")
     return "\n".join(blocks)
 
 

@@ -28,6 +28,7 @@ from goqueue.supervisor.hooks import Hook
 from goqueue.supervisor.jobs import Job, Lease, Outcome, utcnow
 from goqueue.supervisor.pool import Pool, describe_exit
 from goqueue.supervisor.store.base import Store
+from goqueue.supervisor.throttle import Throttle
 from goqueue.supervisor.vocab import AttemptOutcome, KillReason
 from goqueue.supervisor.worker import Worker
 
@@ -91,6 +92,7 @@ class Dispatcher:
         self._seen = 0  # the `_news` value as of the last claim that came back short
         self._due_timer: asyncio.TimerHandle | None = None
         self._writes: set[asyncio.Task[None]] = set()
+        self.throttle = Throttle(store, self.wake, lambda job_type: None)  # rate limits
 
     def reconfigure(self, catalog: Catalog, policy: Policy) -> None:
         """Apply new actors and limits (boot, reload) and a new policy (reload)."""
@@ -147,7 +149,11 @@ class Dispatcher:
                 return
             news = self._news
             try:
+                slots, taken = await self.throttle.admit(self.catalog, slots)
+                if not slots:
+                    return  # every type is throttled: the throttle wakes us in time
                 leases = await self.store.claim(want, self.policy.queues, slots)
+                await self.throttle.settle(taken, leases)
             except StoreUnavailable as exc:
                 log.warning("claim failed: store unavailable", extra={"err": str(exc)})
                 asyncio.get_running_loop().call_later(RETRY_CLAIM, self.wake)

@@ -43,6 +43,7 @@ from goqueue.supervisor.jobs import (
 )
 from goqueue.supervisor.metrics import Metrics
 from goqueue.supervisor.pool import Pool
+from goqueue.supervisor.scheduler import Scheduler
 from goqueue.supervisor.store.base import NewJob, Store
 from goqueue.supervisor.summaries import (
     DeadFilter,
@@ -79,6 +80,7 @@ class Engine:
         kill: Callable[[str], bool],
         webhooks: Webhooks,
         waiters: Waiters,
+        scheduler: Scheduler,
     ) -> None:
         self.store = store
         self.pool = pool
@@ -87,6 +89,7 @@ class Engine:
         self.metrics = metrics  # for a scrape: the gauges, and the exposition
         self.kill = kill  # ends the attempt holding a lease token; False if none here
         self.waiters = waiters  # one of the hooks: outcomes recorded here wake them
+        self.schedules = scheduler  # GET /schedules, enabling and disabling
         self._draining = False
         self._started = asyncio.Event()  # set once the node has booted (see `starting`)
         self._started.set()

@@ -137,6 +137,20 @@ class Metrics:
         self.enqueued_jobs = Counter(
             "goqueue_enqueued_total", "Jobs enqueued.", ["type"], registry=reg
         )
+        self.schedule_fires = Counter(
+            "goqueue_schedule_fires_total",
+            "Jobs this node enqueued for a schedule's tick (with PostgreSQL, a tick fires "
+            "on one node only: sum over nodes).",
+            ["schedule"],
+            registry=reg,
+        )
+        self.rate_limit_waits = Counter(
+            "goqueue_rate_limit_waits_total",
+            "Dispatch passes that held a type's jobs back because its rate limit's window "
+            "was used up.",
+            ["type"],
+            registry=reg,
+        )
         self._depth_keys: set[tuple[str, str]] = set()
         self._waiting_keys: set[str] = set()
         self._children: dict[tuple[object, ...], Any] = {}
@@ -202,6 +216,19 @@ class Metrics:
     def enqueued(self, job_type: str, n: int = 1) -> None:
         """`n` jobs of `job_type` were stored."""
         self._labels(self.enqueued_jobs, job_type).inc(n)
+
+    def rate_limit_wait(self, job_type: str) -> None:
+        """A dispatch pass held `job_type` back: its window's starts were used up."""
+        self._labels(self.rate_limit_waits, job_type).inc()
+
+    def declare_schedules(self, names: Iterable[str]) -> None:
+        """Create the series of the node's schedules at zero."""
+        for name in names:
+            self.schedule_fires.labels(name)
+
+    def schedule_fired(self, name: str) -> None:
+        """This node enqueued the job of one of `name`'s ticks."""
+        self._labels(self.schedule_fires, name).inc()
 
     def set_running(self, count: int) -> None:
         """How many attempts run now."""

@@ -15,6 +15,7 @@ from goqueue.supervisor.hooks import Hooks
 from goqueue.supervisor.leases import Leases
 from goqueue.supervisor.metrics import Metrics
 from goqueue.supervisor.pool import Pool
+from goqueue.supervisor.scheduler import Scheduler
 from goqueue.supervisor.store.base import Store
 from goqueue.supervisor.webhooks import Webhooks
 
@@ -43,5 +44,6 @@ class Node:
     metrics: Metrics
     webhooks: Webhooks  # the outbox on PostgreSQL, in process in memory
     leases: Leases
+    scheduler: Scheduler  # periodic jobs
     http: Server
     reload_settings: Callable[[], Settings]  # re-read the configuration (SIGHUP)

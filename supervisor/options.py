@@ -422,3 +422,27 @@ LIMIT_HELP = (
 )
 LIMIT_DEFAULT = "the actor's concurrency"
 LIMIT_EXAMPLE: Mapping[str, int] = MappingProxyType({"report": 2})
+
+# Rate limits neither: a `[rate_limits]` table only.
+RATE_HELP = (
+    'at most N starts of TYPE per second, minute or hour (TYPE = "N/s", "N/m" or "N/h"), '
+    "across every node with PostgreSQL; a throttled job waits, holding no worker"
+)
+RATE_DEFAULT = "the actor's rate_limit, else none"
+RATE_EXAMPLE: Mapping[str, str] = MappingProxyType({"email": "20/s"})
+
+# Periodic jobs are not an `Option` either: `[[schedules]]` tables in the file only.
+SCHEDULE_HELP = (
+    "one [[schedules]] table per periodic job: name, type, cron (five fields, in "
+    "timezone, UTC unless given) or every_seconds, and optionally payload, queue, priority and "
+    'missed ("once": a tick missed while every node was down fires once on recovery, the '
+    'default; "skip": it does not); an actor\'s schedule= of the same name loses to it'
+)
+SCHEDULE_EXAMPLE: tuple[tuple[str, str], ...] = (
+    ("name", '"hourly-report"'),
+    ("type", '"report"'),
+    ("cron", '"0 * * * *"'),
+    ("timezone", '"Europe/Paris"'),
+    ("payload", "{rounds = 1000}"),
+    ("missed", '"once"'),
+)

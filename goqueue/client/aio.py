@@ -24,6 +24,7 @@ from goqueue.api.wire import (
     JobList,
     JobOut,
     QueueStats,
+    ScheduleOut,
     StatsOut,
 )
 from goqueue.client import core
@@ -68,6 +69,7 @@ class AsyncClient:
         self.max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
         self.dlq = AsyncDeadLetters(self)
+        self.schedules = AsyncSchedules(self)
 
     @property
     def url(self) -> str:
@@ -319,3 +321,22 @@ class AsyncDeadLetters:
             answer = await self._client.execute(core.purge_matching(filters, n))
             sweep.note(answer.purged, answer.remaining)
         return BulkPurged(sweep.done, sweep.remaining)
+
+
+class AsyncSchedules:
+    """`client.schedules` of an `AsyncClient`: the node's periodic jobs."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self._client = client
+
+    async def list(self) -> builtins.list[ScheduleOut]:
+        """Every schedule: next fire, last fire and its job, enabled or not."""
+        return await self._client.execute(core.schedules())
+
+    async def enable(self, name: str) -> ScheduleOut:
+        """Enable a schedule (with PostgreSQL for every node, across restarts)."""
+        return await self._client.execute(core.set_schedule_enabled(name, True))
+
+    async def disable(self, name: str) -> ScheduleOut:
+        """Disable a schedule: its ticks enqueue nothing until it is enabled again."""
+        return await self._client.execute(core.set_schedule_enabled(name, False))

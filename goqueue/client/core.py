@@ -33,6 +33,8 @@ from goqueue.api.wire import (
     JobOut,
     Purged,
     QueueStats,
+    ScheduleList,
+    ScheduleOut,
     StatsOut,
     error_field,
 )
@@ -269,6 +271,8 @@ _decode_batch = msgspec.json.Decoder(BatchResponse).decode
 _decode_purged = msgspec.json.Decoder(Purged).decode
 _read_replayed = _decoder(BulkReplayed)
 _read_purged_many = _decoder(BulkPurged)
+_decode_schedules = msgspec.json.Decoder(ScheduleList).decode
+_read_schedule = _decoder(ScheduleOut)
 
 
 class Submitted(NamedTuple):
@@ -526,6 +530,19 @@ class Sweep:
             self._cap = self.done  # taken by someone else meanwhile: stop
         self.done += count
         self.remaining = remaining
+
+
+def schedules() -> Call[list[ScheduleOut]]:
+    """GET /schedules: the node's periodic jobs, by name."""
+    return Call(
+        "GET", "/schedules", lambda status, body: _decode_schedules(body).schedules, safe=True
+    )
+
+
+def set_schedule_enabled(name: str, enabled: bool) -> Call[ScheduleOut]:
+    """POST /schedules/{name}/enable or /disable (the same twice is the same as once)."""
+    action = "enable" if enabled else "disable"
+    return Call("POST", f"/schedules/{quote(name)}/{action}", _read_schedule, safe=True)
 
 
 # -- results -------------------------------------------------------------------------------

@@ -26,6 +26,7 @@ from goqueue.api.wire import (
     DeadLetterOut,
     JobList,
     JobOut,
+    ScheduleOut,
 )
 from goqueue.api.wire import QueueStats as QueueStats
 from goqueue.api.wire import StatsOut as StatsOut
@@ -127,6 +128,7 @@ class Client:
         self.retries = retries or Retries()
         self._pool = _Pool(self.endpoint, timeout, pool_size)
         self.dlq = DeadLetters(self)
+        self.schedules = Schedules(self)
 
     @property
     def url(self) -> str:
@@ -396,3 +398,22 @@ class DeadLetters:
             answer = self._client.execute(core.purge_matching(filters, n))
             sweep.note(answer.purged, answer.remaining)
         return BulkPurged(sweep.done, sweep.remaining)
+
+
+class Schedules:
+    """`client.schedules`: the node's periodic jobs."""
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+
+    def list(self) -> builtins.list[ScheduleOut]:
+        """Every schedule: next fire, last fire and its job, enabled or not."""
+        return self._client.execute(core.schedules())
+
+    def enable(self, name: str) -> ScheduleOut:
+        """Enable a schedule (with PostgreSQL for every node, across restarts)."""
+        return self._client.execute(core.set_schedule_enabled(name, True))
+
+    def disable(self, name: str) -> ScheduleOut:
+        """Disable a schedule: its ticks enqueue nothing until it is enabled again."""
+        return self._client.execute(core.set_schedule_enabled(name, False))

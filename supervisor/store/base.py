@@ -28,6 +28,8 @@ from goqueue.supervisor.jobs import (
     Replayed,
     Stats,
 )
+from goqueue.supervisor.rates import Rate, Taken
+from goqueue.supervisor.schedules import Fired, ScheduleState
 from goqueue.supervisor.summaries import DeadFilter, NodeSummary, QueueSummary
 
 
@@ -171,6 +173,37 @@ class Store(Protocol):
     def set_waker(self, wake: Callable[[], None]) -> None:
         """Give the store the dispatcher's wake-up, to call when work may be claimable
         (a job enqueued or made due, here or — through LISTEN/NOTIFY — on another node)."""
+
+    # -- rate limits -------------------------------------------------------------------
+
+    async def take_starts(self, job_type: str, rate: Rate, want: int) -> Taken:
+        """Take up to `want` starts of `job_type` from its current window of `rate`
+        (PostgreSQL: counted across every node, on the database's clock; memory: this
+        node's). Raises StoreUnavailable."""
+
+    async def return_starts(self, job_type: str, window: float, count: int) -> None:
+        """Give back `count` starts taken from `window` and not used."""
+
+    # -- periodic jobs -----------------------------------------------------------------
+
+    async def schedule_states(self) -> dict[str, ScheduleState]:
+        """What the store remembers of each schedule, by name (one never fired nor
+        switched is absent). PostgreSQL: every node's; memory: this node's since it
+        started."""
+
+    async def fire_schedule(
+        self, name: str, tick: datetime, new: NewJob, *, missed: bool = False
+    ) -> tuple[Fired, Job | None]:
+        """Store `new` as the job of schedule `name`'s tick at `tick`, and make it the
+        schedule's last fire, atomically and at most once per tick however many nodes
+        try: (FIRED, the job); (TAKEN, None) if this tick or a later one was fired
+        already; (DISABLED, None) if the schedule is disabled. The job's `enqueued`
+        event names the schedule and the tick (and says `missed` when the tick passed
+        while no node ran). Raises StoreFull, StoreUnavailable."""
+
+    async def set_schedule_enabled(self, name: str, enabled: bool) -> ScheduleState:
+        """Enable or disable a schedule (PostgreSQL: for every node, and kept across
+        restarts); returns its state."""
 
     # -- summaries for operators (the dashboard): compact, previews cut by the store --
 

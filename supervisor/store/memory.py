@@ -44,9 +44,12 @@ from goqueue.supervisor.jobs import (
     new_id,
     utcnow,
 )
+from goqueue.supervisor.rates import Rate, StartWindows, Taken
+from goqueue.supervisor.schedules import Fired, ScheduleState, fire_detail
 from goqueue.supervisor.store.base import NewJob
 from goqueue.supervisor.store.memory_dead import DeadLetters
 from goqueue.supervisor.store.memory_heaps import OldestByQueue, PendingHeaps
+from goqueue.supervisor.store.memory_schedules import ScheduleBook
 from goqueue.supervisor.summaries import (
     DeadBrief,
     DeadFilter,
@@ -103,6 +106,8 @@ class MemoryStore:
         self._seq = itertools.count(1)
         self._wake: Callable[[], None] = lambda: None
         self._opened_at = self.clock()
+        self._schedules = ScheduleBook()
+        self._starts = StartWindows()
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -189,6 +194,39 @@ class MemoryStore:
             return []
         max_retries = spec.max_retries if spec.max_retries is not None else DEFAULT_MAX_RETRIES
         return [self._insert(spec, now, max_retries, parent.id)]
+
+    # -- rate limits (this node's own) -----------------------------------------------
+
+    async def take_starts(self, job_type: str, rate: Rate, want: int) -> Taken:
+        """Take starts from the type's current window, on this node."""
+        return self._starts.take(job_type, rate, want, self.clock().timestamp())
+
+    async def return_starts(self, job_type: str, window: float, count: int) -> None:
+        """Give back unused starts."""
+        self._starts.give_back(job_type, window, count)
+
+    # -- periodic jobs (this node's own) ---------------------------------------------
+
+    async def schedule_states(self) -> dict[str, ScheduleState]:
+        """Every schedule fired or switched since this node started."""
+        return self._schedules.states()
+
+    async def fire_schedule(
+        self, name: str, tick: datetime, new: NewJob, *, missed: bool = False
+    ) -> tuple[Fired, Job | None]:
+        """Store `new` as the job of `name`'s `tick`, unless disabled or fired already."""
+        refusal = self._schedules.refusal(name, tick)
+        if refusal is not None:
+            return refusal, None
+        enqueued = self._enqueue(new, self.clock())
+        job = enqueued.job
+        self._events[job.id][-1].detail = fire_detail(name, tick, missed)
+        self._schedules.fired(name, tick, job.id)
+        return Fired.FIRED, job
+
+    async def set_schedule_enabled(self, name: str, enabled: bool) -> ScheduleState:
+        """Enable or disable a schedule (on this node only)."""
+        return self._schedules.switch(name, enabled, self.clock())
 
     # -- claiming --------------------------------------------------------------------
 

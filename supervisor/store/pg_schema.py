@@ -329,6 +329,75 @@ CREATE INDEX dead_letters_job ON {s}.dead_letters (job_id);
 CREATE INDEX dead_letters_oldest ON {s}.dead_letters (created_at, seq);
 """,
     ),
+    Migration(
+        7,
+        "periodic jobs",
+        """
+-- One row per schedule ever fired or switched: whether it is enabled (for every node,
+-- across restarts), its last fire (the tick's time) and the job that made, and when it
+-- was last enabled (ticks before that were refused, not missed).
+CREATE TABLE {s}.schedules (
+    name        text PRIMARY KEY,
+    enabled     boolean NOT NULL DEFAULT true,
+    last_fire   timestamptz,
+    last_job_id uuid,
+    enabled_at  timestamptz,
+    updated_at  timestamptz NOT NULL DEFAULT now()
+);
+-- One row per fired tick: its primary key is what makes a tick fire once however many
+-- nodes try it. The firing statement prunes a schedule's rows older than a day.
+CREATE TABLE {s}.schedule_fires (
+    schedule  text NOT NULL,
+    fire_time timestamptz NOT NULL,
+    job_id    uuid NOT NULL,
+    node      text NOT NULL,
+    fired_at  timestamptz NOT NULL DEFAULT now(),
+    PRIMARY KEY (schedule, fire_time)
+);
+""",
+    ),
+    Migration(
+        8,
+        "rate limits",
+        """
+-- The starts taken in each rate-limited type's current window, shared by every node.
+CREATE TABLE {s}.rate_windows (
+    type         text NOT NULL,
+    window_start timestamptz NOT NULL,
+    used         integer NOT NULL,
+    PRIMARY KEY (type, window_start)
+);
+-- Take up to p_want starts of p_type from its window of p_period seconds (aligned on
+-- the epoch, on the database's clock), at most p_limit per window; nodes take turns on
+-- the window's row. Older windows of the type are deleted on the way. Nothing is granted
+-- in a window's last p_guard seconds: a job claimed then would start in the next one.
+CREATE FUNCTION {s}.take_starts(p_type text, p_limit integer, p_period float8,
+    p_want integer, p_guard float8,
+    OUT o_granted integer, OUT o_window float8, OUT o_left float8)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_now float8 := extract(epoch FROM clock_timestamp());
+    v_used integer;
+BEGIN
+    o_window := floor(v_now / p_period) * p_period;
+    o_left := o_window + p_period - v_now;
+    IF o_left < p_guard THEN
+        o_granted := 0;
+        RETURN;
+    END IF;
+    INSERT INTO {s}.rate_windows (type, window_start, used)
+    VALUES (p_type, to_timestamp(o_window), 0) ON CONFLICT DO NOTHING;
+    SELECT r.used INTO v_used FROM {s}.rate_windows r
+    WHERE r.type = p_type AND r.window_start = to_timestamp(o_window) FOR UPDATE;
+    o_granted := least(p_want, greatest(0, p_limit - v_used));
+    UPDATE {s}.rate_windows r SET used = r.used + o_granted
+    WHERE r.type = p_type AND r.window_start = to_timestamp(o_window);
+    DELETE FROM {s}.rate_windows r
+    WHERE r.type = p_type AND r.window_start < to_timestamp(o_window);
+END
+$fn$;
+""",
+    ),
 )
 
 
@@ -369,8 +438,8 @@ def lock_key(schema: str) -> str:
     return f"goqueue.migrate.{schema}"
 
 
-async def current_version(conn: AsyncConnection[TupleRow], schema: str) -> int:
-    """The highest applied migration of `schema` (0 when none)."""
+async def applied_versions(conn: AsyncConnection[TupleRow], schema: str) -> frozenset[int]:
+    """The migrations of `schema` already applied (none when it has no version table)."""
     from psycopg import sql
 
     cur = await conn.execute(
@@ -378,13 +447,10 @@ async def current_version(conn: AsyncConnection[TupleRow], schema: str) -> int:
     )
     row = await cur.fetchone()
     if not row or not row[0]:
-        return 0
-    query = sql.SQL("SELECT coalesce(max(version), 0) FROM {}.schema_version").format(
-        sql.Identifier(schema)
-    )
+        return frozenset()
+    query = sql.SQL("SELECT version FROM {}.schema_version").format(sql.Identifier(schema))
     cur = await conn.execute(query)
-    row = await cur.fetchone()
-    return int(row[0]) if row else 0
+    return frozenset(int(r[0]) for r in await cur.fetchall())
 
 
 async def migrate(conn: AsyncConnection[TupleRow], schema: str) -> list[int]:
@@ -411,9 +477,11 @@ async def migrate(conn: AsyncConnection[TupleRow], schema: str) -> list[int]:
                 " applied_at timestamptz NOT NULL DEFAULT now())"
             ).format(ident)
         )
-        done = await current_version(conn, schema)
+        # Every step not yet recorded, not only those above the highest: steps written on
+        # parallel branches may land in either order.
+        done = await applied_versions(conn, schema)
         for step in MIGRATIONS:
-            if step.version <= done:
+            if step.version in done:
                 continue
             await conn.execute(sql.SQL(step.sql).format(s=ident))
             await conn.execute(

@@ -199,6 +199,15 @@ class Sql(StrEnum):
     OUTBOX_CLAIM = auto()
     OUTBOX_RECORD = auto()
     OUTBOX_OF_JOB = auto()
+    # periodic jobs
+    SCHEDULE_STATES = auto()
+    SCHEDULE_LOCK = auto()
+    SCHEDULE_FIRE = auto()
+    SCHEDULE_FIRED = auto()
+    SCHEDULE_SWITCH = auto()
+    # rate limits
+    TAKE_STARTS = auto()
+    RETURN_STARTS = auto()
 
 
 TEMPLATES: Final[Mapping[Sql, str]] = MappingProxyType(
@@ -540,6 +549,43 @@ TEMPLATES: Final[Mapping[Sql, str]] = MappingProxyType(
         Sql.OUTBOX_OF_JOB: """
             SELECT id, event, url, history, delivered_at, next_attempt_at, given_up_at
             FROM {s}.webhook_deliveries WHERE job_id = %(id)s ORDER BY created_at, id""",
+        Sql.SCHEDULE_STATES: """
+            SELECT name, enabled, last_fire, last_job_id, enabled_at FROM {s}.schedules""",
+        # The schedule's row, created if need be and locked for the firing transaction:
+        # nodes firing one schedule take turns, and the later one sees the earlier's fire.
+        Sql.SCHEDULE_LOCK: """
+            INSERT INTO {s}.schedules AS t (name) VALUES (%(name)s)
+            ON CONFLICT (name) DO UPDATE SET name = t.name
+            RETURNING enabled, last_fire""",
+        # The tick's key: a second try of one tick inserts nothing.
+        Sql.SCHEDULE_FIRE: """
+            INSERT INTO {s}.schedule_fires (schedule, fire_time, job_id, node)
+            VALUES (%(name)s, %(tick)s, %(job_id)s, %(node)s)
+            ON CONFLICT DO NOTHING RETURNING 1""",
+        # The last fire moves on; keys older than a day are no longer needed (a node only
+        # ever fires the latest due tick).
+        Sql.SCHEDULE_FIRED: """
+            WITH pruned AS (
+                DELETE FROM {s}.schedule_fires WHERE schedule = %(name)s
+                  AND fire_time < %(tick)s::timestamptz - interval '1 day')
+            UPDATE {s}.schedules SET last_fire = %(tick)s, last_job_id = %(job_id)s,
+                updated_at = now()
+            WHERE name = %(name)s""",
+        # Enabling again starts the count of missed ticks anew.
+        Sql.SCHEDULE_SWITCH: """
+            INSERT INTO {s}.schedules AS t (name, enabled, enabled_at)
+            VALUES (%(name)s, %(enabled)s, CASE WHEN %(enabled)s THEN now() END)
+            ON CONFLICT (name) DO UPDATE SET enabled = EXCLUDED.enabled,
+                enabled_at = CASE WHEN EXCLUDED.enabled AND NOT t.enabled THEN now()
+                    ELSE t.enabled_at END,
+                updated_at = now()
+            RETURNING name, enabled, last_fire, last_job_id, enabled_at""",
+        Sql.TAKE_STARTS: """
+            SELECT o_granted, o_window, o_left
+            FROM {s}.take_starts(%(type)s, %(limit)s, %(period)s, %(want)s, %(guard)s)""",
+        Sql.RETURN_STARTS: """
+            UPDATE {s}.rate_windows SET used = greatest(0, used - %(count)s)
+            WHERE type = %(type)s AND window_start = to_timestamp(%(window)s)""",
     }
 )
 

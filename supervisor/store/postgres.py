@@ -18,7 +18,8 @@ row, and hands every other request to its parts, each a module beside it:
 replays), `pg_outcomes` (claims and lease-fenced writes), `pg_reads` (reads and
 pruning), `pg_notify` (NOTIFY, LISTEN and wake-ups), `pg_sql` (every statement),
 `pg_schema` (schema name and migrations), `pg_rows` (values to and from rows),
-`pg_group_commit`, and `pg_outbox` (the webhook outbox, delivered by `outbox.Outbox`).
+`pg_group_commit`, `pg_outbox` (the webhook outbox, delivered by `outbox.Outbox`) and
+`pg_schedules` (periodic jobs fired once per tick across nodes).
 """
 
 from __future__ import annotations
@@ -47,6 +48,8 @@ from goqueue.supervisor.jobs import (
     Replayed,
     Stats,
 )
+from goqueue.supervisor.rates import Rate, Taken
+from goqueue.supervisor.schedules import Fired, ScheduleState
 from goqueue.supervisor.store import pg_rows, pg_schema
 from goqueue.supervisor.store.base import NewJob
 from goqueue.supervisor.store.pg_connection import Connections
@@ -55,6 +58,7 @@ from goqueue.supervisor.store.pg_notify import Listener, Notifier, Wakeups
 from goqueue.supervisor.store.pg_outbox import OutboxRows
 from goqueue.supervisor.store.pg_outcomes import Outcomes
 from goqueue.supervisor.store.pg_reads import Reads
+from goqueue.supervisor.store.pg_schedules import ScheduleRows
 from goqueue.supervisor.store.pg_sql import Sql, Statements
 from goqueue.supervisor.store.pg_summaries import Summaries
 from goqueue.supervisor.summaries import DeadFilter, NodeSummary, QueueSummary
@@ -111,6 +115,7 @@ class PostgresStore:
         self._reads = Reads(self._db, self._sql)
         self.outbox = OutboxRows(self._db, self._sql, node_id)  # delivered by `Outbox`
         self._summaries = Summaries(self._db, self._sql, self._outcomes.live_window)
+        self._schedules = ScheduleRows(self._db, self._sql, node_id, self._enqueuer, self._wakeups)
         self._tasks: list[asyncio.Task[None]] = []
         self._limits: dict[str, int | None] | None = None
         self._known: tuple[float, frozenset[str]] = (0.0, frozenset())
@@ -334,6 +339,41 @@ class PostgresStore:
     async def prune(self, finished_before: datetime, limit: int) -> int:
         """Delete old finished jobs and their audit trails, oldest first."""
         return await self._reads.prune(finished_before, limit)
+
+    # -- rate limits -------------------------------------------------------------------
+
+    async def take_starts(self, job_type: str, rate: Rate, want: int) -> Taken:
+        """Take starts from the type's current window, counted across every node."""
+        params = {
+            "type": job_type,
+            "limit": rate.limit,
+            "period": rate.period,
+            "want": want,
+            "guard": rate.guard,
+        }
+        (row,) = await self._db.execute(self._sql[Sql.TAKE_STARTS], params)
+        return Taken(int(row[0]), float(row[1]), float(row[2]))
+
+    async def return_starts(self, job_type: str, window: float, count: int) -> None:
+        """Give back unused starts (nothing once the window is over)."""
+        params = {"type": job_type, "window": window, "count": count}
+        await self._db.execute(self._sql[Sql.RETURN_STARTS], params)
+
+    # -- periodic jobs -----------------------------------------------------------------
+
+    async def schedule_states(self) -> dict[str, ScheduleState]:
+        """Every schedule's state, as every node sees it."""
+        return await self._schedules.states()
+
+    async def fire_schedule(
+        self, name: str, tick: datetime, new: NewJob, *, missed: bool = False
+    ) -> tuple[Fired, Job | None]:
+        """Store the tick's job, exactly once across nodes."""
+        return await self._schedules.fire(name, tick, new, missed=missed)
+
+    async def set_schedule_enabled(self, name: str, enabled: bool) -> ScheduleState:
+        """Enable or disable a schedule for every node, kept across restarts."""
+        return await self._schedules.switch(name, enabled)
 
     # -- summaries for operators (the dashboard) -----------------------------------------
 

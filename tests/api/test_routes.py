@@ -675,7 +675,8 @@ def test_openapi_describes_every_route(api_server: ApiServer) -> None:
     }
     documented = {(path, method) for path, ops in doc["paths"].items() for method in ops}
     assert documented == served
-    assert len(served) == 28  # 21 (deliveries, bulk dead letters) + summaries (5), dashboard (2)
+    # 21 (deliveries, bulk dead letters) + summaries (5), dashboard (2), schedules (3)
+    assert len(served) == 31
     schemas = doc["components"]["schemas"]
     refs = set(re.findall(r'"#/components/schemas/([^"]+)"', resp.body.decode()))
     assert refs <= set(schemas)

@@ -81,6 +81,19 @@ def restarts(metrics: Metrics, reason: RestartReason) -> float:
     return 0.0 if value is None else value
 
 
+class FakeScheduler:
+    """Periodic jobs: none in these tests."""
+
+    def configure(self, configured: Any, catalog: Catalog) -> list[str]:
+        return []
+
+    def start(self) -> None:
+        """Nothing to fire."""
+
+    async def stop(self) -> None:
+        """Nothing to stop."""
+
+
 def arbiter() -> tuple[Arbiter, FakePool, FakeDispatcher, Metrics]:
     settings = Settings(workers=1)
     pool, dispatcher, metrics = FakePool(), FakeDispatcher(), Metrics()
@@ -94,6 +107,7 @@ def arbiter() -> tuple[Arbiter, FakePool, FakeDispatcher, Metrics]:
         metrics=metrics,
         history=History(),
         reload_settings=lambda: settings,
+        scheduler=FakeScheduler(),  # type: ignore[arg-type]
         **parts,
     )
     made = Arbiter(node)
@@ -315,6 +329,7 @@ def booting(recorder: Recorder) -> tuple[Arbiter, FakeEngine]:
         webhooks=FakeWebhooks(recorder.calls),  # type: ignore[arg-type]
         leases=None,  # type: ignore[arg-type]
         http=FakeHttp(recorder.calls),
+        scheduler=FakeScheduler(),  # type: ignore[arg-type]
         reload_settings=lambda: settings,
     )
     return Arbiter(node), engine
