@@ -209,6 +209,14 @@ def node(make_node: Callable[..., Node]) -> Node:
 
 
 @pytest.hookimpl(tryfirst=True)
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Heavy tests share one xdist group, so under `--dist loadgroup` no two of them load
+    the machine at once (each still runs beside light tests)."""
+    for item in items:
+        if item.get_closest_marker("heavy"):
+            item.add_marker(pytest.mark.xdist_group("heavy"))
+
+
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
     """Run `async def` tests on a fresh event loop (no pytest-asyncio needed)."""
     if not inspect.iscoroutinefunction(pyfuncitem.obj):
