@@ -360,11 +360,13 @@ class Arbiter:
         attempts whose lease was lost."""
         try:
             lost = await self.leases.heartbeat(self.settings.lease_seconds)
-            await self.leases.reap()
+            await self.leases.reap(self.settings.lease_seconds)
             await self.store.register_node(self.catalog.limits())
         except StoreUnavailable as exc:
+            self.leases.unreachable()
             log.warning("heartbeat failed: store unavailable", extra={"err": str(exc)})
             return
+        self.leases.reachable()
         self.leases.kill_lost(lost)
 
     def _refresh_gauges(self) -> None:

@@ -49,12 +49,19 @@ class Policy:
     default_timeout: float = 300.0
     retry_base: float = 1.0
     retry_cap: float = 3600.0
+    lease_seconds: float = 30.0
 
     @classmethod
     def of(cls, settings: Settings) -> Policy:
         """The policy `settings` ask for."""
         queues = frozenset(settings.queues) if settings.queues else None
-        return cls(queues, settings.default_timeout, settings.retry_base, settings.retry_cap)
+        return cls(
+            queues,
+            settings.default_timeout,
+            settings.retry_base,
+            settings.retry_cap,
+            settings.lease_seconds,
+        )
 
 
 class Dispatcher:
@@ -71,6 +78,7 @@ class Dispatcher:
         prefetch: int = 0,
         clock: Callable[[], datetime] = utcnow,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
         self.pool = pool
@@ -80,10 +88,16 @@ class Dispatcher:
         self.prefetch = prefetch
         self.clock = clock
         self.sleep = sleep
+        self.monotonic = monotonic
         self._running: Counter[str] = Counter()
         self._started: dict[str, Lease] = {}  # token -> lease of each attempt on a worker
         self._buffer: deque[Lease] = deque()  # claimed, not yet started (prefetch)
         self._buffered: Counter[str] = Counter()
+        # token -> (monotonic) when the lease was last known extended, and when buffered
+        self._renewed: dict[str, float] = {}
+        self._claimed_at: dict[str, float] = {}
+        self._recording: dict[str, Lease] = {}  # finished attempts whose outcome is held
+        self._prefetch_paused = False  # buffered leases went stale: claim only for idle
         self.dispatching = True
         self.rng = random.Random()
         self._wake = asyncio.Event()
@@ -137,39 +151,85 @@ class Dispatcher:
         while self.dispatching:
             self._hand_out()
             idle = self.pool.idle()
-            want = len(idle) + self.prefetch - len(self._buffer)
+            ahead = 0 if self._prefetch_paused else self.prefetch
+            want = len(idle) + ahead - len(self._buffer)
             if want <= 0:
                 return
-            types = self.catalog.types if self.prefetch else _types_of(idle)
+            types = self.catalog.types if ahead else _types_of(idle)
             held = self._running + self._buffered
             slots = {t: n for t, n in self.catalog.free_slots(held, want).items() if t in types}
             if not slots or self._seen == self._news:
                 return
             news = self._news
+            asked = self.monotonic()
             try:
                 leases = await self.store.claim(want, self.policy.queues, slots)
             except StoreUnavailable as exc:
                 log.warning("claim failed: store unavailable", extra={"err": str(exc)})
                 asyncio.get_running_loop().call_later(RETRY_CLAIM, self.wake)
                 return
-            self._buffer.extend(leases)
-            self._buffered.update(lease.job.type for lease in leases)
+            for lease in leases:
+                self._buffer.append(lease)
+                self._buffered[lease.job.type] += 1
+                self._renewed[lease.token] = asked
+                self._claimed_at[lease.token] = asked
             if len(leases) < want:
                 self._seen = news  # drained as of then; a wake since means look again
                 self._hand_out()
                 return
 
     def _hand_out(self) -> None:
-        """Start buffered leases on idle workers that know their type, best first."""
+        """Start buffered leases on idle workers that know their type, best first. A
+        lease that may lapse before the next heartbeat could extend it is not run: it
+        is handed back (fenced by its token, so one already taken over costs nothing)."""
         for worker in self.pool.idle():
-            lease = next((x for x in self._buffer if x.job.type in worker.types), None)
+            while True:
+                lease = next((x for x in self._buffer if x.job.type in worker.types), None)
+                if lease is None or self._fresh(lease):
+                    break
+                self._give_back(lease)
             if lease is None:
                 continue
             self._unbuffer(lease)
             self._start(lease, worker)
 
+    def _fresh(self, lease: Lease) -> bool:
+        """True while at least a heartbeat's interval (a third of the lease) is left of
+        the lease as this node last extended it."""
+        age = self.monotonic() - self._renewed.get(lease.token, float("-inf"))
+        return age < self.policy.lease_seconds * 2 / 3
+
+    def _give_back(self, lease: Lease) -> None:
+        log.warning(
+            "handing back a lease claimed ahead that went stale",
+            extra={"job_id": lease.job.id, "type": lease.job.type},
+        )
+        self._unbuffer(lease)
+        self._write(partial(self.store.release, lease))
+
+    def release_stale(self) -> int:
+        """Hand back leases claimed ahead that waited a whole lease for a worker (the
+        workers are stuck or busy with long jobs), and claim no more ahead until a worker
+        frees up, so that other nodes take these jobs. Returns how many."""
+        limit = self.monotonic() - self.policy.lease_seconds
+        stale = [x for x in self._buffer if self._claimed_at.get(x.token, limit) <= limit]
+        stale += [x for x in self._buffer if x not in stale and not self._fresh(x)]
+        for lease in stale:
+            self._give_back(lease)
+        if stale:
+            self._prefetch_paused = True
+        return len(stale)
+
+    def renewed(self, leases: list[Lease], at: float) -> None:
+        """The store extended `leases` by a whole lease as of `at` (monotonic)."""
+        for lease in leases:
+            if lease.token in self._renewed:
+                self._renewed[lease.token] = max(at, self._renewed[lease.token])
+
     def _unbuffer(self, lease: Lease) -> None:
         self._buffer.remove(lease)
+        self._renewed.pop(lease.token, None)
+        self._claimed_at.pop(lease.token, None)
         self._buffered[lease.job.type] -= 1
         if self._buffered[lease.job.type] <= 0:
             del self._buffered[lease.job.type]
@@ -188,8 +248,10 @@ class Dispatcher:
     # -- leases held -----------------------------------------------------------------
 
     def held_leases(self) -> list[Lease]:
-        """Every lease this node holds: attempts on workers, then those in hand."""
-        return [*self._started.values(), *self._buffer]
+        """Every lease this node holds: attempts on workers, finished attempts whose
+        outcome is not yet written (they keep their lease until it is), then those in
+        hand."""
+        return [*self._started.values(), *self._recording.values(), *self._buffer]
 
     def drop(self, token: str) -> bool:
         """Forget a buffered lease that is no longer ours (cancelled, taken over)."""
@@ -267,6 +329,7 @@ class Dispatcher:
             del self._running[job_type]
         if outcome is not None:
             self.hooks.after_attempt(job_type, outcome, duration)
+        self._prefetch_paused = False  # a worker freed up: claiming ahead pays again
         if self.catalog.limit(job_type) is not None:
             self.wake()  # a limited slot opened: jobs of that type may now be claimable
         else:
@@ -292,14 +355,17 @@ class Dispatcher:
                 return
             self.hooks.after_outcome(outcome)
 
-        self._write(record)
+        self._recording[lease.token] = lease  # heartbeated until the write is done
+        done = self._write(record)
+        done.add_done_callback(lambda _: self._recording.pop(lease.token, None))
 
     # -- writes that must not be lost -----------------------------------------------
 
-    def _write(self, make: Callable[[], Awaitable[object]]) -> None:
+    def _write(self, make: Callable[[], Awaitable[object]]) -> asyncio.Future[None]:
         task = asyncio.ensure_future(self._persist(make))
         self._writes.add(task)
         task.add_done_callback(self._writes.discard)
+        return task
 
     async def _persist(self, make: Callable[[], Awaitable[object]]) -> None:
         """Run a store write, retrying while the store is unavailable."""

@@ -129,9 +129,6 @@ def spread(tmp_path: Path, count: int, **fields: object) -> list[dict[str, objec
     return [logged(tmp_path, 0.005 + (i % 4) * 0.005, **fields) for i in range(count)]
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 10: a paused node hands out expired prefetched leases"
-)
 def test_sigstop_past_the_lease_hands_out_no_expired_lease(
     pg_nodes: NodeSet, tmp_path: Path
 ) -> None:
@@ -765,7 +762,6 @@ def test_the_memory_limit_holds_during_a_job(pg_nodes: NodeSet, tmp_path: Path) 
 # -- 11. stuck workers keep their node's prefetched leases ---------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10: a node with stuck workers keeps its claims")
 def test_stuck_workers_release_their_nodes_prefetched_leases(
     pg_nodes: NodeSet, tmp_path: Path
 ) -> None:

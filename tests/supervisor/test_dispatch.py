@@ -156,6 +156,7 @@ def rig(
     workers: list[FakeWorker] | None = None,
     hooks: list[Hook] | None = None,
     prefetch: int = 0,
+    ticks: list[float] | None = None,
 ) -> Rig:
     log: list[Any] = []
     sleeps: list[float] = []
@@ -171,10 +172,11 @@ def rig(
         pool,
         catalog,
         Hooks(hooks if hooks is not None else [Recorder("hook", log)]),
-        policy=Policy(retry_base=1.0, retry_cap=60.0),
+        policy=Policy(retry_base=1.0, retry_cap=60.0, lease_seconds=3.0),
         prefetch=prefetch,
         clock=lambda: NOW,
         sleep=sleep,
+        monotonic=(lambda: ticks[0]) if ticks else (lambda: 0.0),
     )
     dispatcher.rng = random.Random(7)
     return Rig(dispatcher, store, pool, log, sleeps)
@@ -280,3 +282,39 @@ async def test_a_worker_lost_to_a_timeout_fails_the_attempt_and_a_cancel_writes_
     assert len(errors) == 1 and errors[0].startswith("timed out after 300s; worker 4242")
     assert [entry[0] for entry in r.log if entry[0] in ("complete", "fail")] == ["fail"]
     assert r.dispatcher.held_leases() == []
+
+
+async def test_a_lease_in_hand_that_may_lapse_before_its_next_heartbeat_is_handed_back() -> None:
+    ticks = [10.0]
+    fresh, stale = lease("a", 9), lease("a", 1)
+    r = rig(leases=[stale], prefetch=2, ticks=ticks)
+    await r.dispatcher.fill()  # `stale` claimed at 10 s, lease 3 s
+    ticks[0] = 11.0
+    r.store.leases.append(fresh)
+    r.dispatcher.wake()
+    await r.dispatcher.fill()  # `fresh` claimed at 11 s
+    ticks[0] = 12.5  # stale: 2.5 s old, less than a heartbeat's interval left
+    worker = FakeWorker(both())
+    r.pool.workers.append(worker)
+    r.dispatcher._seen = r.dispatcher._news  # nothing more to claim
+    await r.dispatcher.fill()
+    await r.dispatcher.flush(5)
+    assert [held for _, held, _ in r.pool.runs] == [fresh]
+    assert ("release", stale.job.id) in r.log
+    assert r.dispatcher.held_leases() == [fresh]
+
+
+async def test_leases_in_hand_that_wait_a_lease_for_a_worker_go_back_and_prefetch_pauses() -> None:
+    ticks = [0.0]
+    waiting = [lease("a"), lease("a")]
+    r = rig(leases=list(waiting), prefetch=2, ticks=ticks)
+    await r.dispatcher.fill()
+    r.dispatcher.renewed(waiting, 2.5)  # heartbeated, but no worker ever took them
+    ticks[0] = 3.0
+    assert r.dispatcher.release_stale() == 2
+    await r.dispatcher.flush(5)
+    assert [e for e in r.log if e[0] == "release"] == [("release", x.job.id) for x in waiting]
+    r.store.leases.append(lease("a"))
+    r.dispatcher.wake()
+    await r.dispatcher.fill()  # no idle worker and prefetch paused: no claim
+    assert len(r.store.claims) == 1
