@@ -280,9 +280,6 @@ def test_after_a_total_outage_claimed_jobs_keep_their_place(
 # -- 4. held outcomes dropped by an outage longer than the lease ---------------------
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 10: a finished attempt's lease lapses while its outcome is held"
-)
 def test_an_outage_longer_than_the_lease_keeps_held_outcomes(
     private_nodes: NodeSet, pg_cluster: PgCluster, tmp_path: Path
 ) -> None:

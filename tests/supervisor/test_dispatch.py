@@ -229,7 +229,9 @@ async def test_an_outcome_write_is_held_while_the_store_is_unavailable() -> None
     await r.dispatcher.fill()
     r.store.down = 3
     r.dispatcher.job_done(held, JobDone(held.job.id, b"1", 0.5))
+    assert r.dispatcher.held_leases() == [held]  # heartbeated until its outcome is written
     await r.dispatcher.flush(5)
+    assert r.dispatcher.held_leases() == []
     assert ("complete", held.job.id) in r.log
     assert r.log[-1] == ("hook", "outcome", held.job.id, Status.DONE)  # told once, after
     assert len(r.sleeps) == 3
