@@ -138,6 +138,7 @@ class Arbiter:
         await self.node.webhooks.start()
         self._booted = True
         self.manage_workers()
+        await self._reap_first()
         self._tasks.append(asyncio.ensure_future(self.dispatcher.run()))
         types = sorted(self.catalog.types)
         extra = {"workers": self.target, "node": self.store.node_id, "types": types}
@@ -179,6 +180,15 @@ class Arbiter:
         register = partial(self.store.register_node, self.catalog.limits())
         await self._retrying("registering the node", register, StoreUnavailable)
         self.node.engine.starting = False
+
+    async def _reap_first(self) -> None:
+        """Reap before the first claim: the first node up after a total outage gives the
+        dead nodes' jobs back in their place (and their lost attempts their backoff)
+        before it takes any job."""
+        try:
+            await self.leases.reap()
+        except StoreUnavailable as exc:
+            log.warning("reaping at start failed: store unavailable", extra={"err": str(exc)})
 
     async def _spawn_first(self) -> None:
         self.pool.spawn(self.generation)

@@ -28,7 +28,7 @@ from goqueue.supervisor.hooks import Hook
 from goqueue.supervisor.jobs import Job, Lease, Outcome, utcnow
 from goqueue.supervisor.pool import Pool, describe_exit
 from goqueue.supervisor.store.base import Store
-from goqueue.supervisor.vocab import AttemptOutcome, KillReason
+from goqueue.supervisor.vocab import AttemptOutcome, KillReason, Status
 from goqueue.supervisor.worker import Worker
 
 if TYPE_CHECKING:
@@ -97,6 +97,8 @@ class Dispatcher:
         self._renewed: dict[str, float] = {}
         self._claimed_at: dict[str, float] = {}
         self._recording: dict[str, Lease] = {}  # finished attempts whose outcome is held
+        self._starting: dict[str, Lease] = {}  # claimed leases whose start is being written
+        self._reserved: set[int] = set()  # (ids of) idle workers waiting for such a start
         self._prefetch_paused = False  # buffered leases went stale: claim only for idle
         self.dispatching = True
         self.rng = random.Random()
@@ -150,7 +152,7 @@ class Dispatcher:
         more to keep in hand, so a freed worker never waits on a store round trip)."""
         while self.dispatching:
             self._hand_out()
-            idle = self.pool.idle()
+            idle = self._idle()
             ahead = 0 if self._prefetch_paused else self.prefetch
             want = len(idle) + ahead - len(self._buffer)
             if want <= 0:
@@ -163,7 +165,9 @@ class Dispatcher:
             news = self._news
             asked = self.monotonic()
             try:
-                leases = await self.store.claim(want, self.policy.queues, slots)
+                # the best go straight to the idle workers: started by the claim itself
+                start = min(len(idle), want)
+                leases = await self.store.claim(want, self.policy.queues, slots, start)
             except StoreUnavailable as exc:
                 log.warning("claim failed: store unavailable", extra={"err": str(exc)})
                 asyncio.get_running_loop().call_later(RETRY_CLAIM, self.wake)
@@ -182,7 +186,7 @@ class Dispatcher:
         """Start buffered leases on idle workers that know their type, best first. A
         lease that may lapse before the next heartbeat could extend it is not run: it
         is handed back (fenced by its token, so one already taken over costs nothing)."""
-        for worker in self.pool.idle():
+        for worker in self._idle():
             while True:
                 lease = next((x for x in self._buffer if x.job.type in worker.types), None)
                 if lease is None or self._fresh(lease):
@@ -190,14 +194,66 @@ class Dispatcher:
                 self._give_back(lease)
             if lease is None:
                 continue
-            self._unbuffer(lease)
-            self._start(lease, worker)
+            if lease.job.status == Status.CLAIMED:
+                self._begin(lease, worker)
+            else:
+                self._unbuffer(lease)
+                self._start(lease, worker)
+
+    def _idle(self) -> list[Worker]:
+        return [w for w in self.pool.idle() if id(w) not in self._reserved]
+
+    def _begin(self, lease: Lease, worker: Worker) -> None:
+        """Start a claimed lease's attempt in the store (durably: a job that kills its
+        node is charged for it), then run it on `worker`, kept for it meanwhile."""
+        renewed = self._renewed.get(lease.token, float("-inf"))
+        self._unbuffer(lease)
+        self._starting[lease.token] = lease
+        self._reserved.add(id(worker))
+        task = asyncio.ensure_future(self._begin_write(lease, worker, renewed))
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
+
+    async def _begin_write(self, lease: Lease, worker: Worker, renewed: float) -> None:
+        held: Lease | None = None
+        asked = self.monotonic()
+        try:
+            held = await self.store.start(lease)
+            renewed = asked  # the start extends the lease
+        except StoreUnavailable as exc:
+            log.warning("start failed: store unavailable", extra={"err": str(exc)})
+            held = lease  # still claimed: back in hand, tried again later
+            asyncio.get_running_loop().call_later(RETRY_CLAIM, self.wake)
+        except Exception:
+            log.exception("starting a claimed job failed")
+        finally:
+            self._starting.pop(lease.token, None)
+            self._reserved.discard(id(worker))
+        if held is None:
+            log.warning("lease lost before the job started", extra={"job_id": lease.job.id})
+        elif not self.dispatching or self.monotonic() - renewed >= self._fresh_for:
+            self._write(partial(self.store.release, held))  # it may lapse while running
+        elif held.job.status == Status.RUNNING and any(w is worker for w in self.pool.idle()):
+            self._start(held, worker)
+        else:  # the worker is gone: the next idle one takes it
+            self._rebuffer(held, renewed)
+        self.nudge()
+
+    def _rebuffer(self, lease: Lease, renewed: float) -> None:
+        self._buffer.appendleft(lease)
+        self._buffered[lease.job.type] += 1
+        self._renewed[lease.token] = renewed
+        self._claimed_at[lease.token] = renewed
 
     def _fresh(self, lease: Lease) -> bool:
         """True while at least a heartbeat's interval (a third of the lease) is left of
         the lease as this node last extended it."""
         age = self.monotonic() - self._renewed.get(lease.token, float("-inf"))
-        return age < self.policy.lease_seconds * 2 / 3
+        return age < self._fresh_for
+
+    @property
+    def _fresh_for(self) -> float:
+        return self.policy.lease_seconds * 2 / 3
 
     def _give_back(self, lease: Lease) -> None:
         log.warning(
@@ -251,7 +307,12 @@ class Dispatcher:
         """Every lease this node holds: attempts on workers, finished attempts whose
         outcome is not yet written (they keep their lease until it is), then those in
         hand."""
-        return [*self._started.values(), *self._recording.values(), *self._buffer]
+        return [
+            *self._started.values(),
+            *self._recording.values(),
+            *self._starting.values(),
+            *self._buffer,
+        ]
 
     def drop(self, token: str) -> bool:
         """Forget a buffered lease that is no longer ours (cancelled, taken over)."""
@@ -334,6 +395,10 @@ class Dispatcher:
             self.wake()  # a limited slot opened: jobs of that type may now be claimable
         else:
             self.nudge()
+
+    def retry_delay(self, attempt: int) -> float:
+        """Seconds before retry number `attempt` of a job, with the policy's backoff."""
+        return backoff(attempt, self.policy.retry_base, self.policy.retry_cap, self.rng)
 
     def _retry_at(self, lease: Lease, retryable: bool, delay: float | None) -> datetime | None:
         attempt = lease.job.attempts

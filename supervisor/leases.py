@@ -80,7 +80,7 @@ class Leases:
         `may_reap`). Raises StoreUnavailable."""
         if lease_seconds is not None and not self.may_reap(lease_seconds):
             return
-        if await self.store.reap_expired():
+        if await self.store.reap_expired(self.dispatcher.retry_delay):
             self.dispatcher.wake()
 
     def kill_lost(self, tokens: list[str]) -> None:

@@ -44,7 +44,11 @@ class FakeStore:
         self.down = 0
 
     async def claim(
-        self, limit: int, queues: frozenset[str] | None, slots: dict[str, int]
+        self,
+        limit: int,
+        queues: frozenset[str] | None,
+        slots: dict[str, int],
+        start: int | None = None,
     ) -> list[Lease]:
         self.claims.append((limit, dict(slots)))
         free, taken = dict(slots), []
@@ -71,6 +75,11 @@ class FakeStore:
     async def fail(self, held: Lease, error: str, retry_at: datetime | None) -> Outcome:
         self.log.append(("fail:args", error, retry_at))
         return await self._write("fail", held, Status.PENDING if retry_at else Status.FAILED)
+
+    async def start(self, held: Lease) -> Lease:
+        self.log.append(("start", held.job.id))
+        held.job.status = Status.RUNNING
+        return held
 
     async def release(self, held: Lease) -> bool:
         self.log.append(("release", held.job.id))

@@ -36,6 +36,9 @@ class FakeDispatcher:
     def held_leases(self) -> list[Lease]:
         return list(self.held)
 
+    def retry_delay(self, attempt: int) -> float:
+        return 10.0 * attempt
+
     def release_stale(self) -> int:
         return self.stale
 
