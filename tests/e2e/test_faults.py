@@ -575,9 +575,6 @@ def test_a_group_kill_loses_nothing_and_completes_nothing_twice(group_kill: Grou
         assert gk.jobs[job_id]["attempts"] >= len(attempts), gk.jobs[job_id]
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 10: jobs a dead node only claimed go to the back of the queue"
-)
 def test_a_group_kill_keeps_claimed_jobs_in_their_place(group_kill: GroupKill) -> None:
     """Scenario: the group kill above. The killed node held a few jobs it had claimed
     but not started.
