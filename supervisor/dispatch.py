@@ -153,6 +153,8 @@ class Dispatcher:
         while self.dispatching:
             self._hand_out()
             idle = self._idle()
+            if not idle and self._buffer:
+                return  # claim ahead again once the leases in hand ran out: fewer claims
             ahead = 0 if self._prefetch_paused else self.prefetch
             want = len(idle) + ahead - len(self._buffer)
             if want <= 0:
@@ -186,6 +188,8 @@ class Dispatcher:
         """Start buffered leases on idle workers that know their type, best first. A
         lease that may lapse before the next heartbeat could extend it is not run: it
         is handed back (fenced by its token, so one already taken over costs nothing)."""
+        if not self.dispatching:
+            return
         for worker in self._idle():
             while True:
                 lease = next((x for x in self._buffer if x.job.type in worker.types), None)
@@ -391,6 +395,9 @@ class Dispatcher:
         if outcome is not None:
             self.hooks.after_attempt(job_type, outcome, duration)
         self._prefetch_paused = False  # a worker freed up: claiming ahead pays again
+        # Hand out on the next turn (once the pool has retired the worker if it must):
+        # a claimed job's start then shares the group commit of this attempt's outcome.
+        asyncio.get_running_loop().call_soon(self._hand_out)
         if self.catalog.limit(job_type) is not None:
             self.wake()  # a limited slot opened: jobs of that type may now be claimable
         else:

@@ -298,12 +298,9 @@ async def test_a_worker_lost_to_a_timeout_fails_the_attempt_and_a_cancel_writes_
 async def test_a_lease_in_hand_that_may_lapse_before_its_next_heartbeat_is_handed_back() -> None:
     ticks = [10.0]
     fresh, stale = lease("a", 9), lease("a", 1)
-    r = rig(leases=[stale], prefetch=2, ticks=ticks)
-    await r.dispatcher.fill()  # `stale` claimed at 10 s, lease 3 s
-    ticks[0] = 11.0
-    r.store.leases.append(fresh)
-    r.dispatcher.wake()
-    await r.dispatcher.fill()  # `fresh` claimed at 11 s
+    r = rig(leases=[stale, fresh], prefetch=2, ticks=ticks)
+    await r.dispatcher.fill()  # both claimed at 10 s, lease 3 s
+    r.dispatcher.renewed([fresh], 11.0)  # a heartbeat reached `fresh` only
     ticks[0] = 12.5  # stale: 2.5 s old, less than a heartbeat's interval left
     worker = FakeWorker(both())
     r.pool.workers.append(worker)
