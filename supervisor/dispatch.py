@@ -100,6 +100,7 @@ class Dispatcher:
         self._starting: dict[str, Lease] = {}  # claimed leases whose start is being written
         self._reserved: set[int] = set()  # (ids of) idle workers waiting for such a start
         self._prefetch_paused = False  # buffered leases went stale: claim only for idle
+        self._deep = False  # the last claim came back full: more jobs are due
         self.dispatching = True
         self.rng = random.Random()
         self._wake = asyncio.Event()
@@ -153,8 +154,8 @@ class Dispatcher:
         while self.dispatching:
             self._hand_out()
             idle = self._idle()
-            if not idle and self._buffer:
-                return  # claim ahead again once the leases in hand ran out: fewer claims
+            if not idle and self._buffer and self._deep:
+                return  # a deep queue: claim ahead again once the leases in hand ran out
             ahead = 0 if self._prefetch_paused else self.prefetch
             want = len(idle) + ahead - len(self._buffer)
             if want <= 0:
@@ -179,6 +180,7 @@ class Dispatcher:
                 self._buffered[lease.job.type] += 1
                 self._renewed[lease.token] = asked
                 self._claimed_at[lease.token] = asked
+            self._deep = len(leases) == want
             if len(leases) < want:
                 self._seen = news  # drained as of then; a wake since means look again
                 self._hand_out()
