@@ -326,3 +326,18 @@ async def test_leases_in_hand_that_wait_a_lease_for_a_worker_go_back_and_prefetc
     r.dispatcher.wake()
     await r.dispatcher.fill()  # no idle worker and prefetch paused: no claim
     assert len(r.store.claims) == 1
+
+
+async def test_a_claimed_lease_is_started_in_the_store_before_its_worker_gets_it() -> None:
+    held = lease("a")
+    held.job.status, held.job.attempts = Status.CLAIMED, 0
+    r = rig(leases=[held], prefetch=1)
+    await r.dispatcher.fill()  # no worker: kept in hand, claimed
+    worker = FakeWorker(both())
+    r.pool.workers.append(worker)
+    r.dispatcher._seen = r.dispatcher._news  # nothing more to claim
+    await r.dispatcher.fill()
+    assert r.pool.runs == [] and r.dispatcher.held_leases() == [held]  # being started
+    await r.dispatcher.flush(5)
+    assert ("start", held.job.id) in r.log
+    assert [(w, x.job.status) for w, x, _ in r.pool.runs] == [(worker, Status.RUNNING)]
