@@ -167,14 +167,19 @@ class Dispatcher:
                 return
             news = self._news
             asked = self.monotonic()
+            # the best go straight to the idle workers, started by the claim itself; the
+            # workers are kept for them meanwhile (a job charged is a job that runs)
+            start = min(len(idle), want)
+            kept = {id(w) for w in idle[:start]} - self._reserved
+            self._reserved |= kept
             try:
-                # the best go straight to the idle workers: started by the claim itself
-                start = min(len(idle), want)
                 leases = await self.store.claim(want, self.policy.queues, slots, start)
             except StoreUnavailable as exc:
                 log.warning("claim failed: store unavailable", extra={"err": str(exc)})
                 asyncio.get_running_loop().call_later(RETRY_CLAIM, self.wake)
                 return
+            finally:
+                self._reserved -= kept
             for lease in leases:
                 self._buffer.append(lease)
                 self._buffered[lease.job.type] += 1
@@ -194,7 +199,7 @@ class Dispatcher:
             return
         for worker in self._idle():
             while True:
-                lease = next((x for x in self._buffer if x.job.type in worker.types), None)
+                lease = self._next_for(worker)
                 if lease is None or self._fresh(lease):
                     break
                 self._give_back(lease)
@@ -205,6 +210,13 @@ class Dispatcher:
             else:
                 self._unbuffer(lease)
                 self._start(lease, worker)
+
+    def _next_for(self, worker: Worker) -> Lease | None:
+        """The lease in hand `worker` should run: one already started (charged) first."""
+        fits = [x for x in self._buffer if x.job.type in worker.types]
+        return next((x for x in fits if x.job.status == Status.RUNNING), None) or next(
+            iter(fits), None
+        )
 
     def _idle(self) -> list[Worker]:
         return [w for w in self.pool.idle() if id(w) not in self._reserved]

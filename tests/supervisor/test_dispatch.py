@@ -341,3 +341,15 @@ async def test_a_claimed_lease_is_started_in_the_store_before_its_worker_gets_it
     await r.dispatcher.flush(5)
     assert ("start", held.job.id) in r.log
     assert [(w, x.job.status) for w, x, _ in r.pool.runs] == [(worker, Status.RUNNING)]
+
+
+async def test_a_worker_takes_a_lease_already_started_before_one_only_claimed() -> None:
+    claimed, started = lease("a", 9), lease("a", 1)
+    claimed.job.status, claimed.job.attempts = Status.CLAIMED, 0
+    r = rig(leases=[claimed, started], prefetch=2)
+    await r.dispatcher.fill()
+    worker = FakeWorker(both())
+    r.pool.workers.append(worker)
+    r.dispatcher._seen = r.dispatcher._news
+    await r.dispatcher.fill()
+    assert [x for _, x, _ in r.pool.runs] == [started]  # charged: it must run first
