@@ -25,7 +25,7 @@ Uuid = Annotated[str, msgspec.Meta(extra_json_schema={"format": "uuid"})]
 
 # `Status`'s values, spelt out so that OpenAPI shows an inline enum of strings (a StrEnum
 # would become a named component); tests/api/test_routes.py checks the two agree.
-JobStatus = Literal["pending", "running", "done", "failed", "cancelled"]
+JobStatus = Literal["pending", "claimed", "running", "done", "failed", "cancelled"]
 TERMINAL_STATUSES: frozenset[str] = frozenset({"done", "failed", "cancelled"})
 
 

@@ -138,6 +138,7 @@ class Arbiter:
         await self.node.webhooks.start()
         self._booted = True
         self.manage_workers()
+        await self._reap_first()
         self._tasks.append(asyncio.ensure_future(self.dispatcher.run()))
         self.node.scheduler.start()
         types = sorted(self.catalog.types)
@@ -183,6 +184,15 @@ class Arbiter:
         register = partial(self.store.register_node, self.catalog.limits())
         await self._retrying("registering the node", register, StoreUnavailable)
         self.node.engine.starting = False
+
+    async def _reap_first(self) -> None:
+        """Reap before the first claim: the first node up after a total outage gives the
+        dead nodes' jobs back in their place (and their lost attempts their backoff)
+        before it takes any job."""
+        try:
+            await self.leases.reap()
+        except StoreUnavailable as exc:
+            log.warning("reaping at start failed: store unavailable", extra={"err": str(exc)})
 
     async def _spawn_first(self) -> None:
         self.pool.spawn(self.generation)
@@ -370,11 +380,13 @@ class Arbiter:
         attempts whose lease was lost."""
         try:
             lost = await self.leases.heartbeat(self.settings.lease_seconds)
-            await self.leases.reap()
+            await self.leases.reap(self.settings.lease_seconds)
             await self.store.register_node(self.catalog.limits())
         except StoreUnavailable as exc:
+            self.leases.unreachable()
             log.warning("heartbeat failed: store unavailable", extra={"err": str(exc)})
             return
+        self.leases.reachable()
         self.leases.kill_lost(lost)
 
     def _refresh_gauges(self) -> None:

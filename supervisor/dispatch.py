@@ -29,7 +29,7 @@ from goqueue.supervisor.jobs import Job, Lease, Outcome, utcnow
 from goqueue.supervisor.pool import Pool, describe_exit
 from goqueue.supervisor.store.base import Store
 from goqueue.supervisor.throttle import Throttle
-from goqueue.supervisor.vocab import AttemptOutcome, KillReason
+from goqueue.supervisor.vocab import AttemptOutcome, KillReason, Status
 from goqueue.supervisor.worker import Worker
 
 if TYPE_CHECKING:
@@ -50,12 +50,19 @@ class Policy:
     default_timeout: float = 300.0
     retry_base: float = 1.0
     retry_cap: float = 3600.0
+    lease_seconds: float = 30.0
 
     @classmethod
     def of(cls, settings: Settings) -> Policy:
         """The policy `settings` ask for."""
         queues = frozenset(settings.queues) if settings.queues else None
-        return cls(queues, settings.default_timeout, settings.retry_base, settings.retry_cap)
+        return cls(
+            queues,
+            settings.default_timeout,
+            settings.retry_base,
+            settings.retry_cap,
+            settings.lease_seconds,
+        )
 
 
 class Dispatcher:
@@ -72,6 +79,7 @@ class Dispatcher:
         prefetch: int = 0,
         clock: Callable[[], datetime] = utcnow,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
         self.store = store
         self.pool = pool
@@ -81,10 +89,19 @@ class Dispatcher:
         self.prefetch = prefetch
         self.clock = clock
         self.sleep = sleep
+        self.monotonic = monotonic
         self._running: Counter[str] = Counter()
         self._started: dict[str, Lease] = {}  # token -> lease of each attempt on a worker
         self._buffer: deque[Lease] = deque()  # claimed, not yet started (prefetch)
         self._buffered: Counter[str] = Counter()
+        # token -> (monotonic) when the lease was last known extended, and when buffered
+        self._renewed: dict[str, float] = {}
+        self._claimed_at: dict[str, float] = {}
+        self._recording: dict[str, Lease] = {}  # finished attempts whose outcome is held
+        self._starting: dict[str, Lease] = {}  # claimed leases whose start is being written
+        self._reserved: set[int] = set()  # (ids of) idle workers waiting for such a start
+        self._prefetch_paused = False  # buffered leases went stale: claim only for idle
+        self._deep = False  # the last claim came back full: more jobs are due
         self.dispatching = True
         self.rng = random.Random()
         self._wake = asyncio.Event()
@@ -138,44 +155,161 @@ class Dispatcher:
         more to keep in hand, so a freed worker never waits on a store round trip)."""
         while self.dispatching:
             self._hand_out()
-            idle = self.pool.idle()
-            want = len(idle) + self.prefetch - len(self._buffer)
+            idle = self._idle()
+            if not idle and self._buffer and self._deep:
+                return  # a deep queue: claim ahead again once the leases in hand ran out
+            ahead = 0 if self._prefetch_paused else self.prefetch
+            want = len(idle) + ahead - len(self._buffer)
             if want <= 0:
                 return
-            types = self.catalog.types if self.prefetch else _types_of(idle)
+            types = self.catalog.types if ahead else _types_of(idle)
             held = self._running + self._buffered
             slots = {t: n for t, n in self.catalog.free_slots(held, want).items() if t in types}
             if not slots or self._seen == self._news:
                 return
             news = self._news
+            asked = self.monotonic()
+            # the best go straight to the idle workers, started by the claim itself; the
+            # workers are kept for them meanwhile (a job charged is a job that runs)
+            start = min(len(idle), want)
+            kept = {id(w) for w in idle[:start]} - self._reserved
+            self._reserved |= kept
             try:
                 slots, taken = await self.throttle.admit(self.catalog, slots)
                 if not slots:
                     return  # every type is throttled: the throttle wakes us in time
-                leases = await self.store.claim(want, self.policy.queues, slots)
+                leases = await self.store.claim(want, self.policy.queues, slots, start)
                 await self.throttle.settle(taken, leases)
             except StoreUnavailable as exc:
                 log.warning("claim failed: store unavailable", extra={"err": str(exc)})
                 asyncio.get_running_loop().call_later(RETRY_CLAIM, self.wake)
                 return
-            self._buffer.extend(leases)
-            self._buffered.update(lease.job.type for lease in leases)
+            finally:
+                self._reserved -= kept
+            for lease in leases:
+                self._buffer.append(lease)
+                self._buffered[lease.job.type] += 1
+                self._renewed[lease.token] = asked
+                self._claimed_at[lease.token] = asked
+            self._deep = len(leases) == want
             if len(leases) < want:
                 self._seen = news  # drained as of then; a wake since means look again
                 self._hand_out()
                 return
 
     def _hand_out(self) -> None:
-        """Start buffered leases on idle workers that know their type, best first."""
-        for worker in self.pool.idle():
-            lease = next((x for x in self._buffer if x.job.type in worker.types), None)
+        """Start buffered leases on idle workers that know their type, best first. A
+        lease that may lapse before the next heartbeat could extend it is not run: it
+        is handed back (fenced by its token, so one already taken over costs nothing)."""
+        if not self.dispatching:
+            return
+        for worker in self._idle():
+            while True:
+                lease = self._next_for(worker)
+                if lease is None or self._fresh(lease):
+                    break
+                self._give_back(lease)
             if lease is None:
                 continue
-            self._unbuffer(lease)
-            self._start(lease, worker)
+            if lease.job.status == Status.CLAIMED:
+                self._begin(lease, worker)
+            else:
+                self._unbuffer(lease)
+                self._start(lease, worker)
+
+    def _next_for(self, worker: Worker) -> Lease | None:
+        """The lease in hand `worker` should run: one already started (charged) first."""
+        fits = [x for x in self._buffer if x.job.type in worker.types]
+        return next((x for x in fits if x.job.status == Status.RUNNING), None) or next(
+            iter(fits), None
+        )
+
+    def _idle(self) -> list[Worker]:
+        return [w for w in self.pool.idle() if id(w) not in self._reserved]
+
+    def _begin(self, lease: Lease, worker: Worker) -> None:
+        """Start a claimed lease's attempt in the store (durably: a job that kills its
+        node is charged for it), then run it on `worker`, kept for it meanwhile."""
+        renewed = self._renewed.get(lease.token, float("-inf"))
+        self._unbuffer(lease)
+        self._starting[lease.token] = lease
+        self._reserved.add(id(worker))
+        task = asyncio.ensure_future(self._begin_write(lease, worker, renewed))
+        self._writes.add(task)
+        task.add_done_callback(self._writes.discard)
+
+    async def _begin_write(self, lease: Lease, worker: Worker, renewed: float) -> None:
+        held: Lease | None = None
+        asked = self.monotonic()
+        try:
+            held = await self.store.start(lease)
+            renewed = asked  # the start extends the lease
+        except StoreUnavailable as exc:
+            log.warning("start failed: store unavailable", extra={"err": str(exc)})
+            held = lease  # still claimed: back in hand, tried again later
+            asyncio.get_running_loop().call_later(RETRY_CLAIM, self.wake)
+        except Exception:
+            log.exception("starting a claimed job failed")
+        finally:
+            self._starting.pop(lease.token, None)
+            self._reserved.discard(id(worker))
+        if held is None:
+            log.warning("lease lost before the job started", extra={"job_id": lease.job.id})
+        elif not self.dispatching or self.monotonic() - renewed >= self._fresh_for:
+            self._write(partial(self.store.release, held))  # it may lapse while running
+        elif held.job.status == Status.RUNNING and any(w is worker for w in self.pool.idle()):
+            self._start(held, worker)
+        else:  # the worker is gone: the next idle one takes it
+            self._rebuffer(held, renewed)
+        self.nudge()
+
+    def _rebuffer(self, lease: Lease, renewed: float) -> None:
+        self._buffer.appendleft(lease)
+        self._buffered[lease.job.type] += 1
+        self._renewed[lease.token] = renewed
+        self._claimed_at[lease.token] = renewed
+
+    def _fresh(self, lease: Lease) -> bool:
+        """True while at least a heartbeat's interval (a third of the lease) is left of
+        the lease as this node last extended it."""
+        age = self.monotonic() - self._renewed.get(lease.token, float("-inf"))
+        return age < self._fresh_for
+
+    @property
+    def _fresh_for(self) -> float:
+        return self.policy.lease_seconds * 2 / 3
+
+    def _give_back(self, lease: Lease) -> None:
+        log.warning(
+            "handing back a lease claimed ahead that went stale",
+            extra={"job_id": lease.job.id, "type": lease.job.type},
+        )
+        self._unbuffer(lease)
+        self._write(partial(self.store.release, lease))
+
+    def release_stale(self) -> int:
+        """Hand back leases claimed ahead that waited a whole lease for a worker (the
+        workers are stuck or busy with long jobs), and claim no more ahead until a worker
+        frees up, so that other nodes take these jobs. Returns how many."""
+        limit = self.monotonic() - self.policy.lease_seconds
+        stale = [x for x in self._buffer if self._claimed_at.get(x.token, limit) <= limit]
+        stale += [x for x in self._buffer if x not in stale and not self._fresh(x)]
+        for lease in stale:
+            self._give_back(lease)
+        if stale:
+            self._prefetch_paused = True
+        return len(stale)
+
+    def renewed(self, leases: list[Lease], at: float) -> None:
+        """The store extended `leases` by a whole lease as of `at` (monotonic)."""
+        for lease in leases:
+            if lease.token in self._renewed:
+                self._renewed[lease.token] = max(at, self._renewed[lease.token])
 
     def _unbuffer(self, lease: Lease) -> None:
         self._buffer.remove(lease)
+        self._renewed.pop(lease.token, None)
+        self._claimed_at.pop(lease.token, None)
         self._buffered[lease.job.type] -= 1
         if self._buffered[lease.job.type] <= 0:
             del self._buffered[lease.job.type]
@@ -194,8 +328,15 @@ class Dispatcher:
     # -- leases held -----------------------------------------------------------------
 
     def held_leases(self) -> list[Lease]:
-        """Every lease this node holds: attempts on workers, then those in hand."""
-        return [*self._started.values(), *self._buffer]
+        """Every lease this node holds: attempts on workers, finished attempts whose
+        outcome is not yet written (they keep their lease until it is), then those in
+        hand."""
+        return [
+            *self._started.values(),
+            *self._recording.values(),
+            *self._starting.values(),
+            *self._buffer,
+        ]
 
     def drop(self, token: str) -> bool:
         """Forget a buffered lease that is no longer ours (cancelled, taken over)."""
@@ -273,10 +414,18 @@ class Dispatcher:
             del self._running[job_type]
         if outcome is not None:
             self.hooks.after_attempt(job_type, outcome, duration)
+        self._prefetch_paused = False  # a worker freed up: claiming ahead pays again
+        # Hand out on the next turn (once the pool has retired the worker if it must):
+        # a claimed job's start then shares the group commit of this attempt's outcome.
+        asyncio.get_running_loop().call_soon(self._hand_out)
         if self.catalog.limit(job_type) is not None:
             self.wake()  # a limited slot opened: jobs of that type may now be claimable
         else:
             self.nudge()
+
+    def retry_delay(self, attempt: int) -> float:
+        """Seconds before retry number `attempt` of a job, with the policy's backoff."""
+        return backoff(attempt, self.policy.retry_base, self.policy.retry_cap, self.rng)
 
     def _retry_at(self, lease: Lease, retryable: bool, delay: float | None) -> datetime | None:
         attempt = lease.job.attempts
@@ -298,14 +447,17 @@ class Dispatcher:
                 return
             self.hooks.after_outcome(outcome)
 
-        self._write(record)
+        self._recording[lease.token] = lease  # heartbeated until the write is done
+        done = self._write(record)
+        done.add_done_callback(lambda _: self._recording.pop(lease.token, None))
 
     # -- writes that must not be lost -----------------------------------------------
 
-    def _write(self, make: Callable[[], Awaitable[object]]) -> None:
+    def _write(self, make: Callable[[], Awaitable[object]]) -> asyncio.Future[None]:
         task = asyncio.ensure_future(self._persist(make))
         self._writes.add(task)
         task.add_done_callback(self._writes.discard)
+        return task
 
     async def _persist(self, make: Callable[[], Awaitable[object]]) -> None:
         """Run a store write, retrying while the store is unavailable."""

@@ -9,6 +9,8 @@ it expired) means its worker is killed; finished jobs past their retention are p
 from __future__ import annotations
 
 import logging
+import time
+from collections.abc import Callable
 from datetime import datetime, timedelta
 
 from goqueue.supervisor.dispatch import Dispatcher
@@ -26,20 +28,59 @@ PRUNE_BATCH = 10_000
 class Leases:
     """Heartbeat, reap, kill the lost, prune."""
 
-    def __init__(self, store: Store, dispatcher: Dispatcher, pool: Pool) -> None:
+    def __init__(
+        self,
+        store: Store,
+        dispatcher: Dispatcher,
+        pool: Pool,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
         self.store = store
         self.dispatcher = dispatcher
         self.pool = pool
+        self.monotonic = monotonic
+        self._failing = False  # the last heartbeat found the store unreachable
+        self._back_at: float | None = None  # when it answered again (reaping waits)
 
     async def heartbeat(self, lease_seconds: float) -> list[str]:
-        """Extend every lease this node holds by `lease_seconds`; return the tokens it no
+        """Hand back leases claimed ahead that waited too long for a worker, then extend
+        every other lease this node holds by `lease_seconds`; return the tokens it no
         longer holds. Raises StoreUnavailable."""
-        return await self.store.heartbeat(self.dispatcher.held_leases(), lease_seconds)
+        self.dispatcher.release_stale()
+        held = self.dispatcher.held_leases()
+        asked = self.monotonic()
+        lost = await self.store.heartbeat(held, lease_seconds)
+        gone = set(lost)
+        self.dispatcher.renewed([x for x in held if x.token not in gone], asked)
+        return lost
 
-    async def reap(self) -> None:
+    def unreachable(self) -> None:
+        """A lease chore found the store unreachable."""
+        self._failing = True
+
+    def reachable(self) -> None:
+        """The lease chores all went through: the store answers (again)."""
+        if self._failing:
+            self._failing, self._back_at = False, self.monotonic()
+
+    def may_reap(self, lease_seconds: float) -> bool:
+        """False for a lease after the store came back from being unreachable: every node
+        that held leases through the outage extends them first (their holders are alive,
+        and may hold outcomes to write), so only leases of dead nodes are reaped."""
+        if self._failing:
+            return False
+        if self._back_at is not None and self.monotonic() - self._back_at < lease_seconds:
+            return False
+        self._back_at = None
+        return True
+
+    async def reap(self, lease_seconds: float | None = None) -> None:
         """Hand back (or dead-letter) jobs whose holder let the lease expire, and wake the
-        dispatcher if any came back. Raises StoreUnavailable."""
-        if await self.store.reap_expired():
+        dispatcher if any came back; not within a lease of the store's return (see
+        `may_reap`). Raises StoreUnavailable."""
+        if lease_seconds is not None and not self.may_reap(lease_seconds):
+            return
+        if await self.store.reap_expired(self.dispatcher.retry_delay):
             self.dispatcher.wake()
 
     def kill_lost(self, tokens: list[str]) -> None:

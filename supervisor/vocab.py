@@ -14,6 +14,7 @@ class Status(StrEnum):
     """Where a job is in its life."""
 
     PENDING = "pending"
+    CLAIMED = "claimed"  # a node holds it under a lease; no worker has taken it yet
     RUNNING = "running"
     DONE = "done"
     FAILED = "failed"

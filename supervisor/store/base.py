@@ -80,21 +80,36 @@ class Store(Protocol):
         """Store several jobs; each answered on its own (an Exception instance on refusal)."""
 
     async def claim(
-        self, limit: int, queues: frozenset[str] | None, slots: Mapping[str, int]
+        self,
+        limit: int,
+        queues: frozenset[str] | None,
+        slots: Mapping[str, int],
+        start: int | None = None,
     ) -> list[Lease]:
-        """Take up to `limit` due jobs, highest priority first, as running leases.
+        """Take up to `limit` due jobs, highest priority first, as leases.
 
         Only types present in `slots` are taken, at most `slots[type]` of each (the
         node's free per-type capacity). `queues=None` means every queue. Paused queues
-        are skipped. Each claim increments `attempts` and sets `started_at`.
+        are skipped. The best `start` of them (all when None) start at once: `running`,
+        `attempts` incremented, `started_at` set, a `started` event. The others are
+        `claimed`: held under the lease, no attempt charged, no `started_at`, until
+        `start` is called for them.
         """
 
-    async def heartbeat(self, leases: Sequence[Lease], lease_seconds: float) -> list[str]:
-        """Extend the leases; return the tokens no longer held (cancelled or taken over)."""
+    async def start(self, lease: Lease) -> Lease | None:
+        """Start the attempt of a `claimed` lease (as a claim starts one) and extend the
+        lease, durably, before a worker gets it; the lease with the job as it now is, or
+        None if it is stale."""
 
-    async def reap_expired(self) -> list[Job]:
-        """Return jobs whose lease expired to pending (or dead-letter them when the lost
-        attempt used the last retry); returns the jobs touched."""
+    async def heartbeat(self, leases: Sequence[Lease], lease_seconds: float) -> list[str]:
+        """Extend the leases (running or claimed); return the tokens no longer held
+        (cancelled or taken over)."""
+
+    async def reap_expired(self, retry_delay: Callable[[int], float] | None = None) -> list[Job]:
+        """Take back the jobs whose lease expired; returns the jobs touched. A `claimed`
+        job goes back to pending in its place (its `run_at` unchanged), at no cost. A
+        running one lost its attempt: pending again after `retry_delay(attempts)`
+        seconds (at once when None), or dead-lettered when that was its last retry."""
 
     async def complete(self, lease: Lease, result: msgspec.Raw | None) -> Outcome | None:
         """Record success and enqueue `on_success` atomically; None if the lease is stale."""
@@ -104,14 +119,15 @@ class Store(Protocol):
         with `on_failure` enqueued atomically. None if the lease is stale."""
 
     async def release(self, lease: Lease) -> bool:
-        """Hand the job back to pending without counting the attempt (shutdown)."""
+        """Hand a running or claimed job back to pending in its place, without counting
+        the attempt (shutdown, a lease in hand gone stale)."""
 
     async def cancel(self, job_id: str, force: bool) -> tuple[Job, str | None]:
-        """Cancel a pending job, or a running one with `force`.
+        """Cancel a pending or claimed job, or a running one with `force`.
 
-        Returns the job and the token of the lease it had (when it was running) so the
-        engine can kill the worker. Raises NotFound, or InvalidState when terminal or
-        when running without `force`.
+        Returns the job and the token of the lease it had (when it was running or
+        claimed) so the engine can kill the worker or drop the lease in hand. Raises
+        NotFound, or InvalidState when terminal or when running without `force`.
         """
 
     async def get(self, job_id: str) -> Job | None:

@@ -231,9 +231,14 @@ class MemoryStore:
     # -- claiming --------------------------------------------------------------------
 
     async def claim(
-        self, limit: int, queues: frozenset[str] | None, slots: Mapping[str, int]
+        self,
+        limit: int,
+        queues: frozenset[str] | None,
+        slots: Mapping[str, int],
+        start: int | None = None,
     ) -> list[Lease]:
-        """Take up to `limit` due jobs, best first, within the per-type slots."""
+        """Take up to `limit` due jobs, best first, within the per-type slots; the best
+        `start` of them (all when None) start at once, the others are `claimed`."""
         now = self.clock()
         self._pending.promote(now.timestamp())
         free = dict(slots)
@@ -244,7 +249,7 @@ class MemoryStore:
                 break
             job = self._pending.pop(key)
             free[job.type] -= 1
-            leases.append(self._lease(job, now))
+            leases.append(self._lease(job, now, start is None or len(leases) < start))
         return leases
 
     def _make_pending(self, job: Job, now: datetime) -> None:
@@ -253,10 +258,7 @@ class MemoryStore:
         self._depth_add(job, +1)
         self._wake()
 
-    def _lease(self, job: Job, now: datetime) -> Lease:
-        self._set_status(job, Status.RUNNING, now)
-        job.attempts += 1
-        job.started_at = now
+    def _lease(self, job: Job, now: datetime, started: bool) -> Lease:
         token = new_id()
         lease = Lease(
             job=job,
@@ -266,8 +268,30 @@ class MemoryStore:
         )
         self._tokens[job.id] = token
         self._leases[token] = lease
-        self._event(job, EventKind.STARTED, now)
+        if started:
+            self._begin(job, now)
+        else:
+            self._set_status(job, Status.CLAIMED, now)
+            job.started_at = None
         return lease
+
+    def _begin(self, job: Job, now: datetime) -> None:
+        """The attempt starts: it is charged, and the job is running."""
+        self._set_status(job, Status.RUNNING, now)
+        job.attempts += 1
+        job.started_at = now
+        self._event(job, EventKind.STARTED, now)
+
+    async def start(self, lease: Lease) -> Lease | None:
+        """Start the attempt of a `claimed` lease."""
+        job = self._held(lease, Status.CLAIMED)
+        if job is None:
+            return None
+        now = self.clock()
+        self._begin(job, now)
+        held = self._leases[lease.token]
+        held.expires_at = now + timedelta(seconds=self.lease_seconds)
+        return held
 
     def next_due_at(self) -> datetime | None:
         """When the earliest delayed job becomes due."""
@@ -287,7 +311,7 @@ class MemoryStore:
                 held.expires_at = expires
         return lost
 
-    async def reap_expired(self) -> list[Job]:
+    async def reap_expired(self, retry_delay: Callable[[int], float] | None = None) -> list[Job]:
         """Return jobs whose lease ran out to pending, or dead-letter them."""
         now = self.clock()
         touched: list[Job] = []
@@ -296,22 +320,30 @@ class MemoryStore:
                 continue
             job = self._drop_lease(token)
             error = f"lease expired (holder {lease.owner} lost)"
+            if job.status == Status.CLAIMED:  # never started: back in its place, at no cost
+                self._set_status(job, Status.PENDING, now)
+                self._make_pending(job, now)
+                self._event(job, EventKind.RELEASED, now, error)
+                touched.append(job)
+                continue
             self._event(job, EventKind.LEASE_EXPIRED, now)
             if job.attempts > job.max_retries:
                 self._dead_letter(job, error, now)
             else:
                 self._record_error(job, error, now)
                 self._set_status(job, Status.PENDING, now)
-                job.run_at = now
+                delay = 0.0 if retry_delay is None else retry_delay(job.attempts)
+                job.run_at = now + timedelta(seconds=delay)
                 self._make_pending(job, now)
             touched.append(job)
         return touched
 
-    def _held(self, lease: Lease) -> Job | None:
+    def _held(self, lease: Lease, *statuses: Status) -> Job | None:
+        """The job, if `lease` still holds it in one of `statuses` (running if none)."""
         job = self._jobs.get(lease.job.id)
-        if job is None or self._tokens.get(job.id) != lease.token or job.status != Status.RUNNING:
+        if job is None or self._tokens.get(job.id) != lease.token:
             return None
-        return job
+        return job if job.status in (statuses or (Status.RUNNING,)) else None
 
     def _drop_lease(self, token: str) -> Job:
         lease = self._leases.pop(token)
@@ -373,12 +405,14 @@ class MemoryStore:
 
     async def release(self, lease: Lease) -> bool:
         """Give the job back without counting the attempt."""
-        job = self._held(lease)
+        job = self._held(lease, Status.RUNNING, Status.CLAIMED)
         if job is None:
             return False
         now = self.clock()
         self._drop_lease(lease.token)
-        job.attempts -= 1
+        if job.status == Status.RUNNING:
+            job.attempts -= 1
+        self._event(job, EventKind.RELEASED, now)
         self._set_status(job, Status.PENDING, now)
         self._make_pending(job, now)
         return True

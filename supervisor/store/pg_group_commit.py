@@ -52,23 +52,33 @@ class Batcher(Generic[T, R]):
     idle store adds no delay.
 
     `write(items)` answers every item (a result, or an exception for that item alone) or
-    raises for all of them.
+    raises for all of them. With `gather`, a call finding no write in flight lets the
+    event loop turn twice first, so the calls made in the same few turns share its group
+    (a worker's outcome and its next job's start).
     """
 
     def __init__(
-        self, write: Callable[[list[T]], Awaitable[Sequence[R | Exception]]], *, limit: int
+        self,
+        write: Callable[[list[T]], Awaitable[Sequence[R | Exception]]],
+        *,
+        limit: int,
+        gather: bool = False,
     ) -> None:
         self._write = write
         self.limit = limit
+        self.gather = gather
         self._waiting: deque[tuple[T, asyncio.Future[R]]] = deque()
         self._busy = False
         self._drain_task: asyncio.Task[None] | None = None
 
     async def submit(self, item: T) -> R:
         """Write `item` (now, or with the next group) and return its answer."""
-        if self._busy:
+        if self._busy or self.gather:
             future: asyncio.Future[R] = asyncio.get_running_loop().create_future()
             self._waiting.append((item, future))
+            if not self._busy:
+                self._busy = True
+                self._drain_task = asyncio.create_task(self._drain(2), name="goqueue-pg-group")
             return await future
         self._busy = True
         try:
@@ -85,9 +95,12 @@ class Batcher(Generic[T, R]):
         else:
             self._busy = False
 
-    async def _drain(self) -> None:
-        """Write the waiting calls, a group at a time, until none is left."""
+    async def _drain(self, turns: int = 0) -> None:
+        """Write the waiting calls, a group at a time, until none is left (after letting
+        the loop turn `turns` times)."""
         try:
+            for _ in range(turns):
+                await asyncio.sleep(0)
             while self._waiting:
                 group: list[tuple[T, asyncio.Future[R]]] = []
                 while self._waiting and len(group) < self.limit:

@@ -9,8 +9,8 @@ events in the statement that makes it (see `pg_sql`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime
+from collections.abc import Callable, Mapping, Sequence
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import msgspec
@@ -26,6 +26,16 @@ from goqueue.supervisor.store.pg_sql import N_JOB_FIELDS, Sql, Statements
 from goqueue.supervisor.vocab import TERMINAL, EventKind, Status
 
 Done = tuple[Lease, msgspec.Raw | None]  # a complete: the lease and the result
+
+
+class Begin(msgspec.Struct, frozen=True):
+    """A start: the claimed lease whose attempt begins."""
+
+    lease: Lease
+
+
+Write = Done | Begin  # what the group commit of attempts writes
+Answer = Outcome | Lease | None
 Trail = Sequence[tuple[EventKind, str]]  # events (kind, detail) a statement writes
 
 
@@ -61,7 +71,11 @@ class Outcomes:
         self.lease_seconds = lease_seconds
         self.live_window = 3 * lease_seconds  # a node's limits count while its beat is recent
         self._lock_ns = f"goqueue.type.{schema}."
-        self._completes = Batcher(self._write_completes, limit=1000)
+        # completes and starts share groups: a worker's outcome and its next job's start
+        # commit together
+        self._completes: Batcher[Write, Answer] = Batcher(
+            self._write_completes, limit=1000, gather=True
+        )
 
     async def idle(self, timeout: float) -> None:
         """Wait (up to `timeout`) for the groups of completes under way to be written."""
@@ -74,10 +88,15 @@ class Outcomes:
     # -- claiming --------------------------------------------------------------------
 
     async def claim(
-        self, limit: int, queues: frozenset[str] | None, slots: Mapping[str, int]
+        self,
+        limit: int,
+        queues: frozenset[str] | None,
+        slots: Mapping[str, int],
+        start: int | None = None,
     ) -> list[Lease]:
         """Take up to `limit` due jobs as leases, within this node's slots and the global
-        per-type limits: one statement, one round trip."""
+        per-type limits, starting the best `start` (all when None): one statement, one
+        round trip."""
         types = sorted(t for t, n in slots.items() if n > 0)
         if limit <= 0 or not types:
             return []
@@ -90,6 +109,7 @@ class Outcomes:
             "lease": self.lease_seconds,
             "live": self.live_window,
             "lock_ns": self._lock_ns,
+            "start": limit if start is None else start,
         }
         rows = await self._db.execute(self._sql[Sql.CLAIM], params)
         # One row holds no job: when the next scheduled job is due, which types are limited.
@@ -116,15 +136,23 @@ class Outcomes:
         held = {row[0] for row in await self._db.execute(self._sql[Sql.HEARTBEAT], params)}
         return [x.token for x in leases if x.token not in held]
 
-    async def reap_expired(self) -> list[Job]:
-        """Return jobs whose lease ran out to pending (the lost attempt counts), or
-        dead-letter them when it was their last; several nodes may reap at once."""
+    async def start(self, lease: Lease) -> Lease | None:
+        """Start a claimed lease's attempt (group-committed with completes)."""
+        answer = await self._completes.submit(Begin(lease))
+        assert answer is None or isinstance(answer, Lease)
+        return answer
+
+    async def reap_expired(self, retry_delay: Callable[[int], float] | None = None) -> list[Job]:
+        """Take back jobs whose lease ran out: a claimed one goes back to pending in its
+        place at no cost; a running one lost its attempt, and is pending again after
+        `retry_delay(attempts)` seconds or dead-lettered when it was its last. Several
+        nodes may reap at once."""
         touched: list[Job] = []
         pending: list[Job] = []  # requeued jobs and on_failure follow-ups
         async with self._db.connection() as conn, conn.transaction():
             cur = await conn.execute(self._sql[Sql.EXPIRED], {"limit": 100})
             for expired in await cur.fetchall():
-                outcome = await self._reap_one(conn, expired)
+                outcome = await self._reap_one(conn, expired, retry_delay)
                 touched.append(outcome.job)
                 pending.extend(outcome.followups)
                 if outcome.job.status == Status.PENDING:
@@ -134,11 +162,21 @@ class Outcomes:
             self._wakeups.freed(job)
         return touched
 
-    async def _reap_one(self, conn: Conn, expired: Row) -> Outcome:
+    async def _reap_one(
+        self, conn: Conn, expired: Row, retry_delay: Callable[[int], float] | None
+    ) -> Outcome:
         """Requeue (or bury) one job whose lease ran out; its row is locked already."""
-        job_id, token, owner, attempts, max_retries = expired
+        job_id, token, owner, attempts, max_retries, status = expired
         error = pg_rows.text(f"lease expired (node {owner} lost)") or ""
-        params = {"id": job_id, "token": token, "error": error, "retry_at": None}
+        if status == Status.CLAIMED:
+            params = {"id": job_id, "token": token, "node": self.node_id}
+            row = await self._db.fetchone(conn, self._sql[Sql.RELEASE], params)
+            assert row is not None  # locked FOR UPDATE, so the fence still holds
+            return Outcome(pg_rows.job(row), [])
+        retry_at = None
+        if retry_delay is not None:
+            retry_at = datetime.now(UTC) + timedelta(seconds=retry_delay(attempts))
+        params = {"id": job_id, "token": token, "error": error, "retry_at": retry_at}
         lost = (EventKind.LEASE_EXPIRED, error)
         if attempts > max_retries:
             outcome = await self._bury(conn, params, lost)
@@ -154,25 +192,66 @@ class Outcomes:
         """Record success and enqueue `on_success` atomically; None if the lease is stale.
         Completes arriving while another's commit is in flight share the next transaction
         (group commit), one statement for all of them unless some chain a job."""
-        return await self._completes.submit((lease, result))
+        answer = await self._completes.submit((lease, result))
+        assert answer is None or isinstance(answer, Outcome)
+        return answer
 
-    async def _write_completes(self, items: list[Done]) -> list[Outcome | Exception | None]:
-        """Write one group of completes (see `group_or_each`)."""
+    async def _write_completes(self, items: list[Write]) -> list[Answer | Exception]:
+        """Write one group of completes and starts (see `group_or_each`)."""
         return await group_or_each(self._complete_group, items)
 
-    async def _complete_group(self, items: list[Done]) -> list[Outcome | None]:
-        """Complete several leases in one transaction; each is fenced by its own token."""
+    async def _complete_group(self, items: list[Write]) -> list[Answer]:
+        """Complete and start several leases in one transaction; each is fenced by its
+        own token."""
+        dones = [x for x in items if not isinstance(x, Begin)]
+        begins = [x for x in items if isinstance(x, Begin)]
         async with self._db.connection("complete") as conn:
-            if all(lease.job.on_success is None for lease, _ in items):
-                outcomes = await self._complete_in(conn, items)
-            else:  # pipelined: BEGIN goes with the update, COMMIT with the last insert
+            chains = any(lease.job.on_success is not None for lease, _ in dones)
+            if not chains and not (dones and begins):
+                outcomes = await self._complete_in(conn, dones) if dones else []
+                started = await self._start_in(conn, begins) if begins else {}
+            else:  # pipelined: BEGIN goes with the first statement, COMMIT with the last
                 async with conn.pipeline(), conn.transaction():
-                    outcomes = await self._complete_in(conn, items)
+                    started = await self._start_in(conn, begins) if begins else {}
+                    outcomes = await self._complete_in(conn, dones) if dones else []
         done = [outcome for outcome in outcomes if outcome is not None]
         self._wakeups.pending([job for outcome in done for job in outcome.followups])
         for outcome in done:
             self._wakeups.freed(outcome.job)
-        return outcomes
+        answers: list[Answer] = []
+        by_done = iter(outcomes)
+        for item in items:
+            if isinstance(item, Begin):
+                answers.append(started.get(item.lease.token))
+            else:
+                answers.append(next(by_done))
+        return answers
+
+    async def _start_in(self, conn: Conn, begins: list[Begin]) -> dict[str, Lease]:
+        """Start the claimed leases of `begins` (one statement); by token, those held."""
+        params = {
+            "ids": [b.lease.job.id for b in begins],
+            "tokens": [b.lease.token for b in begins],
+            "node": self.node_id,
+            "lease": self.lease_seconds,
+        }
+        cur = await conn.execute(self._sql[Sql.START_MANY], params)
+        rows = {str(r[1]): r for r in await cur.fetchall()}
+        started: dict[str, Lease] = {}
+        for begin in begins:
+            row = rows.get(begin.lease.token)
+            if row is None:
+                continue
+            _, _, attempts, at = row
+            job = msgspec.structs.replace(
+                begin.lease.job,
+                status=Status.RUNNING,
+                attempts=attempts,
+                started_at=at,
+                updated_at=at,
+            )
+            started[begin.lease.token] = msgspec.structs.replace(begin.lease, job=job)
+        return started
 
     async def _complete_in(self, conn: Conn, items: list[Done]) -> list[Outcome | None]:
         """Mark the group's jobs done (one statement), then chain their `on_success`."""
@@ -287,7 +366,7 @@ class Outcomes:
             row = await self._db.fetchone(conn, self._sql[Sql.CANCEL], params)
         assert row is not None
         job = pg_rows.job(row)
-        if status != Status.RUNNING:
+        if status not in (Status.RUNNING, Status.CLAIMED):
             return job, None
         self._wakeups.freed(job)
         return job, token

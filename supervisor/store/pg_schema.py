@@ -60,12 +60,168 @@ _TAKE_BEST = (
 )
 
 
+# Migration 4's claim function: migration 2's, with one parameter more, `p_start`. The
+# best `p_start` jobs picked start at once (running, attempt charged, started_at), as
+# before; the others are `claimed` (held, not charged) until a worker takes them. Jobs
+# held by claims count against the global limits as running ones do.
+_TAKE_BEST_V4 = """        pick AS (
+            SELECT id, row_number() OVER (ORDER BY priority DESC, run_at, seq) AS n
+            FROM cand ORDER BY priority DESC, run_at, seq LIMIT p_limit),
+        claimed AS (
+            UPDATE {s}.jobs j SET
+                status = CASE WHEN pick.n <= p_start THEN 'running' ELSE 'claimed' END,
+                attempts = j.attempts + CASE WHEN pick.n <= p_start THEN 1 ELSE 0 END,
+                started_at = CASE WHEN pick.n <= p_start THEN now() END,
+                updated_at = now(), lease_owner = p_node,
+                lease_token = gen_random_uuid(),
+                lease_expires_at = now() + p_lease * interval '1 second'
+            FROM pick WHERE j.id = pick.id
+            RETURNING j)
+        SELECT claimed.j, NULL::timestamptz, NULL::text[] FROM claimed;
+"""
+
+
+def _claim_v4(v2: str) -> str:
+    """Migration 4's claim function, from migration 2's text (`v2`)."""
+    edits = (
+        (
+            "p_lease float8, p_live float8, p_lock_ns text)",
+            "p_lease float8, p_live float8, p_lock_ns text, p_start int)",
+        ),
+        (
+            "WHERE r.status = 'running' AND r.type",
+            "WHERE r.status IN ('running', 'claimed') AND r.type",
+        ),
+        (_TAKE_BEST, _TAKE_BEST_V4),
+    )
+    text = v2[v2.index("CREATE FUNCTION") :]
+    for old, new in edits:
+        assert old in text, old
+        text = text.replace(old, new)
+    return text
+
+
 class Migration(msgspec.Struct, frozen=True):
     """One schema step; `{s}` in the SQL stands for the (quoted) schema name."""
 
     version: int
     name: str
     sql: str
+
+
+_MIGRATION_2 = (
+    """
+-- A node serving some queues, or with some paused, walks only the jobs it may take.
+CREATE INDEX jobs_claim_queue ON {s}.jobs (queue, type, priority, run_at, seq)
+    WHERE status = 'pending';
+
+-- The claim in one call, one round trip, no transaction block (see Queries.claim).
+-- Rows: the claimed jobs (as leases), then one last row with no job holding the earliest
+-- future run_at of the types asked for and which of them are under a global limit.
+CREATE FUNCTION {s}.claim(
+    p_types text[], p_caps int[], p_queues text[], p_limit int, p_node text,
+    p_lease float8, p_live float8, p_lock_ns text)
+RETURNS TABLE (o_job {s}.jobs, o_next_due timestamptz, o_limited text[])
+LANGUAGE plpgsql
+-- Ordered index scans, planned once: the queue filters defeat the row estimates (a bitmap
+-- scan plus sort of every due job of a type is ten times slower on a deep queue), and
+-- re-planning these statements would cost more than running them. A plan made while the
+-- table was small must not scan it whole once it is large (no sequential scans), and
+-- generic plans of a deep queue look costly enough to compile: no JIT, whoever calls.
+SET enable_bitmapscan = off
+SET enable_seqscan = off
+SET plan_cache_mode = force_generic_plan
+SET jit = off
+AS $fn$
+DECLARE
+    v_limited text[];
+    v_type text;
+    v_queues text[];
+BEGIN
+    -- A claim lost in a database crash leaves its job pending, and nothing fenced by its
+    -- token can commit without it (a durable commit flushes the WAL before it): the
+    -- claim need not wait for its own flush.
+    PERFORM set_config('synchronous_commit', 'off', true);
+    SELECT coalesce(array_agg(l.type ORDER BY l.type), '{{}}') INTO v_limited
+    FROM (SELECT DISTINCT key AS type FROM {s}.nodes, jsonb_each_text(limits)
+          WHERE heartbeat_at > now() - p_live * interval '1 second'
+            AND value IS NOT NULL AND key = ANY(p_types)) l;
+    -- Types under a global limit are claimed by one node at a time, locked in name order
+    -- (no deadlock); the claim below runs on a snapshot taken after the locks, one that
+    -- counts every claim committed before (each statement of a volatile function takes
+    -- a fresh snapshot).
+    FOREACH v_type IN ARRAY v_limited LOOP
+        PERFORM pg_advisory_xact_lock(hashtextextended(p_lock_ns || v_type, 0));
+    END LOOP;
+    IF p_queues IS NULL AND NOT EXISTS (SELECT 1 FROM {s}.paused_queues) THEN
+        RETURN QUERY
+"""
+    + _TYPE_CAPS
+    + """        cand AS (
+            SELECT c.* FROM caps CROSS JOIN LATERAL (
+                SELECT x.* FROM generate_series(10, 0, -1) AS p(priority)
+                CROSS JOIN LATERAL (
+                    SELECT j.id, j.priority, j.run_at, j.seq FROM {s}.jobs j
+                    WHERE j.status = 'pending' AND j.type = caps.type
+                      AND j.priority = p.priority AND j.run_at <= now()
+                    ORDER BY j.run_at, j.seq
+                    LIMIT p_limit
+                    FOR UPDATE OF j SKIP LOCKED) x
+                LIMIT least(caps.cap, p_limit)) c
+            WHERE caps.cap > 0),
+"""
+    + _TAKE_BEST
+    + """    ELSE
+        -- By queue: the queues asked for, or every queue with pending jobs (found by
+        -- skipping along the index), less the paused ones. Within a priority the queues'
+        -- heads are merged by run_at, seq.
+        IF p_queues IS NULL THEN
+            WITH RECURSIVE q AS (
+                SELECT min(queue) AS queue FROM {s}.jobs WHERE status = 'pending'
+                UNION ALL
+                SELECT (SELECT min(j.queue) FROM {s}.jobs j
+                        WHERE j.status = 'pending' AND j.queue > q.queue)
+                FROM q WHERE q.queue IS NOT NULL)
+            SELECT array_agg(q.queue) INTO v_queues FROM q WHERE q.queue IS NOT NULL;
+        ELSE
+            v_queues := p_queues;
+        END IF;
+        v_queues := ARRAY(SELECT unnest(v_queues) EXCEPT SELECT queue FROM {s}.paused_queues);
+        RETURN QUERY
+"""
+    + _TYPE_CAPS
+    + """        cand AS (
+            SELECT c.* FROM caps CROSS JOIN LATERAL (
+                SELECT x.* FROM generate_series(10, 0, -1) AS p(priority)
+                CROSS JOIN LATERAL (
+                    SELECT y.* FROM unnest(v_queues) AS q(queue) CROSS JOIN LATERAL (
+                        SELECT j.id, j.priority, j.run_at, j.seq FROM {s}.jobs j
+                        WHERE j.status = 'pending' AND j.queue = q.queue
+                          AND j.type = caps.type AND j.priority = p.priority
+                          AND j.run_at <= now()
+                        ORDER BY j.run_at, j.seq
+                        LIMIT least(caps.cap, p_limit)
+                        FOR UPDATE OF j SKIP LOCKED) y
+                    ORDER BY y.run_at, y.seq) x
+                LIMIT least(caps.cap, p_limit)) c
+            WHERE caps.cap > 0),
+"""
+    + _TAKE_BEST
+    + """    END IF;
+    -- One index probe per (type, priority): cheap even with many scheduled jobs.
+    RETURN QUERY
+    SELECT NULL::{s}.jobs, min(x.run_at), v_limited
+    FROM unnest(p_types) AS t(type) CROSS JOIN generate_series(0, 10) AS p(priority)
+    CROSS JOIN LATERAL (
+        SELECT j.run_at FROM {s}.jobs j
+        WHERE j.status = 'pending' AND j.type = t.type AND j.priority = p.priority
+          AND j.run_at > now()
+        ORDER BY j.run_at LIMIT 1) x;
+END
+$fn$;
+"""
+)
+_CLAIM_V4 = _claim_v4(_MIGRATION_2)
 
 
 MIGRATIONS: tuple[Migration, ...] = (
@@ -158,120 +314,7 @@ CREATE TABLE {s}.events (
 CREATE INDEX events_job ON {s}.events (job_id, at, id);
 """,
     ),
-    Migration(
-        2,
-        "claim function, claim index by queue",
-        """
--- A node serving some queues, or with some paused, walks only the jobs it may take.
-CREATE INDEX jobs_claim_queue ON {s}.jobs (queue, type, priority, run_at, seq)
-    WHERE status = 'pending';
-
--- The claim in one call, one round trip, no transaction block (see Queries.claim).
--- Rows: the claimed jobs (as leases), then one last row with no job holding the earliest
--- future run_at of the types asked for and which of them are under a global limit.
-CREATE FUNCTION {s}.claim(
-    p_types text[], p_caps int[], p_queues text[], p_limit int, p_node text,
-    p_lease float8, p_live float8, p_lock_ns text)
-RETURNS TABLE (o_job {s}.jobs, o_next_due timestamptz, o_limited text[])
-LANGUAGE plpgsql
--- Ordered index scans, planned once: the queue filters defeat the row estimates (a bitmap
--- scan plus sort of every due job of a type is ten times slower on a deep queue), and
--- re-planning these statements would cost more than running them. A plan made while the
--- table was small must not scan it whole once it is large (no sequential scans), and
--- generic plans of a deep queue look costly enough to compile: no JIT, whoever calls.
-SET enable_bitmapscan = off
-SET enable_seqscan = off
-SET plan_cache_mode = force_generic_plan
-SET jit = off
-AS $fn$
-DECLARE
-    v_limited text[];
-    v_type text;
-    v_queues text[];
-BEGIN
-    -- A claim lost in a database crash leaves its job pending, and nothing fenced by its
-    -- token can commit without it (a durable commit flushes the WAL before it): the
-    -- claim need not wait for its own flush.
-    PERFORM set_config('synchronous_commit', 'off', true);
-    SELECT coalesce(array_agg(l.type ORDER BY l.type), '{{}}') INTO v_limited
-    FROM (SELECT DISTINCT key AS type FROM {s}.nodes, jsonb_each_text(limits)
-          WHERE heartbeat_at > now() - p_live * interval '1 second'
-            AND value IS NOT NULL AND key = ANY(p_types)) l;
-    -- Types under a global limit are claimed by one node at a time, locked in name order
-    -- (no deadlock); the claim below runs on a snapshot taken after the locks, one that
-    -- counts every claim committed before (each statement of a volatile function takes
-    -- a fresh snapshot).
-    FOREACH v_type IN ARRAY v_limited LOOP
-        PERFORM pg_advisory_xact_lock(hashtextextended(p_lock_ns || v_type, 0));
-    END LOOP;
-    IF p_queues IS NULL AND NOT EXISTS (SELECT 1 FROM {s}.paused_queues) THEN
-        RETURN QUERY
-"""
-        + _TYPE_CAPS
-        + """        cand AS (
-            SELECT c.* FROM caps CROSS JOIN LATERAL (
-                SELECT x.* FROM generate_series(10, 0, -1) AS p(priority)
-                CROSS JOIN LATERAL (
-                    SELECT j.id, j.priority, j.run_at, j.seq FROM {s}.jobs j
-                    WHERE j.status = 'pending' AND j.type = caps.type
-                      AND j.priority = p.priority AND j.run_at <= now()
-                    ORDER BY j.run_at, j.seq
-                    LIMIT p_limit
-                    FOR UPDATE OF j SKIP LOCKED) x
-                LIMIT least(caps.cap, p_limit)) c
-            WHERE caps.cap > 0),
-"""
-        + _TAKE_BEST
-        + """    ELSE
-        -- By queue: the queues asked for, or every queue with pending jobs (found by
-        -- skipping along the index), less the paused ones. Within a priority the queues'
-        -- heads are merged by run_at, seq.
-        IF p_queues IS NULL THEN
-            WITH RECURSIVE q AS (
-                SELECT min(queue) AS queue FROM {s}.jobs WHERE status = 'pending'
-                UNION ALL
-                SELECT (SELECT min(j.queue) FROM {s}.jobs j
-                        WHERE j.status = 'pending' AND j.queue > q.queue)
-                FROM q WHERE q.queue IS NOT NULL)
-            SELECT array_agg(q.queue) INTO v_queues FROM q WHERE q.queue IS NOT NULL;
-        ELSE
-            v_queues := p_queues;
-        END IF;
-        v_queues := ARRAY(SELECT unnest(v_queues) EXCEPT SELECT queue FROM {s}.paused_queues);
-        RETURN QUERY
-"""
-        + _TYPE_CAPS
-        + """        cand AS (
-            SELECT c.* FROM caps CROSS JOIN LATERAL (
-                SELECT x.* FROM generate_series(10, 0, -1) AS p(priority)
-                CROSS JOIN LATERAL (
-                    SELECT y.* FROM unnest(v_queues) AS q(queue) CROSS JOIN LATERAL (
-                        SELECT j.id, j.priority, j.run_at, j.seq FROM {s}.jobs j
-                        WHERE j.status = 'pending' AND j.queue = q.queue
-                          AND j.type = caps.type AND j.priority = p.priority
-                          AND j.run_at <= now()
-                        ORDER BY j.run_at, j.seq
-                        LIMIT least(caps.cap, p_limit)
-                        FOR UPDATE OF j SKIP LOCKED) y
-                    ORDER BY y.run_at, y.seq) x
-                LIMIT least(caps.cap, p_limit)) c
-            WHERE caps.cap > 0),
-"""
-        + _TAKE_BEST
-        + """    END IF;
-    -- One index probe per (type, priority): cheap even with many scheduled jobs.
-    RETURN QUERY
-    SELECT NULL::{s}.jobs, min(x.run_at), v_limited
-    FROM unnest(p_types) AS t(type) CROSS JOIN generate_series(0, 10) AS p(priority)
-    CROSS JOIN LATERAL (
-        SELECT j.run_at FROM {s}.jobs j
-        WHERE j.status = 'pending' AND j.type = t.type AND j.priority = p.priority
-          AND j.run_at > now()
-        ORDER BY j.run_at LIMIT 1) x;
-END
-$fn$;
-""",
-    ),
+    Migration(2, "claim function, claim index by queue", _MIGRATION_2),
     Migration(
         3,
         "index for pruning finished jobs",
@@ -280,7 +323,19 @@ CREATE INDEX jobs_finished ON {s}.jobs (finished_at)
     WHERE status IN ('done', 'failed', 'cancelled');
 """,
     ),
-    # Migration 4 is the `claimed` status (the attempt path's rewrite).
+    Migration(
+        4,
+        "claimed status: an attempt starts when a worker takes the job",
+        """
+ALTER TABLE {s}.jobs DROP CONSTRAINT jobs_status_check;
+ALTER TABLE {s}.jobs ADD CONSTRAINT jobs_status_check
+    CHECK (status IN ('pending', 'claimed', 'running', 'done', 'failed', 'cancelled'));
+-- Small: only jobs claimed ahead. Finds their expired leases; counts them per type.
+CREATE INDEX jobs_claimed ON {s}.jobs (type, lease_expires_at) WHERE status = 'claimed';
+DROP FUNCTION {s}.claim(text[], int[], text[], int, text, float8, float8, text);
+"""
+        + _CLAIM_V4,
+    ),
     Migration(
         5,
         "webhook outbox",

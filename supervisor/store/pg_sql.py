@@ -103,6 +103,7 @@ def _fragments(schema: str) -> dict[str, str]:
         "claimed_job": ", ".join(f"(c.o_job).{name}" for name in JOB_FIELDS),
         "clear_lease": "lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL",
         "fenced": "id = %(id)s AND lease_token = %(token)s AND status = 'running'",
+        "held": ("id = %(id)s AND lease_token = %(token)s AND status IN ('running', 'claimed')"),
         "append_error": (
             "errors = errors || jsonb_build_array(jsonb_build_object("
             "'attempt', attempts, 'error', %(error)s::text, 'at', now())),"
@@ -157,6 +158,7 @@ class Sql(StrEnum):
     TAKE_DEAD_MANY = auto()
     # leases and outcomes
     CLAIM = auto()
+    START_MANY = auto()
     NEXT_DUE_ANY = auto()
     HEARTBEAT = auto()
     EXPIRED = auto()
@@ -298,32 +300,47 @@ TEMPLATES: Final[Mapping[Sql, str]] = MappingProxyType(
         Sql.TAKE_DEAD: """
             DELETE FROM {s}.dead_letters WHERE id = %(id)s
             RETURNING id, job_id, job, errors, created_at""",
-        # The claim is the function of migration 2 (its last row has no job: the earliest
+        # The claim is the function of migration 4 (its last row has no job: the earliest
         # future run_at and the types under a global limit); the same statement writes a
-        # `started` event per lease.
+        # `started` event per lease it starts (the others are `claimed`).
         Sql.CLAIM: f"""
             WITH c AS (
                 SELECT * FROM {{s}}.claim(%(types)s::text[], %(caps)s::int[],
                     %(queues)s::text[], %(limit)s::int, %(node)s::text, %(lease)s::float8,
-                    %(live)s::float8, %(lock_ns)s::text)),
+                    %(live)s::float8, %(lock_ns)s::text, %(start)s::int)),
             changed AS (
-                SELECT (c.o_job).id, (c.o_job).attempts FROM c WHERE (c.o_job).id IS NOT NULL),
+                SELECT (c.o_job).id, (c.o_job).attempts FROM c
+                WHERE (c.o_job).id IS NOT NULL AND (c.o_job).status = 'running'),
             {_trail(EventKind.STARTED)}
             SELECT {{claimed_job}}, (c.o_job).lease_token, (c.o_job).lease_owner,
                 (c.o_job).lease_expires_at, c.o_next_due, c.o_limited
             FROM c""",
         Sql.NEXT_DUE_ANY: """
             SELECT min(run_at) FROM {s}.jobs WHERE status = 'pending' AND run_at > now()""",
+        # Claimed jobs start when a worker takes them, fenced by their token: the attempt
+        # is charged, started_at set and the lease extended before the job goes to the
+        # worker.
+        Sql.START_MANY: f"""
+            WITH changed AS (
+                UPDATE {{s}}.jobs j SET status = 'running', attempts = j.attempts + 1,
+                    started_at = now(), updated_at = now(),
+                    lease_expires_at = now() + %(lease)s::float8 * interval '1 second'
+                FROM unnest(%(ids)s::uuid[], %(tokens)s::uuid[]) AS c(id, token)
+                WHERE j.id = ANY (ARRAY(SELECT unnest(%(ids)s::uuid[])))
+                  AND j.id = c.id AND j.lease_token = c.token AND j.status = 'claimed'
+                RETURNING j.id, j.lease_token, j.attempts, j.started_at),
+            {_trail(EventKind.STARTED)}
+            SELECT id, lease_token, attempts, started_at FROM changed""",
         Sql.HEARTBEAT: """
             UPDATE {s}.jobs j
             SET lease_expires_at = now() + %(lease)s::float8 * interval '1 second'
             FROM unnest(%(ids)s::uuid[], %(tokens)s::uuid[]) AS l(id, token)
             WHERE j.id = ANY (%(ids)s::uuid[]) AND j.id = l.id AND j.lease_token = l.token
-              AND j.status = 'running'
+              AND j.status IN ('running', 'claimed')
             RETURNING j.lease_token""",
         Sql.EXPIRED: """
-            SELECT id, lease_token, lease_owner, attempts, max_retries FROM {s}.jobs
-            WHERE status = 'running' AND lease_expires_at < now()
+            SELECT id, lease_token, lease_owner, attempts, max_retries, status FROM {s}.jobs
+            WHERE status IN ('running', 'claimed') AND lease_expires_at < now()
             ORDER BY lease_expires_at LIMIT %(limit)s
             FOR UPDATE SKIP LOCKED""",
         # Success needs no more than the commit's time back: the rest of the job is the
@@ -373,11 +390,13 @@ TEMPLATES: Final[Mapping[Sql, str]] = MappingProxyType(
         Sql.INSERT_DEAD: """
             INSERT INTO {s}.dead_letters (id, job_id, job, errors, created_at)
             VALUES (%(id)s, %(job_id)s, %(job)s, %(errors)s, %(created_at)s)""",
+        # A running job's attempt is not counted; a claimed one's never was.
         Sql.RELEASE: f"""
             WITH changed AS (
-                UPDATE {{s}}.jobs SET status = 'pending', attempts = attempts - 1,
+                UPDATE {{s}}.jobs SET status = 'pending',
+                    attempts = attempts - CASE WHEN status = 'running' THEN 1 ELSE 0 END,
                     updated_at = now(), {{clear_lease}}
-                WHERE {{fenced}}
+                WHERE {{held}}
                 RETURNING {{job}}),
             {_trail(EventKind.RELEASED)}
             SELECT {{job}} FROM changed""",

@@ -257,18 +257,27 @@ class PostgresStore:
     # -- leases and outcomes ---------------------------------------------------------
 
     async def claim(
-        self, limit: int, queues: frozenset[str] | None, slots: Mapping[str, int]
+        self,
+        limit: int,
+        queues: frozenset[str] | None,
+        slots: Mapping[str, int],
+        start: int | None = None,
     ) -> list[Lease]:
-        """Take up to `limit` due jobs as leases (one statement, one round trip)."""
-        return await self._outcomes.claim(limit, queues, slots)
+        """Take up to `limit` due jobs as leases, starting the best `start` (one
+        statement, one round trip)."""
+        return await self._outcomes.claim(limit, queues, slots, start)
+
+    async def start(self, lease: Lease) -> Lease | None:
+        """Start a claimed lease's attempt (group-committed with completes)."""
+        return await self._outcomes.start(lease)
 
     async def heartbeat(self, leases: Sequence[Lease], lease_seconds: float) -> list[str]:
         """Extend the leases still held; return the tokens that are not."""
         return await self._outcomes.heartbeat(leases, lease_seconds)
 
-    async def reap_expired(self) -> list[Job]:
-        """Requeue (or dead-letter) jobs whose lease ran out; returns the jobs touched."""
-        return await self._outcomes.reap_expired()
+    async def reap_expired(self, retry_delay: Callable[[int], float] | None = None) -> list[Job]:
+        """Take back jobs whose lease ran out (see `Store`); returns the jobs touched."""
+        return await self._outcomes.reap_expired(retry_delay)
 
     async def complete(self, lease: Lease, result: msgspec.Raw | None) -> Outcome | None:
         """Record success and enqueue `on_success` atomically; None if the lease is stale."""

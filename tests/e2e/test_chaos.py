@@ -267,10 +267,6 @@ def _statuses(jobs: list[dict[str, Any]]) -> dict[str, int]:
     return found
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 10: double runs, lost audit events and lost webhooks under node faults",
-)
 def test_chaos_2000_jobs_two_nodes_kills_pauses_and_database_restarts(
     private_nodes: NodeSet, pg_cluster: PgCluster, tmp_path: Path
 ) -> None:

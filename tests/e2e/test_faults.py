@@ -129,9 +129,6 @@ def spread(tmp_path: Path, count: int, **fields: object) -> list[dict[str, objec
     return [logged(tmp_path, 0.005 + (i % 4) * 0.005, **fields) for i in range(count)]
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 10: a paused node hands out expired prefetched leases"
-)
 def test_sigstop_past_the_lease_hands_out_no_expired_lease(
     pg_nodes: NodeSet, tmp_path: Path
 ) -> None:
@@ -179,9 +176,6 @@ def test_sigstop_past_the_lease_hands_out_no_expired_lease(
 # -- 3. a prefetched job is charged an attempt and shown as running ------------------
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 10: a node's death dead-letters prefetched jobs that never ran"
-)
 def test_node_death_dead_letters_no_job_that_never_ran(pg_nodes: NodeSet, tmp_path: Path) -> None:
     """Scenario: two nodes x 2 workers (lease 2 s) run 300 jobs of 5-20 ms with
     `max_retries: 0`; `kill -9` of node A's process group mid-run.
@@ -212,9 +206,6 @@ def test_node_death_dead_letters_no_job_that_never_ran(pg_nodes: NodeSet, tmp_pa
     assert all(jobs[i]["status"] == "done" for i in ids if i not in failed)
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 10: a claimed job shows as running, with an attempt charged"
-)
 def test_a_claimed_job_is_claimed_not_running(pg_nodes: NodeSet, tmp_path: Path) -> None:
     """Scenario: a node with 1 worker runs a 3 s job; a second job arrives and the node
     claims it ahead (prefetch) while its only worker is busy.
@@ -245,9 +236,6 @@ def test_a_claimed_job_is_claimed_not_running(pg_nodes: NodeSet, tmp_path: Path)
     )
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 10: a first node claims before it reaps; reaped jobs go last"
-)
 def test_after_a_total_outage_claimed_jobs_keep_their_place(
     pg_nodes: NodeSet, tmp_path: Path
 ) -> None:
@@ -283,9 +271,6 @@ def test_after_a_total_outage_claimed_jobs_keep_their_place(
 # -- 4. held outcomes dropped by an outage longer than the lease ---------------------
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 10: a finished attempt's lease lapses while its outcome is held"
-)
 def test_an_outage_longer_than_the_lease_keeps_held_outcomes(
     private_nodes: NodeSet, pg_cluster: PgCluster, tmp_path: Path
 ) -> None:
@@ -472,9 +457,6 @@ def test_a_job_that_kills_its_workers_parent_costs_its_siblings_nothing(
 # -- 7. a job that kills its node is handed at once to the next ----------------------
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 10: a node-killing job is handed at once to the next node"
-)
 def test_a_node_killing_job_is_retried_with_backoff_and_contained(
     pg_nodes: NodeSet, tmp_path: Path
 ) -> None:
@@ -593,9 +575,6 @@ def test_a_group_kill_loses_nothing_and_completes_nothing_twice(group_kill: Grou
         assert gk.jobs[job_id]["attempts"] >= len(attempts), gk.jobs[job_id]
 
 
-@pytest.mark.xfail(
-    strict=True, reason="issue 10: jobs a dead node only claimed go to the back of the queue"
-)
 def test_a_group_kill_keeps_claimed_jobs_in_their_place(group_kill: GroupKill) -> None:
     """Scenario: the group kill above. The killed node held a few jobs it had claimed
     but not started.
@@ -765,7 +744,6 @@ def test_the_memory_limit_holds_during_a_job(pg_nodes: NodeSet, tmp_path: Path) 
 # -- 11. stuck workers keep their node's prefetched leases ---------------------------
 
 
-@pytest.mark.xfail(strict=True, reason="issue 10: a node with stuck workers keeps its claims")
 def test_stuck_workers_release_their_nodes_prefetched_leases(
     pg_nodes: NodeSet, tmp_path: Path
 ) -> None:

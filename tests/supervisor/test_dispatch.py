@@ -44,7 +44,11 @@ class FakeStore:
         self.down = 0
 
     async def claim(
-        self, limit: int, queues: frozenset[str] | None, slots: dict[str, int]
+        self,
+        limit: int,
+        queues: frozenset[str] | None,
+        slots: dict[str, int],
+        start: int | None = None,
     ) -> list[Lease]:
         self.claims.append((limit, dict(slots)))
         free, taken = dict(slots), []
@@ -71,6 +75,11 @@ class FakeStore:
     async def fail(self, held: Lease, error: str, retry_at: datetime | None) -> Outcome:
         self.log.append(("fail:args", error, retry_at))
         return await self._write("fail", held, Status.PENDING if retry_at else Status.FAILED)
+
+    async def start(self, held: Lease) -> Lease:
+        self.log.append(("start", held.job.id))
+        held.job.status = Status.RUNNING
+        return held
 
     async def release(self, held: Lease) -> bool:
         self.log.append(("release", held.job.id))
@@ -156,6 +165,7 @@ def rig(
     workers: list[FakeWorker] | None = None,
     hooks: list[Hook] | None = None,
     prefetch: int = 0,
+    ticks: list[float] | None = None,
 ) -> Rig:
     log: list[Any] = []
     sleeps: list[float] = []
@@ -171,10 +181,11 @@ def rig(
         pool,
         catalog,
         Hooks(hooks if hooks is not None else [Recorder("hook", log)]),
-        policy=Policy(retry_base=1.0, retry_cap=60.0),
+        policy=Policy(retry_base=1.0, retry_cap=60.0, lease_seconds=3.0),
         prefetch=prefetch,
         clock=lambda: NOW,
         sleep=sleep,
+        monotonic=(lambda: ticks[0]) if ticks else (lambda: 0.0),
     )
     dispatcher.rng = random.Random(7)
     return Rig(dispatcher, store, pool, log, sleeps)
@@ -227,7 +238,9 @@ async def test_an_outcome_write_is_held_while_the_store_is_unavailable() -> None
     await r.dispatcher.fill()
     r.store.down = 3
     r.dispatcher.job_done(held, JobDone(held.job.id, b"1", 0.5))
+    assert r.dispatcher.held_leases() == [held]  # heartbeated until its outcome is written
     await r.dispatcher.flush(5)
+    assert r.dispatcher.held_leases() == []
     assert ("complete", held.job.id) in r.log
     assert r.log[-1] == ("hook", "outcome", held.job.id, Status.DONE)  # told once, after
     assert len(r.sleeps) == 3
@@ -280,3 +293,63 @@ async def test_a_worker_lost_to_a_timeout_fails_the_attempt_and_a_cancel_writes_
     assert len(errors) == 1 and errors[0].startswith("timed out after 300s; worker 4242")
     assert [entry[0] for entry in r.log if entry[0] in ("complete", "fail")] == ["fail"]
     assert r.dispatcher.held_leases() == []
+
+
+async def test_a_lease_in_hand_that_may_lapse_before_its_next_heartbeat_is_handed_back() -> None:
+    ticks = [10.0]
+    fresh, stale = lease("a", 9), lease("a", 1)
+    r = rig(leases=[stale, fresh], prefetch=2, ticks=ticks)
+    await r.dispatcher.fill()  # both claimed at 10 s, lease 3 s
+    r.dispatcher.renewed([fresh], 11.0)  # a heartbeat reached `fresh` only
+    ticks[0] = 12.5  # stale: 2.5 s old, less than a heartbeat's interval left
+    worker = FakeWorker(both())
+    r.pool.workers.append(worker)
+    r.dispatcher._seen = r.dispatcher._news  # nothing more to claim
+    await r.dispatcher.fill()
+    await r.dispatcher.flush(5)
+    assert [held for _, held, _ in r.pool.runs] == [fresh]
+    assert ("release", stale.job.id) in r.log
+    assert r.dispatcher.held_leases() == [fresh]
+
+
+async def test_leases_in_hand_that_wait_a_lease_for_a_worker_go_back_and_prefetch_pauses() -> None:
+    ticks = [0.0]
+    waiting = [lease("a"), lease("a")]
+    r = rig(leases=list(waiting), prefetch=2, ticks=ticks)
+    await r.dispatcher.fill()
+    r.dispatcher.renewed(waiting, 2.5)  # heartbeated, but no worker ever took them
+    ticks[0] = 3.0
+    assert r.dispatcher.release_stale() == 2
+    await r.dispatcher.flush(5)
+    assert [e for e in r.log if e[0] == "release"] == [("release", x.job.id) for x in waiting]
+    r.store.leases.append(lease("a"))
+    r.dispatcher.wake()
+    await r.dispatcher.fill()  # no idle worker and prefetch paused: no claim
+    assert len(r.store.claims) == 1
+
+
+async def test_a_claimed_lease_is_started_in_the_store_before_its_worker_gets_it() -> None:
+    held = lease("a")
+    held.job.status, held.job.attempts = Status.CLAIMED, 0
+    r = rig(leases=[held], prefetch=1)
+    await r.dispatcher.fill()  # no worker: kept in hand, claimed
+    worker = FakeWorker(both())
+    r.pool.workers.append(worker)
+    r.dispatcher._seen = r.dispatcher._news  # nothing more to claim
+    await r.dispatcher.fill()
+    assert r.pool.runs == [] and r.dispatcher.held_leases() == [held]  # being started
+    await r.dispatcher.flush(5)
+    assert ("start", held.job.id) in r.log
+    assert [(w, x.job.status) for w, x, _ in r.pool.runs] == [(worker, Status.RUNNING)]
+
+
+async def test_a_worker_takes_a_lease_already_started_before_one_only_claimed() -> None:
+    claimed, started = lease("a", 9), lease("a", 1)
+    claimed.job.status, claimed.job.attempts = Status.CLAIMED, 0
+    r = rig(leases=[claimed, started], prefetch=2)
+    await r.dispatcher.fill()
+    worker = FakeWorker(both())
+    r.pool.workers.append(worker)
+    r.dispatcher._seen = r.dispatcher._news
+    await r.dispatcher.fill()
+    assert [x for _, x, _ in r.pool.runs] == [started]  # charged: it must run first

@@ -29,10 +29,21 @@ class Clock:
 class FakeDispatcher:
     held: list[Lease] = field(default_factory=list)
     dropped: list[str] = field(default_factory=list)
+    renewals: list[tuple[list[str], float]] = field(default_factory=list)
+    stale: int = 0
     woken: int = 0
 
     def held_leases(self) -> list[Lease]:
         return list(self.held)
+
+    def retry_delay(self, attempt: int) -> float:
+        return 10.0 * attempt
+
+    def release_stale(self) -> int:
+        return self.stale
+
+    def renewed(self, leases: list[Lease], at: float) -> None:
+        self.renewals.append(([x.token for x in leases], at))
 
     def drop(self, token: str) -> bool:
         self.dropped.append(token)
@@ -108,3 +119,27 @@ async def test_prune_removes_finished_jobs_past_retention_only() -> None:
     leases = Leases(store, FakeDispatcher(), FakePool())
     assert await leases.prune(3600, now=clock()) == 1
     assert await store.get(old.job.id) is None and await store.get(recent.job.id) is not None
+
+
+async def test_after_the_store_comes_back_reaping_waits_a_lease_for_holders_to_extend() -> None:
+    clock = Clock()
+    store = MemoryStore(lease_seconds=30, clock=clock)
+    [held] = await claimed(store, 1)
+    ticks = [100.0]
+    dispatcher = FakeDispatcher([held])
+    leases = Leases(store, dispatcher, FakePool(), monotonic=lambda: ticks[0])
+    leases.unreachable()  # an outage: the holder could not extend its lease
+    clock.at += timedelta(seconds=31)
+    await leases.reap(30)
+    leases.reachable()
+    ticks[0] += 29
+    await leases.reap(30)  # back for less than a lease: holders may still extend
+    assert (await store.get(held.job.id)).status == Status.RUNNING
+    assert await leases.heartbeat(30) == []  # the holder extends it after all
+    assert dispatcher.renewals == [([held.token], 129.0)]
+    ticks[0] += 2
+    await leases.reap(30)
+    assert (await store.get(held.job.id)).status == Status.RUNNING
+    clock.at += timedelta(seconds=31)  # now nobody extends it: reaped
+    await leases.reap(30)
+    assert (await store.get(held.job.id)).status == Status.PENDING

@@ -335,3 +335,71 @@ async def test_prune_deletes_old_finished_jobs_and_their_trails_only(open_store,
         assert (await store.get(pending.id)).status == "pending"
         assert (await store.list_dead(10, 0)).total == 1  # dead letters stay
         assert (await store.stats()).counts["done"] == 0
+
+
+async def test_a_claim_starts_the_best_and_holds_the_rest_claimed(open_store) -> None:
+    async with open_store() as store:
+        best = (await store.enqueue(new("a", priority=9))).job
+        rest = [(await store.enqueue(new("a"))).job for _ in range(2)]
+        leases = await store.claim(3, None, ALL, start=1)
+        assert [x.job.id for x in leases] == [best.id, rest[0].id, rest[1].id]
+        started, held = leases[0], leases[1]
+        assert (started.job.status, started.job.attempts) == ("running", 1)
+        for lease in leases[1:]:
+            job = await store.get(lease.job.id)
+            assert (job.status, job.attempts, job.started_at) == ("claimed", 0, None)
+            assert (lease.job.status, lease.job.attempts) == ("claimed", 0)
+        assert (await store.stats()).counts["claimed"] == 2
+        assert await store.complete(held, None) is None  # not started: nothing to record
+        assert await store.heartbeat(leases, 30) == []
+        begun = await store.start(held)
+        assert begun is not None and (begun.job.status, begun.job.attempts) == ("running", 1)
+        assert begun.token == held.token and begun.job.started_at is not None
+        assert await store.get(held.job.id) == begun.job
+        assert await store.start(held) is None  # started once
+        assert [e.event for e in await store.events(held.job.id)] == ["enqueued", "started"]
+        assert (await store.complete(begun, None)) is not None
+        last = leases[2]
+        assert await store.release(last) is True
+        again = await store.get(last.job.id)
+        assert (again.status, again.attempts) == ("pending", 0)
+
+
+async def test_reaped_claims_keep_their_place_and_lost_attempts_wait_their_backoff(
+    open_store, clock
+) -> None:
+    async with open_store(lease_seconds=0.2) as store:
+        running = (await store.enqueue(new("a", max_retries=0))).job
+        claimed = (await store.enqueue(new("a", max_retries=0))).job
+        before = (await store.get(claimed.id)).run_at
+        behind = (await store.enqueue(new("a"))).job
+        await store.claim(2, None, ALL, start=1)
+        await clock.advance(0.35)
+        touched = await store.reap_expired(lambda attempt: 3600.0 * attempt)
+        assert sorted(j.id for j in touched) == sorted([running.id, claimed.id])
+        back = await store.get(claimed.id)
+        assert (back.status, back.attempts, back.run_at) == ("pending", 0, before)
+        assert (await store.get(running.id)).status == "failed"  # its only attempt was lost
+        again = await store.claim(5, None, ALL)
+        assert [x.job.id for x in again] == [claimed.id, behind.id]  # in its place
+
+
+async def test_a_lost_attempt_is_retried_after_the_delay_given(open_store, clock) -> None:
+    async with open_store(lease_seconds=0.2) as store:
+        job = (await store.enqueue(new("a", max_retries=2))).job
+        await claim_one(store)
+        await clock.advance(0.35)
+        await store.reap_expired(lambda attempt: 3600.0 * attempt)
+        back = await store.get(job.id)
+        assert back.status == "pending" and back.attempts == 1
+        assert (back.run_at - back.updated_at).total_seconds() > 3000
+        assert await store.claim(5, None, ALL) == []
+
+
+async def test_a_claimed_job_is_cancelled_without_force(open_store) -> None:
+    async with open_store() as store:
+        await store.enqueue(new("a"))
+        (held,) = await store.claim(1, None, ALL, start=0)
+        job, token = await store.cancel(held.job.id, False)
+        assert job.status == "cancelled" and token == held.token
+        assert await store.start(held) is None

@@ -33,16 +33,19 @@ RELEASED = {
     1: "409ae8a062dc616edba7215488d944af5965a90819e5fa935c967a25d9262ffb",
     2: "e72e3632becb5eada56f75888acfe234cf1a68f7990a6eb8ef29f7196cf261a8",
     3: "8e49c4bd489f0063f3f584c8ae136744eef1851cdb1636c121f9b5b4d9cbd76c",
+    4: "9e7fcf82ac0bc0b8f366b2f496655382caab3ac5175f65638c11c6c5c8cef2ca",
+    5: "d8ebe6cb93e47fc0436b33c753331aa3a521c6103ee920641ce6f9b5c032d09a",
+    6: "827c562afba3a0f3aa692bb2a82db54c82903ecaaf755bf033a52fc49b9b542c",
+    7: "5ca85dd5888103dd93ac578d073df77b292cce8064667cc9eb87e56c381bd167",
+    8: "1013138a1603d1645a10f3c7476aec6a329b954a8c35b8fcc8cd8100608f3410",
 }
 
 
 def test_released_migrations_never_change() -> None:
     steps = {step.version: step for step in pg_schema.MIGRATIONS}
     versions = [step.version for step in pg_schema.MIGRATIONS]
-    # Migrations 4 (the `claimed` status) and 6 (unique jobs) are written on other
-    # branches: until all are merged, versions increase from 1 with those gaps.
-    assert versions == sorted(set(versions)) and versions[0] == 1
-    assert set(range(1, versions[-1] + 1)) - set(versions) <= {4, 6}
+    assert versions == list(range(1, len(versions) + 1))
+    assert set(RELEASED) == set(versions), "pin each new migration's hash once released"
     for version, digest in RELEASED.items():
         assert hashlib.sha256(steps[version].sql.encode()).hexdigest() == digest, version
 

@@ -701,6 +701,7 @@ def test_concurrent_completes_share_commits_each_fenced(nodes: Nodes) -> None:
         assert chained[0].followups[0] == await b.get(chained[0].followups[0].id)
         assert (await b.stats()).counts == {
             "pending": 1,
+            "claimed": 0,
             "running": 1,
             "done": 20,
             "failed": 0,
@@ -1020,6 +1021,7 @@ def test_a_change_whose_event_cannot_be_written_is_not_made(nodes: Nodes) -> Non
             await a.fail(lease, "no", None)
         assert (await a.stats()).counts == {
             "pending": 0,
+            "claimed": 0,
             "running": 1,
             "done": 0,
             "failed": 0,
@@ -1045,7 +1047,14 @@ def test_stats_count_every_status(nodes: Nodes) -> None:
         await a.complete(lease, None)
         await a.enqueue(new(queue="q2", priority=7, delay_seconds=60))
         stats = await a.stats()
-        assert stats.counts == {"pending": 1, "running": 1, "done": 1, "failed": 0, "cancelled": 0}
+        assert stats.counts == {
+            "pending": 1,
+            "claimed": 0,
+            "running": 1,
+            "done": 1,
+            "failed": 0,
+            "cancelled": 0,
+        }
         assert stats.dead_letters == 0
         assert stats.queues == {"q2": {"7": 1}}
         q2 = await a.queue_stats("q2")
