@@ -13,7 +13,7 @@ own) that
   closed to make room, and when every connection is busy the new one is answered 503
   and closed.
 
-The application tells the guard when a request starts and ends (`connection_middleware`).
+The application tells the guard when a request starts and ends (`front_middleware`).
 `max_connections` is lowered at start to fit the open-files limit, which the node first
 raises to its hard limit (`raise_open_files_limit`), leaving room for workers' pipes, the
 database pool and logs.
@@ -26,11 +26,10 @@ import json
 import logging
 import resource
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aiohttp import web
-from aiohttp.typedefs import Middleware
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_server import Server
@@ -38,7 +37,6 @@ from goqueue.supervisor.metrics import ConnectionClose, Metrics
 
 log = logging.getLogger("goqueue.api")
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 RESERVED_FILES = 64  # listener, logs, database pool, LISTEN connection, imports
 FILES_PER_WORKER = 8  # pipes, sentinel, and what a respawn briefly holds twice
@@ -226,22 +224,6 @@ class Guarded(asyncio.Protocol):
         self._deadline = None
         log.debug("closing a connection that sent no complete request headers in time")
         self.close(ConnectionClose.HEADER_TIMEOUT)
-
-
-def connection_middleware(guard: ConnectionGuard) -> Middleware:
-    """Tell the guard when a request's handler runs: a busy connection is never evicted
-    and has no header deadline."""
-
-    @web.middleware
-    async def mark(request: web.Request, handler: Handler) -> web.StreamResponse:
-        transport = request.transport
-        guard.busy(transport)
-        try:
-            return await handler(request)
-        finally:
-            guard.idle(transport)
-
-    return mark
 
 
 def handler_settings(keepalive_timeout: float) -> dict[str, Any]:

@@ -29,6 +29,8 @@ DEFAULT_LIMIT = 50
 MAX_OFFSET = 2**31 - 1
 MAX_IDEMPOTENCY_KEY = 200
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+# On a handler: the query parameters it takes, checked before it runs (`front_middleware`).
+QUERY_ATTR = "__goqueue_query__"
 
 # Matched with `fullmatch`: `$` alone would let a trailing newline through.
 _UUID = re.compile(r"[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}")

@@ -6,7 +6,8 @@ records them, so plain single-process collectors suffice (no multiprocess mode).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator, Mapping
 from enum import StrEnum
 from typing import Any
 
@@ -27,6 +28,8 @@ from prometheus_client import (
     Histogram,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
 
 TERMINAL_STATUSES: tuple[Status, ...] = tuple(s for s in Status if s in TERMINAL)
 # The queue label of the pending jobs of every queue beyond the deepest ones: parentheses
@@ -44,6 +47,84 @@ class ConnectionClose(StrEnum):
     HEADER_TIMEOUT = "header_timeout"  # no complete request headers in time (slowloris)
     EVICTED = "evicted"  # idle the longest when a new connection needed its place
     REFUSED = "refused"  # over the cap with every connection busy: answered 503
+
+
+class HttpTally:
+    """Requests by route, method and status, and their durations by route, as plain
+    counts: a request costs two dict updates and a bisect, and the Prometheus families
+    are built only when scraped (`HttpRequests`, `HttpSeconds`)."""
+
+    def __init__(self) -> None:
+        self.counts: dict[tuple[str, str, int], int] = {}
+        self.buckets: dict[str, list[int]] = {}  # per route: one count per bucket, then +Inf
+        self.sums: dict[str, float] = {}
+
+    def add(self, route: str, method: str, status: int, duration: float) -> None:
+        """One answered request."""
+        counts = self.counts
+        key = (route, method, status)
+        counts[key] = counts.get(key, 0) + 1
+        buckets = self.buckets.get(route)
+        if buckets is None:
+            buckets = self.buckets[route] = [0] * (len(HTTP_BUCKETS) + 1)
+            self.sums[route] = 0.0
+        buckets[bisect_left(HTTP_BUCKETS, duration)] += 1
+        self.sums[route] += duration
+
+
+class HttpRequests:
+    """`goqueue_http_requests_total`, from the tally (a custom collector)."""
+
+    def __init__(self, tally: HttpTally) -> None:
+        self.tally = tally
+
+    def describe(self) -> list[Metric]:
+        """The family, without samples (for the registry's name check)."""
+        return [self._family()]
+
+    def collect(self) -> Iterator[Metric]:
+        """The family with one sample per route, method and status seen."""
+        family = self._family()
+        for (route, method, status), count in list(self.tally.counts.items()):
+            family.add_metric([route, method, str(status)], count)
+        yield family
+
+    @staticmethod
+    def _family() -> CounterMetricFamily:
+        return CounterMetricFamily(
+            "goqueue_http_requests", "HTTP requests answered.", labels=["route", "method", "status"]
+        )
+
+
+class HttpSeconds:
+    """`goqueue_http_request_duration_seconds`, from the tally (a custom collector)."""
+
+    def __init__(self, tally: HttpTally) -> None:
+        self.tally = tally
+
+    def describe(self) -> list[Metric]:
+        """The family, without samples (for the registry's name check)."""
+        return [self._family()]
+
+    def collect(self) -> Iterator[Metric]:
+        """The family with cumulative buckets per route."""
+        family = self._family()
+        bounds = [*map(floatToGoString, HTTP_BUCKETS), "+Inf"]
+        for route, counts in list(self.tally.buckets.items()):
+            cumulative, total = [], 0
+            for bound, count in zip(bounds, counts, strict=True):
+                total += count
+                cumulative.append((bound, total))
+            family.add_metric([route], cumulative, self.tally.sums[route])
+        yield family
+
+    @staticmethod
+    def _family() -> HistogramMetricFamily:
+        return HistogramMetricFamily(
+            "goqueue_http_request_duration_seconds",
+            "Time to answer an HTTP request.",
+            labels=["route"],
+        )
 
 
 class Metrics:
@@ -104,19 +185,13 @@ class Metrics:
             ["outcome"],
             registry=reg,
         )
-        self.http_requests = Counter(
-            "goqueue_http_requests_total",
-            "HTTP requests answered.",
-            ["route", "method", "status"],
-            registry=reg,
-        )
-        self.http_seconds = Histogram(
-            "goqueue_http_request_duration_seconds",
-            "Time to answer an HTTP request.",
-            ["route"],
-            buckets=HTTP_BUCKETS,
-            registry=reg,
-        )
+        # counted per request in plain dicts, turned into series only when scraped
+        self.http_tally = tally = HttpTally()
+        self.http = tally.add  # http(route, method, status, seconds): `route` is a template
+        self.http_requests = HttpRequests(tally)
+        self.http_seconds = HttpSeconds(tally)
+        reg.register(self.http_requests)
+        reg.register(self.http_seconds)
         self.connections = Gauge(
             "goqueue_http_connections", "HTTP connections open now.", registry=reg
         )
@@ -184,11 +259,6 @@ class Metrics:
     def webhook(self, outcome: WebhookOutcome) -> None:
         """A webhook delivery outcome (fits `WebhookSender`'s `on_outcome` hook)."""
         self.webhooks.labels(outcome).inc()
-
-    def http(self, route: str, method: str, status: int, duration: float) -> None:
-        """An answered request; `route` must be the route template, never the raw path."""
-        self._labels(self.http_requests, route, method, str(status)).inc()
-        self._labels(self.http_seconds, route).observe(duration)
 
     def enqueued(self, job_type: str, n: int = 1) -> None:
         """`n` jobs of `job_type` were stored."""
