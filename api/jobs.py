@@ -71,7 +71,7 @@ async def enqueue(request: web.Request) -> web.Response:
     """Enqueue a job."""
     settings = request.app[SETTINGS]
     key = idempotency_key(request)
-    strict = STRICT.parse(request.query)
+    strict = STRICT.parse(request.query) if request.query_string else STRICT.default
     body = await read_body(request, settings.max_body_bytes, settings.body_timeout)
     spec = decode_spec(body, request.app[EGRESS])
     await request.app[BUDGET].admit_spec(spec)

@@ -268,6 +268,8 @@ async def read_body(request: web.Request, max_bytes: int, timeout: float) -> byt
     length = request.content_length
     if length is not None and length > max_bytes:
         raise too_large(max_bytes)
+    if request.content.is_eof():  # the whole body came with the headers: no wait, no timer
+        return await request.read()
     try:
         async with asyncio.timeout(timeout):
             return await request.read()  # aiohttp's client_max_size guards chunked bodies

@@ -300,7 +300,7 @@ class Pool:
             signal.pidfd_send_signal(worker.pidfd, sig)
 
     def _send(self, worker: Worker, message: ToWorker) -> None:
-        worker.channel.send(self.codec.encode(message))
+        worker.channel.send_frame(self.codec.frame(message))
 
     def _track(self, awaitable: Awaitable[object]) -> None:
         task = asyncio.ensure_future(awaitable)
@@ -339,9 +339,9 @@ class Pool:
         busy = self._busy()
         if self.lease_allowance is None or not busy:
             return
-        frame = self.codec.encode(Extend(self.lease_allowance))
+        frame = self.codec.frame(Extend(self.lease_allowance))
         for worker in busy:
-            worker.channel.send(frame)
+            worker.channel.send_frame(frame)
         self._extend_timer = self.loop.call_later(self._extend_every(), self._extend)
 
     def _extend_every(self) -> float:
