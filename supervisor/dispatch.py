@@ -161,6 +161,8 @@ class Dispatcher:
 
     def _hand_out(self) -> None:
         """Start buffered leases on idle workers that know their type, best first."""
+        if not self._buffer:  # nothing in hand (the usual case): no need to list workers
+            return
         for worker in self.pool.idle():
             lease = next((x for x in self._buffer if x.job.type in worker.types), None)
             if lease is None:

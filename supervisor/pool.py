@@ -229,7 +229,8 @@ class Pool:
         """Workers ready for a job, the newest generation first (after a reload, jobs run
         the new code wherever a worker of it is free)."""
         idle = [w for w in self.workers.values() if w.state == WorkerState.IDLE]
-        idle.sort(key=lambda w: -w.generation)
+        if (len(idle) > 1 and idle[0].generation != idle[-1].generation) or len(idle) > 2:
+            idle.sort(key=_newest_first)  # only a reload mixes generations
         return idle
 
     def holding(self, token: str) -> Worker | None:
@@ -499,3 +500,7 @@ class Pool:
         self._extend_timer = self._sample_timer = None
         for task in list(self._tasks):
             task.cancel()
+
+
+def _newest_first(worker: Worker) -> int:
+    return -worker.generation
