@@ -32,15 +32,14 @@ class Pipe:
 
     def send(self, message: FromWorker) -> None:
         """Write one whole frame; blocks while the supervisor's side is full."""
-        payload = self.codec.encode(message)
+        frame = self.codec.frame(message)
         with self._lock:
-            self.sock.sendall(HEADER.pack(len(payload)) + payload)
+            self.sock.sendall(frame)
 
     def send_nowait(self, message: FromWorker) -> bool:
         """Write one frame only if nothing else is writing and the socket takes it now
         (the inbox's last word before the worker kills itself must never block it)."""
-        payload = self.codec.encode(message)
-        frame = HEADER.pack(len(payload)) + payload
+        frame = self.codec.frame(message)
         if not self._lock.acquire(blocking=False):
             return False
         try:

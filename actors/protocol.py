@@ -2,7 +2,10 @@
 
 Frames are a 4-byte big-endian length, then one msgpack-encoded tagged union, over the
 socket pair the supervisor made when it spawned the worker. New fields get defaults so
-the protocol can evolve.
+the protocol can evolve. Every message is an array-like struct untracked by the garbage
+collector (it holds only scalars, text, bytes and lists of those); each side has one
+encoder and one decoder (`SupervisorCodec`, `WorkerCodec`) and encodes a frame, length
+prefix included, into one buffer (`frame`), so a frame is never copied to be sent.
 
 A worker's life on the pipe: the supervisor sends `Boot` first; the worker answers
 `Ready` (or `BootFailed` and exits with WORKER_BOOT_ERROR). Then, one job at a time:
@@ -14,6 +17,7 @@ the supervisor stopped extending its allowance. `Shutdown` ends an idle worker.
 
 from __future__ import annotations
 
+import struct
 from enum import StrEnum
 
 import msgspec
@@ -27,7 +31,7 @@ MAX_PROGRESS_BYTES = 4096  # a progress report larger than this is refused in th
 # -- supervisor to worker ------------------------------------------------------------------
 
 
-class Boot(msgspec.Struct, tag="boot", tag_field="msg", array_like=True):
+class Boot(msgspec.Struct, tag="boot", tag_field="msg", array_like=True, gc=False):
     """The first frame: what to import and how. `paths` go first on `sys.path` (the
     supervisor's working directory, then each `--path`)."""
 
@@ -36,7 +40,7 @@ class Boot(msgspec.Struct, tag="boot", tag_field="msg", array_like=True):
     max_result_bytes: int | None = None  # a larger result fails its attempt
 
 
-class RunJob(msgspec.Struct, tag="run", tag_field="msg", array_like=True):
+class RunJob(msgspec.Struct, tag="run", tag_field="msg", array_like=True, gc=False):
     """Run one attempt of a job. `payload` is the job's JSON payload, undecoded.
 
     `allowance` (seconds, None for no bound) is how long the worker may run it without
@@ -51,13 +55,13 @@ class RunJob(msgspec.Struct, tag="run", tag_field="msg", array_like=True):
     allowance: float | None = None
 
 
-class Extend(msgspec.Struct, tag="extend", tag_field="msg", array_like=True):
+class Extend(msgspec.Struct, tag="extend", tag_field="msg", array_like=True, gc=False):
     """The supervisor is alive: the running job may go on for `seconds` from now."""
 
     seconds: float
 
 
-class Shutdown(msgspec.Struct, tag="shutdown", tag_field="msg", array_like=True):
+class Shutdown(msgspec.Struct, tag="shutdown", tag_field="msg", array_like=True, gc=False):
     """Finish nothing more; exit cleanly (recycling, reload, shutdown)."""
 
 
@@ -69,7 +73,7 @@ class Refusal(StrEnum):
     UNAVAILABLE = "unavailable"  # the store or the node cannot take jobs right now
 
 
-class EnqueueReply(msgspec.Struct, tag="enqueued", tag_field="msg", array_like=True):
+class EnqueueReply(msgspec.Struct, tag="enqueued", tag_field="msg", array_like=True, gc=False):
     """The answer to one `EnqueueRequest`: the new job's id, or why there is none."""
 
     request_id: int
@@ -82,7 +86,7 @@ class EnqueueReply(msgspec.Struct, tag="enqueued", tag_field="msg", array_like=T
 # -- worker to supervisor ------------------------------------------------------------------
 
 
-class ActorInfo(msgspec.Struct, array_like=True):
+class ActorInfo(msgspec.Struct, array_like=True, gc=False):
     """What the supervisor needs to know about one actor's declared defaults."""
 
     name: str
@@ -95,14 +99,14 @@ class ActorInfo(msgspec.Struct, array_like=True):
     rate_limit: str | None = None  # at most N starts per window: "100/s", "6000/m"
 
 
-class Ready(msgspec.Struct, tag="ready", tag_field="msg", array_like=True):
+class Ready(msgspec.Struct, tag="ready", tag_field="msg", array_like=True, gc=False):
     """A worker booted and imported its actors."""
 
     pid: int
     actors: list[ActorInfo]
 
 
-class BootFailed(msgspec.Struct, tag="boot_failed", tag_field="msg", array_like=True):
+class BootFailed(msgspec.Struct, tag="boot_failed", tag_field="msg", array_like=True, gc=False):
     """A worker could not import its actor modules; it exits with WORKER_BOOT_ERROR.
     `error` is one line naming the module, the exception and where it was raised."""
 
@@ -112,7 +116,7 @@ class BootFailed(msgspec.Struct, tag="boot_failed", tag_field="msg", array_like=
     location: str = ""  # file:line, when the failure happened in a file
 
 
-class JobDone(msgspec.Struct, tag="done", tag_field="msg", array_like=True):
+class JobDone(msgspec.Struct, tag="done", tag_field="msg", array_like=True, gc=False):
     """An attempt succeeded. `result` is the handler's return value as JSON."""
 
     job_id: str
@@ -121,7 +125,7 @@ class JobDone(msgspec.Struct, tag="done", tag_field="msg", array_like=True):
     rss_kb: int = 0
 
 
-class JobFailed(msgspec.Struct, tag="failed", tag_field="msg", array_like=True):
+class JobFailed(msgspec.Struct, tag="failed", tag_field="msg", array_like=True, gc=False):
     """An attempt raised. `retry=False` means the handler asked to fail now."""
 
     job_id: str
@@ -133,7 +137,7 @@ class JobFailed(msgspec.Struct, tag="failed", tag_field="msg", array_like=True):
     rss_kb: int = 0
 
 
-class Abandoned(msgspec.Struct, tag="abandoned", tag_field="msg", array_like=True):
+class Abandoned(msgspec.Struct, tag="abandoned", tag_field="msg", array_like=True, gc=False):
     """The worker is killing itself mid-job: no `Extend` came within its allowance."""
 
     job_id: str
@@ -141,14 +145,14 @@ class Abandoned(msgspec.Struct, tag="abandoned", tag_field="msg", array_like=Tru
     duration: float
 
 
-class Progress(msgspec.Struct, tag="progress", tag_field="msg", array_like=True):
+class Progress(msgspec.Struct, tag="progress", tag_field="msg", array_like=True, gc=False):
     """The running job's latest progress: a JSON number 0-1 or a small JSON object."""
 
     job_id: str
     value: bytes
 
 
-class EnqueueRequest(msgspec.Struct, tag="enqueue", tag_field="msg", array_like=True):
+class EnqueueRequest(msgspec.Struct, tag="enqueue", tag_field="msg", array_like=True, gc=False):
     """The running job asks for a child job. `spec` is the job as POST /jobs takes it
     (JSON); the supervisor sets its `parent_id` to the running job."""
 
@@ -161,17 +165,36 @@ ToWorker = Boot | RunJob | Extend | Shutdown | EnqueueReply
 FromWorker = Ready | BootFailed | JobDone | JobFailed | Abandoned | Progress | EnqueueRequest
 
 
-class SupervisorCodec:
+_LENGTH = struct.Struct("!I")
+_PREFIX = bytes(_LENGTH.size)
+
+
+class _Framer:
+    """Whole frames (length prefix, then the message) encoded straight into one buffer."""
+
+    def __init__(self) -> None:
+        self._encoder = msgspec.msgpack.Encoder()
+        self.encode = self._encoder.encode
+
+    def frame(self, message: ToWorker | FromWorker) -> bytearray:
+        """One frame, ready to write."""
+        buffer = bytearray(_PREFIX)
+        self._encoder.encode_into(message, buffer, _LENGTH.size)
+        _LENGTH.pack_into(buffer, 0, len(buffer) - _LENGTH.size)
+        return buffer
+
+
+class SupervisorCodec(_Framer):
     """The supervisor's side: encodes ToWorker, decodes FromWorker (built once, reused)."""
 
     def __init__(self) -> None:
-        self.encode = msgspec.msgpack.Encoder().encode
+        super().__init__()
         self.decode = msgspec.msgpack.Decoder(FromWorker).decode
 
 
-class WorkerCodec:
+class WorkerCodec(_Framer):
     """The worker's side: encodes FromWorker, decodes ToWorker (built once, reused)."""
 
     def __init__(self) -> None:
-        self.encode = msgspec.msgpack.Encoder().encode
+        super().__init__()
         self.decode = msgspec.msgpack.Decoder(ToWorker).decode

@@ -5,10 +5,10 @@ from __future__ import annotations
 from aiohttp import web
 from goqueue.api import deliveries, dlq, jobs, openapi, ops, queues, schedules, summary, ui
 from goqueue.api.budget import QueueBudget
-from goqueue.api.connections import ConnectionGuard, connection_cap, connection_middleware
+from goqueue.api.connections import ConnectionGuard, connection_cap
 from goqueue.api.exposure import Exposure
 from goqueue.api.gauges import GaugeRefresh
-from goqueue.api.middleware import auth_middleware, errors_middleware, metrics_middleware
+from goqueue.api.middleware import front_middleware
 from goqueue.api.schemas import encode
 from goqueue.api.state import (
     BUDGET,
@@ -45,16 +45,15 @@ def create_app(engine: Engine, settings: Settings) -> web.Application:
     guard = ConnectionGuard(cap, settings.header_timeout, engine.metrics)
     app = web.Application(
         client_max_size=settings.max_body_bytes,
+        # one layer around every handler: guard, key, query check, errors, metrics
         middlewares=[
-            connection_middleware(guard),
-            metrics_middleware(engine.metrics),
-            errors_middleware(settings.max_body_bytes),
-            # no key configured, no middleware: each one is a layer on every request
-            *(
-                [auth_middleware(settings.api_key, settings.public_reads)]
-                if settings.api_key
-                else []
-            ),
+            front_middleware(
+                engine.metrics,
+                settings.max_body_bytes,
+                guard,
+                settings.api_key,
+                settings.public_reads,
+            )
         ],
     )
     app[ENGINE] = engine

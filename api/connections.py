@@ -13,7 +13,7 @@ own) that
   closed to make room, and when every connection is busy the new one is answered 503
   and closed.
 
-The application tells the guard when a request starts and ends (`connection_middleware`).
+The application tells the guard when a request starts and ends (`front_middleware`).
 `max_connections` is lowered at start to fit the open-files limit, which the node first
 raises to its hard limit (`raise_open_files_limit`), leaving room for workers' pipes, the
 database pool and logs.
@@ -26,11 +26,10 @@ import json
 import logging
 import resource
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from aiohttp import web
-from aiohttp.typedefs import Middleware
 from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 from aiohttp.web_server import Server
@@ -38,7 +37,6 @@ from goqueue.supervisor.metrics import ConnectionClose, Metrics
 
 log = logging.getLogger("goqueue.api")
 
-Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 RESERVED_FILES = 64  # listener, logs, database pool, LISTEN connection, imports
 FILES_PER_WORKER = 8  # pipes, sentinel, and what a respawn briefly holds twice
@@ -129,7 +127,7 @@ class ConnectionGuard:
         """A request's handler started on this connection."""
         conn = self._open.get(transport) if transport is not None else None
         if conn is not None:
-            conn.disarm()
+            conn.hold()
             self._idle.pop(conn, None)
 
     def idle(self, transport: asyncio.BaseTransport | None) -> None:
@@ -159,7 +157,8 @@ class Guarded(asyncio.Protocol):
         self.inner = inner
         self.transport: asyncio.BaseTransport | None = None
         self.refused = False
-        self._deadline: asyncio.TimerHandle | None = None
+        self._due: float | None = None  # when the awaited headers are due (loop time)
+        self._timer: asyncio.TimerHandle | None = None  # fires at or before `_due`
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport
@@ -175,7 +174,7 @@ class Guarded(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         if self.refused:
             return
-        if self._deadline is None and self.guard.is_idle(self):
+        if self._due is None and self.guard.is_idle(self):
             self.arm()  # the first byte of a request: its headers are due
         self.inner.data_received(data)
 
@@ -197,16 +196,25 @@ class Guarded(asyncio.Protocol):
             self.inner.resume_writing()
 
     def arm(self) -> None:
-        """Start the header deadline."""
-        self.disarm()
+        """Start the header deadline. The timer is kept across requests: a request that
+        starts in time only clears `_due` (`hold`), and a timer that fires early re-arms
+        itself for the current deadline, so a busy kept-alive connection costs one timer
+        per header timeout rather than one per request."""
         loop = asyncio.get_running_loop()
-        self._deadline = loop.call_later(self.guard.header_timeout, self._expire)
+        self._due = loop.time() + self.guard.header_timeout
+        if self._timer is None:
+            self._timer = loop.call_at(self._due, self._check)
+
+    def hold(self) -> None:
+        """A request's headers arrived: no deadline until the next request starts."""
+        self._due = None
 
     def disarm(self) -> None:
-        """Stop the header deadline."""
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
+        """Stop the header deadline and its timer."""
+        self._due = None
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def close(self, reason: ConnectionClose) -> bool:
         """Drop the connection now (it is idle or misbehaving); False if already gone."""
@@ -222,26 +230,17 @@ class Guarded(asyncio.Protocol):
             transport.close()
         return True
 
-    def _expire(self) -> None:
-        self._deadline = None
+    def _check(self) -> None:
+        self._timer = None
+        if self._due is None:
+            return
+        loop = asyncio.get_running_loop()
+        if loop.time() < self._due:  # a later request's deadline: wait for that one
+            self._timer = loop.call_at(self._due, self._check)
+            return
+        self._due = None
         log.debug("closing a connection that sent no complete request headers in time")
         self.close(ConnectionClose.HEADER_TIMEOUT)
-
-
-def connection_middleware(guard: ConnectionGuard) -> Middleware:
-    """Tell the guard when a request's handler runs: a busy connection is never evicted
-    and has no header deadline."""
-
-    @web.middleware
-    async def mark(request: web.Request, handler: Handler) -> web.StreamResponse:
-        transport = request.transport
-        guard.busy(transport)
-        try:
-            return await handler(request)
-        finally:
-            guard.idle(transport)
-
-    return mark
 
 
 def handler_settings(keepalive_timeout: float) -> dict[str, Any]:

@@ -69,14 +69,15 @@ IDEMPOTENCY = Header(
 )
 async def enqueue(request: web.Request) -> web.Response:
     """Enqueue a job."""
-    settings = request.app[SETTINGS]
+    app = request.app
+    settings = app[SETTINGS]
     key = idempotency_key(request)
-    strict = STRICT.parse(request.query)
+    strict = STRICT.parse(request.query) if request.query_string else STRICT.default
     body = await read_body(request, settings.max_body_bytes, settings.body_timeout)
-    spec = decode_spec(body, request.app[EGRESS])
-    await request.app[BUDGET].admit_spec(spec)
+    spec = decode_spec(body, app[EGRESS])
+    await app[BUDGET].admit_spec(spec)
     digest = request_digest(spec) if key is not None else None
-    engine = request.app[ENGINE]
+    engine = app[ENGINE]
     enqueued = await within(
         engine.enqueue(spec, idempotency_key=key, request_hash=digest, strict=strict)
     )

@@ -1,7 +1,11 @@
-"""The three middlewares, outermost first: metrics, errors, auth.
+"""The one middleware every request passes through (`front_middleware`).
 
-Metrics is outermost so it records the status a client really got, including the error
-answers the errors middleware builds; auth is innermost so its 401 is such an answer too.
+It does, in one layer and one coroutine, what used to be four wrapped around each other:
+tell the connection guard a request's handler runs, check the API key (when the node has
+one), refuse unknown or repeated query parameters (as the route's `@operation` declares),
+turn every failure into `{"error", "details"}`, and count and time the answer by route,
+method and status. The status counted is the one the client really got, error answers
+included; the key is checked before the query, so a 401 comes before any 400.
 """
 
 from __future__ import annotations
@@ -10,14 +14,19 @@ import asyncio
 import hmac
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
 from goqueue.api.errors import ApiError, from_domain
-from goqueue.api.params import too_large
+from goqueue.api.params import QUERY_ATTR, QueryParam, check_query, too_large
 from goqueue.supervisor.errors import GoQueueError
 from goqueue.supervisor.metrics import Metrics
+
+if TYPE_CHECKING:
+    from goqueue.api.connections import ConnectionGuard
 
 log = logging.getLogger("goqueue.api")
 
@@ -37,50 +46,110 @@ def route_of(request: web.Request) -> str:
     return resource.canonical if resource is not None else UNMATCHED
 
 
-def metrics_middleware(metrics: Metrics) -> Middleware:
-    """Count every answer by route, method and status, and time it."""
+@dataclass(frozen=True, slots=True)
+class RouteInfo:
+    """What the front middleware needs to know about one route, looked up once."""
+
+    label: str  # the route template, or UNMATCHED
+    query: Sequence[QueryParam] | None  # the parameters it takes; None: not checked
+    open: bool  # reachable without the API key
+
+
+_UNMATCHED = RouteInfo(UNMATCHED, None, False)
+
+
+def route_info(request: web.Request) -> RouteInfo:
+    """The route's label, declared query parameters and openness (uncached)."""
+    match_info = request.match_info
+    resource = match_info.route.resource
+    if resource is None:
+        return _UNMATCHED
+    label = resource.canonical
+    query = getattr(match_info.handler, QUERY_ATTR, None)
+    return RouteInfo(label, query, label in OPEN_ROUTES)
+
+
+def front_middleware(
+    metrics: Metrics,
+    max_body_bytes: int,
+    guard: ConnectionGuard | None = None,
+    api_key: str | None = None,
+    public_reads: bool = False,
+) -> Middleware:
+    """The single layer around every handler (see the module's docstring). `api_key`
+    None or empty: no key is required."""
+    expected = api_key.encode() if api_key else None
+    routes: dict[object, RouteInfo] = {}  # by aiohttp route object; routes are fixed
+    perf_counter = time.perf_counter
+    record = metrics.http
+
+    def info_of(request: web.Request) -> RouteInfo:
+        route = request.match_info.route
+        info = routes.get(route)
+        if info is None:
+            info = route_info(request)
+            if info is not _UNMATCHED:  # a 404 or 405 gets a fresh route object each time
+                routes[route] = info
+        return info
 
     @web.middleware
-    async def record(request: web.Request, handler: Handler) -> web.StreamResponse:
-        started = time.perf_counter()
+    async def front(request: web.Request, handler: Handler) -> web.StreamResponse:
+        started = perf_counter()
+        transport = request.transport
+        if guard is not None:
+            guard.busy(transport)
+        info = _UNMATCHED
         status = 500
         try:
-            response = await handler(request)
+            info = info_of(request)
+            try:
+                if expected is not None and not info.open:
+                    check_key(request, expected, public_reads)
+                if info.query is not None and request.query_string:
+                    check_query(request, info.query)
+                response = await handler(request)
+            except Exception as exc:  # every failure gets a JSON answer
+                response = error_response(request, exc, max_body_bytes)
             status = response.status
             return response
+        except web.HTTPException as exc:  # a redirect, re-raised for aiohttp to send
+            status = exc.status
+            raise
         except asyncio.CancelledError:
             status = CLIENT_CLOSED
             raise
         finally:
-            method = request.method if request.method in KNOWN_METHODS else "other"
-            metrics.http(route_of(request), method, status, time.perf_counter() - started)
+            if guard is not None:
+                guard.idle(transport)
+            method = request.method
+            method = method if method in KNOWN_METHODS else "other"
+            record(info.label, method, status, perf_counter() - started)
 
-    return record
+    return front
 
 
-def errors_middleware(max_body_bytes: int) -> Middleware:
-    """Turn every failure into `{"error", "details"}`: ours, the engine's, aiohttp's own
-    (404, 405, 413) and, as a last resort, a logged 500."""
+def error_response(request: web.Request, exc: Exception, max_body_bytes: int) -> web.Response:
+    """The JSON answer to a failure: ours, the engine's, aiohttp's own (404, 405, 413) and,
+    as a last resort, a logged 500. A redirect (an HTTPException below 400) is re-raised."""
+    if isinstance(exc, ApiError):
+        return exc.response()
+    if isinstance(exc, GoQueueError):
+        mapped = from_domain(exc)
+        return fault(request, exc) if mapped is None else mapped.response()
+    if isinstance(exc, web.HTTPException):
+        if exc.status < 400:
+            raise exc
+        return http_error(request, exc, max_body_bytes).response()
+    return fault(request, exc)
 
-    @web.middleware
-    async def answer(request: web.Request, handler: Handler) -> web.StreamResponse:
-        try:
-            return await handler(request)
-        except ApiError as exc:
-            return exc.response()
-        except GoQueueError as exc:
-            mapped = from_domain(exc)
-            if mapped is None:
-                return fault(request, exc)
-            return mapped.response()
-        except web.HTTPException as exc:
-            if exc.status < 400:
-                raise
-            return http_error(request, exc, max_body_bytes).response()
-        except Exception as exc:
-            return fault(request, exc)
 
-    return answer
+def check_key(request: web.Request, expected: bytes, public_reads: bool) -> None:
+    """401 unless the request carries the key (reads are free with `public_reads`)."""
+    if public_reads and request.method not in MUTATING:
+        return
+    given = request.headers.get(API_KEY_HEADER, "").encode("utf-8", "surrogateescape")
+    if not hmac.compare_digest(given, expected):
+        raise ApiError(401, f"missing or wrong {API_KEY_HEADER}", {"header": API_KEY_HEADER})
 
 
 def http_error(request: web.Request, exc: web.HTTPException, max_body_bytes: int) -> ApiError:
@@ -97,8 +166,8 @@ def http_error(request: web.Request, exc: web.HTTPException, max_body_bytes: int
 
 
 def fault(request: web.Request, exc: Exception) -> web.Response:
-    """A bug or an unexpected failure: logged with its traceback, counted as a 500 by the
-    metrics middleware, and answered without internals."""
+    """A bug or an unexpected failure: logged with its traceback, counted as a 500, and
+    answered without internals."""
     log.error(
         "unhandled error answering %s %s",
         request.method,
@@ -107,29 +176,3 @@ def fault(request: web.Request, exc: Exception) -> web.Response:
         extra={"route": route_of(request)},
     )
     return ApiError(500, "internal server error").response()
-
-
-def auth_middleware(api_key: str, public_reads: bool) -> Middleware:
-    """Require `X-API-Key` on every request (only on mutating ones with `public_reads`);
-    /health, /ready, /metrics and the dashboard's files stay open for probes, scrapers and
-    browsers (the dashboard asks for the key before it reads anything)."""
-    expected = api_key.encode()
-
-    @web.middleware
-    async def check(request: web.Request, handler: Handler) -> web.StreamResponse:
-        if needs_key(request, public_reads):
-            given = request.headers.get(API_KEY_HEADER, "").encode("utf-8", "surrogateescape")
-            if not hmac.compare_digest(given, expected):
-                raise ApiError(
-                    401, f"missing or wrong {API_KEY_HEADER}", {"header": API_KEY_HEADER}
-                )
-        return await handler(request)
-
-    return check
-
-
-def needs_key(request: web.Request, public_reads: bool) -> bool:
-    """Whether this request must carry the API key."""
-    if route_of(request) in OPEN_ROUTES:
-        return False
-    return request.method in MUTATING or not public_reads

@@ -3,12 +3,12 @@
 Each handler carries an `@operation(...)` naming its query parameters, headers, request
 body and responses as the same msgspec types the code decodes and encodes; `build` walks
 the app's router, so a route without a description fails at start-up instead of going
-undocumented. The decorator also enforces the declared query parameters.
+undocumented. The decorator also marks the declared query parameters, which the front
+middleware enforces (no wrapper: a handler is called as written).
 """
 
 from __future__ import annotations
 
-import functools
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -17,7 +17,7 @@ from typing import Any, cast
 import msgspec
 from aiohttp import web
 from goqueue.api.middleware import API_KEY_HEADER, MUTATING, OPEN_ROUTES
-from goqueue.api.params import NAME_SCHEMA, UUID_SCHEMA, QueryParam, check_query
+from goqueue.api.params import NAME_SCHEMA, QUERY_ATTR, UUID_SCHEMA, QueryParam
 from goqueue.api.schemas import JSON, ErrorOut
 from goqueue.supervisor.config import Settings
 
@@ -93,15 +93,9 @@ def operation(
     def describe(handler: Handler) -> Handler:
         summary = (handler.__doc__ or handler.__name__).strip().splitlines()[0]
         op = Operation(summary, responses, tuple(errors), body, query_params, headers, strict_query)
-
-        @functools.wraps(handler)
-        async def checked(request: web.Request) -> web.StreamResponse:
-            if strict_query and request.query_string:
-                check_query(request, query_params)
-            return await handler(request)
-
-        checked.__dict__[_ATTR] = op
-        return checked
+        handler.__dict__[_ATTR] = op
+        handler.__dict__[QUERY_ATTR] = tuple(query_params) if strict_query else None
+        return handler
 
     return describe
 

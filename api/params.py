@@ -30,6 +30,8 @@ DEFAULT_LIMIT = 50
 MAX_OFFSET = 2**31 - 1
 MAX_IDEMPOTENCY_KEY = 200
 IDEMPOTENCY_HEADER = "Idempotency-Key"
+# On a handler: the query parameters it takes, checked before it runs (`front_middleware`).
+QUERY_ATTR = "__goqueue_query__"
 
 # Matched with `fullmatch`: `$` alone would let a trailing newline through.
 _UUID = re.compile(r"[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}")
@@ -319,6 +321,8 @@ async def read_body(request: web.Request, max_bytes: int, timeout: float) -> byt
     length = request.content_length
     if length is not None and length > max_bytes:
         raise too_large(max_bytes)
+    if request.content.is_eof():  # the whole body came with the headers: no wait, no timer
+        return await request.read()
     try:
         async with asyncio.timeout(timeout):
             return await request.read()  # aiohttp's client_max_size guards chunked bodies

@@ -2,8 +2,11 @@
 print what they did.
 
 Phases, each bounded in time: open-loop enqueue latency at fixed rates, the highest
-sustained enqueue rate (single and batch), end-to-end throughput of no-op jobs, the
-hard-timeout kill and replacement delays, and supervisor memory per pending job.
+sustained enqueue rate (single and batch), end-to-end throughput of no-op jobs with 1 and
+with 16 concurrent keep-alive producers (beside the bare-handler ceiling, `ceiling.py`, in
+the same phase, with supervisor CPU per job against the ceiling's CPU per request, and on
+PostgreSQL the commits and rows written per job: `cost.py`), the hard-timeout kill and
+replacement delays, and supervisor memory per pending job.
 """
 
 from __future__ import annotations
@@ -29,12 +32,15 @@ from typing import Any
 
 import uvloop
 
+from benchmarks import cost
 from benchmarks.loadgen import LoadClient
 
 CHECKOUT = Path(__file__).resolve().parent.parent
 
 NOOP = b'{"type":"bench.noop"}'
 HELD = b'{"type":"bench.noop","queue":"bench-held"}'
+PRODUCERS = (1, 16)  # concurrent keep-alive producers in the end-to-end phases
+WARM_UP = 200  # jobs through a node before an end-to-end phase is measured
 
 
 def add_bench_command(commands: argparse._SubParsersAction) -> None:
@@ -69,6 +75,11 @@ def add_bench_command(commands: argparse._SubParsersAction) -> None:
         "--seconds", type=float, default=5.0, help="length of each rate phase (default 5)"
     )
     bench.add_argument("--workers", type=int, default=2, help="worker processes (default 2)")
+    bench.add_argument(
+        "--phases",
+        default="latency,e2e,timeout,memory",
+        help="which phases to run (default: latency,e2e,timeout,memory)",
+    )
     bench.add_argument("--output", default="bench-results.json", help="JSON results file")
     bench.set_defaults(func=_run)
 
@@ -231,6 +242,27 @@ async def _close(node: BenchNode, client: LoadClient, ctx: Any) -> None:
 async def _bench_store(args: argparse.Namespace, dsn: str | None) -> dict[str, Any]:
     out: dict[str, Any] = {}
     name = "postgres" if dsn else "memory"
+    phases = {p.strip() for p in args.phases.split(",")}
+    if "latency" in phases:
+        await _rates(args, dsn, out)
+    for producers in PRODUCERS if "e2e" in phases else ():
+        print(f"[{name}] end to end, {producers} producer(s) ...", file=sys.stderr)
+        phase = await _end_to_end(args, dsn, producers)
+        phase["ceiling"] = await cost.ceiling(args.jobs, producers)
+        phase["cpu_ratio"] = phase["cpu_us_per_job"] / phase["ceiling"]["cpu_us_per_request"]
+        phase["ceiling_ratio"] = phase["jobs_per_s"] / phase["ceiling"]["jobs_per_s"]
+        out["end_to_end" if producers == 1 else f"end_to_end_{producers}"] = phase
+    if "timeout" in phases:
+        print(f"[{name}] hard timeouts ...", file=sys.stderr)
+        out["hard_timeout"] = await _hard_timeout(args, dsn)
+    if not dsn and "memory" in phases:
+        print(f"[{name}] memory ...", file=sys.stderr)
+        out["memory"] = await _memory(args)
+    return out
+
+
+async def _rates(args: argparse.Namespace, dsn: str | None, out: dict[str, Any]) -> None:
+    name = "postgres" if dsn else "memory"
     print(f"[{name}] enqueue latency and rates ...", file=sys.stderr)
     node, client, ctx = await _with_node(args, dsn, "--queues", "default")
     try:
@@ -240,14 +272,6 @@ async def _bench_store(args: argparse.Namespace, dsn: str | None) -> dict[str, A
         out["max_batch"] = await _closed_loop(client, args.seconds, batch=1000)
     finally:
         await _close(node, client, ctx)
-    print(f"[{name}] end to end ...", file=sys.stderr)
-    out["end_to_end"] = await _end_to_end(args, dsn)
-    print(f"[{name}] hard timeouts ...", file=sys.stderr)
-    out["hard_timeout"] = await _hard_timeout(args, dsn)
-    if not dsn:
-        print(f"[{name}] memory ...", file=sys.stderr)
-        out["memory"] = await _memory(args)
-    return out
 
 
 async def _open_loop(client: LoadClient, rate: int, seconds: float) -> dict[str, Any]:
@@ -320,38 +344,70 @@ async def _closed_loop(client: LoadClient, seconds: float, batch: int) -> dict[s
     return {"jobs_per_s": accepted / elapsed, "errors": errors, "batch": batch or 1}
 
 
-async def _end_to_end(args: argparse.Namespace, dsn: str | None) -> dict[str, Any]:
-    """N no-op jobs, one per request from one sequential producer, to the last done."""
+async def _end_to_end(args: argparse.Namespace, dsn: str | None, producers: int) -> dict[str, Any]:
+    """N no-op jobs, one per request from `producers` concurrent keep-alive connections
+    (each one request at a time), to the last done; with the supervisor's CPU per job. On
+    PostgreSQL the node has a database to itself, and a second node that only boots and
+    takes the warm-up jobs is subtracted from its pg_stat_database counts."""
+    if dsn is None:
+        return await _timed_run(args, None, producers, args.jobs)
+    with cost.own_database(dsn) as idle_dsn:
+        await _timed_run(args, idle_dsn, producers, 0)
+        idle = cost.pg_counters(idle_dsn)
+    with cost.own_database(dsn) as run_dsn:
+        out = await _timed_run(args, run_dsn, producers, args.jobs)
+        out["pg_per_job"] = cost.per_job(cost.pg_counters(run_dsn), idle, args.jobs)
+    return out
+
+
+async def _timed_run(
+    args: argparse.Namespace, dsn: str | None, producers: int, n: int
+) -> dict[str, Any]:
     node, client, ctx = await _with_node(args, dsn)
+    stopped = False
     try:
-        n = args.jobs
         raw = client.build("POST", "/jobs", NOOP)
-        stats = client.build("GET", "/stats")
+        await cost.produce(client, raw, WARM_UP, min(producers, WARM_UP))
+        await _until_done(client, WARM_UP, None)
+        if n == 0:
+            return {}
+        before = cost.cpu_seconds(node.proc.pid)
         started = time.monotonic()
-        for _ in range(n):
-            status, _ = await client.send(raw)
-            if status != 201:
-                raise RuntimeError(f"enqueue answered {status}")
-        enqueued = time.monotonic() - started
-        deadline = started + 300
-        done = 0
-        while time.monotonic() < deadline:
-            counts = json.loads((await client.send(stats))[1])["counts"]
-            done = counts["done"]
-            if done + counts["failed"] >= n:
-                break
-            await asyncio.sleep(0.01)
+        enqueue_seconds = await cost.produce(client, raw, n, producers)
+        last = await _enqueue(client, NOOP)
+        done = await _until_done(client, WARM_UP + n + 1, last)
         elapsed = time.monotonic() - started
+        used = cost.cpu_seconds(node.proc.pid) - before
+        await _close(node, client, ctx)  # a backend flushes its statistics as it exits
+        stopped = True
         return {
             "jobs": n,
-            "done": done,
+            "producers": producers,
+            "done": done - WARM_UP,
             "seconds": elapsed,
-            "jobs_per_s": done / elapsed,
-            "enqueue_per_s": n / enqueued,
+            "jobs_per_s": n / elapsed,
+            "enqueue_per_s": n / enqueue_seconds,
+            "cpu_us_per_job": used / (n + 1) * 1e6,
             "workers": args.workers,
         }
     finally:
-        await _close(node, client, ctx)
+        if not stopped:
+            await _close(node, client, ctx)
+
+
+async def _until_done(client: LoadClient, total: int, last: str | None) -> int:
+    """Wait until `total` jobs are done or failed (the last one first, with a long-poll
+    that costs the store no query per check); the count done."""
+    if last is not None:
+        await client.request("GET", f"/jobs/{last}?wait=60")
+    stats = client.build("GET", "/stats")
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        counts = json.loads((await client.send(stats))[1])["counts"]
+        if counts["done"] + counts["failed"] >= total:
+            return int(counts["done"])
+        await asyncio.sleep(0.05)
+    raise RuntimeError(f"jobs not done in time: {counts}")
 
 
 async def _hard_timeout(args: argparse.Namespace, dsn: str | None) -> dict[str, Any]:
@@ -465,7 +521,12 @@ def _print(results: dict[str, Any]) -> None:
         ("success @2000/s", lambda r: f"{r['latency_2000']['success']:.1%}"),
         ("max enqueue, single (jobs/s)", lambda r: f"{r['max_single']['jobs_per_s']:,.0f}"),
         ("max enqueue, batch of 1000 (jobs/s)", lambda r: f"{r['max_batch']['jobs_per_s']:,.0f}"),
-        ("end to end, 1 producer (jobs/s)", lambda r: f"{r['end_to_end']['jobs_per_s']:,.0f}"),
+        ("end to end, 1 producer (jobs/s)", lambda r: _e2e(r["end_to_end"])),
+        ("end to end, 16 producers (jobs/s)", lambda r: _e2e(r["end_to_end_16"])),
+        ("supervisor CPU/job, 1 producer (µs)", lambda r: _cpu(r["end_to_end"])),
+        ("supervisor CPU/job, 16 producers (µs)", lambda r: _cpu(r["end_to_end_16"])),
+        ("PostgreSQL per job, 1 producer", lambda r: _pg(r["end_to_end"])),
+        ("PostgreSQL per job, 16 producers", lambda r: _pg(r["end_to_end_16"])),
         (
             "hung worker dead after deadline (ms)",
             lambda r: f"{r['hard_timeout']['median_kill_ms']:.0f} (median of 5)",
@@ -480,8 +541,8 @@ def _print(results: dict[str, Any]) -> None:
         ),
     ]
     stores = list(results["stores"])
-    print(f"\n| {'measure':<40} | " + " | ".join(f"{s:<22}" for s in stores) + " |")
-    print(f"|{'-' * 42}|" + "|".join("-" * 24 for _ in stores) + "|")
+    print(f"\n| {'measure':<40} | " + " | ".join(f"{s:<40}" for s in stores) + " |")
+    print(f"|{'-' * 42}|" + "|".join("-" * 42 for _ in stores) + "|")
     for label, cell in rows:
         values = []
         for s in stores:
@@ -489,8 +550,26 @@ def _print(results: dict[str, Any]) -> None:
                 values.append(cell(results["stores"][s]))
             except (KeyError, TypeError):
                 values.append("-")
-        print(f"| {label:<40} | " + " | ".join(f"{v:<22}" for v in values) + " |")
+        print(f"| {label:<40} | " + " | ".join(f"{v:<40}" for v in values) + " |")
 
 
 def _lat(r: dict[str, Any]) -> str:
     return f"{r['p50_ms']:.2f} / {r['p95_ms']:.2f} / {r['p99_ms']:.2f}"
+
+
+def _e2e(r: dict[str, Any]) -> str:
+    c = r["ceiling"]
+    return f"{r['jobs_per_s']:,.0f} ({r['ceiling_ratio']:.2f}x ceiling {c['jobs_per_s']:,.0f})"
+
+
+def _cpu(r: dict[str, Any]) -> str:
+    c = r["ceiling"]["cpu_us_per_request"]
+    return f"{r['cpu_us_per_job']:.0f} ({r['cpu_ratio']:.2f}x ceiling {c:.0f})"
+
+
+def _pg(r: dict[str, Any]) -> str:
+    if "pg_per_job" not in r:
+        return "-"
+    p = r["pg_per_job"]
+    commits, inserted, updated = p["xact_commit"], p["tup_inserted"], p["tup_updated"]
+    return f"{commits:.2f} commits, {inserted:.2f} ins, {updated:.2f} upd"

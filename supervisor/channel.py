@@ -48,10 +48,15 @@ class Channel:
         loop.add_reader(sock.fileno(), self._readable)
 
     def send(self, payload: bytes) -> None:
-        """Write one frame, now or as soon as the pipe takes it."""
+        """Write one frame of `payload`, now or as soon as the pipe takes it."""
+        self.send_frame(_HEADER.pack(len(payload)) + payload)
+
+    def send_frame(self, frame: bytes | bytearray) -> None:
+        """Write one whole frame (length prefix included, as `SupervisorCodec.frame`
+        makes it), now or as soon as the pipe takes it. Frames sent while earlier ones
+        wait for the pipe join them, and go out together in one write."""
         if self._sock is None or self._broken or self.closed:
             return
-        frame = _HEADER.pack(len(payload)) + payload
         if self._out:
             self._out += frame
             return
@@ -63,7 +68,7 @@ class Channel:
             self._broken = True
             return
         if sent < len(frame):
-            self._out += frame[sent:]
+            self._out += memoryview(frame)[sent:]
             assert self._loop is not None
             self._loop.add_writer(self._sock.fileno(), self._writable)
 

@@ -201,7 +201,7 @@ class Dispatcher:
         """Start buffered leases on idle workers that know their type, best first. A
         lease that may lapse before the next heartbeat could extend it is not run: it
         is handed back (fenced by its token, so one already taken over costs nothing)."""
-        if not self.dispatching:
+        if not self.dispatching or not self._buffer:  # nothing in hand: the usual case
             return
         for worker in self._idle():
             while True:

@@ -138,7 +138,8 @@ class LogHook(Hook):
         self.log = logger or logging.getLogger("goqueue.jobs")
 
     def after_start(self, job: Job) -> None:
-        self.log.debug("attempt started", extra=_fields(job))
+        if self.log.isEnabledFor(logging.DEBUG):  # per job: no fields built unless shown
+            self.log.debug("attempt started", extra=_fields(job))
 
     def after_error(self, job: Job, error: str, traceback: str) -> None:
         if traceback:
@@ -151,7 +152,7 @@ class LogHook(Hook):
         job = outcome.job
         if job.status == Status.FAILED:
             self.log.warning("job dead-lettered", extra={**_fields(job), "error": job.last_error})
-        elif job.status in TERMINAL:
+        elif job.status in TERMINAL and self.log.isEnabledFor(logging.DEBUG):
             self.log.debug(f"job {job.status}", extra=_fields(job))
 
     def after_cancel(self, job: Job, force: bool) -> None:

@@ -6,7 +6,8 @@ records them, so plain single-process collectors suffice (no multiprocess mode).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from bisect import bisect_left
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from enum import StrEnum
 from typing import Any
 
@@ -25,9 +26,10 @@ from prometheus_client import (
     CollectorRegistry,
     Counter,
     Gauge,
-    Histogram,
     generate_latest,
 )
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.utils import floatToGoString
 
 TERMINAL_STATUSES: tuple[Status, ...] = tuple(s for s in Status if s in TERMINAL)
 DEFAULT_DEPTH_QUEUES = 100
@@ -44,6 +46,83 @@ class ConnectionClose(StrEnum):
     REFUSED = "refused"  # over the cap with every connection busy: answered 503
 
 
+class Tally:
+    """A labelled counter kept as plain counts, for series that move on every request or
+    job: an update is one dict operation (no lock, no child lookup), and the Prometheus
+    family is built only when scraped. Registered on a registry as a custom collector."""
+
+    def __init__(self, name: str, documentation: str, labels: Sequence[str]) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labels = list(labels)
+        self.counts: dict[tuple[str, ...], float] = {}
+
+    def inc(self, key: tuple[str, ...], amount: float = 1) -> None:
+        """Count `amount` for the label values `key`."""
+        counts = self.counts
+        counts[key] = counts.get(key, 0) + amount
+
+    def declare(self, key: tuple[str, ...]) -> None:
+        """Export the series for `key` at zero until it moves."""
+        self.counts.setdefault(key, 0)
+
+    def describe(self) -> list[Metric]:
+        """The family, without samples (for the registry's name check)."""
+        return [CounterMetricFamily(self.name, self.documentation, labels=self.labels)]
+
+    def collect(self) -> Iterator[Metric]:
+        """The family with one sample per label set seen."""
+        family = CounterMetricFamily(self.name, self.documentation, labels=self.labels)
+        for key, count in list(self.counts.items()):
+            family.add_metric([str(value) for value in key], count)
+        yield family
+
+
+class TallyHistogram:
+    """A labelled histogram kept as plain counts per bucket (see `Tally`)."""
+
+    def __init__(
+        self, name: str, documentation: str, labels: Sequence[str], buckets: Sequence[float]
+    ) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labels = list(labels)
+        self.bounds = tuple(buckets)
+        self.buckets: dict[tuple[str, ...], list[int]] = {}  # one count per bound, then +Inf
+        self.sums: dict[tuple[str, ...], float] = {}
+
+    def observe(self, key: tuple[str, ...], value: float) -> None:
+        """One observation for the label values `key`."""
+        buckets = self.buckets.get(key)
+        if buckets is None:
+            buckets = self.declare(key)
+        buckets[bisect_left(self.bounds, value)] += 1
+        self.sums[key] += value
+
+    def declare(self, key: tuple[str, ...]) -> list[int]:
+        """Export the series for `key` at zero until it moves; its bucket counts."""
+        if key not in self.buckets:
+            self.buckets[key] = [0] * (len(self.bounds) + 1)
+            self.sums[key] = 0.0
+        return self.buckets[key]
+
+    def describe(self) -> list[Metric]:
+        """The family, without samples (for the registry's name check)."""
+        return [HistogramMetricFamily(self.name, self.documentation, labels=self.labels)]
+
+    def collect(self) -> Iterator[Metric]:
+        """The family with cumulative buckets per label set."""
+        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labels)
+        bounds = [*map(floatToGoString, self.bounds), "+Inf"]
+        for key, counts in list(self.buckets.items()):
+            cumulative, total = [], 0
+            for bound, count in zip(bounds, counts, strict=True):
+                total += count
+                cumulative.append((bound, total))
+            family.add_metric([str(value) for value in key], cumulative, self.sums[key])
+        yield family
+
+
 class Metrics:
     """Every GoQueue series, plus one small method per event that moves them."""
 
@@ -51,28 +130,39 @@ class Metrics:
         self.depth_queues = depth_queues  # queues with depth series of their own
         self.registry = CollectorRegistry()
         reg = self.registry
-        self.jobs = Counter(
-            "goqueue_jobs_total",
-            "Jobs reaching a terminal status.",
-            ["type", "status"],
-            registry=reg,
+        # Series that move with every job or request are tallies: plain counts, turned
+        # into Prometheus families only when scraped.
+        self.jobs = Tally("goqueue_jobs", "Jobs reaching a terminal status.", ["type", "status"])
+        self.retries = Tally("goqueue_job_retries", "Retries scheduled.", ["type"])
+        self.attempts = Tally(
+            "goqueue_job_attempts", "Attempts finished, by outcome.", ["type", "outcome"]
         )
-        self.retries = Counter(
-            "goqueue_job_retries_total", "Retries scheduled.", ["type"], registry=reg
-        )
-        self.attempts = Counter(
-            "goqueue_job_attempts_total",
-            "Attempts finished, by outcome.",
-            ["type", "outcome"],
-            registry=reg,
-        )
-        self.attempt_seconds = Histogram(
+        self.attempt_seconds = TallyHistogram(
             "goqueue_attempt_duration_seconds",
             "Wall time of one attempt.",
             ["type"],
-            buckets=ATTEMPT_BUCKETS,
-            registry=reg,
+            ATTEMPT_BUCKETS,
         )
+        self.enqueued_jobs = Tally("goqueue_enqueued", "Jobs enqueued.", ["type"])
+        self.http_requests = Tally(
+            "goqueue_http_requests", "HTTP requests answered.", ["route", "method", "status"]
+        )
+        self.http_seconds = TallyHistogram(
+            "goqueue_http_request_duration_seconds",
+            "Time to answer an HTTP request.",
+            ["route"],
+            HTTP_BUCKETS,
+        )
+        for tally in (
+            self.jobs,
+            self.retries,
+            self.attempts,
+            self.attempt_seconds,
+            self.enqueued_jobs,
+            self.http_requests,
+            self.http_seconds,
+        ):
+            reg.register(tally)
         self.queue_depth = Gauge(
             "goqueue_queue_depth",
             f'Pending jobs of the deepest queues; the rest summed under queue="{OTHER_QUEUES}".',
@@ -112,19 +202,6 @@ class Metrics:
             ["outcome"],
             registry=reg,
         )
-        self.http_requests = Counter(
-            "goqueue_http_requests_total",
-            "HTTP requests answered.",
-            ["route", "method", "status"],
-            registry=reg,
-        )
-        self.http_seconds = Histogram(
-            "goqueue_http_request_duration_seconds",
-            "Time to answer an HTTP request.",
-            ["route"],
-            buckets=HTTP_BUCKETS,
-            registry=reg,
-        )
         self.connections = Gauge(
             "goqueue_http_connections", "HTTP connections open now.", registry=reg
         )
@@ -133,9 +210,6 @@ class Metrics:
             "HTTP connections the node closed itself, by reason.",
             ["reason"],
             registry=reg,
-        )
-        self.enqueued_jobs = Counter(
-            "goqueue_enqueued_total", "Jobs enqueued.", ["type"], registry=reg
         )
         self.schedule_fires = Counter(
             "goqueue_schedule_fires_total",
@@ -179,26 +253,26 @@ class Metrics:
     def declare_types(self, job_types: Iterable[str]) -> None:
         """Create the per-type series of the registered actors at zero."""
         for job_type in job_types:
-            self.enqueued_jobs.labels(job_type)
-            self.retries.labels(job_type)
-            self.attempt_seconds.labels(job_type)
+            self.enqueued_jobs.declare((job_type,))
+            self.retries.declare((job_type,))
+            self.attempt_seconds.declare((job_type,))
             for status in TERMINAL_STATUSES:
-                self.jobs.labels(job_type, status)
+                self.jobs.declare((job_type, status))
             for outcome in AttemptOutcome:
-                self.attempts.labels(job_type, outcome)
+                self.attempts.declare((job_type, outcome))
 
     def job_finished(self, job_type: str, status: Status) -> None:
         """A job reached done, failed or cancelled."""
-        self._labels(self.jobs, job_type, status).inc()
+        self.jobs.inc((job_type, status))
 
     def attempt(self, job_type: str, outcome: AttemptOutcome, duration: float) -> None:
         """An attempt ended; `duration` in seconds."""
-        self._labels(self.attempts, job_type, outcome).inc()
-        self._labels(self.attempt_seconds, job_type).observe(duration)
+        self.attempts.inc((job_type, outcome))
+        self.attempt_seconds.observe((job_type,), duration)
 
     def retry(self, job_type: str) -> None:
         """A failed attempt was scheduled to run again."""
-        self._labels(self.retries, job_type).inc()
+        self.retries.inc((job_type,))
 
     def worker_restart(self, reason: RestartReason) -> None:
         """A worker process was replaced."""
@@ -208,14 +282,14 @@ class Metrics:
         """A webhook delivery outcome (fits `WebhookSender`'s `on_outcome` hook)."""
         self.webhooks.labels(outcome).inc()
 
-    def http(self, route: str, method: str, status: int, duration: float) -> None:
-        """An answered request; `route` must be the route template, never the raw path."""
-        self._labels(self.http_requests, route, method, str(status)).inc()
-        self._labels(self.http_seconds, route).observe(duration)
-
     def enqueued(self, job_type: str, n: int = 1) -> None:
         """`n` jobs of `job_type` were stored."""
-        self._labels(self.enqueued_jobs, job_type).inc(n)
+        self.enqueued_jobs.inc((job_type,), n)
+
+    def http(self, route: str, method: str, status: int, duration: float) -> None:
+        """An answered request; `route` must be the route template, never the raw path."""
+        self.http_requests.inc((route, method, str(status)))
+        self.http_seconds.observe((route,), duration)
 
     def rate_limit_wait(self, job_type: str) -> None:
         """A dispatch pass held `job_type` back: its window's starts were used up."""

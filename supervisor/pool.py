@@ -229,7 +229,8 @@ class Pool:
         """Workers ready for a job, the newest generation first (after a reload, jobs run
         the new code wherever a worker of it is free)."""
         idle = [w for w in self.workers.values() if w.state == WorkerState.IDLE]
-        idle.sort(key=lambda w: -w.generation)
+        if (len(idle) > 1 and idle[0].generation != idle[-1].generation) or len(idle) > 2:
+            idle.sort(key=_newest_first)  # only a reload mixes generations
         return idle
 
     def holding(self, token: str) -> Worker | None:
@@ -300,7 +301,7 @@ class Pool:
             signal.pidfd_send_signal(worker.pidfd, sig)
 
     def _send(self, worker: Worker, message: ToWorker) -> None:
-        worker.channel.send(self.codec.encode(message))
+        worker.channel.send_frame(self.codec.frame(message))
 
     def _track(self, awaitable: Awaitable[object]) -> None:
         task = asyncio.ensure_future(awaitable)
@@ -339,9 +340,9 @@ class Pool:
         busy = self._busy()
         if self.lease_allowance is None or not busy:
             return
-        frame = self.codec.encode(Extend(self.lease_allowance))
+        frame = self.codec.frame(Extend(self.lease_allowance))
         for worker in busy:
-            worker.channel.send(frame)
+            worker.channel.send_frame(frame)
         self._extend_timer = self.loop.call_later(self._extend_every(), self._extend)
 
     def _extend_every(self) -> float:
@@ -499,3 +500,7 @@ class Pool:
         self._extend_timer = self._sample_timer = None
         for task in list(self._tasks):
             task.cancel()
+
+
+def _newest_first(worker: Worker) -> int:
+    return -worker.generation

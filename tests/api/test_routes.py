@@ -20,7 +20,7 @@ import msgspec
 import pytest
 from aiohttp import web
 from goqueue.api.errors import from_domain, within
-from goqueue.api.middleware import errors_middleware, metrics_middleware
+from goqueue.api.middleware import front_middleware
 from goqueue.api.schemas import HIDDEN_JOB_FIELDS, LIVE_JOB_FIELDS, JobOut, JobStatus
 from goqueue.supervisor.errors import StoreUnavailable
 from goqueue.supervisor.jobs import Job, JobSpec
@@ -798,7 +798,7 @@ def test_an_unexpected_error_is_a_logged_counted_json_500(
         raise RuntimeError("kaput")
 
     async def scenario() -> tuple[int, Any]:
-        app = web.Application(middlewares=[metrics_middleware(metrics), errors_middleware(1024)])
+        app = web.Application(middlewares=[front_middleware(metrics, 1024)])
         app.router.add_get("/broken/{id}", broken)
         runner = web.AppRunner(app, access_log=None)
         await runner.setup()
