@@ -210,11 +210,13 @@ def node(make_node: Callable[..., Node]) -> Node:
 
 @pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Heavy tests share one xdist group, so under `--dist loadgroup` no two of them load
-    the machine at once (each still runs beside light tests)."""
+    """Under `--dist loadgroup` a module's tests stay together on one process, in order
+    (some share a module's node and read what earlier ones did), and heavy tests and the
+    fault-injection modules share one group, so no two of them load the machine at once."""
     for item in items:
-        if item.get_closest_marker("heavy"):
-            item.add_marker(pytest.mark.xdist_group("heavy"))
+        module = item.nodeid.split("::", 1)[0]
+        heavy = item.get_closest_marker("heavy") or module.startswith("tests/e2e/")
+        item.add_marker(pytest.mark.xdist_group("heavy" if heavy else module))
 
 
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:
