@@ -208,15 +208,28 @@ def node(make_node: Callable[..., Node]) -> Node:
     return make_node()
 
 
-@pytest.hookimpl(tryfirst=True)
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    """Under `--dist loadgroup` a module's tests stay together on one process, in order
-    (some share a module's node and read what earlier ones did), and heavy tests and the
-    fault-injection modules share one group, so no two of them load the machine at once."""
-    for item in items:
-        module = item.nodeid.split("::", 1)[0]
-        heavy = item.get_closest_marker("heavy") or module.startswith("tests/e2e/")
-        item.add_marker(pytest.mark.xdist_group("heavy" if heavy else module))
+# Modules that load the machine (thousands of jobs, 100k rows, a fresh install, faults
+# injected into nodes and databases): under xdist they take turns on one process.
+HEAVY_MODULES = frozenset(
+    {"tests/test_fresh_install.py", "tests/api/test_metrics_cost.py",
+     "tests/supervisor/test_cluster.py"}
+)  # fmt: skip
+
+
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
+    """Under xdist (`.ci/run` uses `-n 2`) a module's tests stay together on one process,
+    in order (some share a module's node and read what earlier ones did), and the heavy
+    modules form one unit, so no two of them load the machine at once. (xdist's own
+    `loadgroup` marks do not take effect under this pytest.)"""
+    from xdist.scheduler import LoadScopeScheduling
+
+    class ByModule(LoadScopeScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            module = nodeid.split("::", 1)[0]
+            heavy = module in HEAVY_MODULES or module.startswith("tests/e2e/")
+            return "heavy" if heavy else module
+
+    return ByModule(config, log)
 
 
 def pytest_pyfunc_call(pyfuncitem: pytest.Function) -> bool | None:

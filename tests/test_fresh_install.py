@@ -59,7 +59,6 @@ print("committed", client.wait(kept.id, timeout=60).result)
 """
 
 
-@pytest.mark.heavy
 def test_a_fresh_virtualenv_runs_the_producers_story(tmp_path: Path) -> None:
     dsn = postgres_dsn()
     schema = f"gq_fresh_{uuid.uuid4().hex[:10]}"

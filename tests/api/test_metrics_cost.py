@@ -75,7 +75,6 @@ def new_job(queue: str, priority: int) -> NewJob:
     return NewJob(spec=JobSpec(type="email", queue=queue, priority=priority), max_retries=0)
 
 
-@pytest.mark.heavy
 def test_memory_metrics_stay_fast_and_small_after_100k_queues_and_with_100k_jobs(
     make_api_server: Callable[..., ApiServer],
 ) -> None:
@@ -110,7 +109,6 @@ def pg_schema() -> Any:
         conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
-@pytest.mark.heavy
 @pytest.mark.postgres
 def test_postgres_metrics_stay_fast_and_small_after_100k_queues_and_with_100k_jobs(
     make_node: Callable[..., Node], pg_schema: Any

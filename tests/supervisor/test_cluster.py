@@ -71,7 +71,6 @@ def all_done(node: Node, total: int) -> bool:
     return counts["done"] == total
 
 
-@pytest.mark.heavy
 def test_two_nodes_run_2000_jobs_exactly_once(cluster, tmp_path: Path) -> None:
     a = cluster("--workers", "2")
     b = cluster("--workers", "2")
@@ -158,7 +157,6 @@ def test_forty_concurrent_enqueues_with_one_dedupe_key_on_two_nodes(cluster) -> 
     assert sorted(Counter(statuses).items()) == [(201, 1), (409, 39)]
 
 
-@pytest.mark.heavy
 def test_database_restart_loses_nothing_and_completes_once(
     private_cluster, pg_cluster: PgCluster, tmp_path: Path
 ) -> None:
