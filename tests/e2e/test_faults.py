@@ -16,7 +16,7 @@ import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -186,18 +186,30 @@ def test_node_death_dead_letters_no_job_that_never_ran(pg_nodes: NodeSet, tmp_pa
     b = pg_nodes.start("--lease-seconds", LEASE)
     ids = batch_enqueue(b, spread(tmp_path, 300, max_retries=0))
     wait_until(lambda: len(started_on(tmp_path, a.proc.pid)) >= 40, 20, "A ran 40 jobs")
-    killed = time.monotonic()
+    killed, killed_at = time.monotonic(), datetime.now(UTC)
     os.killpg(a.proc.pid, signal.SIGKILL)
     a.proc.wait(timeout=5)
     wait_until(lambda: unfinished(b) == 0, 40, "every job terminal")
     jobs = jobs_by_id(b, ids)
     runs = read_runs(tmp_path)
     failed = [i for i in ids if jobs[i]["status"] == "failed"]
-    never_ran = [i for i in failed if not runs.get(i)]
+    # A job is charged when its frame leaves for an idle worker; one in that hand-off when
+    # the node dies (the worker not yet scheduled to log its start) is charged without a
+    # run: README names that window. Any other failed job that never ran is a bug.
+    never_ran = [
+        i
+        for i in failed
+        if not runs.get(i)
+        and not (
+            jobs[i]["started_at"]
+            and killed_at - datetime.fromisoformat(jobs[i]["started_at"]) < timedelta(seconds=1)
+        )
+    ]
     assert not never_ran, (
         f"{len(never_ran)} of {len(failed)} dead-lettered jobs never ran: "
         + ", ".join(f"{i} ({jobs[i]['last_error']})" for i in never_ran)
     )
+    failed = [i for i in failed if runs.get(i)]
     kill = [Fault(FaultKind.KILL_GROUP, a.proc.pid, killed, killed)]
     for job_id in failed:  # it ran once, on A, and that run was cut short by the kill
         (run,) = runs[job_id]
@@ -460,16 +472,17 @@ def test_a_job_that_kills_its_workers_parent_costs_its_siblings_nothing(
 def test_a_node_killing_job_is_retried_with_backoff_and_contained(
     pg_nodes: NodeSet, tmp_path: Path
 ) -> None:
-    """Scenario: two nodes x 2 workers (lease 2 s, `--retry-base 8`) and, among 100 jobs
+    """Scenario: two nodes x 2 workers (lease 2 s, `--retry-base 15`) and, among 60 jobs
     of 5-20 ms, one with `max_retries: 1` that SIGKILLs its node's whole process group.
     Nothing restarts the nodes.
     Invariant: the first kill costs one node. The survivor reaps the job but retries it
-    only after the normal backoff (8 s +-25 %), so it finishes the 100 other jobs
-    first; the job then kills the survivor (attempt 2 of 2). The next node to start
-    after that total outage reaps first: the job is dead-lettered without a third run."""
-    a = pg_nodes.start("--lease-seconds", LEASE, "--retry-base", "8")
-    b = pg_nodes.start("--lease-seconds", LEASE, "--retry-base", "8")
-    others = batch_enqueue(a, spread(tmp_path, 100))
+    only after the normal backoff (15 s +-25 %), so it finishes the 60 other jobs
+    first (a loaded machine included); the job then kills the survivor (attempt 2 of 2).
+    The next node to start after that total outage reaps first: the job is dead-lettered
+    without a third run."""
+    a = pg_nodes.start("--lease-seconds", LEASE, "--retry-base", "15")
+    b = pg_nodes.start("--lease-seconds", LEASE, "--retry-base", "15")
+    others = batch_enqueue(a, spread(tmp_path, 60))
     bomb = a.enqueue(type="poison", payload={"dir": str(tmp_path)}, priority=10)["id"]
     kills = tmp_path / "kills.log"
     wait_until(lambda: kills.exists(), 20, "the job killed a node")
@@ -487,16 +500,16 @@ def test_a_node_killing_job_is_retried_with_backoff_and_contained(
             )
         return counts(survivor).get("done", 0) == len(others)
 
-    wait_until(others_done, 25, "the survivor finished the 100 other jobs")
+    wait_until(others_done, 25, "the survivor finished the 60 other jobs")
     waiting = survivor.get(f"/jobs/{bomb}").body
     assert (waiting["status"], waiting["attempts"]) == ("pending", 1), waiting
     backoff = datetime.fromisoformat(waiting["run_at"]) - datetime.fromisoformat(
         waiting["updated_at"]
     )
-    assert backoff.total_seconds() >= 0.75 * 8, f"retried after {backoff} only"
-    wait_until(lambda: survivor.proc.poll() is not None, 20, "the retry killed the survivor")
+    assert backoff.total_seconds() >= 0.75 * 15, f"retried after {backoff} only"
+    wait_until(lambda: survivor.proc.poll() is not None, 30, "the retry killed the survivor")
     assert len(kills.read_text().splitlines()) == 2
-    c = pg_nodes.start("--lease-seconds", LEASE, "--retry-base", "8")
+    c = pg_nodes.start("--lease-seconds", LEASE, "--retry-base", "15")
     buried = wait_job(c, bomb, "failed", timeout=20)
     assert buried["attempts"] == 2, buried
     assert len(kills.read_text().splitlines()) == 2, "the first node after the outage ran it"

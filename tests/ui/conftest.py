@@ -43,9 +43,11 @@ def _unavailable(reason: str) -> None:
     pytest.skip(f"SKIPPING BROWSER TESTS: {reason}")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="module")
 def browser() -> Iterator[Any]:
-    """One headless Chromium for the session."""
+    """One headless Chromium for a module: Playwright's sync API runs an event loop in
+    this thread while it is open, so it closes before other modules' tests (under xdist,
+    more may follow on this process) call `asyncio.run`."""
     if not Path(CHROMIUM).exists():
         _unavailable(f"{CHROMIUM} is missing (apt-get install chromium)")
     try:
