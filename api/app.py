@@ -60,7 +60,9 @@ def create_app(engine: Engine, settings: Settings) -> web.Application:
     app[SETTINGS] = settings
     app[EGRESS] = EgressPolicy.of(settings.webhook_allow_hosts, settings.webhook_allow_networks)
     app[CONNECTIONS] = guard
-    app[BUDGET] = QueueBudget(engine.store, settings.max_queues, engine.with_defaults)
+    app[BUDGET] = QueueBudget(
+        engine.store, settings.max_queues, engine.with_defaults, booted=engine.until_started
+    )
     app[EXPOSURE] = exposure = Exposure.of(settings)
     engine.metrics.set_open_api(exposure.open)
     app[GAUGES] = gauges = GaugeRefresh(engine.refresh_gauges)

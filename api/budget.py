@@ -15,7 +15,7 @@ admit within `ttl`: it is a guard against runaway growth, not an exact quota.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 
 from goqueue.api.errors import ApiError, within
 from goqueue.supervisor.coalesce import Coalesced
@@ -35,8 +35,10 @@ class QueueBudget:
         limit: int,
         with_defaults: Callable[[JobSpec], JobSpec],
         ttl: float = NAMES_TTL,
+        booted: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         self.with_defaults = with_defaults  # the job's queue if it names none (its actor's)
+        self.booted = booted  # waits for a booting node: its store and its actors' queues
         self.limit = limit
         self._names = Coalesced(lambda: store.queue_names(limit + 1), ttl)
         self._known: frozenset[str] = frozenset()
@@ -44,6 +46,8 @@ class QueueBudget:
 
     async def admit_spec(self, spec: JobSpec, prefix: str = "") -> None:
         """Admit every queue a job names (its templates' too); 429 naming the first refused."""
+        if self.booted is not None:
+            await self.booted()
         for field, queue in queues_of(self.with_defaults(spec), prefix):
             await self.admit(queue, field)
 
@@ -51,6 +55,8 @@ class QueueBudget:
         """Admit one queue name, or raise a 429 naming `field`."""
         if queue in self._known or queue in self._added:
             return
+        if self.booted is not None:
+            await self.booted()
         known = await within(self._names.get())
         if known is not self._known:  # a fresh read already counts what was added before it
             self._known, self._added = known, set()

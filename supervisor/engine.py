@@ -178,8 +178,7 @@ class Engine:
         """Check types (templates too) and resolve the defaults."""
         if self.draining:
             raise Draining("the node is shutting down and accepts no new jobs")
-        if self.starting:
-            await self._until_started()
+        await self.until_started()
         known = await self._known_types() if strict else None
         resolved = resolve_spec(spec, self.catalog.actors.get, known)
         return NewJob(
@@ -205,7 +204,11 @@ class Engine:
         else:
             self._started.set()
 
-    async def _until_started(self) -> None:
+    async def until_started(self) -> None:
+        """Return once the node has booted: at once if it has, else within `BOOT_WAIT`
+        seconds, or raise StoreUnavailable (503)."""
+        if not self.starting:
+            return
         try:
             async with asyncio.timeout(BOOT_WAIT):
                 await self._started.wait()

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import free_port, postgres_dsn, request, wait_for
+from tests.conftest import free_port, postgres_dsn, request, stop_node, wait_for
 from tests.pgcluster import PgCluster
 
 pytestmark = pytest.mark.timeout(120)
@@ -267,15 +267,28 @@ def _children(pid: int) -> list[int]:
     return found
 
 
-def test_a_job_posted_as_soon_as_health_answers_is_taken(make_node) -> None:
+@pytest.mark.parametrize("store", ["memory", pytest.param("postgres", marks=pytest.mark.postgres)])
+def test_a_job_posted_as_soon_as_health_answers_is_taken(make_node, store: str) -> None:
     """A client that waits only for /health (as load balancers and scripts do) and posts
-    at once, while the first worker still boots, gets its 201: the enqueue waits for the
-    boot to end instead of answering 503."""
-    node = make_node(wait=False)
-    wait_for(lambda: _answers(node.url + "/health"), timeout=20, interval=0.005)
-    resp = node.post("/jobs", {"type": "noop", "payload": 1})
-    assert resp.status == 201, resp
-    node.wait_status(resp.body["id"], "done")
+    at once, while the store opens and the first worker boots, gets its 201: the enqueue
+    (and the --max-queues check before it) waits for the boot instead of answering 503."""
+    args: list[str] = []
+    if store == "postgres":
+        dsn, schema = postgres_dsn(), f"gq_boot_{uuid.uuid4().hex[:10]}"
+        args = ["--database-url", dsn, "--database-schema", schema]
+    node = make_node(*args, wait=False)
+    try:
+        wait_for(lambda: _answers(node.url + "/health"), timeout=20, interval=0.005)
+        resp = node.post("/jobs", {"type": "noop", "payload": 1})
+        assert resp.status == 201, resp
+        node.wait_status(resp.body["id"], "done")
+    finally:
+        if store == "postgres":
+            stop_node(node)
+            import psycopg
+
+            with psycopg.connect(dsn, autocommit=True) as conn:
+                conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
 
 
 def _answers(url: str) -> bool:
