@@ -668,7 +668,7 @@ def test_a_webhook_survives_the_death_of_its_node(pg_nodes: NodeSet, tmp_path: P
         os.killpg(a.proc.pid, signal.SIGKILL)
         a.proc.wait(timeout=5)
         b = pg_nodes.start("--lease-seconds", LEASE, *HOOKS)
-        wait_until(lambda: job in receiver.delivered(), 12, "a delivery answered 2xx")
+        wait_until(lambda: job in receiver.delivered(), 30, "a delivery answered 2xx")
         hits = receiver.of(job)
     assert {h.headers.get("x-goqueue-event") for h in hits} == {"job.done"}
     ids = {h.headers.get("x-goqueue-delivery") for h in hits}
