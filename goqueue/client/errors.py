@@ -73,12 +73,9 @@ class NotFound(RequestError):
     status = 404
 
 
-class Conflict(RequestError):
-    """409: a duplicate inside its dedupe window, or of a unique key an unfinished job
-    holds (`existing_id` is the job holding the key), or a job in a state that refuses the
-    request (cancelling a finished job)."""
-
-    status = 409
+class _NamesExisting(RequestError):
+    """A refusal that names the job already holding what the request asked for
+    (`existing_id`, from the argument or the answer's details)."""
 
     def __init__(
         self,
@@ -89,6 +86,14 @@ class Conflict(RequestError):
         super().__init__(message, details)
         found = existing_id or self.details.get("existing_id")
         self.existing_id: str | None = found if isinstance(found, str) else None
+
+
+class Conflict(_NamesExisting):
+    """409: a duplicate inside its dedupe window, or of a unique key an unfinished job
+    holds (`existing_id` is the job holding the key), or a job in a state that refuses the
+    request (cancelling a finished job)."""
+
+    status = 409
 
 
 class PayloadTooLarge(RequestError):
@@ -97,21 +102,11 @@ class PayloadTooLarge(RequestError):
     status = 413
 
 
-class IdempotencyMismatch(RequestError):
+class IdempotencyMismatch(_NamesExisting):
     """422: the Idempotency-Key was used before with a different job; `existing_id` is
     that job."""
 
     status = 422
-
-    def __init__(
-        self,
-        message: str,
-        details: Mapping[str, Any] | None = None,
-        existing_id: str | None = None,
-    ) -> None:
-        super().__init__(message, details)
-        found = existing_id or self.details.get("existing_id")
-        self.existing_id: str | None = found if isinstance(found, str) else None
 
 
 class Unavailable(RequestError):
