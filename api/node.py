@@ -34,7 +34,6 @@ from goqueue.supervisor.pool import Pool, Recycle, WorkerConfig
 from goqueue.supervisor.scheduler import Scheduler
 from goqueue.supervisor.store.base import Store
 from goqueue.supervisor.store.memory import MemoryStore
-from goqueue.supervisor.throttle import Throttle
 from goqueue.supervisor.waiters import Waiters
 from goqueue.supervisor.webhook_sender import WebhookSender
 from goqueue.supervisor.webhooks import Poster, Webhooks
@@ -166,8 +165,8 @@ def build_node(settings: Settings, reload_settings: Callable[[], Settings]) -> N
         policy=Policy.of(settings),
         # a store whose claims cost a round trip keeps a worker's worth in hand
         prefetch=settings.workers if store.claim_ahead else 0,
+        on_rate_wait=metrics.rate_limit_wait,
     )
-    dispatcher.throttle = Throttle(store, dispatcher.wake, metrics.rate_limit_wait)
     pool.listen(jobs=dispatcher)
     store.set_waker(dispatcher.wake)
     scheduler = Scheduler(store, hooks, metrics)  # given its schedules with the catalog

@@ -77,6 +77,7 @@ class Dispatcher:
         *,
         policy: Policy = Policy(),
         prefetch: int = 0,
+        on_rate_wait: Callable[[str], None] = lambda job_type: None,  # a metric
         clock: Callable[[], datetime] = utcnow,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         monotonic: Callable[[], float] = time.monotonic,
@@ -109,7 +110,7 @@ class Dispatcher:
         self._seen = 0  # the `_news` value as of the last claim that came back short
         self._due_timer: asyncio.TimerHandle | None = None
         self._writes: set[asyncio.Task[None]] = set()
-        self.throttle = Throttle(store, self.wake, lambda job_type: None)  # rate limits
+        self.throttle = Throttle(store, self.wake, on_rate_wait)  # rate limits
 
     def reconfigure(self, catalog: Catalog, policy: Policy) -> None:
         """Apply new actors and limits (boot, reload) and a new policy (reload)."""
