@@ -98,6 +98,9 @@ class Dispatcher:
         # token -> (monotonic) when the lease was last known extended, and when buffered
         self._renewed: dict[str, float] = {}
         self._claimed_at: dict[str, float] = {}
+        # token -> (monotonic) the end of the rate window a claimed lease's start was
+        # taken from, less its guard: past it the lease goes back rather than start
+        self._window_ends: dict[str, float] = {}
         self._recording: dict[str, Lease] = {}  # finished attempts whose outcome is held
         self._starting: dict[str, Lease] = {}  # claimed leases whose start is being written
         self._reserved: set[int] = set()  # (ids of) idle workers waiting for such a start
@@ -181,6 +184,7 @@ class Dispatcher:
                     return  # every type is throttled: the throttle wakes us in time
                 leases = await self.store.claim(want, self.policy.queues, slots, start)
                 await self.throttle.settle(taken, leases)
+                ends = {x.job_type: asked + x.taken.seconds_left - x.guard for x in taken}
             except StoreUnavailable as exc:
                 log.warning("claim failed: store unavailable", extra={"err": str(exc)})
                 asyncio.get_running_loop().call_later(RETRY_CLAIM, self.wake)
@@ -192,6 +196,8 @@ class Dispatcher:
                 self._buffered[lease.job.type] += 1
                 self._renewed[lease.token] = asked
                 self._claimed_at[lease.token] = asked
+                if lease.job.type in ends and lease.job.status == Status.CLAIMED:
+                    self._window_ends[lease.token] = ends[lease.job.type]
             self._deep = len(leases) == want
             if len(leases) < want:
                 self._seen = news  # drained as of then; a wake since means look again
@@ -201,15 +207,22 @@ class Dispatcher:
     def _hand_out(self) -> None:
         """Start buffered leases on idle workers that know their type, best first. A
         lease that may lapse before the next heartbeat could extend it is not run: it
-        is handed back (fenced by its token, so one already taken over costs nothing)."""
+        is handed back (fenced by its token, so one already taken over costs nothing).
+        Nor is one of a rate-limited type whose window ended: its start would count in
+        the next window, where other nodes may have used every start already."""
         if not self.dispatching or not self._buffer:  # nothing in hand: the usual case
             return
         for worker in self._idle():
             while True:
                 lease = self._next_for(worker)
-                if lease is None or self._fresh(lease):
+                if lease is None:
                     break
-                self._give_back(lease)
+                if not self._fresh(lease):
+                    self._give_back(lease)
+                elif self._window_over(lease):
+                    self._unclaim(lease)
+                else:
+                    break
             if lease is None:
                 continue
             if lease.job.status == Status.CLAIMED:
@@ -228,18 +241,31 @@ class Dispatcher:
     def _idle(self) -> list[Worker]:
         return [w for w in self.pool.idle() if id(w) not in self._reserved]
 
+    def _window_over(self, lease: Lease) -> bool:
+        return self.monotonic() >= self._window_ends.get(lease.token, float("inf"))
+
+    def _unclaim(self, lease: Lease) -> None:
+        """Hand back a claimed lease whose rate window ended, and claim again once it is
+        pending (taking a start from the window now open)."""
+        self._unbuffer(lease)
+        done = self._write(partial(self.store.release, lease))
+        done.add_done_callback(lambda _: self.wake())
+
     def _begin(self, lease: Lease, worker: Worker) -> None:
         """Start a claimed lease's attempt in the store (durably: a job that kills its
         node is charged for it), then run it on `worker`, kept for it meanwhile."""
         renewed = self._renewed.get(lease.token, float("-inf"))
+        window_end = self._window_ends.get(lease.token)
         self._unbuffer(lease)
         self._starting[lease.token] = lease
         self._reserved.add(id(worker))
-        task = asyncio.ensure_future(self._begin_write(lease, worker, renewed))
+        task = asyncio.ensure_future(self._begin_write(lease, worker, renewed, window_end))
         self._writes.add(task)
         task.add_done_callback(self._writes.discard)
 
-    async def _begin_write(self, lease: Lease, worker: Worker, renewed: float) -> None:
+    async def _begin_write(
+        self, lease: Lease, worker: Worker, renewed: float, window_end: float | None
+    ) -> None:
         held: Lease | None = None
         asked = self.monotonic()
         try:
@@ -261,14 +287,16 @@ class Dispatcher:
         elif held.job.status == Status.RUNNING and any(w is worker for w in self.pool.idle()):
             self._start(held, worker)
         else:  # the worker is gone: the next idle one takes it
-            self._rebuffer(held, renewed)
+            self._rebuffer(held, renewed, window_end)
         self.nudge()
 
-    def _rebuffer(self, lease: Lease, renewed: float) -> None:
+    def _rebuffer(self, lease: Lease, renewed: float, window_end: float | None) -> None:
         self._buffer.appendleft(lease)
         self._buffered[lease.job.type] += 1
         self._renewed[lease.token] = renewed
         self._claimed_at[lease.token] = renewed
+        if window_end is not None and lease.job.status == Status.CLAIMED:
+            self._window_ends[lease.token] = window_end
 
     def _fresh(self, lease: Lease) -> bool:
         """True while at least a heartbeat's interval (a third of the lease) is left of
@@ -311,6 +339,7 @@ class Dispatcher:
         self._buffer.remove(lease)
         self._renewed.pop(lease.token, None)
         self._claimed_at.pop(lease.token, None)
+        self._window_ends.pop(lease.token, None)
         self._buffered[lease.job.type] -= 1
         if self._buffered[lease.job.type] <= 0:
             del self._buffered[lease.job.type]

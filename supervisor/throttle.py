@@ -26,6 +26,7 @@ class Held:
 
     job_type: str
     taken: Taken
+    guard: float  # the rate's guard: no start is granted in a window's last `guard` s
 
 
 class Throttle:
@@ -52,7 +53,7 @@ class Throttle:
             if rate is None:
                 continue
             taken = await self.store.take_starts(job_type, rate, want)
-            held.append(Held(job_type, taken))
+            held.append(Held(job_type, taken, rate.guard))
             if taken.granted < want:
                 self.on_wait(job_type)
                 self._wake_in(taken.seconds_left + WAKE_MARGIN)

@@ -16,6 +16,7 @@ from goqueue.supervisor.dispatch import Dispatcher, Policy
 from goqueue.supervisor.errors import StoreUnavailable
 from goqueue.supervisor.hooks import Hook, Hooks
 from goqueue.supervisor.jobs import Job, JobSpec, Lease, Outcome
+from goqueue.supervisor.rates import Rate, Taken
 from goqueue.supervisor.vocab import AttemptOutcome, KillReason, Status, WorkerState
 
 pytestmark = pytest.mark.timeout(10)
@@ -42,6 +43,13 @@ class FakeStore:
         self.leases = list(leases or [])
         self.claims: list[tuple[int, dict[str, int]]] = []
         self.down = 0
+        self.window_left = 1.0  # seconds left of each rate window a start is taken from
+
+    async def take_starts(self, job_type: str, rate: Rate, want: int) -> Taken:
+        return Taken(min(want, rate.limit), 0.0, self.window_left)
+
+    async def return_starts(self, job_type: str, window: float, count: int) -> None:
+        self.log.append(("return_starts", job_type, count))
 
     async def claim(
         self,
@@ -353,3 +361,29 @@ async def test_a_worker_takes_a_lease_already_started_before_one_only_claimed() 
     r.dispatcher._seen = r.dispatcher._news
     await r.dispatcher.fill()
     assert [x for _, x, _ in r.pool.runs] == [started]  # charged: it must run first
+
+
+async def test_a_claimed_lease_of_a_rate_limited_type_goes_back_once_its_window_ended() -> None:
+    ticks = [10.0]
+    early, late = lease("a", 9), lease("a", 1)
+    for held in (early, late):
+        held.job.status, held.job.attempts = Status.CLAIMED, 0
+    actors = [ActorInfo("a", rate_limit="5/s"), ActorInfo("b")]
+    r = rig(actors=actors, leases=[early, late], prefetch=2, ticks=ticks)
+    r.store.window_left = 0.5  # the window ends at 10.5 s; the guard makes it 10.45 s
+    await r.dispatcher.fill()
+    r.pool.workers.append(FakeWorker(both()))
+    r.dispatcher._seen = r.dispatcher._news
+    await r.dispatcher.fill()
+    await r.dispatcher.flush(5)
+    assert [x for _, x, _ in r.pool.runs] == [early]  # in its window: started
+    ticks[0] = 10.46  # the window is over: `late` would start in the next one
+    r.pool.workers.append(FakeWorker(both()))
+    r.store.leases.clear()
+    before = r.dispatcher._news
+    r.dispatcher._hand_out()
+    await r.dispatcher.flush(5)
+    assert [x for _, x, _ in r.pool.runs] == [early]
+    assert ("release", late.job.id) in r.log and ("start", late.job.id) not in r.log
+    assert r.dispatcher._news > before  # claims again, taking a start from the new window
+    assert r.dispatcher.held_leases() == [early]
