@@ -146,11 +146,14 @@ class Outcomes:
         """Take back jobs whose lease ran out: a claimed one goes back to pending in its
         place at no cost; a running one lost its attempt, and is pending again after
         `retry_delay(attempts)` seconds or dead-lettered when it was its last. Several
-        nodes may reap at once."""
+        nodes may reap at once. Within a lease term of the database's start nothing is
+        reaped: every lease ran out while it was down, live holders' too, and they need
+        that term to extend theirs (a node that booted after the outage cannot know)."""
         touched: list[Job] = []
         pending: list[Job] = []  # requeued jobs and on_failure follow-ups
         async with self._db.connection() as conn, conn.transaction():
-            cur = await conn.execute(self._sql[Sql.EXPIRED], {"limit": 100})
+            params = {"limit": 100, "term": self.lease_seconds}
+            cur = await conn.execute(self._sql[Sql.EXPIRED], params)
             for expired in await cur.fetchall():
                 outcome = await self._reap_one(conn, expired, retry_delay)
                 touched.append(outcome.job)

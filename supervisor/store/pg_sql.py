@@ -338,9 +338,12 @@ TEMPLATES: Final[Mapping[Sql, str]] = MappingProxyType(
             WHERE j.id = ANY (%(ids)s::uuid[]) AND j.id = l.id AND j.lease_token = l.token
               AND j.status IN ('running', 'claimed')
             RETURNING j.lease_token""",
+        # Nothing is reaped in the first lease term after the database (re)started: no
+        # holder could extend its leases while it was down, and live ones do so now.
         Sql.EXPIRED: """
             SELECT id, lease_token, lease_owner, attempts, max_retries, status FROM {s}.jobs
             WHERE status IN ('running', 'claimed') AND lease_expires_at < now()
+                AND pg_postmaster_start_time() < now() - make_interval(secs => %(term)s)
             ORDER BY lease_expires_at LIMIT %(limit)s
             FOR UPDATE SKIP LOCKED""",
         # Success needs no more than the commit's time back: the rest of the job is the

@@ -267,12 +267,6 @@ def _statuses(jobs: list[dict[str, Any]]) -> dict[str, int]:
     return found
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="known bug, fails about one run in four: a node started right after a database"
-    " outage reaps at once the leases a live node could not renew during it, re-running a"
-    " job whose outcome that node still holds",
-)
 def test_chaos_2000_jobs_two_nodes_kills_pauses_and_database_restarts(
     private_nodes: NodeSet, pg_cluster: PgCluster, tmp_path: Path
 ) -> None:
