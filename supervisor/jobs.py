@@ -337,6 +337,7 @@ class Enqueued(msgspec.Struct):
 
     job: Job
     created: bool
+    lease: Lease | None = None  # the job was started for this node (`NewJob.start`)
 
 
 class Outcome(msgspec.Struct):

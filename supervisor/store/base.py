@@ -41,6 +41,9 @@ class NewJob(msgspec.Struct, kw_only=True):
     idempotency_key: str | None = None
     request_hash: str | None = None
     parent_id: str | None = None  # set on a job a running job enqueued (`ctx.enqueue`)
+    # A worker of this node waits for it: store it already started as this node's
+    # attempt (`Enqueued.lease`) when it may run now (see `Store.enqueue`).
+    start: bool = False
 
 
 class Store(Protocol):
@@ -74,6 +77,11 @@ class Store(Protocol):
         Raises DuplicateJob, IdempotencyMismatch, StoreFull, StoreUnavailable.
         A repeat of an idempotency key with the same `request_hash` returns the
         original job with `created=False`.
+
+        With `new.start`, a job created due now, in a queue not paused and of a type under
+        no global limit, is stored running: its first attempt started, leased to this
+        node (`Enqueued.lease`), in the same atomic step, and no claim is woken for it.
+        Otherwise (or when the store does not do it for this job) it is stored pending.
         """
 
     async def enqueue_many(self, news: Sequence[NewJob]) -> list[Enqueued | Exception]:

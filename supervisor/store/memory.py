@@ -169,23 +169,44 @@ class MemoryStore:
             raise DuplicateJob(self._unique[spec.unique_key], UNIQUE_HELD)
         if self._counts[Status.PENDING] >= self.max_pending:
             raise StoreFull(f"the queue is full ({self.max_pending} pending jobs)")
-        job = self._insert(spec, now, new.max_retries, new.parent_id)
+        job = self._insert(spec, now, new.max_retries, new.parent_id, start=new.start)
         if spec.dedupe_key is not None and spec.dedupe_window_seconds:
             self._dedupe[spec.dedupe_key] = (job.id, ts + spec.dedupe_window_seconds)
         if new.idempotency_key is not None:
             expires = ts + self.idempotency_ttl
             self._idempotency[new.idempotency_key] = (new.request_hash or "", job.id, expires)
-        return Enqueued(job, created=True)
+        lease = self._leases[self._tokens[job.id]] if job.status == Status.RUNNING else None
+        return Enqueued(job, created=True, lease=lease)
 
-    def _insert(self, spec: JobSpec, now: datetime, max_retries: int, parent_id: str | None) -> Job:
+    def _insert(
+        self,
+        spec: JobSpec,
+        now: datetime,
+        max_retries: int,
+        parent_id: str | None,
+        *,
+        start: bool = False,
+    ) -> Job:
+        """Store a new job, pending; or (`start`) running for this node, when it is due
+        now, its queue is not paused and its type has no limit (a worker waits for it:
+        no claim is woken)."""
         job = Job.from_spec(spec, now=now, max_retries=max_retries, parent_id=parent_id)
         job.seq = next(self._seq)
         self._jobs[job.id] = job
         if job.unique_key is not None:
             self._unique[job.unique_key] = job.id
         self._count(job.status, +1)
-        self._make_pending(job, now)
         self._event(job, EventKind.ENQUEUED, now)
+        if (
+            start
+            and job.run_at <= now
+            and job.queue not in self._paused
+            and self._limits.get(job.type) is None
+        ):
+            self._depth_add(job, +1)  # pending for an instant, as a claim would find it
+            self._lease(job, now, started=True)
+        else:
+            self._make_pending(job, now)
         return job
 
     def _follow_up(self, spec: JobSpec | None, parent: Job, now: datetime) -> list[Job]:

@@ -15,15 +15,23 @@ from typing import Any
 
 import psycopg
 from goqueue.supervisor.errors import DuplicateJob, IdempotencyMismatch, NotFound, StoreUnavailable
-from goqueue.supervisor.jobs import DEFAULT_MAX_RETRIES, Enqueued, Job, JobSpec, Replayed
+from goqueue.supervisor.jobs import (
+    DEFAULT_MAX_RETRIES,
+    Enqueued,
+    Job,
+    JobSpec,
+    Lease,
+    Replayed,
+    new_id,
+)
 from goqueue.supervisor.store import pg_rows, pg_steps
 from goqueue.supervisor.store.base import NewJob
 from goqueue.supervisor.store.pg_connection import Conn, Connections
 from goqueue.supervisor.store.pg_group_commit import Batcher, WriteAgain, group_or_each
 from goqueue.supervisor.store.pg_notify import Wakeups
-from goqueue.supervisor.store.pg_sql import Sql, Statements
+from goqueue.supervisor.store.pg_sql import LIVE_LEASES, Sql, Statements
 from goqueue.supervisor.summaries import DeadFilter
-from goqueue.supervisor.vocab import EventKind
+from goqueue.supervisor.vocab import EventKind, Status
 
 Answer = Enqueued | Exception
 
@@ -43,12 +51,14 @@ class Enqueuer:
         wakeups: Wakeups,
         *,
         idempotency_ttl: float,
+        lease_seconds: float,
     ) -> None:
         self._db = db
         self._sql = sql
         self.node_id = node_id
         self._wakeups = wakeups
         self.idempotency_ttl = idempotency_ttl
+        self.lease_seconds = lease_seconds
         self._group = Batcher(self._write_group, limit=1000)
 
     async def enqueue(self, new: NewJob) -> Enqueued:
@@ -113,7 +123,9 @@ class Enqueuer:
                 await self._add_plain(conn, news, plain, answers)
         done = [a for a in answers if a is not None]
         assert len(done) == len(news)
-        self._wakeups.pending([a.job for a in done if isinstance(a, Enqueued) and a.created])
+        self._wakeups.pending(
+            [a.job for a in done if isinstance(a, Enqueued) and a.created and a.lease is None]
+        )
         return done
 
     async def _enqueue_keyed(self, conn: Conn, new: NewJob) -> Answer:
@@ -140,6 +152,10 @@ class Enqueuer:
             (i, pg_rows.insert_params(news[i].spec, news[i].max_retries, news[i].parent_id))
             for i in indexes
         ]
+        if len(todo) == 1 and news[todo[0][0]].start:
+            i, params = todo[0]
+            answers[i] = await self._add_started(conn, news[i], params)
+            return
         if len(todo) == 1:
             params = todo[0][1] | {"node": self.node_id}
             row = await self._db.fetchone(conn, self._sql[Sql.ADD_JOB], params)
@@ -153,6 +169,26 @@ class Enqueuer:
         for i, params in todo:
             job = pg_rows.pending(params, news[i].spec, decided[params["id"]])
             answers[i] = Enqueued(job, created=True)
+
+    async def _add_started(self, conn: Conn, new: NewJob, params: dict[str, Any]) -> Enqueued:
+        """Insert one plain job started for this node, or pending when it may not run now
+        (`Sql.ADD_JOB_STARTED`)."""
+        token = new_id()
+        params |= {
+            "node": self.node_id,
+            "token": token,
+            "lease": self.lease_seconds,
+            "live": LIVE_LEASES * self.lease_seconds,
+        }
+        row = await self._db.fetchone(conn, self._sql[Sql.ADD_JOB_STARTED], params)
+        assert row is not None
+        run_at, created_at, seq, started_at, expires_at = row
+        job = pg_rows.pending(params, new.spec, (run_at, created_at, seq))
+        if started_at is None:
+            return Enqueued(job, created=True)
+        job.status, job.attempts, job.started_at = Status.RUNNING, 1, started_at
+        lease = Lease(job=job, token=token, owner=self.node_id, expires_at=expires_at)
+        return Enqueued(job, created=True, lease=lease)
 
     async def _enqueue_in(self, conn: Conn, new: NewJob) -> Enqueued:
         """The enqueue steps (`pg_steps.keyed_enqueue`), inside the caller's transaction."""

@@ -22,7 +22,7 @@ from goqueue.supervisor.store.pg_enqueue import Enqueuer
 from goqueue.supervisor.store.pg_group_commit import Batcher, group_or_each
 from goqueue.supervisor.store.pg_notify import Wakeups
 from goqueue.supervisor.store.pg_rows import Row
-from goqueue.supervisor.store.pg_sql import N_JOB_FIELDS, Sql, Statements
+from goqueue.supervisor.store.pg_sql import LIVE_LEASES, N_JOB_FIELDS, Sql, Statements
 from goqueue.supervisor.vocab import TERMINAL, EventKind, Status
 
 Done = tuple[Lease, msgspec.Raw | None]  # a complete: the lease and the result
@@ -69,7 +69,7 @@ class Outcomes:
         self._wakeups = wakeups
         self._enqueuer = enqueuer  # for follow-ups (`on_success`, `on_failure`)
         self.lease_seconds = lease_seconds
-        self.live_window = 3 * lease_seconds  # a node's limits count while its beat is recent
+        self.live_window = LIVE_LEASES * lease_seconds  # a node's limits count meanwhile
         self._lock_ns = f"goqueue.type.{schema}."
         # completes and starts share groups: a worker's outcome and its next job's start
         # commit together

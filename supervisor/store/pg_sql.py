@@ -37,6 +37,7 @@ from goqueue.supervisor.vocab import EventKind
 JOB_FIELDS: Final = tuple(field.name for field in msgspec.structs.fields(Job))
 N_JOB_FIELDS: Final = len(JOB_FIELDS)
 FILTER_COLUMNS: Final = ("type", "status", "queue")  # `JobFilter` fields: equality filters
+LIVE_LEASES: Final = 3  # a node is live (its limits count) while its beat is this many leases old
 
 # The columns an enqueue writes, and the values it writes for a job's parameters.
 _INSERTED = (
@@ -148,6 +149,7 @@ class Sql(StrEnum):
     # enqueue
     INSERT_JOB = auto()
     ADD_JOB = auto()
+    ADD_JOB_STARTED = auto()
     ADD_JOBS = auto()
     CLAIM_DEDUPE = auto()
     DEDUPE_HOLDER = auto()
@@ -258,6 +260,43 @@ TEMPLATES: Final[Mapping[Sql, str]] = MappingProxyType(
                 RETURNING id, attempts, run_at, created_at, seq),
             {_trail(EventKind.ENQUEUED)}
             SELECT run_at, created_at, seq FROM changed""",
+        # One plain job for which a worker of this node waits: stored running, its first
+        # attempt started and leased to the node, with its `enqueued` and `started`
+        # events; unless it is not due yet, its queue is paused or a live node declares a
+        # limit on its type (then pending, as ADD_JOB stores it). The last columns tell.
+        Sql.ADD_JOB_STARTED: f"""
+            WITH go AS (
+                SELECT coalesce(%(run_at)s::timestamptz, now() + %(delay)s::float8
+                        * interval '1 second') <= now()
+                    AND NOT EXISTS (SELECT 1 FROM {{s}}.paused_queues WHERE queue = %(queue)s)
+                    AND NOT EXISTS (
+                        SELECT 1 FROM {{s}}.nodes, jsonb_each_text(limits) l
+                        WHERE {{live_nodes}} AND l.key = %(type)s AND l.value IS NOT NULL)
+                    AS run),
+            changed AS (
+                INSERT INTO {{s}}.jobs ({_INSERTED},
+                    started_at, lease_owner, lease_token, lease_expires_at)
+                SELECT %(id)s, %(type)s, %(queue)s, %(payload)s, %(priority)s,
+                    CASE WHEN go.run THEN 'running' ELSE 'pending' END,
+                    CASE WHEN go.run THEN 1 ELSE 0 END, %(max_retries)s,
+                    coalesce(%(run_at)s::timestamptz,
+                        now() + %(delay)s::float8 * interval '1 second'),
+                    %(timeout)s, %(dedupe_key)s, %(unique_key)s, %(webhook_url)s,
+                    %(on_success)s, %(on_failure)s, %(parent_id)s, now(), now(),
+                    CASE WHEN go.run THEN now() END,
+                    CASE WHEN go.run THEN %(node)s END,
+                    CASE WHEN go.run THEN %(token)s::uuid END,
+                    CASE WHEN go.run THEN now() + %(lease)s::float8 * interval '1 second' END
+                FROM go
+                RETURNING id, status, run_at, created_at, seq, started_at, lease_expires_at),
+            trail AS (
+                INSERT INTO {{s}}.events (job_id, event, at, node, attempt, detail)
+                SELECT changed.id, e.event, now(), %(node)s, e.attempt, NULL
+                FROM changed CROSS JOIN unnest(ARRAY['{EventKind.ENQUEUED}', '{EventKind.STARTED}'],
+                    ARRAY[0, 1]) WITH ORDINALITY AS e(event, attempt, n)
+                WHERE e.n = 1 OR changed.status = 'running'
+                ORDER BY e.n)
+            SELECT run_at, created_at, seq, started_at, lease_expires_at FROM changed""",
         # Several plain jobs in one statement (group commit, batches): one round trip, one
         # plan, rows inserted (and seq assigned) in array order. Parameters go binary.
         Sql.ADD_JOBS: f"""

@@ -101,7 +101,12 @@ class PostgresStore:
         self._notifier = Notifier(node_id, self._send_notify)
         self._wakeups = Wakeups(self._notifier)
         self._enqueuer = Enqueuer(
-            self._db, self._sql, node_id, self._wakeups, idempotency_ttl=idempotency_ttl
+            self._db,
+            self._sql,
+            node_id,
+            self._wakeups,
+            idempotency_ttl=idempotency_ttl,
+            lease_seconds=lease_seconds,
         )
         self._outcomes = Outcomes(
             self._db,

@@ -21,13 +21,15 @@ pytestmark = pytest.mark.timeout(30)
 ALL = {"a": 100, "b": 100}
 
 
-def new(type: str = "a", **fields: object) -> NewJob:
-    """An enqueue request with resolved defaults."""
+def new(type: str = "a", *, start: bool = False, **fields: object) -> NewJob:
+    """An enqueue request with resolved defaults (`start`: a worker waits for it)."""
     retries = fields.pop("max_retries", 3)
     idem = fields.pop("idempotency_key", None)
     digest = fields.pop("request_hash", None)
     spec = msgspec.json.decode(msgspec.json.encode({"type": type, **fields}), type=JobSpec)
-    return NewJob(spec=spec, max_retries=retries, idempotency_key=idem, request_hash=digest)
+    return NewJob(
+        spec=spec, max_retries=retries, idempotency_key=idem, request_hash=digest, start=start
+    )
 
 
 async def claim_one(store: Store, slots: dict[str, int] | None = None):
@@ -403,3 +405,39 @@ async def test_a_claimed_job_is_cancelled_without_force(open_store) -> None:
         job, token = await store.cancel(held.job.id, False)
         assert job.status == "cancelled" and token == held.token
         assert await store.start(held) is None
+
+
+async def test_an_enqueue_a_worker_waits_for_is_stored_started(open_store) -> None:
+    async with open_store() as store:
+        await store.register_node({"a": None, "b": 1})
+        waiting = (await store.enqueue(new("a", priority=1))).job
+        enqueued = await store.enqueue(new("a", start=True))
+        lease = enqueued.lease
+        assert enqueued.created and lease is not None and lease.owner == store.node_id
+        assert (lease.job.status, lease.job.attempts) == ("running", 1)
+        stored = await store.get(lease.job.id)
+        assert stored is not None and (stored.status, stored.attempts) == ("running", 1)
+        assert stored.started_at is not None and stored == lease.job
+        assert [e.event for e in await store.events(stored.id)] == ["enqueued", "started"]
+        assert [e.attempt for e in await store.events(stored.id)] == [0, 1]
+        assert await store.heartbeat([lease], 30) == []
+        assert [x.job.id for x in await store.claim(5, None, ALL)] == [waiting.id]
+        assert (await store.complete(lease, msgspec.Raw(b"1"))) is not None
+        assert (await store.get(stored.id)).status == "done"
+
+
+async def test_an_enqueue_to_start_stays_pending_when_it_may_not_run_now(open_store) -> None:
+    async with open_store() as store:
+        await store.register_node({"a": None, "b": 1})
+        await store.set_paused("held", True)
+        refused = [
+            await store.enqueue(new("a", start=True, delay_seconds=60)),  # not due
+            await store.enqueue(new("a", start=True, queue="held")),  # paused
+            await store.enqueue(new("b", start=True)),  # a limit on its type
+        ]
+        for enqueued in refused:
+            assert enqueued.created and enqueued.lease is None
+            stored = await store.get(enqueued.job.id)
+            assert stored is not None and (stored.status, stored.attempts) == ("pending", 0)
+            assert [e.event for e in await store.events(stored.id)] == ["enqueued"]
+        assert [x.job.id for x in await store.claim(5, None, ALL)] == [refused[2].job.id]
