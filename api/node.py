@@ -181,6 +181,7 @@ def build_node(settings: Settings, reload_settings: Callable[[], Settings]) -> N
         webhooks=webhooks,
         waiters=waiters,
         scheduler=scheduler,
+        start_at_enqueue=dispatcher.start_at_enqueue,
     )
     pool.listen(children=engine.enqueue_child)  # ctx.enqueue in a running job
     http = HttpServer(settings, lambda: create_app(engine, settings))

@@ -27,7 +27,7 @@ from goqueue.supervisor.errors import StoreUnavailable
 from goqueue.supervisor.hooks import Hook
 from goqueue.supervisor.jobs import Job, Lease, Outcome, utcnow
 from goqueue.supervisor.pool import Pool, describe_exit
-from goqueue.supervisor.store.base import Store
+from goqueue.supervisor.store.base import NewJob, Store
 from goqueue.supervisor.throttle import Throttle
 from goqueue.supervisor.vocab import AttemptOutcome, KillReason, Status
 from goqueue.supervisor.worker import Worker
@@ -240,6 +240,41 @@ class Dispatcher:
 
     def _idle(self) -> list[Worker]:
         return [w for w in self.pool.idle() if id(w) not in self._reserved]
+
+    def start_at_enqueue(self, new: NewJob) -> Callable[[Lease | None], None] | None:
+        """Keep an idle worker for `new` while it is enqueued, when it may start at once
+        (`NewJob.start`: the store then starts it in the same statement, and no claim is
+        needed); return what to call with the lease the store gave, or None when the job
+        must wait its turn. Only while this node holds nothing in hand and its last claim
+        found nothing more it could take (so no job it could run waits ahead of this
+        one), for a type without a limit of its own, in a queue this node serves."""
+        if not self.dispatching or self._buffer or self._seen != self._news:
+            return None
+        spec, catalog, queues = new.spec, self.catalog, self.policy.queues
+        if spec.run_at is not None or spec.delay_seconds or spec.type in catalog.rates:
+            return None
+        if catalog.limit(spec.type) is not None:
+            return None
+        if queues is not None and spec.queue_name not in queues:
+            return None
+        worker = next((w for w in self._idle() if spec.type in w.types), None)
+        if worker is None:
+            return None
+        self._reserved.add(id(worker))
+        return partial(self._started_at_enqueue, worker)
+
+    def _started_at_enqueue(self, worker: Worker, lease: Lease | None) -> None:
+        """The enqueue `start_at_enqueue` kept `worker` for is over: run the job it
+        started (on the next idle worker if that one is gone); without a lease the job is
+        pending, and the store woke the dispatcher for it."""
+        self._reserved.discard(id(worker))
+        if lease is None:
+            self.nudge()
+        elif self.dispatching and any(w is worker for w in self.pool.idle()):
+            self._start(lease, worker)
+        else:
+            self._rebuffer(lease, self.monotonic(), None)
+            self.nudge()
 
     def _window_over(self, lease: Lease) -> bool:
         return self.monotonic() >= self._window_ends.get(lease.token, float("inf"))

@@ -32,6 +32,7 @@ from goqueue.supervisor.jobs import (
     Job,
     JobFilter,
     JobSpec,
+    Lease,
     Page,
     Purged,
     QueueStats,
@@ -81,6 +82,9 @@ class Engine:
         webhooks: Webhooks,
         waiters: Waiters,
         scheduler: Scheduler,
+        start_at_enqueue: Callable[[NewJob], Callable[[Lease | None], None] | None] = (
+            lambda new: None
+        ),
     ) -> None:
         self.store = store
         self.pool = pool
@@ -90,6 +94,8 @@ class Engine:
         self.kill = kill  # ends the attempt holding a lease token; False if none here
         self.waiters = waiters  # one of the hooks: outcomes recorded here wake them
         self.schedules = scheduler  # GET /schedules, enabling and disabling
+        # keeps a worker for a job that may start at once (the dispatcher's hand-off)
+        self.start_at_enqueue = start_at_enqueue
         self._draining = False
         self._started = asyncio.Event()  # set once the node has booted (see `starting`)
         self._started.set()
@@ -129,9 +135,18 @@ class Engine:
     ) -> Enqueued:
         """Validate and store one job (`strict=False`: a type no live node runs yet)."""
         new = await self._prepare(spec, idempotency_key, request_hash, strict, parent_id)
-        enqueued = await self.store.enqueue(new)
+        begin = self.start_at_enqueue(new)
+        new.start = begin is not None
+        try:
+            enqueued = await self.store.enqueue(new)
+        except BaseException:
+            if begin is not None:
+                begin(None)
+            raise
         if enqueued.created:
             self.hooks.after_enqueue(enqueued.job)
+        if begin is not None:
+            begin(enqueued.lease)
         return enqueued
 
     async def enqueue_child(self, spec: JobSpec, parent_id: str) -> str:

@@ -17,6 +17,7 @@ from goqueue.supervisor.errors import StoreUnavailable
 from goqueue.supervisor.hooks import Hook, Hooks
 from goqueue.supervisor.jobs import Job, JobSpec, Lease, Outcome
 from goqueue.supervisor.rates import Rate, Taken
+from goqueue.supervisor.store.base import NewJob
 from goqueue.supervisor.vocab import AttemptOutcome, KillReason, Status, WorkerState
 
 pytestmark = pytest.mark.timeout(10)
@@ -387,3 +388,31 @@ async def test_a_claimed_lease_of_a_rate_limited_type_goes_back_once_its_window_
     assert ("release", late.job.id) in r.log and ("start", late.job.id) not in r.log
     assert r.dispatcher._news > before  # claims again, taking a start from the new window
     assert r.dispatcher.held_leases() == [early]
+
+
+async def test_a_job_may_start_at_its_enqueue_only_when_nothing_could_wait_ahead() -> None:
+    actors = [ActorInfo("a"), ActorInfo("b", concurrency=1)]
+    r = rig(actors=actors, workers=[FakeWorker(frozenset({"a"}))])
+    d = r.dispatcher
+    await d.fill()  # the store is empty: drained
+    assert d.start_at_enqueue(new_job("b")) is None  # a limited type waits its turn
+    assert d.start_at_enqueue(new_job("a", delay_seconds=5)) is None  # not due
+    begin = d.start_at_enqueue(new_job("a"))
+    assert begin is not None
+    assert d.start_at_enqueue(new_job("a")) is None  # its only worker is kept for it
+    started = lease("a")
+    begin(started)
+    assert [x for _, x, _ in r.pool.runs] == [started]
+    r.pool.workers.append(FakeWorker(both()))
+    d.wake()  # news since the last claim: something may wait ahead in the store
+    assert d.start_at_enqueue(new_job("a")) is None
+    await d.fill()
+    begin = d.start_at_enqueue(new_job("a"))
+    assert begin is not None
+    begin(None)  # the store kept it pending (a paused queue): the worker is free again
+    assert d.start_at_enqueue(new_job("a")) is not None
+
+
+def new_job(job_type: str, **fields: object) -> NewJob:
+    spec = msgspec.json.decode(msgspec.json.encode({"type": job_type, **fields}), type=JobSpec)
+    return NewJob(spec=spec, max_retries=3)

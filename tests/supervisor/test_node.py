@@ -24,7 +24,10 @@ def pid_alive(pid: int) -> bool:
 
 def test_a_job_runs_and_stores_its_result(node: Node) -> None:
     job = node.enqueue(type="noop", payload={"hello": "world"})
-    assert job["status"] == "pending"
+    # an idle worker waits: the job starts in the enqueue's own commit, and says so
+    assert (job["status"], job["attempts"]) == ("running", 1) and job["started_at"], job
+    events = [e["event"] for e in node.get(f"/jobs/{job['id']}/events").body["events"]]
+    assert events[:2] == ["enqueued", "started"], events
     done = node.wait_status(job["id"], "done")
     assert done["result"] == {"hello": "world"}
     assert done["attempts"] == 1
