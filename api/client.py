@@ -30,7 +30,7 @@ from goqueue.api.client_output import (
     priority_depth,
     table,
 )
-from goqueue.client import core
+from goqueue.client import calls
 from goqueue.client.errors import (
     ClientError,
     ConnectionFailed,
@@ -49,8 +49,8 @@ from goqueue.supervisor.jobs import (
 if TYPE_CHECKING:
     Subparsers: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
 
-DEFAULT_URL = core.DEFAULT_URL
-DEFAULT_HTTP_TIMEOUT = core.DEFAULT_TIMEOUT
+DEFAULT_URL = calls.DEFAULT_URL
+DEFAULT_HTTP_TIMEOUT = calls.DEFAULT_TIMEOUT
 
 EXIT_OK = 0
 EXIT_HTTP_ERROR = 1
