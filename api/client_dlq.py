@@ -10,14 +10,14 @@ import sys
 from datetime import UTC, datetime, timedelta
 from typing import TYPE_CHECKING, cast
 
-from goqueue.api.client import (
+from goqueue.api.client_common import (
     EXIT_OK,
     EXIT_USAGE,
-    _add_paging,
-    _command,
-    _print_json,
-    _rfc3339,
+    add_paging,
+    command,
     plain,
+    print_json,
+    rfc3339,
 )
 from goqueue.api.client_output import (
     DEAD_COLUMNS,
@@ -31,7 +31,7 @@ from goqueue.client import core
 from goqueue.client.sync import Client
 
 if TYPE_CHECKING:
-    from goqueue.api.client import Subparsers
+    from goqueue.api.client_common import Subparsers
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhdw])")
@@ -88,7 +88,7 @@ def _times_usage(args: argparse.Namespace) -> str | None:
     return None
 
 
-@_command
+@command
 def cmd_dlq_list(client: Client, args: argparse.Namespace) -> int:
     """GET /dlq as a table (the job's type, queue, attempts and last error inline)."""
     if (problem := _times_usage(args)) is not None:
@@ -97,7 +97,7 @@ def cmd_dlq_list(client: Client, args: argparse.Namespace) -> int:
     filters = selection(args, datetime.now(UTC))
     page = client.dlq.page(limit=args.limit, offset=args.offset, **filters)
     if args.json:
-        return _print_json(page)
+        return print_json(page)
     data = plain(page)
     letters = data["dead_letters"]
     if letters:
@@ -106,13 +106,13 @@ def cmd_dlq_list(client: Client, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-@_command
+@command
 def cmd_dlq_show(client: Client, args: argparse.Namespace) -> int:
     """GET /dlq/{id} (the letter's id or its job's): the letter, every attempt's error,
     then the job snapshot."""
     dead = client.dlq.get(args.id)
     if args.json:
-        return _print_json(dead)
+        return print_json(dead)
     data = plain(dead)
     head = {k: v for k, v in data.items() if k != "job"}
     print(fields(head, ("id", "job_id", "created_at", "errors")))
@@ -123,7 +123,7 @@ def cmd_dlq_show(client: Client, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-@_command
+@command
 def cmd_dlq_replay(client: Client, args: argparse.Namespace) -> int:
     """POST /dlq/{id}/replay, or POST /dlq/replay with filters (`--all`)."""
     if (problem := _bulk_usage(args, "replay")) is not None:
@@ -133,17 +133,17 @@ def cmd_dlq_replay(client: Client, args: argparse.Namespace) -> int:
         filters = bulk_filters(args, datetime.now(UTC))
         replayed = client.dlq.replay_many(limit=args.limit, **filters)
         if args.json:
-            return _print_json(replayed)
+            return print_json(replayed)
         print(f"replayed {_letters(replayed.replayed)} ({replayed.remaining} matching left)")
         return EXIT_OK
     job = client.dlq.replay(args.id)
     if args.json:
-        return _print_json(job)
+        return print_json(job)
     print(f"dead letter {args.id} replayed as job {job.id}")
     return EXIT_OK
 
 
-@_command
+@command
 def cmd_dlq_purge(client: Client, args: argparse.Namespace) -> int:
     """DELETE /dlq/{id}, or DELETE /dlq with filters (`--all`)."""
     if (problem := _bulk_usage(args, "purge")) is not None:
@@ -153,12 +153,12 @@ def cmd_dlq_purge(client: Client, args: argparse.Namespace) -> int:
         filters = bulk_filters(args, datetime.now(UTC))
         purged = client.dlq.purge_many(limit=args.limit, **filters)
         if args.json:
-            return _print_json(purged)
+            return print_json(purged)
         print(f"purged {_letters(purged.purged)} ({purged.remaining} matching left)")
         return EXIT_OK
     purged_id = client.dlq.purge(args.id)
     if args.json:
-        return _print_json({"purged": purged_id})
+        return print_json({"purged": purged_id})
     print(f"dead letter {purged_id} purged")
     return EXIT_OK
 
@@ -173,7 +173,7 @@ def add_dlq(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     actions = dlq.add_subparsers(dest="dlq_action", metavar="ACTION", required=True)
 
     p = actions.add_parser("list", parents=[common], help="list dead letters, newest first")
-    _add_paging(p)
+    add_paging(p)
     _add_filters(p.add_argument_group("only the letters (every filter given must match)"))
     p.set_defaults(func=cmd_dlq_list)
 
@@ -223,5 +223,5 @@ def _add_filters(bulk: argparse._ArgumentGroup) -> None:
     bulk.add_argument(
         "--newer-than", type=duration, metavar="AGE", help="only letters newer than AGE (1h)"
     )
-    bulk.add_argument("--before", type=_rfc3339, metavar="TIME", help="dead-lettered before")
-    bulk.add_argument("--after", type=_rfc3339, metavar="TIME", help="dead-lettered after")
+    bulk.add_argument("--before", type=rfc3339, metavar="TIME", help="dead-lettered before")
+    bulk.add_argument("--after", type=rfc3339, metavar="TIME", help="dead-lettered after")
