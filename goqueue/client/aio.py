@@ -177,10 +177,10 @@ class AsyncClient(BaseClient):
             try:
                 return await self._send(call)
             except ClientError as exc:
-                if retry >= self.retries.attempts or not calls.may_retry(call, exc):
-                    raise
                 retry += 1
-                await asyncio.sleep(self.retries.delay(retry, exc))
+                if (pause := self.retries.pause(call, exc, retry)) is None:
+                    raise
+                await asyncio.sleep(pause)
 
     def _open(self) -> aiohttp.ClientSession:
         """The session, made on first use (on the running loop)."""

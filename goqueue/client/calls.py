@@ -96,6 +96,13 @@ class Retries:
             wait = max(wait, min(error.retry_after, self.cap))
         return wait
 
+    def pause(self, call: Call[Any], error: ClientError, retry: int) -> float | None:
+        """Seconds before retry number `retry` (from 1) of `call` after `error`, or None
+        when it is not sent again (no retries left, or not safe to repeat)."""
+        if retry > self.attempts or not may_retry(call, error):
+            return None
+        return self.delay(retry, error)
+
 
 NO_RETRIES = Retries(attempts=0)
 

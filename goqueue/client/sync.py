@@ -235,10 +235,10 @@ class Client(BaseClient):
             try:
                 return self._send(call)
             except ClientError as exc:
-                if retry >= self.retries.attempts or not calls.may_retry(call, exc):
-                    raise
                 retry += 1
-                time.sleep(self.retries.delay(retry, exc))
+                if (pause := self.retries.pause(call, exc, retry)) is None:
+                    raise
+                time.sleep(pause)
 
     def _send(self, call: Call[T]) -> T:
         timeout = self.timeout + call.wait
