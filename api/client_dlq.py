@@ -7,8 +7,9 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, TypeAlias, cast
 
 from goqueue.api.client_common import (
     EXIT_OK,
@@ -36,6 +37,7 @@ if TYPE_CHECKING:
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhdw])")
 _FILTERS = ("type", "queue", "error", "before", "after", "older_than", "newer_than")
+Bulk: TypeAlias = tuple[object, int, int]  # the answer, letters taken, matching left
 
 
 def duration(text: str) -> timedelta:
@@ -126,40 +128,53 @@ def cmd_dlq_show(client: Client, args: argparse.Namespace) -> int:
 @command
 def cmd_dlq_replay(client: Client, args: argparse.Namespace) -> int:
     """POST /dlq/{id}/replay, or POST /dlq/replay with filters (`--all`)."""
-    if (problem := _bulk_usage(args, "replay")) is not None:
-        print(f"goqueue dlq replay: {problem}", file=sys.stderr)
-        return EXIT_USAGE
-    if args.id is None:
-        filters = bulk_filters(args, datetime.now(UTC))
-        replayed = client.dlq.replay_many(limit=args.limit, **filters)
-        if args.json:
-            return print_json(replayed)
-        print(f"replayed {_letters(replayed.replayed)} ({replayed.remaining} matching left)")
-        return EXIT_OK
-    job = client.dlq.replay(args.id)
-    if args.json:
-        return print_json(job)
-    print(f"dead letter {args.id} replayed as job {job.id}")
-    return EXIT_OK
+
+    def every(filters: core.DeadFilters, limit: int | None) -> Bulk:
+        replayed = client.dlq.replay_many(limit=limit, **filters)
+        return replayed, replayed.replayed, replayed.remaining
+
+    def one(dead_id: str) -> tuple[object, str]:
+        job = client.dlq.replay(dead_id)
+        return job, f"dead letter {dead_id} replayed as job {job.id}"
+
+    return _one_or_every(args, "replay", "replayed", one, every)
 
 
 @command
 def cmd_dlq_purge(client: Client, args: argparse.Namespace) -> int:
     """DELETE /dlq/{id}, or DELETE /dlq with filters (`--all`)."""
-    if (problem := _bulk_usage(args, "purge")) is not None:
-        print(f"goqueue dlq purge: {problem}", file=sys.stderr)
+
+    def every(filters: core.DeadFilters, limit: int | None) -> Bulk:
+        purged = client.dlq.purge_many(limit=limit, **filters)
+        return purged, purged.purged, purged.remaining
+
+    def one(dead_id: str) -> tuple[object, str]:
+        purged_id = client.dlq.purge(dead_id)
+        return {"purged": purged_id}, f"dead letter {purged_id} purged"
+
+    return _one_or_every(args, "purge", "purged", one, every)
+
+
+def _one_or_every(
+    args: argparse.Namespace,
+    verb: str,
+    done: str,
+    one: Callable[[str], tuple[object, str]],
+    every: Callable[[core.DeadFilters, int | None], Bulk],
+) -> int:
+    """`replay` or `purge`: the letter `args.id` (`one` gives the answer and its line),
+    or with `--all` every letter the filters select (`every`, `--limit` at most)."""
+    if (problem := _bulk_usage(args, verb)) is not None:
+        print(f"goqueue dlq {verb}: {problem}", file=sys.stderr)
         return EXIT_USAGE
     if args.id is None:
-        filters = bulk_filters(args, datetime.now(UTC))
-        purged = client.dlq.purge_many(limit=args.limit, **filters)
-        if args.json:
-            return print_json(purged)
-        print(f"purged {_letters(purged.purged)} ({purged.remaining} matching left)")
-        return EXIT_OK
-    purged_id = client.dlq.purge(args.id)
+        answer, count, remaining = every(bulk_filters(args, datetime.now(UTC)), args.limit)
+        line = f"{done} {_letters(count)} ({remaining} matching left)"
+    else:
+        answer, line = one(args.id)
     if args.json:
-        return print_json({"purged": purged_id})
-    print(f"dead letter {purged_id} purged")
+        return print_json(answer)
+    print(line)
     return EXIT_OK
 
 
