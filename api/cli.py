@@ -11,6 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from goqueue.supervisor import config, logs
+from goqueue.supervisor.config import Settings
 from goqueue.supervisor.errors import ConfigError
 
 # What `migrate` reads of the node's options; it loads them as `serve` does.
@@ -82,13 +83,21 @@ def _no_bench(args: argparse.Namespace) -> int:
     return 2
 
 
-def _serve(args: argparse.Namespace) -> int:
+def _settings(args: argparse.Namespace, command: str, prefix: str) -> Settings | int:
+    """The settings `serve` or `migrate` runs with, or the exit code of a wrong command
+    line (said on stderr after `command`, or `prefix` for a bad setting)."""
     if misplaced := _connection_before(args):
-        return _fail("goqueue serve", misplaced, EXIT_USAGE)
+        return _fail(command, misplaced, EXIT_USAGE)
     try:
-        settings = config.load(args, os.environ)
+        return config.load(args, os.environ)
     except ConfigError as exc:
-        return _fail("goqueue", exc, EXIT_USAGE)
+        return _fail(prefix, exc, EXIT_USAGE)
+
+
+def _serve(args: argparse.Namespace) -> int:
+    settings = _settings(args, "goqueue serve", "goqueue")
+    if isinstance(settings, int):
+        return settings
     logs.configure(settings.log_level)
     from goqueue.api.node import serve
 
@@ -96,12 +105,9 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _migrate(args: argparse.Namespace) -> int:
-    if misplaced := _connection_before(args):
-        return _fail("goqueue migrate", misplaced, EXIT_USAGE)
-    try:
-        settings = config.load(args, os.environ)
-    except ConfigError as exc:
-        return _fail("goqueue migrate", exc, EXIT_USAGE)
+    settings = _settings(args, "goqueue migrate", "goqueue migrate")
+    if isinstance(settings, int):
+        return settings
     if settings.database_url is None:
         return _fail(
             "goqueue migrate",

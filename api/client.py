@@ -1,43 +1,46 @@
 """The `goqueue` client subcommands: enqueue, inspect and manage jobs on a running node.
 
 A thin layer over `goqueue.Client` (standard library HTTP, keep-alive, safe retries):
-each command makes one call and prints its typed answer. Exit codes: 0 success, 1 the
-server answered with an error, 2 the server could not be reached (or the command line
-was wrong, as argparse). The tables and key/value blocks printed for people are
-formatted in `client_output`; `--json` prints the answer as the API sent it.
+each command makes one call and prints its typed answer. What every command shares
+(the client, exit codes, error reports, argument types) is in `client_common`; the tables
+and key/value blocks printed for people are formatted in `client_output`; `--json` prints
+the answer as the API sent it. The dead-letter and schedule commands are in `client_dlq`
+and `client_schedules`.
 """
 
 from __future__ import annotations
 
 import argparse
-import functools
-import json
 import sys
-from collections.abc import Callable
-from datetime import datetime
-from pathlib import Path
-from typing import TYPE_CHECKING, Any, TypeAlias
+from typing import TYPE_CHECKING, Any
 
-import msgspec
+from goqueue.api.client_common import (
+    DEFAULT_HTTP_TIMEOUT,
+    DEFAULT_URL,
+    EXIT_OK,
+    EXIT_USAGE,
+    Handler,
+    add_paging,
+    command,
+    json_value,
+    non_negative,
+    plain,
+    positive,
+    print_json,
+    rfc3339,
+)
+from goqueue.api.client_dlq import add_dlq
 from goqueue.api.client_output import (
     EVENT_COLUMNS,
     JOB_COLUMNS,
     JOB_FIELD_ORDER,
-    cell,
     counts,
     fields,
     page_footer,
     priority_depth,
     table,
 )
-from goqueue.client import core
-from goqueue.client.errors import (
-    ClientError,
-    ConnectionFailed,
-    InvalidJob,
-    RequestError,
-    Unauthorized,
-)
+from goqueue.api.client_schedules import add_schedules
 from goqueue.client.sync import Client
 from goqueue.supervisor.jobs import (
     DEFAULT_MAX_RETRIES,
@@ -47,148 +50,7 @@ from goqueue.supervisor.jobs import (
 )
 
 if TYPE_CHECKING:
-    Subparsers: TypeAlias = argparse._SubParsersAction[argparse.ArgumentParser]
-
-DEFAULT_URL = core.DEFAULT_URL
-DEFAULT_HTTP_TIMEOUT = core.DEFAULT_TIMEOUT
-
-EXIT_OK = 0
-EXIT_HTTP_ERROR = 1
-EXIT_UNREACHABLE = 2
-EXIT_USAGE = 2  # as argparse
-
-# The connection options, also accepted before the command (`goqueue --url U jobs`);
-# given after it, they win.
-CONNECTION_OPTIONS = ("url", "api_key", "http_timeout")
-
-
-def exit_code(exc: ClientError) -> int:
-    """What a command returns for a failed request (a job the client refuses to send
-    is a wrong command line)."""
-    if isinstance(exc, InvalidJob):
-        return EXIT_USAGE
-    return EXIT_UNREACHABLE if isinstance(exc, ConnectionFailed) else EXIT_HTTP_ERROR
-
-
-# --- argument types --------------------------------------------------------------------
-
-
-def _json_value(text: str) -> Any:
-    """Parse a JSON option; `@FILE` reads it from a file, `@-` from standard input."""
-    if text.startswith("@"):
-        source = text[1:]
-        try:
-            text = sys.stdin.read() if source == "-" else Path(source).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise argparse.ArgumentTypeError(f"cannot read {source}: {exc.strerror}") from None
-    try:
-        return json.loads(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(f"not valid JSON ({exc})") from None
-
-
-def _positive(text: str) -> float:
-    """A number of seconds greater than zero."""
-    value = _number(text)
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"must be greater than 0, not {text}")
-    return value
-
-
-def _non_negative(text: str) -> float:
-    """A number of seconds, zero or more."""
-    value = _number(text)
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must not be negative, not {text}")
-    return value
-
-
-def _number(text: str) -> float:
-    """A finite float."""
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not a number: {text}") from None
-    if value != value or value in (float("inf"), float("-inf")):
-        raise argparse.ArgumentTypeError(f"not a finite number: {text}")
-    return value
-
-
-def _rfc3339(text: str) -> str:
-    """An RFC 3339 time with a UTC offset (`2025-01-31T09:00:00Z`), passed on unchanged."""
-    try:
-        parsed = datetime.fromisoformat(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"not an RFC 3339 time: {text}") from None
-    if parsed.tzinfo is None:
-        raise argparse.ArgumentTypeError(f"needs a UTC offset (Z or +HH:MM): {text}")
-    return text
-
-
-# --- commands ----------------------------------------------------------------------------
-
-Handler = Callable[[Client, argparse.Namespace], int]
-
-
-def connection(args: argparse.Namespace, name: str) -> Any:
-    """A connection option: given after the command, else before it, else None."""
-    value = getattr(args, name, None)
-    return value if value is not None else getattr(args, f"global_{name}", None)
-
-
-def _client_from(args: argparse.Namespace) -> Client:
-    """A client for the node named by --url / $GOQUEUE_URL, with the key and timeout
-    (ValueError for a URL that is not one)."""
-    timeout = connection(args, "http_timeout") or DEFAULT_HTTP_TIMEOUT
-    return Client(connection(args, "url"), connection(args, "api_key"), timeout)
-
-
-def _report(exc: ClientError, client_has_key: bool) -> None:
-    """Print a failed request to stderr: the server's message, then its details."""
-    if not isinstance(exc, RequestError):
-        print(f"goqueue: {exc}", file=sys.stderr)
-        return
-    if isinstance(exc, InvalidJob):
-        print(f"goqueue: invalid job (not sent): {exc}", file=sys.stderr)
-    else:
-        print(f"goqueue: error: {exc} (HTTP {exc.status})", file=sys.stderr)
-    if exc.details:
-        print(f"goqueue: details: {cell(exc.details)}", file=sys.stderr)
-    if isinstance(exc, Unauthorized) and not client_has_key:
-        print("goqueue: hint: pass --api-key or set GOQUEUE_API_KEY", file=sys.stderr)
-
-
-def _command(handler: Handler) -> Callable[[argparse.Namespace], int]:
-    """Make a handler a subcommand: build the client, map failures to exit codes."""
-
-    @functools.wraps(handler)
-    def run(args: argparse.Namespace) -> int:
-        try:
-            client = _client_from(args)
-        except ValueError as exc:
-            print(f"goqueue: {exc}", file=sys.stderr)
-            return EXIT_UNREACHABLE
-        try:
-            return handler(client, args)
-        except ClientError as exc:
-            _report(exc, client_has_key=client.api_key is not None)
-            return exit_code(exc)
-        finally:
-            client.close()
-
-    return run
-
-
-def plain(value: Any) -> Any:
-    """A typed answer as JSON-like builtins (what the API sent)."""
-    return msgspec.to_builtins(value)
-
-
-def _print_json(data: Any) -> int:
-    """Print the server's answer as JSON (indented)."""
-    print(json.dumps(plain(data), indent=2))
-    return EXIT_OK
-
+    from goqueue.api.client_common import Subparsers
 
 _JOB_OPTIONS = (
     ("queue", "queue"),
@@ -213,7 +75,7 @@ def _job_options(args: argparse.Namespace) -> dict[str, Any]:
     return {k: v for k, v in given.items() if v is not None}
 
 
-@_command
+@command
 def cmd_enqueue(client: Client, args: argparse.Namespace) -> int:
     """POST /jobs; an idempotent repeat (200) is reported as such."""
     if args.dedupe_window is not None and args.dedupe_key is None:
@@ -221,7 +83,7 @@ def cmd_enqueue(client: Client, args: argparse.Namespace) -> int:
         return EXIT_USAGE
     job, created = client.submit(args.type, args.payload, **_job_options(args))
     if args.json:
-        return _print_json(job)
+        return print_json(job)
     if created:
         print(f"enqueued job {job.id}")
     else:
@@ -230,14 +92,14 @@ def cmd_enqueue(client: Client, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-@_command
+@command
 def cmd_jobs(client: Client, args: argparse.Namespace) -> int:
     """GET /jobs with filters, newest first, as a table."""
     page = client.jobs_page(
         type=args.type, status=args.status, queue=args.queue, limit=args.limit, offset=args.offset
     )
     if args.json:
-        return _print_json(page)
+        return print_json(page)
     data = plain(page)
     jobs = data["jobs"]
     if jobs:
@@ -246,42 +108,42 @@ def cmd_jobs(client: Client, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-@_command
+@command
 def cmd_job(client: Client, args: argparse.Namespace) -> int:
     """GET /jobs/{id} as a key/value block."""
     job = client.get(args.id)
     if args.json:
-        return _print_json(job)
+        return print_json(job)
     print(fields(plain(job), JOB_FIELD_ORDER))
     return EXIT_OK
 
 
-@_command
+@command
 def cmd_events(client: Client, args: argparse.Namespace) -> int:
     """GET /jobs/{id}/events: the job's audit trail, oldest first."""
     events = client.events(args.id)
     if args.json:
-        return _print_json({"events": events})
+        return print_json({"events": events})
     print(table(plain(events), EVENT_COLUMNS) if events else "no events")
     return EXIT_OK
 
 
-@_command
+@command
 def cmd_cancel(client: Client, args: argparse.Namespace) -> int:
     """DELETE /jobs/{id}, with force=true to kill a running job."""
     job = client.cancel(args.id, force=args.force)
     if args.json:
-        return _print_json(job)
+        return print_json(job)
     print(f"job {job.id}: {job.status}")
     return EXIT_OK
 
 
-@_command
+@command
 def cmd_stats(client: Client, args: argparse.Namespace) -> int:
     """GET /stats: counts by status, pending depth by queue, dead letters, workers."""
     stats = client.stats()
     if args.json:
-        return _print_json(stats)
+        return print_json(stats)
     print(counts("status", stats.counts, STATUSES))
     if stats.queues:
         rows = [
@@ -297,12 +159,12 @@ def cmd_stats(client: Client, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-@_command
+@command
 def cmd_queue_stats(client: Client, args: argparse.Namespace) -> int:
     """GET /queues/{name}/stats: one queue's counts."""
     stats = client.queue_stats(args.name)
     if args.json:
-        return _print_json(stats)
+        return print_json(stats)
     head = {
         "queue": stats.queue,
         "paused": "yes" if stats.paused else "no",
@@ -320,7 +182,7 @@ def _queue_switch(paused: bool) -> Handler:
     def handler(client: Client, args: argparse.Namespace) -> int:
         stats = client.pause(args.queue) if paused else client.resume(args.queue)
         if args.json:
-            return _print_json(stats)
+            return print_json(stats)
         print(f"queue {args.queue}: {'paused' if paused else 'resumed'}")
         return EXIT_OK
 
@@ -328,8 +190,8 @@ def _queue_switch(paused: bool) -> Handler:
     return handler
 
 
-cmd_pause = _command(_queue_switch(True))
-cmd_resume = _command(_queue_switch(False))
+cmd_pause = command(_queue_switch(True))
+cmd_resume = command(_queue_switch(False))
 
 
 # --- parser ------------------------------------------------------------------------------
@@ -360,7 +222,7 @@ def add_connection_options(
         "--http-timeout",
         dest=f"{prefix}http_timeout",
         default=absent,
-        type=_positive,
+        type=positive,
         metavar="SECONDS",
         help=f"how long to wait for the node (default: {DEFAULT_HTTP_TIMEOUT:g})",
     )
@@ -379,7 +241,7 @@ def _add_enqueue(subparsers: Subparsers, common: argparse.ArgumentParser) -> Non
     p = subparsers.add_parser("enqueue", parents=[common], help="enqueue a job")
     p.add_argument("type", metavar="TYPE", help="the job type (an actor's name)")
     p.add_argument(
-        "--payload", type=_json_value, metavar="JSON", help="JSON payload; @FILE or @- reads it"
+        "--payload", type=json_value, metavar="JSON", help="JSON payload; @FILE or @- reads it"
     )
     p.add_argument(
         "--queue", metavar="Q", help=f"queue name (default: the actor's, else {DEFAULT_QUEUE})"
@@ -398,14 +260,14 @@ def _add_enqueue(subparsers: Subparsers, common: argparse.ArgumentParser) -> Non
     )
     when = p.add_mutually_exclusive_group()
     when.add_argument(
-        "--delay", type=_non_negative, metavar="SECONDS", help="run this many seconds from now"
+        "--delay", type=non_negative, metavar="SECONDS", help="run this many seconds from now"
     )
     when.add_argument(
-        "--run-at", type=_rfc3339, metavar="RFC3339", help="run at this time (with an offset)"
+        "--run-at", type=rfc3339, metavar="RFC3339", help="run at this time (with an offset)"
     )
     p.add_argument(
         "--timeout",
-        type=_positive,
+        type=positive,
         metavar="SECONDS",
         help="seconds one attempt may run before its worker is killed (default: the actor's, "
         "else the node's --default-timeout; the HTTP timeout is --http-timeout)",
@@ -416,7 +278,7 @@ def _add_enqueue(subparsers: Subparsers, common: argparse.ArgumentParser) -> Non
         help="refuse another job with this key inside the window (needs --dedupe-window)",
     )
     p.add_argument(
-        "--dedupe-window", type=_positive, metavar="S", help="seconds the dedupe key blocks"
+        "--dedupe-window", type=positive, metavar="S", help="seconds the dedupe key blocks"
     )
     p.add_argument(
         "--unique-key",
@@ -433,11 +295,11 @@ def _add_enqueue(subparsers: Subparsers, common: argparse.ArgumentParser) -> Non
         "--webhook-url", metavar="URL", help="POSTed the job when it is done or has failed"
     )
     p.add_argument(
-        "--on-success", type=_json_value, metavar="JSON", help="a job to enqueue when it succeeds"
+        "--on-success", type=json_value, metavar="JSON", help="a job to enqueue when it succeeds"
     )
     p.add_argument(
         "--on-failure",
-        type=_json_value,
+        type=json_value,
         metavar="JSON",
         help="a job to enqueue when it fails for good",
     )
@@ -450,7 +312,7 @@ def _add_jobs(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     p.add_argument("--type", metavar="T", help="only this job type")
     p.add_argument("--status", choices=STATUSES, help="only this status")
     p.add_argument("--queue", metavar="Q", help="only this queue")
-    _add_paging(p)
+    add_paging(p)
     p.set_defaults(func=cmd_jobs)
 
     p = subparsers.add_parser("job", parents=[common], help="show one job")
@@ -493,21 +355,11 @@ def _add_queues(subparsers: Subparsers, common: argparse.ArgumentParser) -> None
     p.set_defaults(func=cmd_resume)
 
 
-def _add_paging(parser: argparse.ArgumentParser) -> None:
-    """--limit / --offset for list commands (the server defaults to 50, caps at 1000)."""
-    parser.add_argument("--limit", type=int, metavar="N", help="at most N (default 50)")
-    parser.add_argument("--offset", type=int, metavar="N", help="skip the first N")
-
-
 def add_client_commands(subparsers: Subparsers) -> None:
     """Register the client subcommands; each sets `func(args) -> exit code`."""
     common = _common_options()
     _add_enqueue(subparsers, common)
     _add_jobs(subparsers, common)
     _add_queues(subparsers, common)
-    from goqueue.api.client_dlq import add_dlq  # it builds on this module's helpers
-
     add_dlq(subparsers, common)
-    from goqueue.api.client_schedules import add_schedules  # it imports this module
-
     add_schedules(subparsers, common)

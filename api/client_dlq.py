@@ -7,17 +7,18 @@ from __future__ import annotations
 import argparse
 import re
 import sys
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
-from typing import TYPE_CHECKING, cast
+from typing import TYPE_CHECKING, TypeAlias, cast
 
-from goqueue.api.client import (
+from goqueue.api.client_common import (
     EXIT_OK,
     EXIT_USAGE,
-    _add_paging,
-    _command,
-    _print_json,
-    _rfc3339,
+    add_paging,
+    command,
     plain,
+    print_json,
+    rfc3339,
 )
 from goqueue.api.client_output import (
     DEAD_COLUMNS,
@@ -31,11 +32,12 @@ from goqueue.client import core
 from goqueue.client.sync import Client
 
 if TYPE_CHECKING:
-    from goqueue.api.client import Subparsers
+    from goqueue.api.client_common import Subparsers
 
 _UNITS = {"s": 1, "m": 60, "h": 3600, "d": 86400, "w": 7 * 86400}
 _DURATION = re.compile(r"([0-9]+(?:\.[0-9]+)?)([smhdw])")
 _FILTERS = ("type", "queue", "error", "before", "after", "older_than", "newer_than")
+Bulk: TypeAlias = tuple[object, int, int]  # the answer, letters taken, matching left
 
 
 def duration(text: str) -> timedelta:
@@ -88,7 +90,7 @@ def _times_usage(args: argparse.Namespace) -> str | None:
     return None
 
 
-@_command
+@command
 def cmd_dlq_list(client: Client, args: argparse.Namespace) -> int:
     """GET /dlq as a table (the job's type, queue, attempts and last error inline)."""
     if (problem := _times_usage(args)) is not None:
@@ -97,7 +99,7 @@ def cmd_dlq_list(client: Client, args: argparse.Namespace) -> int:
     filters = selection(args, datetime.now(UTC))
     page = client.dlq.page(limit=args.limit, offset=args.offset, **filters)
     if args.json:
-        return _print_json(page)
+        return print_json(page)
     data = plain(page)
     letters = data["dead_letters"]
     if letters:
@@ -106,13 +108,13 @@ def cmd_dlq_list(client: Client, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-@_command
+@command
 def cmd_dlq_show(client: Client, args: argparse.Namespace) -> int:
     """GET /dlq/{id} (the letter's id or its job's): the letter, every attempt's error,
     then the job snapshot."""
     dead = client.dlq.get(args.id)
     if args.json:
-        return _print_json(dead)
+        return print_json(dead)
     data = plain(dead)
     head = {k: v for k, v in data.items() if k != "job"}
     print(fields(head, ("id", "job_id", "created_at", "errors")))
@@ -123,43 +125,56 @@ def cmd_dlq_show(client: Client, args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-@_command
+@command
 def cmd_dlq_replay(client: Client, args: argparse.Namespace) -> int:
     """POST /dlq/{id}/replay, or POST /dlq/replay with filters (`--all`)."""
-    if (problem := _bulk_usage(args, "replay")) is not None:
-        print(f"goqueue dlq replay: {problem}", file=sys.stderr)
-        return EXIT_USAGE
-    if args.id is None:
-        filters = bulk_filters(args, datetime.now(UTC))
-        replayed = client.dlq.replay_many(limit=args.limit, **filters)
-        if args.json:
-            return _print_json(replayed)
-        print(f"replayed {_letters(replayed.replayed)} ({replayed.remaining} matching left)")
-        return EXIT_OK
-    job = client.dlq.replay(args.id)
-    if args.json:
-        return _print_json(job)
-    print(f"dead letter {args.id} replayed as job {job.id}")
-    return EXIT_OK
+
+    def every(filters: core.DeadFilters, limit: int | None) -> Bulk:
+        replayed = client.dlq.replay_many(limit=limit, **filters)
+        return replayed, replayed.replayed, replayed.remaining
+
+    def one(dead_id: str) -> tuple[object, str]:
+        job = client.dlq.replay(dead_id)
+        return job, f"dead letter {dead_id} replayed as job {job.id}"
+
+    return _one_or_every(args, "replay", "replayed", one, every)
 
 
-@_command
+@command
 def cmd_dlq_purge(client: Client, args: argparse.Namespace) -> int:
     """DELETE /dlq/{id}, or DELETE /dlq with filters (`--all`)."""
-    if (problem := _bulk_usage(args, "purge")) is not None:
-        print(f"goqueue dlq purge: {problem}", file=sys.stderr)
+
+    def every(filters: core.DeadFilters, limit: int | None) -> Bulk:
+        purged = client.dlq.purge_many(limit=limit, **filters)
+        return purged, purged.purged, purged.remaining
+
+    def one(dead_id: str) -> tuple[object, str]:
+        purged_id = client.dlq.purge(dead_id)
+        return {"purged": purged_id}, f"dead letter {purged_id} purged"
+
+    return _one_or_every(args, "purge", "purged", one, every)
+
+
+def _one_or_every(
+    args: argparse.Namespace,
+    verb: str,
+    done: str,
+    one: Callable[[str], tuple[object, str]],
+    every: Callable[[core.DeadFilters, int | None], Bulk],
+) -> int:
+    """`replay` or `purge`: the letter `args.id` (`one` gives the answer and its line),
+    or with `--all` every letter the filters select (`every`, `--limit` at most)."""
+    if (problem := _bulk_usage(args, verb)) is not None:
+        print(f"goqueue dlq {verb}: {problem}", file=sys.stderr)
         return EXIT_USAGE
     if args.id is None:
-        filters = bulk_filters(args, datetime.now(UTC))
-        purged = client.dlq.purge_many(limit=args.limit, **filters)
-        if args.json:
-            return _print_json(purged)
-        print(f"purged {_letters(purged.purged)} ({purged.remaining} matching left)")
-        return EXIT_OK
-    purged_id = client.dlq.purge(args.id)
+        answer, count, remaining = every(bulk_filters(args, datetime.now(UTC)), args.limit)
+        line = f"{done} {_letters(count)} ({remaining} matching left)"
+    else:
+        answer, line = one(args.id)
     if args.json:
-        return _print_json({"purged": purged_id})
-    print(f"dead letter {purged_id} purged")
+        return print_json(answer)
+    print(line)
     return EXIT_OK
 
 
@@ -173,7 +188,7 @@ def add_dlq(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     actions = dlq.add_subparsers(dest="dlq_action", metavar="ACTION", required=True)
 
     p = actions.add_parser("list", parents=[common], help="list dead letters, newest first")
-    _add_paging(p)
+    add_paging(p)
     _add_filters(p.add_argument_group("only the letters (every filter given must match)"))
     p.set_defaults(func=cmd_dlq_list)
 
@@ -223,5 +238,5 @@ def _add_filters(bulk: argparse._ArgumentGroup) -> None:
     bulk.add_argument(
         "--newer-than", type=duration, metavar="AGE", help="only letters newer than AGE (1h)"
     )
-    bulk.add_argument("--before", type=_rfc3339, metavar="TIME", help="dead-lettered before")
-    bulk.add_argument("--after", type=_rfc3339, metavar="TIME", help="dead-lettered after")
+    bulk.add_argument("--before", type=rfc3339, metavar="TIME", help="dead-lettered before")
+    bulk.add_argument("--after", type=rfc3339, metavar="TIME", help="dead-lettered after")

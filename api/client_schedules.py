@@ -6,12 +6,12 @@ from __future__ import annotations
 import argparse
 from typing import TYPE_CHECKING, Any
 
-from goqueue.api.client import EXIT_OK, _command, _print_json, plain
+from goqueue.api.client_common import EXIT_OK, command, plain, print_json
 from goqueue.api.client_output import table
 from goqueue.client.sync import Client
 
 if TYPE_CHECKING:
-    from goqueue.api.client import Subparsers
+    from goqueue.api.client_common import Subparsers
 
 SCHEDULE_COLUMNS = ("name", "type", "when", "enabled", "next_fire", "last_fire", "last_job_id")
 
@@ -28,12 +28,12 @@ def schedule_row(schedule: dict[str, Any]) -> dict[str, Any]:
     return {**schedule, "when": when, "enabled": "yes" if schedule["enabled"] else "no"}
 
 
-@_command
+@command
 def cmd_schedules(client: Client, args: argparse.Namespace) -> int:
     """GET /schedules as a table."""
     schedules = client.schedules.list()
     if args.json:
-        return _print_json({"schedules": schedules})
+        return print_json({"schedules": schedules})
     rows = [schedule_row(s) for s in plain(schedules)]
     if rows:
         print(table(rows, SCHEDULE_COLUMNS))
@@ -49,13 +49,13 @@ def _switch(enabled: bool) -> Any:
         else:
             schedule = client.schedules.disable(args.name)
         if args.json:
-            return _print_json(schedule)
+            return print_json(schedule)
         state = "enabled" if schedule.enabled else "disabled"
         nxt = f"; next fire {schedule.next_fire.isoformat()}" if schedule.next_fire else ""
         print(f"schedule {schedule.name} {state}{nxt}")
         return EXIT_OK
 
-    return _command(handler)
+    return command(handler)
 
 
 def add_schedules(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:

@@ -16,16 +16,10 @@ import asyncio
 import json
 import os
 import platform
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -34,8 +28,8 @@ import uvloop
 
 from benchmarks import cost
 from benchmarks.loadgen import LoadClient
-
-CHECKOUT = Path(__file__).resolve().parent.parent
+from benchmarks.nodes import close, with_node
+from benchmarks.report import print_table
 
 NOOP = b'{"type":"bench.noop"}'
 HELD = b'{"type":"bench.noop","queue":"bench-held"}'
@@ -84,11 +78,6 @@ def add_bench_command(commands: argparse._SubParsersAction) -> None:
     bench.set_defaults(func=_run)
 
 
-def _normal_priority() -> None:
-    """Nodes run at normal priority even though the load generator is niced (root only)."""
-    os.setpriority(os.PRIO_PROCESS, 0, 0)
-
-
 def _run(args: argparse.Namespace) -> int:
     # The open-loop generator spins to send on time; on a 2-core machine that spinning
     # would steal CPU from the node under test, so it yields to it (niceness 10).
@@ -102,7 +91,7 @@ def _run(args: argparse.Namespace) -> int:
         dsn = args.database_url if store == "postgres" else None
         results["stores"][store] = uvloop.run(_bench_store(args, dsn))
     Path(args.output).write_text(json.dumps(results, indent=2))
-    _print(results)
+    print_table(results)
     print(f"\nwrote {args.output}")
     return 0
 
@@ -124,116 +113,6 @@ def _machine(dsn: str | None) -> dict[str, Any]:
         except Exception as exc:
             info["postgresql"] = f"unreachable: {exc}"
     return info
-
-
-# -- nodes --------------------------------------------------------------------------------
-
-
-class BenchNode:
-    """A `goqueue serve` subprocess on a free loopback port."""
-
-    def __init__(self, *args: str, dsn: str | None, schema: str) -> None:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            self.port = s.getsockname()[1]
-        self.url = f"http://127.0.0.1:{self.port}"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("GOQUEUE_")}
-        env.pop("DATABASE_URL", None)
-        # the bench actors live beside this file, outside the installed package
-        env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(CHECKOUT), env.get("PYTHONPATH")]))
-        cmd = [
-            sys.executable,
-            "-m",
-            "goqueue.api.cli",
-            "serve",
-            "--host",
-            "127.0.0.1",
-            "--port",
-            str(self.port),
-            "--actors",
-            "benchmarks.actors",
-            "--log-level",
-            "warning",
-            "--max-pending",
-            "1000000",
-            *args,
-        ]
-        if dsn:
-            cmd += ["--database-url", dsn, "--database-schema", schema]
-        self.log = tempfile.TemporaryFile()  # noqa: SIM115 (closed in stop())
-        self.proc = subprocess.Popen(
-            cmd,
-            stdout=self.log,
-            stderr=subprocess.STDOUT,
-            env=env,
-            preexec_fn=_normal_priority if os.geteuid() == 0 else None,
-        )
-
-    async def ready(self, client: LoadClient, timeout: float = 30.0) -> None:
-        """Wait for /ready to answer 200."""
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                self.log.seek(0)
-                raise RuntimeError(f"node exited: {self.log.read().decode()[-2000:]}")
-            try:
-                if (await client.request("GET", "/ready"))[0] == 200:
-                    return
-            except OSError:
-                pass
-            await asyncio.sleep(0.05)
-        raise RuntimeError("node not ready in time")
-
-    def rss_kb(self) -> int:
-        for line in Path(f"/proc/{self.proc.pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
-                return int(line.split()[1])
-        return 0
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
-
-
-@contextmanager
-def _schema(dsn: str | None) -> Iterator[str]:
-    schema = f"goqueue_bench_{uuid.uuid4().hex[:8]}"
-    try:
-        yield schema
-    finally:
-        if dsn:
-            import psycopg
-
-            with psycopg.connect(dsn, autocommit=True) as conn:
-                conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
-
-
-async def _with_node(args: argparse.Namespace, dsn: str | None, *flags: str):
-    """Start a node in a fresh schema; returns (node, client, schema context)."""
-    ctx = _schema(dsn)
-    schema = ctx.__enter__()
-    node = BenchNode("--workers", str(args.workers), *flags, dsn=dsn, schema=schema)
-    client = LoadClient("127.0.0.1", node.port)
-    try:
-        await node.ready(client)
-    except Exception:
-        client.close()
-        node.stop()
-        ctx.__exit__(None, None, None)
-        raise
-    return node, client, ctx
-
-
-async def _close(node: BenchNode, client: LoadClient, ctx: Any) -> None:
-    client.close()
-    node.stop()
-    ctx.__exit__(None, None, None)
 
 
 # -- phases -------------------------------------------------------------------------------
@@ -264,14 +143,14 @@ async def _bench_store(args: argparse.Namespace, dsn: str | None) -> dict[str, A
 async def _rates(args: argparse.Namespace, dsn: str | None, out: dict[str, Any]) -> None:
     name = "postgres" if dsn else "memory"
     print(f"[{name}] enqueue latency and rates ...", file=sys.stderr)
-    node, client, ctx = await _with_node(args, dsn, "--queues", "default")
+    node, client, ctx = await with_node(args, dsn, "--queues", "default")
     try:
         for rate in (200, 2000):
             out[f"latency_{rate}"] = await _open_loop(client, rate, args.seconds)
         out["max_single"] = await _closed_loop(client, args.seconds, batch=0)
         out["max_batch"] = await _closed_loop(client, args.seconds, batch=1000)
     finally:
-        await _close(node, client, ctx)
+        await close(node, client, ctx)
 
 
 async def _open_loop(client: LoadClient, rate: int, seconds: float) -> dict[str, Any]:
@@ -363,7 +242,7 @@ async def _end_to_end(args: argparse.Namespace, dsn: str | None, producers: int)
 async def _timed_run(
     args: argparse.Namespace, dsn: str | None, producers: int, n: int
 ) -> dict[str, Any]:
-    node, client, ctx = await _with_node(args, dsn)
+    node, client, ctx = await with_node(args, dsn)
     stopped = False
     try:
         raw = client.build("POST", "/jobs", NOOP)
@@ -378,7 +257,7 @@ async def _timed_run(
         done = await _until_done(client, WARM_UP + n + 1, last)
         elapsed = time.monotonic() - started
         used = cost.cpu_seconds(node.proc.pid) - before
-        await _close(node, client, ctx)  # a backend flushes its statistics as it exits
+        await close(node, client, ctx)  # a backend flushes its statistics as it exits
         stopped = True
         return {
             "jobs": n,
@@ -392,7 +271,7 @@ async def _timed_run(
         }
     finally:
         if not stopped:
-            await _close(node, client, ctx)
+            await close(node, client, ctx)
 
 
 async def _until_done(client: LoadClient, total: int, last: str | None) -> int:
@@ -412,7 +291,7 @@ async def _until_done(client: LoadClient, total: int, last: str | None) -> int:
 
 async def _hard_timeout(args: argparse.Namespace, dsn: str | None) -> dict[str, Any]:
     """Deadline -> hung worker dead, and death -> a replacement taking a job (1 worker)."""
-    node, client, ctx = await _with_node(args, dsn, "--workers", "1")
+    node, client, ctx = await with_node(args, dsn, "--workers", "1")
     kills: list[float] = []
     replacements: list[float] = []
     try:
@@ -435,7 +314,7 @@ async def _hard_timeout(args: argparse.Namespace, dsn: str | None) -> dict[str, 
                 next_done = await _job_field(client, next_id, "finished_at")
                 replacements.append(next_done - dead_at)
     finally:
-        await _close(node, client, ctx)
+        await close(node, client, ctx)
     return {
         "deadline_to_dead_ms": [round(k * 1000, 1) for k in kills],
         "dead_to_next_job_done_ms": [round(r * 1000, 1) for r in replacements],
@@ -486,7 +365,7 @@ async def _job_field(client: LoadClient, job_id: str, field: str, timeout: float
 
 async def _memory(args: argparse.Namespace) -> dict[str, Any]:
     """Supervisor RSS before and after `--pending` jobs that nobody serves."""
-    node, client, ctx = await _with_node(args, None, "--queues", "default")
+    node, client, ctx = await with_node(args, None, "--queues", "default")
     try:
         before = node.rss_kb()
         body = b'{"jobs":[' + b",".join([HELD] * 1000) + b"]}"
@@ -497,79 +376,10 @@ async def _memory(args: argparse.Namespace) -> dict[str, Any]:
         after = node.rss_kb()
         pending = json.loads((await client.request("GET", "/stats"))[1])["counts"]["pending"]
     finally:
-        await _close(node, client, ctx)
+        await close(node, client, ctx)
     return {
         "pending": pending,
         "rss_before_mb": before / 1024,
         "rss_after_mb": after / 1024,
         "bytes_per_job": (after - before) * 1024 / max(1, pending),
     }
-
-
-# -- report -------------------------------------------------------------------------------
-
-
-def _print(results: dict[str, Any]) -> None:
-    m = results["machine"]
-    print(
-        f"\nmachine: {m['cores']} cores, Python {m['python']}, "
-        f"PostgreSQL {m.get('postgresql', 'n/a')} (fsync {m.get('fsync', 'n/a')})"
-    )
-    rows = [
-        ("enqueue p50/p95/p99 @200/s (ms)", lambda r: _lat(r["latency_200"])),
-        ("enqueue p50/p95/p99 @2000/s (ms)", lambda r: _lat(r["latency_2000"])),
-        ("success @2000/s", lambda r: f"{r['latency_2000']['success']:.1%}"),
-        ("max enqueue, single (jobs/s)", lambda r: f"{r['max_single']['jobs_per_s']:,.0f}"),
-        ("max enqueue, batch of 1000 (jobs/s)", lambda r: f"{r['max_batch']['jobs_per_s']:,.0f}"),
-        ("end to end, 1 producer (jobs/s)", lambda r: _e2e(r["end_to_end"])),
-        ("end to end, 16 producers (jobs/s)", lambda r: _e2e(r["end_to_end_16"])),
-        ("supervisor CPU/job, 1 producer (µs)", lambda r: _cpu(r["end_to_end"])),
-        ("supervisor CPU/job, 16 producers (µs)", lambda r: _cpu(r["end_to_end_16"])),
-        ("PostgreSQL per job, 1 producer", lambda r: _pg(r["end_to_end"])),
-        ("PostgreSQL per job, 16 producers", lambda r: _pg(r["end_to_end_16"])),
-        (
-            "hung worker dead after deadline (ms)",
-            lambda r: f"{r['hard_timeout']['median_kill_ms']:.0f} (median of 5)",
-        ),
-        (
-            "replacement has run a job after (ms)",
-            lambda r: f"{r['hard_timeout']['median_replace_ms']:.0f} (median of 5)",
-        ),
-        (
-            "supervisor memory per pending job",
-            lambda r: f"{r['memory']['bytes_per_job']:,.0f} B" if "memory" in r else "-",
-        ),
-    ]
-    stores = list(results["stores"])
-    print(f"\n| {'measure':<40} | " + " | ".join(f"{s:<40}" for s in stores) + " |")
-    print(f"|{'-' * 42}|" + "|".join("-" * 42 for _ in stores) + "|")
-    for label, cell in rows:
-        values = []
-        for s in stores:
-            try:
-                values.append(cell(results["stores"][s]))
-            except (KeyError, TypeError):
-                values.append("-")
-        print(f"| {label:<40} | " + " | ".join(f"{v:<40}" for v in values) + " |")
-
-
-def _lat(r: dict[str, Any]) -> str:
-    return f"{r['p50_ms']:.2f} / {r['p95_ms']:.2f} / {r['p99_ms']:.2f}"
-
-
-def _e2e(r: dict[str, Any]) -> str:
-    c = r["ceiling"]
-    return f"{r['jobs_per_s']:,.0f} ({r['ceiling_ratio']:.2f}x ceiling {c['jobs_per_s']:,.0f})"
-
-
-def _cpu(r: dict[str, Any]) -> str:
-    c = r["ceiling"]["cpu_us_per_request"]
-    return f"{r['cpu_us_per_job']:.0f} ({r['cpu_ratio']:.2f}x ceiling {c:.0f})"
-
-
-def _pg(r: dict[str, Any]) -> str:
-    if "pg_per_job" not in r:
-        return "-"
-    p = r["pg_per_job"]
-    commits, inserted, updated = p["xact_commit"], p["tup_inserted"], p["tup_updated"]
-    return f"{commits:.2f} commits, {inserted:.2f} ins, {updated:.2f} upd"

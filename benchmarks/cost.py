@@ -20,8 +20,8 @@ from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
 from benchmarks.loadgen import LoadClient
+from benchmarks.nodes import CHECKOUT, normal_priority
 
-CHECKOUT = Path(__file__).resolve().parent.parent
 CEILING_BODY = b'{"type":"bench.noop","payload":{"key":"k"}}'
 PG_COUNTERS = ("xact_commit", "tup_inserted", "tup_updated")
 
@@ -58,7 +58,7 @@ async def ceiling(n: int, producers: int) -> dict[str, Any]:
     proc = subprocess.Popen(
         [sys.executable, "-m", "benchmarks.ceiling", str(port)],
         env=env,
-        preexec_fn=_normal_priority if os.geteuid() == 0 else None,
+        preexec_fn=normal_priority if os.geteuid() == 0 else None,
     )
     client = LoadClient("127.0.0.1", port)
     try:
@@ -78,10 +78,6 @@ async def ceiling(n: int, producers: int) -> dict[str, Any]:
         "jobs_per_s": n / seconds,
         "cpu_us_per_request": used / n * 1e6,
     }
-
-
-def _normal_priority() -> None:
-    os.setpriority(os.PRIO_PROCESS, 0, 0)
 
 
 async def _until_up(client: LoadClient, proc: subprocess.Popen[bytes]) -> None:

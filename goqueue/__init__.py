@@ -54,34 +54,6 @@ if TYPE_CHECKING:
         configure,
     )
 
-# Names served lazily from `goqueue.client` (the producer's side).
-_CLIENT_NAMES = frozenset(
-    {
-        "AsyncClient",
-        "BadRequest",
-        "Client",
-        "ClientError",
-        "Conflict",
-        "ConnectionFailed",
-        "DeadLetter",
-        "IdempotencyMismatch",
-        "InvalidJob",
-        "Job",
-        "JobCancelled",
-        "JobFailed",
-        "JobSpec",
-        "NotFound",
-        "PayloadTooLarge",
-        "RequestError",
-        "Retries",
-        "Unauthorized",
-        "UnexpectedAnswer",
-        "Unavailable",
-        "WaitTimeout",
-        "configure",
-    }
-)
-
 __all__ = [
     "Actor",
     "ActorDefinitionError",
@@ -116,9 +88,14 @@ __all__ = [
 ]
 
 
+# Served lazily, the first time one is used: every public name not imported above (the
+# producer's side, from `goqueue.client`, and the `pg` module).
+_LAZY = frozenset(__all__) - frozenset(globals())
+
+
 def __getattr__(name: str) -> Any:
-    if name in _CLIENT_NAMES:
-        return getattr(importlib.import_module("goqueue.client"), name)
     if name == "pg":
         return importlib.import_module("goqueue.pg")
+    if name in _LAZY:
+        return getattr(importlib.import_module("goqueue.client"), name)
     raise AttributeError(f"module 'goqueue' has no attribute {name!r}")

@@ -29,7 +29,8 @@ from goqueue.supervisor.dispatch import Policy
 from goqueue.supervisor.errors import BootError, StoreUnavailable
 from goqueue.supervisor.node import Node
 from goqueue.supervisor.pool import Recycle, WorkerConfig, describe_exit
-from goqueue.supervisor.vocab import KillReason, RestartReason, WorkerState
+from goqueue.supervisor.shutdown import abort, drain, kill_busy
+from goqueue.supervisor.vocab import RESTART_AFTER, KillReason, RestartReason, WorkerState
 from goqueue.supervisor.worker import Worker
 
 log = logging.getLogger("goqueue.arbiter")
@@ -42,7 +43,6 @@ BOOT_RETRY_BASE = 0.5  # seconds before the first retry of a boot step (store, w
 BOOT_RETRY_CAP = 10.0
 SPAWN_RETRY_BASE = 0.5  # seconds before retrying a worker spawn that failed (EMFILE, ...)
 SPAWN_RETRY_CAP = 30.0
-ABORT_FLOOR = 2.0  # seconds closing after a failure may take even with no shutdown grace
 SWEEP = 5.0  # seconds between claims that no notification asked for
 PRUNE_EVERY = 60.0  # seconds between deletions of expired finished jobs
 SIGNALS = (
@@ -54,16 +54,6 @@ SIGNALS = (
     signal.SIGTTOU,
 )
 STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT, signal.SIGQUIT)
-
-# A worker that died of these is replaced and counted under that restart reason; the
-# other endings (stopped, recycled, shut down, boot failure) are counted where decided.
-_RESTARTS: dict[KillReason | None, RestartReason] = {
-    None: RestartReason.CRASH,
-    KillReason.TIMEOUT: RestartReason.TIMEOUT,
-    KillReason.CANCEL: RestartReason.CANCEL,
-    KillReason.LEASE_LOST: RestartReason.LEASE_LOST,
-    KillReason.MEMORY: RestartReason.MEMORY,
-}
 
 
 class Arbiter:
@@ -268,7 +258,7 @@ class Arbiter:
             self._stopping = asyncio.ensure_future(self._shutdown(self.settings.shutdown_grace))
         else:
             log.warning("second stop signal: stopping now")
-            self._kill_busy(KillReason.SHUTDOWN)
+            kill_busy(self.pool, KillReason.SHUTDOWN)
 
     handle_int = handle_term
 
@@ -277,7 +267,7 @@ class Arbiter:
         if self._stopping is None:
             self._stopping = asyncio.ensure_future(self._shutdown(0.0))
         else:
-            self._kill_busy(KillReason.SHUTDOWN)
+            kill_busy(self.pool, KillReason.SHUTDOWN)
 
     def handle_hup(self) -> None:
         """Reload: re-read config, boot a probe worker with fresh actor modules."""
@@ -351,13 +341,6 @@ class Arbiter:
         worker.retire = True
         if worker.state == WorkerState.IDLE:
             self.pool.stop(worker)
-
-    def _kill_busy(self, reason: KillReason) -> None:
-        for worker in self.pool:
-            if worker.state == WorkerState.BUSY or (
-                worker.state == WorkerState.STOPPING and worker.lease
-            ):
-                self.pool.kill(worker, reason)
 
     async def _chores(self) -> None:
         """Gauges every tick; a claim sweep, pruning and the lease heartbeat when due
@@ -444,7 +427,7 @@ class Arbiter:
         if not self._booted:
             return  # the node is not up (a failed boot): nothing to replace
         self.node.history.worker_exited(worker)
-        restart = _RESTARTS.get(worker.kill_reason)
+        restart = RESTART_AFTER.get(worker.kill_reason)
         if restart is not None:
             self.metrics.worker_restart(restart)
             extra = {"worker_pid": worker.pid, "reason": restart}
@@ -479,51 +462,13 @@ class Arbiter:
     # -- stop ------------------------------------------------------------------------
 
     async def _abort(self) -> None:
-        """Close whatever is open after a failed or interrupted start (or a failure of the
-        loop): workers, webhooks, HTTP, the store; within the shutdown grace, whatever
-        hangs (a database that does not answer)."""
-        self.node.engine.draining = True
-        self.dispatcher.dispatching = False
-        for task in self._tasks:
-            task.cancel()
-        await self.node.scheduler.stop()
-        steps: list[tuple[str, Callable[[], Awaitable[None]]]] = [
-            ("stopping the workers", partial(self.pool.shutdown, 2.0)),
-            ("closing the webhook sender", partial(self.node.webhooks.close, 0.0)),
-            ("stopping the HTTP server", self.node.http.stop),
-            ("closing the store", self.store.close),
-        ]
-        try:
-            async with asyncio.timeout(max(self.settings.shutdown_grace, ABORT_FLOOR)):
-                for what, step in steps:
-                    try:
-                        await step()
-                    except Exception as exc:
-                        log.error(f"{what} failed: {exc!r}")
-        except TimeoutError:
-            log.error("closing took longer than the shutdown grace; exiting anyway")
-            for worker in self.pool:
-                self.pool.kill(worker, KillReason.SHUTDOWN)
+        """Close whatever is open after a failed or interrupted start, or a failure of
+        the loop (see `shutdown.abort`)."""
+        await abort(self.node, self.settings.shutdown_grace, self._tasks)
 
     async def _shutdown(self, grace: float) -> None:
-        """Drain: refuse new jobs, let running attempts finish within `grace`, hand back
-        the rest, stop the children, then the HTTP server and the store."""
-        deadline = time.monotonic() + grace
-        self.node.engine.draining = True
-        await self.node.scheduler.stop()  # a draining node enqueues nothing
-        self.dispatcher.dispatching = False
-        self.dispatcher.release_buffer()  # let other nodes have them now
-        log.info("draining", extra={"grace": grace})
-        await self.pool.wait_idle(grace)
-        self._kill_busy(KillReason.SHUTDOWN)
-        await self.pool.shutdown(timeout=5.0)
-        await self.dispatcher.flush(timeout=10.0)
-        for task in self._tasks:
-            task.cancel()
-        # webhooks in flight since the signal get what is left of the grace
-        await self.node.webhooks.close(max(0.0, deadline - time.monotonic()))
-        await self.node.http.stop()
-        await self.store.close()
+        """Drain within `grace` (see `shutdown.drain`), then end the main loop."""
+        await drain(self.node, grace, self._tasks)
         log.info("stopped", extra={"exit_code": self.exit_code})
         self._done.set()
         self._wakeup.set()

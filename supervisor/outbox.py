@@ -22,15 +22,16 @@ from goqueue.supervisor.errors import StoreUnavailable
 from goqueue.supervisor.jobs import Job
 from goqueue.supervisor.store.pg_outbox import Due, OutboxRows
 from goqueue.supervisor.vocab import WebhookOutcome
-from goqueue.supervisor.webhook_sender import OutcomeHook
 from goqueue.supervisor.webhooks import (
     Answer,
     Delivery,
+    OutcomeHook,
     Poster,
     RetrySchedule,
     event_of,
     headers,
     redacted,
+    tell,
 )
 
 POLL_SECONDS = 1.0
@@ -192,12 +193,7 @@ class Outbox:
         return gave_up
 
     def _count(self, outcome: WebhookOutcome) -> None:
-        if self._on_outcome is None:
-            return
-        try:
-            self._on_outcome(outcome)
-        except Exception:
-            self._log.exception("webhook on_outcome hook raised", extra={"outcome": outcome})
+        tell(self._on_outcome, outcome, self._log)
 
     @staticmethod
     def _fields(due: Due, answer: Answer) -> dict[str, object]:

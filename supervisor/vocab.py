@@ -7,7 +7,10 @@ instead of a series or an audit event that silently never matches.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from enum import StrEnum
+from types import MappingProxyType
+from typing import Final
 
 
 class Status(StrEnum):
@@ -81,6 +84,19 @@ class RestartReason(StrEnum):
     SHUTDOWN = "shutdown"
     LEASE_LOST = "lease_lost"
     MEMORY = "memory"
+
+
+# A worker that died of these is replaced and counted under that restart reason; the
+# other endings (stopped, recycled, shut down, boot failure) are counted where decided.
+RESTART_AFTER: Final[Mapping[KillReason | None, RestartReason]] = MappingProxyType(
+    {
+        None: RestartReason.CRASH,
+        KillReason.TIMEOUT: RestartReason.TIMEOUT,
+        KillReason.CANCEL: RestartReason.CANCEL,
+        KillReason.LEASE_LOST: RestartReason.LEASE_LOST,
+        KillReason.MEMORY: RestartReason.MEMORY,
+    }
+)
 
 
 class WebhookOutcome(StrEnum):

@@ -19,7 +19,6 @@ import logging
 import random
 import time
 from collections import OrderedDict
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -30,15 +29,15 @@ from goqueue.supervisor.webhooks import (
     Answer,
     Delivery,
     DeliveryAttempt,
+    OutcomeHook,
     Poster,
     RetrySchedule,
     event_of,
     headers,
     job_body,
     redacted,
+    tell,
 )
-
-OutcomeHook = Callable[[WebhookOutcome], None]
 
 
 @dataclass(eq=False)
@@ -239,12 +238,7 @@ class WebhookSender:
             self._seen.popitem(last=False)
 
     def _count(self, outcome: WebhookOutcome) -> None:
-        if self._on_outcome is None:
-            return
-        try:
-            self._on_outcome(outcome)
-        except Exception:
-            self._log.exception("webhook on_outcome hook raised", extra={"outcome": outcome})
+        tell(self._on_outcome, outcome, self._log)
 
     def _log_fields(self, delivery: _Delivery, reason: str) -> dict[str, object]:
         return self._fields(delivery.view, delivery.job_id, len(delivery.view.attempts), reason)

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import random
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Protocol
@@ -24,7 +26,7 @@ from aiohttp.abc import AbstractResolver
 from goqueue.supervisor.backoff import backoff
 from goqueue.supervisor.egress import EgressPolicy, EgressRefused, GuardedResolver
 from goqueue.supervisor.jobs import SHOWN_FIELDS, Job
-from goqueue.supervisor.vocab import TERMINAL, Status, WebhookEvent
+from goqueue.supervisor.vocab import TERMINAL, Status, WebhookEvent, WebhookOutcome
 from yarl import URL
 
 DELIVERY_HEADER = "X-GoQueue-Delivery"
@@ -39,6 +41,20 @@ EVENTS: dict[Status, WebhookEvent] = {
     Status.CANCELLED: WebhookEvent.CANCELLED,
 }
 _encode = msgspec.json.Encoder().encode
+
+
+OutcomeHook = Callable[[WebhookOutcome], None]  # told every delivery's outcome (metrics)
+
+
+def tell(hook: OutcomeHook | None, outcome: WebhookOutcome, log: logging.Logger) -> None:
+    """Tell `hook` (if any) of an outcome; a hook that raises is logged, never the
+    delivery's failure."""
+    if hook is None:
+        return
+    try:
+        hook(outcome)
+    except Exception:
+        log.exception("webhook on_outcome hook raised", extra={"outcome": outcome})
 
 
 def sign(secret: bytes, body: bytes) -> str:

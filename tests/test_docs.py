@@ -27,7 +27,7 @@ import msgspec
 import pytest
 import yaml
 from goqueue.api import cli, client
-from goqueue.client import core
+from goqueue.client import calls
 from goqueue.supervisor import config, config_docs
 from goqueue.supervisor.jobs import DEFAULT_PRIORITY, DEFAULT_QUEUE, JobSpec
 from goqueue.supervisor.vocab import EventKind
@@ -133,7 +133,7 @@ def known_env_names() -> set[str]:
     """The variables GoQueue reads: every option's, and the clients' own."""
     names = {env for option in config.OPTIONS for env in option.envs}
     names |= set(re.findall(r'os\.environ\.get\("([A-Z_]+)"\)', inspect.getsource(client)))
-    names |= {core.URL_ENV, *core.KEY_ENVS}
+    names |= {calls.URL_ENV, *calls.KEY_ENVS}
     return names
 
 

@@ -1,7 +1,8 @@
 """Clients of a GoQueue node's HTTP API: `Client` (blocking, thread-safe) and
 `AsyncClient` (asyncio), typed with the API's own msgspec types.
 
-Modules: `core` (every call and answer, without I/O), `sync` (`Client`, over
+Modules: `core` (every call and answer, without I/O), `calls` (what a call is: its
+headers, answers, errors and retries), `sync` (`Client`, over
 `http.client`), `aio` (`AsyncClient`, over aiohttp), `errors` (one hierarchy) and
 `default` (the client `Actor.send()` uses, set up by `goqueue.configure`). Importing this
 package loads no aiohttp: `AsyncClient` is imported when first named.
@@ -15,7 +16,8 @@ from goqueue.api.wire import DeadLetterOut as DeadLetter
 from goqueue.api.wire import JobOut as Job
 from goqueue.api.wire import QueueStats
 from goqueue.api.wire import StatsOut as Stats
-from goqueue.client.core import JobOptions, Retries, Submitted
+from goqueue.client.calls import Retries
+from goqueue.client.core import JobOptions, Submitted
 from goqueue.client.default import configure
 from goqueue.client.errors import (
     BadRequest,

@@ -1,8 +1,9 @@
 """`goqueue.AsyncClient`: the client for asyncio code, over one aiohttp session.
 
-Every call is a `core.Call`, as in the blocking `Client`; only the transport differs.
-The session (its keep-alive connection pool) is made on first use, on the running loop,
-and is safe to share between the tasks of that loop; one client serves one loop.
+Every call is built by `core` and `flows`, as in the blocking `Client`; only the
+transport differs. The session (its keep-alive connection pool) is made on first use, on
+the running loop, and is safe to share between the tasks of that loop; one client serves
+one loop.
 """
 
 from __future__ import annotations
@@ -16,7 +17,6 @@ from typing import Any, TypeVar, Unpack
 import aiohttp
 import yarl
 from goqueue.api.wire import (
-    MAX_WAIT_SECONDS,
     BulkPurged,
     BulkReplayed,
     DeadLetterList,
@@ -27,26 +27,18 @@ from goqueue.api.wire import (
     ScheduleOut,
     StatsOut,
 )
-from goqueue.client import core
-from goqueue.client.core import (
-    DEFAULT_TIMEOUT,
-    PAGE_SIZE,
-    Call,
-    Endpoint,
-    JobOptions,
-    Retries,
-    Submitted,
-)
-from goqueue.client.errors import ClientError, ConnectionFailed, RequestError, WaitTimeout
+from goqueue.client import calls, core, flows
+from goqueue.client.calls import DEFAULT_TIMEOUT, BaseClient, Call, Retries
+from goqueue.client.core import PAGE_SIZE, JobOptions, Submitted
+from goqueue.client.errors import ClientError, ConnectionFailed, RequestError
 from goqueue.supervisor.jobs import Event, JobSpec
 
 T = TypeVar("T")
 
 MAX_CONNECTIONS = 32
-RESUBMIT_PAUSE = 0.5
 
 
-class AsyncClient:
+class AsyncClient(BaseClient):
     """A GoQueue node's API from asyncio code: `await client.enqueue("email", {...})`.
 
     The same arguments, defaults and retries as `Client`. Use it as `async with
@@ -62,19 +54,11 @@ class AsyncClient:
         retries: Retries | None = None,
         max_connections: int = MAX_CONNECTIONS,
     ) -> None:
-        self.endpoint = Endpoint.parse(core.url_from(url))
-        self.api_key = core.key_from(api_key)
-        self.timeout = timeout
-        self.retries = retries or Retries()
+        super().__init__(url, api_key, timeout, retries)
         self.max_connections = max_connections
         self._session: aiohttp.ClientSession | None = None
         self.dlq = AsyncDeadLetters(self)
         self.schedules = AsyncSchedules(self)
-
-    @property
-    def url(self) -> str:
-        """The node's base URL."""
-        return self.endpoint.url
 
     async def close(self) -> None:
         """Close the session and its connections."""
@@ -90,9 +74,6 @@ class AsyncClient:
     ) -> None:
         await self.close()
 
-    def __repr__(self) -> str:
-        return f"AsyncClient({self.url!r})"
-
     # -- enqueue ---------------------------------------------------------------------------
 
     async def enqueue(
@@ -105,24 +86,18 @@ class AsyncClient:
         self, type: str, payload: Any = None, **options: Unpack[JobOptions]
     ) -> Submitted:
         """`enqueue`, also saying whether this call created the job."""
-        _, body = core.job_request(type, payload, options)
-        given = options.get("idempotency_key")
-        key = given or core.new_key()
-        call = core.enqueue(body, key, made_key=not given, strict=options.get("strict", True))
-        return await self.execute(call)
+        return await self.execute(core.submission(type, payload, options))
 
     async def enqueue_many(
         self, jobs: Iterable[JobSpec | Mapping[str, Any]], *, strict: bool = True
     ) -> builtins.list[JobOut | RequestError]:
         """Enqueue several jobs through the batch route (see `Client.enqueue_many`)."""
-        checked = core.batch_bodies(jobs)
-        bodies = [b for b in checked if isinstance(b, bytes)]
+        batch = flows.Batch(jobs, strict=strict)
         answers: builtins.list[JobOut | RequestError] = []
-        for chunk in core.chunks(bodies):
-            got = await self.execute(core.batch(chunk, strict=strict))
+        for call in batch.calls():
+            got = await self.execute(call)
             answers.extend(got)
-        stored = iter(answers)
-        return [next(stored) if isinstance(c, bytes) else c for c in checked]
+        return batch.answers(answers)
 
     # -- jobs ------------------------------------------------------------------------------
 
@@ -132,19 +107,11 @@ class AsyncClient:
 
     async def wait(self, job_id: str, timeout: float | None = None) -> JobOut:
         """Wait for a job to finish (see `Client.wait`)."""
-        loop = asyncio.get_running_loop()
-        deadline = None if timeout is None else loop.time() + timeout
-        while True:
-            left = MAX_WAIT_SECONDS if deadline is None else deadline - loop.time()
-            asked = min(max(left, 0.0), MAX_WAIT_SECONDS)
-            started = loop.time()
-            job = await self.execute(core.get(job_id, asked))
-            if job.finished:
-                return core.outcome(job)
-            if deadline is not None and loop.time() >= deadline:
-                raise WaitTimeout(job, timeout or 0.0)
-            if loop.time() - started < asked / 2:  # the node ended the wait early
-                await asyncio.sleep(RESUBMIT_PAUSE)
+        wait = flows.Wait(job_id, timeout, asyncio.get_running_loop().time)
+        while (job := wait.finished(await self.execute(wait.call()))) is None:
+            if pause := wait.pause():
+                await asyncio.sleep(pause)
+        return job
 
     async def list(
         self,
@@ -155,18 +122,13 @@ class AsyncClient:
         page_size: int = PAGE_SIZE,
     ) -> AsyncIterator[JobOut]:
         """Jobs newest first, filtered, fetched a page at a time: `async for job in ...`."""
-        seen = core.Seen()
-        offset = 0
-        while True:
+        pages: flows.Pages[JobOut] = flows.Pages()
+        while not pages.done:
             page = await self.jobs_page(
-                type=type, status=status, queue=queue, limit=page_size, offset=offset
+                type=type, status=status, queue=queue, limit=page_size, offset=pages.offset
             )
-            for job in page.jobs:
-                if seen.fresh(job.id):
-                    yield job
-            offset += len(page.jobs)
-            if not page.jobs or offset >= page.total:
-                return
+            for job in pages.take(page.jobs, page.total):
+                yield job
 
     async def jobs_page(
         self,
@@ -215,10 +177,10 @@ class AsyncClient:
             try:
                 return await self._send(call)
             except ClientError as exc:
-                if retry >= self.retries.attempts or not core.may_retry(call, exc):
-                    raise
                 retry += 1
-                await asyncio.sleep(self.retries.delay(retry, exc))
+                if (pause := self.retries.pause(call, exc, retry)) is None:
+                    raise
+                await asyncio.sleep(pause)
 
     def _open(self) -> aiohttp.ClientSession:
         """The session, made on first use (on the running loop)."""
@@ -236,7 +198,7 @@ class AsyncClient:
                 call.method,
                 url,
                 data=call.body,
-                headers=core.headers(self.api_key, call),
+                headers=calls.headers(self.api_key, call),
                 timeout=aiohttp.ClientTimeout(total=timeout),
             ) as resp:
                 body = await resp.read()
@@ -250,7 +212,7 @@ class AsyncClient:
             raise ConnectionFailed(
                 f"the connection to {self.url} was dropped ({type(exc).__name__})", sent=True
             ) from None
-        return core.answer(call, resp.status, body, resp.headers.get("Retry-After"))
+        return calls.answer(call, resp.status, body, resp.headers.get("Retry-After"))
 
     def _refused(self, exc: aiohttp.ClientConnectorError) -> str:
         if isinstance(exc.os_error, ConnectionRefusedError):
@@ -268,16 +230,11 @@ class AsyncDeadLetters:
         self, *, page_size: int = PAGE_SIZE, **filters: Unpack[core.DeadSelection]
     ) -> AsyncIterator[DeadLetterOut]:
         """Dead letters newest first: `async for dead in client.dlq.list()`."""
-        seen = core.Seen()
-        offset = 0
-        while True:
-            page = await self.page(limit=page_size, offset=offset, **filters)
-            for dead in page.dead_letters:
-                if seen.fresh(dead.id):
-                    yield dead
-            offset += len(page.dead_letters)
-            if not page.dead_letters or offset >= page.total:
-                return
+        pages: flows.Pages[DeadLetterOut] = flows.Pages()
+        while not pages.done:
+            page = await self.page(limit=page_size, offset=pages.offset, **filters)
+            for dead in pages.take(page.dead_letters, page.total):
+                yield dead
 
     async def page(
         self,
@@ -306,7 +263,7 @@ class AsyncDeadLetters:
         self, *, limit: int | None = None, **filters: Unpack[core.DeadFilters]
     ) -> BulkReplayed:
         """Replay the matching dead letters, oldest first (as `Client.dlq.replay_many`)."""
-        sweep = core.Sweep(limit)
+        sweep = flows.Sweep(limit)
         while (n := sweep.next_limit()) is not None:
             answer = await self._client.execute(core.replay_matching(filters, n))
             sweep.note(answer.replayed, answer.remaining)
@@ -316,7 +273,7 @@ class AsyncDeadLetters:
         self, *, limit: int | None = None, **filters: Unpack[core.DeadFilters]
     ) -> BulkPurged:
         """Delete the matching dead letters, oldest first (as `Client.dlq.purge_many`)."""
-        sweep = core.Sweep(limit)
+        sweep = flows.Sweep(limit)
         while (n := sweep.next_limit()) is not None:
             answer = await self._client.execute(core.purge_matching(filters, n))
             sweep.note(answer.purged, answer.remaining)

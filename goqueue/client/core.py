@@ -1,22 +1,20 @@
 """The client without I/O: what each operation sends and how its answer is read.
 
-Every operation of the API is a `Call`: method, path, body, headers, whether sending it
-twice is harmless, and a function reading a successful answer into the API's own msgspec
-types (`goqueue.api.wire`). `Client` (blocking, `http.client`) and `AsyncClient`
-(aiohttp) only move bytes and retry; they share everything here, so the two cannot
-disagree about the API.
+Every operation of the API is a `Call` (`goqueue.client.calls`): method, path, body,
+headers, whether sending it twice is harmless, and a function reading a successful answer
+into the API's own msgspec types (`goqueue.api.wire`). The operations that take several
+requests (waiting for a job, paging, batches, bulk dead-letter actions) are in `flows`.
+`Client` (blocking, `http.client`) and `AsyncClient` (aiohttp) only
+move bytes, sleep and retry; they share everything here, so the two cannot disagree about
+the API.
 """
 
 from __future__ import annotations
 
-import os
-import random
-import urllib.parse
 import uuid
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from collections.abc import Iterable, Iterator, Mapping
 from datetime import datetime
-from typing import Any, Generic, NamedTuple, Protocol, TypedDict, TypeVar, Unpack, cast
+from typing import Any, NamedTuple, Protocol, TypedDict, TypeVar, Unpack, cast
 
 import msgspec
 from goqueue.api.wire import (
@@ -27,7 +25,6 @@ from goqueue.api.wire import (
     BulkReplayed,
     DeadLetterList,
     DeadLetterOut,
-    ErrorOut,
     EventList,
     JobList,
     JobOut,
@@ -38,29 +35,19 @@ from goqueue.api.wire import (
     StatsOut,
     error_field,
 )
+from goqueue.client.calls import Call, decoder, quote, with_query
 from goqueue.client.errors import (
-    ClientError,
-    ConnectionFailed,
     InvalidJob,
     JobCancelled,
     JobFailed,
     RequestError,
-    Unavailable,
-    UnexpectedAnswer,
     error_for,
 )
-from goqueue.supervisor.backoff import backoff
 from goqueue.supervisor.jobs import Event, JobSpec, spec_problem
 
 T = TypeVar("T")
 
-DEFAULT_URL = "http://127.0.0.1:8080"
-DEFAULT_TIMEOUT = 10.0
-URL_ENV = "GOQUEUE_URL"
-KEY_ENVS = ("GOQUEUE_API_KEY", "API_KEY")  # as the node reads its key
 IDEMPOTENCY_HEADER = "Idempotency-Key"
-API_KEY_HEADER = "X-API-Key"
-USER_AGENT = "goqueue-python"
 PAGE_SIZE = 100
 
 
@@ -107,172 +94,19 @@ class AsyncProducer(Protocol):
         ...
 
 
-# -- where and how -------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Endpoint:
-    """A node's base URL, split for `http.client` (and joined again for aiohttp)."""
-
-    url: str
-    scheme: str
-    host: str
-    port: int
-    path: str  # a prefix for every route ("" or "/goqueue", behind a proxy)
-
-    @classmethod
-    def parse(cls, url: str) -> Endpoint:
-        """Check and split `http(s)://HOST[:PORT][/PREFIX]`; ValueError if it is not."""
-        parts = urllib.parse.urlsplit(url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"invalid URL {url!r}: expected http://HOST[:PORT]")
-        try:
-            port = parts.port or (443 if parts.scheme == "https" else 80)
-        except ValueError:
-            raise ValueError(f"invalid URL {url!r}: bad port") from None
-        if parts.query or parts.fragment:
-            raise ValueError(f"invalid URL {url!r}: no query or fragment expected")
-        return cls(url.rstrip("/"), parts.scheme, parts.hostname, port, parts.path.rstrip("/"))
-
-
-def url_from(url: str | None) -> str:
-    """The node's URL: the argument, else $GOQUEUE_URL, else http://127.0.0.1:8080."""
-    return url or os.environ.get(URL_ENV) or DEFAULT_URL
-
-
-def key_from(api_key: str | None) -> str | None:
-    """The API key: the argument, else $GOQUEUE_API_KEY, else $API_KEY (none: None)."""
-    return api_key or next((os.environ[k] for k in KEY_ENVS if os.environ.get(k)), None)
-
-
-@dataclass(frozen=True, slots=True)
-class Retries:
-    """How a request that is safe to send again is retried after a 503 or a dropped
-    connection: at most `attempts` more times, waiting the project's one backoff
-    (`base * 2^(n-1)`, capped, jittered), or the node's Retry-After when that is longer
-    (still capped). A request refused before reaching the node is always safe."""
-
-    attempts: int = 3
-    base: float = 0.2
-    cap: float = 5.0
-    rng: random.Random = field(default_factory=random.Random, compare=False, repr=False)
-
-    def delay(self, retry: int, error: ClientError) -> float:
-        """Seconds before retry number `retry` (from 1) after `error`."""
-        wait = backoff(retry, self.base, self.cap, self.rng)
-        if isinstance(error, Unavailable) and error.retry_after is not None:
-            wait = max(wait, min(error.retry_after, self.cap))
-        return wait
-
-
-NO_RETRIES = Retries(attempts=0)
-
-
-def may_retry(call: Call[Any], error: ClientError) -> bool:
-    """True if `call` can be sent again after `error` without doing anything twice."""
-    if isinstance(error, ConnectionFailed):
-        return not error.timed_out and (not error.sent or call.safe)
-    return isinstance(error, Unavailable) and call.safe
-
-
-# -- calls ------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Call(Generic[T]):
-    """One request and how to read its successful answer (`read(status, body)`)."""
-
-    method: str
-    path: str  # quoted, with its query string, below the endpoint's prefix
-    read: Callable[[int, bytes], T]
-    body: bytes | None = None
-    headers: Mapping[str, str] = field(default_factory=dict)
-    safe: bool = False  # sending it twice does no harm (reads, keyed enqueues, pause)
-    wait: float = 0.0  # seconds the node may hold the answer back (added to the timeout)
-
-
-def headers(api_key: str | None, call: Call[Any]) -> dict[str, str]:
-    """The headers of one request."""
-    sent = {"Accept": "application/json", "User-Agent": USER_AGENT, **call.headers}
-    if call.body is not None:
-        sent["Content-Type"] = "application/json"
-    if api_key:
-        sent[API_KEY_HEADER] = api_key
-    return sent
-
-
-def answer(call: Call[T], status: int, body: bytes, retry_after: str | None) -> T:
-    """The result of `call` from the node's answer, or the error it stands for."""
-    if status >= 400:
-        raise refusal(status, body, retry_after)
-    try:
-        return call.read(status, body)
-    except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-        raise UnexpectedAnswer(
-            f"{call.method} {call.path}: the answer is not what the API describes ({exc})"
-        ) from None
-
-
-_ERROR = msgspec.json.Decoder(ErrorOut)
-
-
-def refusal(status: int, body: bytes, retry_after: str | None = None) -> RequestError:
-    """The typed error for an error answer (`{"error", "details", "existing_id"}`)."""
-    try:
-        error = _ERROR.decode(body)
-    except (msgspec.DecodeError, msgspec.ValidationError):
-        text = body[:200].decode(errors="replace").strip()
-        return error_for(status, text or f"HTTP {status}", retry_after=_seconds(retry_after))
-    existing = error.existing_id if isinstance(error.existing_id, str) else None
-    return error_for(
-        status,
-        error.error,
-        error.details,
-        existing_id=existing,
-        retry_after=_seconds(retry_after),
-    )
-
-
-def _seconds(value: str | None) -> float | None:
-    try:
-        return float(value) if value is not None else None
-    except ValueError:
-        return None  # an HTTP date: not worth parsing here
-
-
-def _decoder(kind: type[T]) -> Callable[[int, bytes], T]:
-    decode = msgspec.json.Decoder(kind).decode
-    return lambda status, body: decode(body)
-
-
-def quote(segment: str) -> str:
-    """A path segment, quoted so an id or queue name can never change the path."""
-    return urllib.parse.quote(segment, safe="")
-
-
-def with_query(path: str, query: Mapping[str, object]) -> str:
-    """`path?a=1&b=2` from the items that are not None (booleans in lower case)."""
-    items = {
-        k: (str(v).lower() if isinstance(v, bool) else str(v))
-        for k, v in query.items()
-        if v is not None
-    }
-    return f"{path}?{urllib.parse.urlencode(items)}" if items else path
-
-
-_read_job = _decoder(JobOut)
-_read_jobs = _decoder(JobList)
-_read_dead = _decoder(DeadLetterOut)
-_read_dead_letters = _decoder(DeadLetterList)
-_read_stats = _decoder(StatsOut)
-_read_queue = _decoder(QueueStats)
+_read_job = decoder(JobOut)
+_read_jobs = decoder(JobList)
+_read_dead = decoder(DeadLetterOut)
+_read_dead_letters = decoder(DeadLetterList)
+_read_stats = decoder(StatsOut)
+_read_queue = decoder(QueueStats)
 _decode_events = msgspec.json.Decoder(EventList).decode
 _decode_batch = msgspec.json.Decoder(BatchResponse).decode
 _decode_purged = msgspec.json.Decoder(Purged).decode
-_read_replayed = _decoder(BulkReplayed)
-_read_purged_many = _decoder(BulkPurged)
+_read_replayed = decoder(BulkReplayed)
+_read_purged_many = decoder(BulkPurged)
 _decode_schedules = msgspec.json.Decoder(ScheduleList).decode
-_read_schedule = _decoder(ScheduleOut)
+_read_schedule = decoder(ScheduleOut)
 
 
 class Submitted(NamedTuple):
@@ -330,6 +164,15 @@ def enqueue(body: bytes, key: str, *, made_key: bool, strict: bool) -> Call[Subm
 def new_key() -> str:
     """An Idempotency-Key for one enqueue and its retries."""
     return str(uuid.uuid4())
+
+
+def submission(type: str, payload: Any, options: JobOptions) -> Call[Submitted]:
+    """The enqueue of one job, checked first as the node would: keyed by the caller's
+    `idempotency_key`, else by one made up here for this call and its retries."""
+    _, body = job_request(type, payload, options)
+    given = options.get("idempotency_key")
+    key = given or new_key()
+    return enqueue(body, key, made_key=not given, strict=options.get("strict", True))
 
 
 def batch(bodies: list[bytes], *, strict: bool) -> Call[list[JobOut | RequestError]]:
@@ -466,9 +309,6 @@ class DeadFilters(DeadSelection, total=False):
     all: bool
 
 
-SWEEP_LIMIT = 500  # letters per request when a bulk action takes every match
-
-
 def _dead_query(filters: DeadFilters, allowed: Iterable[str]) -> dict[str, object]:
     """The query parameters of dead-letter filters (times as RFC 3339)."""
     unknown = sorted(set(filters) - set(allowed))
@@ -501,37 +341,6 @@ def purge_matching(filters: DeadFilters, limit: int) -> Call[BulkPurged]:
     return Call("DELETE", _bulk_path("/dlq", filters, limit), _read_purged_many)
 
 
-class Sweep:
-    """A bulk action over every matching letter, as many requests as it takes (sans I/O).
-    It stops when nothing matches any more, or after as many letters as matched at the
-    first request: letters that die meanwhile (a replayed job failing again) are not
-    chased forever."""
-
-    def __init__(self, limit: int | None) -> None:
-        self.limit = limit  # None: every match; N: one request of at most N
-        self.done = 0
-        self.remaining = 0
-        self._cap: int | None = None
-
-    def next_limit(self) -> int | None:
-        """The limit of the next request, or None when finished."""
-        if self.limit is not None:
-            return self.limit if self._cap is None else None
-        if self._cap is None:
-            return SWEEP_LIMIT
-        left = self._cap - self.done
-        return min(SWEEP_LIMIT, left) if left > 0 and self.remaining > 0 else None
-
-    def note(self, count: int, remaining: int) -> None:
-        """A request's answer."""
-        if self._cap is None:
-            self._cap = count + remaining
-        elif count == 0:
-            self._cap = self.done  # taken by someone else meanwhile: stop
-        self.done += count
-        self.remaining = remaining
-
-
 def schedules() -> Call[list[ScheduleOut]]:
     """GET /schedules: the node's periodic jobs, by name."""
     return Call(
@@ -556,18 +365,3 @@ def outcome(job: JobOut) -> JobOut:
     if job.status == "cancelled":
         raise JobCancelled(job)
     raise JobFailed(job)
-
-
-class Seen:
-    """Ids met while paging newest first: a job enqueued meanwhile shifts the pages, so
-    the next page may start with jobs already seen; they are skipped."""
-
-    def __init__(self) -> None:
-        self.ids: set[str] = set()
-
-    def fresh(self, job_id: str) -> bool:
-        """True the first time an id is met."""
-        if job_id in self.ids:
-            return False
-        self.ids.add(job_id)
-        return True

@@ -15,7 +15,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from goqueue.client.core import DEFAULT_TIMEOUT, Retries
+from goqueue.client.calls import DEFAULT_TIMEOUT, Retries
 
 if TYPE_CHECKING:
     from goqueue.client.aio import AsyncClient

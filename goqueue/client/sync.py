@@ -19,7 +19,6 @@ from types import TracebackType
 from typing import Any, TypeVar, Unpack
 
 from goqueue.api.wire import (
-    MAX_WAIT_SECONDS,
     BulkPurged,
     BulkReplayed,
     DeadLetterList,
@@ -30,23 +29,15 @@ from goqueue.api.wire import (
 )
 from goqueue.api.wire import QueueStats as QueueStats
 from goqueue.api.wire import StatsOut as StatsOut
-from goqueue.client import core
-from goqueue.client.core import (
-    DEFAULT_TIMEOUT,
-    PAGE_SIZE,
-    Call,
-    Endpoint,
-    JobOptions,
-    Retries,
-    Submitted,
-)
-from goqueue.client.errors import ClientError, ConnectionFailed, RequestError, WaitTimeout
+from goqueue.client import calls, core, flows
+from goqueue.client.calls import DEFAULT_TIMEOUT, BaseClient, Call, Endpoint, Retries
+from goqueue.client.core import PAGE_SIZE, JobOptions, Submitted
+from goqueue.client.errors import ClientError, ConnectionFailed, RequestError
 from goqueue.supervisor.jobs import Event, JobSpec
 
 T = TypeVar("T")
 
 POOL_SIZE = 8  # idle connections kept; busy ones are not limited
-RESUBMIT_PAUSE = 0.5  # a wait the node ended early (draining) is asked again after this
 
 
 class _Pool:
@@ -103,7 +94,7 @@ def _still_open(conn: http.client.HTTPConnection) -> bool:
     return not readable
 
 
-class Client:
+class Client(BaseClient):
     """A GoQueue node's API from blocking code: `Client().enqueue("email", {...})`.
 
     `url` defaults to $GOQUEUE_URL (else http://127.0.0.1:8080) and `api_key` to
@@ -122,18 +113,10 @@ class Client:
         retries: Retries | None = None,
         pool_size: int = POOL_SIZE,
     ) -> None:
-        self.endpoint = Endpoint.parse(core.url_from(url))
-        self.api_key = core.key_from(api_key)
-        self.timeout = timeout
-        self.retries = retries or Retries()
+        super().__init__(url, api_key, timeout, retries)
         self._pool = _Pool(self.endpoint, timeout, pool_size)
         self.dlq = DeadLetters(self)
         self.schedules = Schedules(self)
-
-    @property
-    def url(self) -> str:
-        """The node's base URL."""
-        return self.endpoint.url
 
     def close(self) -> None:
         """Close the idle connections."""
@@ -147,9 +130,6 @@ class Client:
     ) -> None:
         self.close()
 
-    def __repr__(self) -> str:
-        return f"Client({self.url!r})"
-
     # -- enqueue ---------------------------------------------------------------------------
 
     def enqueue(self, type: str, payload: Any = None, **options: Unpack[JobOptions]) -> JobOut:
@@ -161,11 +141,7 @@ class Client:
     def submit(self, type: str, payload: Any = None, **options: Unpack[JobOptions]) -> Submitted:
         """`enqueue`, also saying whether this call created the job (False: its
         `idempotency_key` names a job enqueued before)."""
-        _, body = core.job_request(type, payload, options)
-        given = options.get("idempotency_key")
-        key = given or core.new_key()
-        call = core.enqueue(body, key, made_key=not given, strict=options.get("strict", True))
-        return self.execute(call)
+        return self.execute(core.submission(type, payload, options))
 
     def enqueue_many(
         self, jobs: Iterable[JobSpec | Mapping[str, Any]], *, strict: bool = True
@@ -174,16 +150,8 @@ class Client:
         `JobSpec`) through the batch route, 1,000 a request. Each is answered on its own,
         in order: the job, or the error refusing it (BadRequest, Conflict...). Not retried:
         the batch route takes no Idempotency-Key."""
-        checked = core.batch_bodies(jobs)
-        bodies = [b for b in checked if isinstance(b, bytes)]
-        answers = iter(
-            [
-                a
-                for chunk in core.chunks(bodies)
-                for a in self.execute(core.batch(chunk, strict=strict))
-            ]
-        )
-        return [next(answers) if isinstance(c, bytes) else c for c in checked]
+        batch = flows.Batch(jobs, strict=strict)
+        return batch.answers([a for call in batch.calls() for a in self.execute(call)])
 
     # -- jobs ------------------------------------------------------------------------------
 
@@ -197,18 +165,11 @@ class Client:
         cancelled, WaitTimeout (a TimeoutError) if it is still unfinished after `timeout`
         seconds (None: wait as long as it takes). The node answers as soon as the job
         finishes: nothing polls."""
-        deadline = None if timeout is None else time.monotonic() + timeout
-        while True:
-            left = MAX_WAIT_SECONDS if deadline is None else deadline - time.monotonic()
-            asked = min(max(left, 0.0), MAX_WAIT_SECONDS)
-            started = time.monotonic()
-            job = self.execute(core.get(job_id, asked))
-            if job.finished:
-                return core.outcome(job)
-            if deadline is not None and time.monotonic() >= deadline:
-                raise WaitTimeout(job, timeout or 0.0)
-            if time.monotonic() - started < asked / 2:  # the node ended the wait early
-                time.sleep(RESUBMIT_PAUSE)
+        wait = flows.Wait(job_id, timeout, time.monotonic)
+        while (job := wait.finished(self.execute(wait.call()))) is None:
+            if pause := wait.pause():
+                time.sleep(pause)
+        return job
 
     def list(
         self,
@@ -219,16 +180,12 @@ class Client:
         page_size: int = PAGE_SIZE,
     ) -> Iterator[JobOut]:
         """Jobs newest first, filtered, fetched a page at a time as you iterate."""
-        seen = core.Seen()
-        offset = 0
-        while True:
+        pages: flows.Pages[JobOut] = flows.Pages()
+        while not pages.done:
             page = self.jobs_page(
-                type=type, status=status, queue=queue, limit=page_size, offset=offset
+                type=type, status=status, queue=queue, limit=page_size, offset=pages.offset
             )
-            yield from (job for job in page.jobs if seen.fresh(job.id))
-            offset += len(page.jobs)
-            if not page.jobs or offset >= page.total:
-                return
+            yield from pages.take(page.jobs, page.total)
 
     def jobs_page(
         self,
@@ -278,10 +235,10 @@ class Client:
             try:
                 return self._send(call)
             except ClientError as exc:
-                if retry >= self.retries.attempts or not core.may_retry(call, exc):
-                    raise
                 retry += 1
-                time.sleep(self.retries.delay(retry, exc))
+                if (pause := self.retries.pause(call, exc, retry)) is None:
+                    raise
+                time.sleep(pause)
 
     def _send(self, call: Call[T]) -> T:
         timeout = self.timeout + call.wait
@@ -296,7 +253,7 @@ class Client:
             assert conn.sock is not None
             conn.sock.settimeout(timeout)
             path = self.endpoint.path + call.path
-            conn.request(call.method, path, call.body, core.headers(self.api_key, call))
+            conn.request(call.method, path, call.body, calls.headers(self.api_key, call))
             resp = conn.getresponse()
             body = resp.read()
         except (OSError, http.client.HTTPException) as exc:
@@ -309,7 +266,7 @@ class Client:
             conn.close()
         else:
             self._pool.give(conn)
-        return core.answer(call, resp.status, body, resp.getheader("Retry-After"))
+        return calls.answer(call, resp.status, body, resp.getheader("Retry-After"))
 
     def _unreachable(
         self, exc: BaseException, *, sent: bool, timeout: float | None = None
@@ -345,14 +302,10 @@ class DeadLetters:
     ) -> Iterator[DeadLetterOut]:
         """Dead letters newest first (those passing the filters), a page at a time as
         you iterate."""
-        seen = core.Seen()
-        offset = 0
-        while True:
-            page = self.page(limit=page_size, offset=offset, **filters)
-            yield from (dead for dead in page.dead_letters if seen.fresh(dead.id))
-            offset += len(page.dead_letters)
-            if not page.dead_letters or offset >= page.total:
-                return
+        pages: flows.Pages[DeadLetterOut] = flows.Pages()
+        while not pages.done:
+            page = self.page(limit=page_size, offset=pages.offset, **filters)
+            yield from pages.take(page.dead_letters, page.total)
 
     def page(
         self,
@@ -383,7 +336,7 @@ class DeadLetters:
         """Replay the dead letters the filters select, oldest first, each as a fresh job:
         every match (as many requests as it takes) or, with `limit`, at most that many in
         one request. `remaining` says how many matching are left."""
-        sweep = core.Sweep(limit)
+        sweep = flows.Sweep(limit)
         while (n := sweep.next_limit()) is not None:
             answer = self._client.execute(core.replay_matching(filters, n))
             sweep.note(answer.replayed, answer.remaining)
@@ -393,7 +346,7 @@ class DeadLetters:
         self, *, limit: int | None = None, **filters: Unpack[core.DeadFilters]
     ) -> BulkPurged:
         """Delete the dead letters the filters select, oldest first (as `replay_many`)."""
-        sweep = core.Sweep(limit)
+        sweep = flows.Sweep(limit)
         while (n := sweep.next_limit()) is not None:
             answer = self._client.execute(core.purge_matching(filters, n))
             sweep.note(answer.purged, answer.remaining)

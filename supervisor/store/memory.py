@@ -7,11 +7,8 @@ only owner, so the same contract tests hold for both stores.
 
 from __future__ import annotations
 
-import heapq
-import itertools
-from collections import Counter, deque
 from collections.abc import Callable, Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
 import msgspec
 from goqueue.supervisor.errors import (
@@ -24,90 +21,30 @@ from goqueue.supervisor.errors import (
 )
 from goqueue.supervisor.jobs import (
     DEFAULT_MAX_RETRIES,
-    OTHER_QUEUES,
-    STATUSES,
     AttemptError,
     DeadLetter,
     Enqueued,
-    Event,
     Job,
-    JobFilter,
     JobSpec,
     Lease,
     Outcome,
-    Page,
     Purged,
-    QueueDepths,
-    QueueStats,
     Replayed,
-    Stats,
     new_id,
-    utcnow,
 )
-from goqueue.supervisor.rates import Rate, StartWindows, Taken
+from goqueue.supervisor.rates import Rate, Taken
 from goqueue.supervisor.schedules import Fired, ScheduleState, fire_detail
 from goqueue.supervisor.store.base import NewJob
-from goqueue.supervisor.store.memory_dead import DeadLetters
-from goqueue.supervisor.store.memory_heaps import OldestByQueue, PendingHeaps
-from goqueue.supervisor.store.memory_schedules import ScheduleBook
-from goqueue.supervisor.summaries import (
-    DeadBrief,
-    DeadFilter,
-    JobBrief,
-    NodeSummary,
-    QueueSummary,
-    preview,
-    text_preview,
-)
+from goqueue.supervisor.store.memory_reads import MemoryReads
+from goqueue.supervisor.summaries import DeadFilter
 from goqueue.supervisor.vocab import TERMINAL, EventKind, Status
 
 
-class MemoryStore:
-    """A bounded, non-durable store for one node. `clock` says what time it is (tests
-    give it one they move by hand, so leases and delays expire without waiting)."""
+class MemoryStore(MemoryReads):
+    """A bounded, non-durable store for one node: the write path (enqueue, claims,
+    outcomes, dead-letter replays) over the reads of `MemoryReads`."""
 
     claim_ahead = False  # a claim costs no round trip: claim for idle workers only
-
-    def __init__(
-        self,
-        node_id: str = "local",
-        *,
-        lease_seconds: float = 30.0,
-        max_pending: int = 100_000,
-        idempotency_ttl: float = 86_400.0,
-        max_finished: int = 100_000,
-        max_events_per_job: int = 100,
-        clock: Callable[[], datetime] = utcnow,
-    ) -> None:
-        self.node_id = node_id
-        self.clock = clock
-        self.lease_seconds = lease_seconds
-        self.max_pending = max_pending
-        self.idempotency_ttl = idempotency_ttl
-        self.max_finished = max_finished
-        self.max_events_per_job = max_events_per_job
-        self._jobs: dict[str, Job] = {}
-        self._pending = PendingHeaps(self._jobs)
-        self._ages = OldestByQueue(self._jobs)  # for the metrics' longest wait by queue
-        self._tokens: dict[str, str] = {}  # job id -> lease token
-        self._leases: dict[str, Lease] = {}  # token -> lease
-        self._dedupe: dict[str, tuple[str, float]] = {}
-        self._idempotency: dict[str, tuple[str, str, float]] = {}
-        self._dead = DeadLetters()
-        self._unique: dict[str, str] = {}  # unique key -> the job holding it (not terminal)
-        self._events: dict[str, list[Event]] = {}
-        self._finished: deque[str] = deque()
-        self._paused: set[str] = set()
-        self._counts: dict[str, int] = dict.fromkeys(STATUSES, 0)
-        self._depth: dict[str, dict[int, int]] = {}  # pending by queue, then priority
-        self._queue_totals: dict[str, int] = {}  # pending by queue
-        self._priority_totals: dict[int, int] = {}  # pending by priority, every queue
-        self._limits: dict[str, int | None] = {}
-        self._seq = itertools.count(1)
-        self._wake: Callable[[], None] = lambda: None
-        self._opened_at = self.clock()
-        self._schedules = ScheduleBook()
-        self._starts = StartWindows()
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -273,12 +210,6 @@ class MemoryStore:
             leases.append(self._lease(job, now, start is None or len(leases) < start))
         return leases
 
-    def _make_pending(self, job: Job, now: datetime) -> None:
-        self._pending.add(job, now.timestamp())
-        self._ages.add(job)
-        self._depth_add(job, +1)
-        self._wake()
-
     def _lease(self, job: Job, now: datetime, started: bool) -> Lease:
         token = new_id()
         lease = Lease(
@@ -358,18 +289,6 @@ class MemoryStore:
                 self._make_pending(job, now)
             touched.append(job)
         return touched
-
-    def _held(self, lease: Lease, *statuses: Status) -> Job | None:
-        """The job, if `lease` still holds it in one of `statuses` (running if none)."""
-        job = self._jobs.get(lease.job.id)
-        if job is None or self._tokens.get(job.id) != lease.token:
-            return None
-        return job if job.status in (statuses or (Status.RUNNING,)) else None
-
-    def _drop_lease(self, token: str) -> Job:
-        lease = self._leases.pop(token)
-        del self._tokens[lease.job.id]
-        return self._jobs[lease.job.id]
 
     async def complete(self, lease: Lease, result: msgspec.Raw | None) -> Outcome | None:
         """Record success, then chain `on_success`."""
@@ -459,64 +378,7 @@ class MemoryStore:
         self._retire(job)
         return job, token
 
-    # -- reads -----------------------------------------------------------------------
-
-    async def get(self, job_id: str) -> Job | None:
-        """One job by id."""
-        return self._jobs.get(job_id)
-
-    async def list_jobs(self, filters: JobFilter, limit: int, offset: int) -> Page:
-        """Jobs newest first (insertion order reversed)."""
-        matches = [
-            job
-            for job in reversed(self._jobs.values())
-            if (filters.type is None or job.type == filters.type)
-            and (filters.status is None or job.status == filters.status)
-            and (filters.queue is None or job.queue == filters.queue)
-        ]
-        return Page(matches[offset : offset + limit], len(matches))
-
-    async def stats(self) -> Stats:
-        """Counts by status and pending depth by queue and priority."""
-        queues = {
-            queue: {str(p): n for p, n in sorted(depth.items(), reverse=True) if n}
-            for queue, depth in self._depth.items()
-        }
-        return Stats(dict(self._counts), queues, len(self._dead))
-
-    async def queue_stats(self, queue: str) -> QueueStats:
-        """One queue's counts by status and depth by priority."""
-        counts: dict[str, int] = dict.fromkeys(STATUSES, 0)
-        for job in self._jobs.values():
-            if job.queue == queue:
-                counts[job.status] += 1
-        depth = self._depth.get(queue, {})
-        by_priority = {str(p): n for p, n in sorted(depth.items(), reverse=True) if n}
-        return QueueStats(queue, counts, by_priority, queue in self._paused)
-
-    async def queue_depths(self, top: int) -> QueueDepths:
-        """The `top` deepest queues by priority, the rest summed by priority: one pass over
-        the per-queue totals, kept up to date as jobs come and go."""
-        totals = self._queue_totals
-        deepest = heapq.nsmallest(top, totals.items(), key=lambda item: (-item[1], item[0]))
-        chosen = {q: {str(p): n for p, n in self._depth[q].items()} for q, _ in deepest}
-        other = dict(self._priority_totals)
-        for queue, _ in deepest:
-            for priority, n in self._depth[queue].items():
-                other[priority] -= n
-        rest = {str(p): n for p, n in sorted(other.items()) if n}
-        now_ts = self.clock().timestamp()
-        due = {q: ts for q in totals if (ts := self._ages.oldest_due(q, now_ts)) is not None}
-        waiting = {q: now_ts - due[q] if q in due else 0.0 for q in chosen}
-        if len(totals) > len(chosen):
-            others = [ts for q, ts in due.items() if q not in chosen]
-            waiting[OTHER_QUEUES] = now_ts - min(others) if others else 0.0
-        pending = sum(self._priority_totals.values())
-        return QueueDepths(chosen, rest, len(totals), pending, waiting, len(self._dead))
-
-    async def queue_names(self, limit: int) -> frozenset[str]:
-        """Queues holding pending jobs, and paused queues (at most `limit`)."""
-        return frozenset(itertools.islice(itertools.chain(self._depth, self._paused), limit))
+    # -- queues and pruning ----------------------------------------------------------
 
     async def set_paused(self, queue: str, paused: bool) -> None:
         """Pause or resume a queue."""
@@ -525,10 +387,6 @@ class MemoryStore:
         else:
             self._paused.discard(queue)
             self._wake()
-
-    async def events(self, job_id: str) -> list[Event]:
-        """A job's audit trail, oldest first."""
-        return list(self._events.get(job_id, ()))
 
     async def prune(self, finished_before: datetime, limit: int) -> int:
         """Forget finished jobs older than `finished_before` (oldest first)."""
@@ -542,14 +400,6 @@ class MemoryStore:
         return pruned
 
     # -- dead letters ----------------------------------------------------------------
-
-    async def list_dead(self, limit: int, offset: int, filters: DeadFilter | None = None) -> Page:
-        """Dead letters newest first (those passing `filters`)."""
-        return self._dead.page(limit, offset, filters)
-
-    async def get_dead(self, dead_id: str) -> DeadLetter | None:
-        """One dead letter, by its own id or its job's."""
-        return self._dead.find(dead_id)
 
     async def replay_dead(self, dead_id: str, max_retries: int) -> Job:
         """Enqueue a fresh job from a dead letter, then drop the letter."""
@@ -590,162 +440,3 @@ class MemoryStore:
         for dead in letters:
             self._dead.pop(dead.id)
         return Purged(len(letters), more)
-
-    # -- bookkeeping -----------------------------------------------------------------
-
-    def _set_status(self, job: Job, status: Status, now: datetime) -> None:
-        if job.status == Status.PENDING:
-            self._depth_add(job, -1)
-        self._count(job.status, -1)
-        self._count(status, +1)
-        job.status = status
-        job.updated_at = now
-        key = job.unique_key
-        if key is not None and status in TERMINAL and self._unique.get(key) == job.id:
-            del self._unique[key]  # the key is free again
-
-    def _count(self, status: str, delta: int) -> None:
-        self._counts[status] += delta
-
-    def _depth_add(self, job: Job, delta: int) -> None:
-        """Pending jobs by queue and priority, by queue and by priority; an emptied queue is
-        forgotten, so 100k queues used once cost nothing once they are empty."""
-        queue, priority = job.queue, job.priority
-        self._priority_totals[priority] = self._priority_totals.get(priority, 0) + delta
-        total = self._queue_totals.get(queue, 0) + delta
-        depth = self._depth.setdefault(queue, {})
-        count = depth.get(priority, 0) + delta
-        if count > 0:
-            depth[priority] = count
-        else:
-            depth.pop(priority, None)
-        if total > 0:
-            self._queue_totals[queue] = total
-        else:
-            self._queue_totals.pop(queue, None)
-            del self._depth[queue]
-            self._ages.forget(queue)
-
-    def _event(self, job: Job, kind: EventKind, now: datetime, detail: str | None = None) -> None:
-        trail = self._events.setdefault(job.id, [])
-        if len(trail) < self.max_events_per_job:
-            trail.append(
-                Event(
-                    job_id=job.id,
-                    event=kind,
-                    at=now,
-                    node=self.node_id,
-                    attempt=job.attempts,
-                    detail=detail,
-                )
-            )
-
-    def _retire(self, job: Job) -> None:
-        """Forget the oldest finished jobs beyond `max_finished` (bounded memory)."""
-        self._finished.append(job.id)
-        while len(self._finished) > self.max_finished:
-            self._forget(self._finished.popleft())
-        self._expire_keys(job.updated_at.timestamp())
-
-    def _forget(self, job_id: str) -> None:
-        old = self._jobs.pop(job_id, None)
-        if old is not None:
-            self._count(old.status, -1)
-            self._events.pop(old.id, None)
-
-    def _expire_keys(self, now_ts: float) -> None:
-        """Drop expired dedupe and idempotency keys, a few at a time (oldest first)."""
-        for table in (self._dedupe, self._idempotency):
-            for _ in range(4):
-                key = next(iter(table), None)
-                if key is None or table[key][-1] > now_ts:
-                    break
-                del table[key]
-
-    # -- summaries for operators ---------------------------------------------------------
-
-    async def queue_summaries(self) -> list[QueueSummary]:
-        """Every queue with pending or running jobs, and every paused one. Due jobs are
-        moved to their ready heaps first (as a claim would), so a queue's scheduled jobs
-        are its pending ones less the live entries of its ready heaps. Finding the
-        longest-waiting due job takes one pass over the ready entries, in C (about 25 ms
-        for 75,000 due jobs): the engine asks at most every 2 s, for every viewer at once."""
-        now_ts = self.clock().timestamp()
-        ready, oldest = self._pending.ready_by_queue(now_ts)
-        running = Counter(lease.job.queue for lease in self._leases.values())
-        depths = {q: {p: n for p, n in d.items() if n} for q, d in self._depth.items()}
-        names = {q for q, d in depths.items() if d} | set(running) | self._paused
-        summaries = []
-        for name in sorted(names):
-            depth = depths.get(name, {})
-            pending = sum(depth.values())
-            summaries.append(
-                QueueSummary(
-                    name=name,
-                    pending=pending,
-                    scheduled=pending - ready[name],
-                    running=running[name],
-                    depth_by_priority={str(p): n for p, n in sorted(depth.items(), reverse=True)},
-                    oldest_due_at=_from_ts(oldest.get(name)),
-                    waiting_seconds=max(0.0, now_ts - oldest[name]) if name in oldest else None,
-                    paused=name in self._paused,
-                )
-            )
-        return summaries
-
-    async def nodes(self) -> list[NodeSummary]:
-        """This node alone: it is alive for as long as it answers."""
-        types = sorted(self._limits)
-        return [NodeSummary(self.node_id, self._opened_at, self.clock(), True, types)]
-
-    async def job_briefs(self, filters: JobFilter, limit: int, offset: int, preview: int) -> Page:
-        """A page of `list_jobs` as brief rows."""
-        page = await self.list_jobs(filters, limit, offset)
-        return Page([_job_brief(job, preview) for job in page.items], page.total)
-
-    async def dead_briefs(self, filters: DeadFilter, limit: int, offset: int, preview: int) -> Page:
-        """Dead letters newest first, filtered, as brief rows."""
-        matches = list(self._dead.newest_first(filters))
-        rows = [_dead_brief(dead, preview) for dead in matches[offset : offset + limit]]
-        return Page(rows, len(matches))
-
-
-def _from_ts(ts: float | None) -> datetime | None:
-    return None if ts is None else datetime.fromtimestamp(ts, UTC)
-
-
-def _job_brief(job: Job, limit: int) -> JobBrief:
-    return JobBrief(
-        id=job.id,
-        type=job.type,
-        queue=job.queue,
-        priority=job.priority,
-        status=job.status,
-        attempts=job.attempts,
-        max_retries=job.max_retries,
-        run_at=job.run_at,
-        created_at=job.created_at,
-        started_at=job.started_at,
-        finished_at=job.finished_at,
-        updated_at=job.updated_at,
-        parent_id=job.parent_id,
-        payload=preview(job.payload, limit),
-        result=None if job.result is None else preview(job.result, limit),
-        last_error=text_preview(job.last_error, limit),
-    )
-
-
-def _dead_brief(dead: DeadLetter, limit: int) -> DeadBrief:
-    job = dead.job
-    return DeadBrief(
-        id=dead.id,
-        job_id=dead.job_id,
-        type=job.type,
-        queue=job.queue,
-        priority=job.priority,
-        attempts=job.attempts,
-        max_retries=job.max_retries,
-        created_at=dead.created_at,
-        payload=preview(job.payload, limit),
-        last_error=text_preview(job.last_error, limit),
-    )

@@ -182,6 +182,25 @@ class Connections:
             result = cur.pgresult  # not `description`: it builds a Column per column
             return await cur.fetchall() if result is not None and result.nfields else []
 
+    async def page(
+        self,
+        page_sql: str,
+        count_sql: str,
+        params: Mapping[str, object],
+        count_params: Mapping[str, object] | None = None,
+    ) -> tuple[list[Row], int]:
+        """A page of rows and how many match in all (`count_sql`, with `count_params`
+        if given, else `params`): both statements in one pipeline, one round trip."""
+        async with self.connection() as conn:
+            async with conn.pipeline():
+                page = await conn.execute(page_sql, params)
+                total = await conn.execute(
+                    count_sql, params if count_params is None else count_params
+                )
+            rows = await page.fetchall()
+            count = await total.fetchone()
+        return rows, int(count[0]) if count is not None else 0
+
     @staticmethod
     async def fetchone(conn: Conn, query: str, params: Mapping[str, object]) -> Row | None:
         """Run one statement on `conn`; its first row, if any."""

@@ -57,20 +57,9 @@ class Reads:
     async def list_jobs(self, filters: JobFilter, limit: int, offset: int) -> Page:
         """Jobs newest first, and how many match."""
         page_sql, count_sql = self._sql.list_jobs(filters)
-        params = {
-            "type": filters.type,
-            "status": filters.status,
-            "queue": filters.queue,
-            "limit": limit,
-            "offset": offset,
-        }
-        async with self._db.connection() as conn:
-            async with conn.pipeline():
-                page = await conn.execute(page_sql, params)
-                total = await conn.execute(count_sql, params)
-            rows = await page.fetchall()
-            count = await total.fetchone()
-        return Page([pg_rows.job(r) for r in rows], _count(count))
+        params = pg_rows.job_filter(filters) | {"limit": limit, "offset": offset}
+        rows, total = await self._db.page(page_sql, count_sql, params)
+        return Page([pg_rows.job(r) for r in rows], total)
 
     async def stats(self) -> Stats:
         """Counts by status (all present), pending depth by queue and priority, dead letters."""
@@ -152,13 +141,9 @@ class Reads:
         count, counted = (
             (Sql.DEAD_COUNT, {}) if filters.empty else (Sql.COUNT_DEAD_MATCHING, params)
         )
-        async with self._db.connection() as conn:
-            async with conn.pipeline():
-                page = await conn.execute(self._sql[Sql.LIST_DEAD], params)
-                total = await conn.execute(self._sql[count], counted)
-            rows = await page.fetchall()
-            found = await total.fetchone()
-        return Page([pg_rows.dead(r) for r in rows], _count(found))
+        page_sql, count_sql = self._sql[Sql.LIST_DEAD], self._sql[count]
+        rows, total = await self._db.page(page_sql, count_sql, params, counted)
+        return Page([pg_rows.dead(r) for r in rows], total)
 
     async def get_dead(self, dead_id: str) -> DeadLetter | None:
         """One dead letter by its own id or its job's."""

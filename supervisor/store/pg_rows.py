@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 import psycopg
-from goqueue.supervisor.jobs import AttemptError, DeadLetter, Job, JobSpec, new_id
+from goqueue.supervisor.jobs import AttemptError, DeadLetter, Job, JobFilter, JobSpec, new_id
 from goqueue.supervisor.store.pg_sql import JOB_FIELDS
 from goqueue.supervisor.summaries import DeadFilter
 from goqueue.supervisor.vocab import Status
@@ -175,6 +175,11 @@ def dead(row: Row) -> DeadLetter:
         errors=_ERRORS.decode(row[3]),
         created_at=row[4],
     )
+
+
+def job_filter(filters: JobFilter) -> dict[str, Any]:
+    """The parameters of the statements filtering jobs (`Statements.filtered`)."""
+    return {"type": filters.type, "status": filters.status, "queue": filters.queue}
 
 
 def dead_filter(filters: DeadFilter) -> dict[str, Any]:

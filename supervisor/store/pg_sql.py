@@ -1,21 +1,17 @@
 """Every statement the PostgreSQL store runs: one table, formatted once per schema.
 
-`TEMPLATES` maps each `Sql` name to its text. In a template `{s}` stands for the quoted
-schema and the other `{...}` names for the fragments of `_fragments` (a template that
-is an f-string, splicing in a module constant, writes them `{{s}}`); parameters are
-always bound (`%(name)s`), never formatted in. `Statements(schema)` formats the table
-once; `Statements.list_jobs` picks the listing for a filter among variants built from
-a fixed tuple of columns, so no statement is composed from a caller's values.
+`TEMPLATES` maps each `Sql` name to its text: the statements that change rows, here, and
+the reads of `pg_sql_reads`. In a template `{s}` stands for the quoted schema and the
+other `{...}` names for the fragments of `pg_sql_parts.fragments` (a template that is an
+f-string, splicing in a module constant, writes them `{{s}}`); parameters are always
+bound (`%(name)s`), never formatted in. `Statements(schema)` formats the table once;
+`Statements.list_jobs` picks the listing for a filter among variants built from a fixed
+tuple of columns, so no statement is composed from a caller's values.
 
-The columns of a `Job` are generated from the struct (`JOB_FIELDS`), in its field order,
-which is also the order `pg_rows.job` decodes. Every state change writes its audit
-events in the same statement (a `trail` CTE over the changed rows, `changed`), so an
-event commits exactly when the change it describes does, at no extra round trip.
-
-A terminal status (done, failed, cancelled) writes its webhook's outbox row in the same
-statement too: the `outbox` CTE, over the `hooked` column of `changed` (the whole new
-row when the job has a `webhook_url`, NULL otherwise). The deliveries are then read and
-updated by the `OUTBOX_*` statements (`pg_outbox`).
+Every state change writes its audit events in the same statement (a `trail` CTE over the
+changed rows, `changed`), so an event commits exactly when the change it describes does,
+at no extra round trip; a terminal status writes its webhook's outbox row there too (see
+`pg_sql_parts`).
 
 The migrations (tables, indexes, the claim function) are in `pg_schema`.
 """
@@ -23,20 +19,32 @@ The migrations (tables, indexes, the claim function) are in `pg_schema`.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from enum import StrEnum, auto
 from itertools import product
 from types import MappingProxyType
 from typing import Final
 
-import msgspec
-from goqueue.supervisor.jobs import Job, JobFilter
-from goqueue.supervisor.store.pg_schema import channel, check_schema_name
-from goqueue.supervisor.store.pg_webhook_body import body_sql
+from goqueue.supervisor.jobs import JobFilter
+from goqueue.supervisor.store.pg_schema import check_schema_name
+from goqueue.supervisor.store.pg_sql_parts import (
+    FILTER_COLUMNS,
+    JOB_FIELDS,
+    N_JOB_FIELDS,
+    Sql,
+    fragments,
+)
+from goqueue.supervisor.store.pg_sql_reads import READS
 from goqueue.supervisor.vocab import EventKind
 
-JOB_FIELDS: Final = tuple(field.name for field in msgspec.structs.fields(Job))
-N_JOB_FIELDS: Final = len(JOB_FIELDS)
-FILTER_COLUMNS: Final = ("type", "status", "queue")  # `JobFilter` fields: equality filters
+__all__ = [
+    "FILTER_COLUMNS",
+    "JOB_FIELDS",
+    "LIVE_LEASES",
+    "N_JOB_FIELDS",
+    "TEMPLATES",
+    "Sql",
+    "Statements",
+]
+
 LIVE_LEASES: Final = 3  # a node is live (its limits count) while its beat is this many leases old
 
 # The columns an enqueue writes, and the values it writes for a job's parameters.
@@ -63,158 +71,8 @@ def _trail(event: EventKind) -> str:
             SELECT id, '{event}', now(), %(node)s, attempts, NULL FROM changed)"""
 
 
-# A CTE writing, for the one row of `changed`, the events `%(events)s` with their
-# details `%(details)s` (two text arrays), in array order.
-_TRAIL_OF_EVENTS = """trail AS (
-            INSERT INTO {s}.events (job_id, event, at, node, attempt, detail)
-            SELECT changed.id, e.event, now(), %(node)s, changed.attempts, e.detail
-            FROM changed CROSS JOIN unnest(%(events)s::text[], %(details)s::text[])
-                WITH ORDINALITY AS e(event, detail, n)
-            ORDER BY e.n)"""
-
-
-# `hooked`: a column of `changed` holding the job's new row when it has a webhook (the
-# UPDATE's target is `jobs`, or `j` in `hooked_j`). `outbox`: a CTE writing one delivery,
-# due now, per such row; its event is `job.` and the status (done, failed, cancelled).
-_HOOKED = "CASE WHEN {t}.webhook_url IS NOT NULL THEN {t} END AS hooked"
-_OUTBOX = f"""outbox AS (
-            INSERT INTO {{s}}.webhook_deliveries
-                (id, job_id, event, url, body, created_at, next_attempt_at)
-            SELECT gen_random_uuid(), (h.hooked).id, 'job.' || (h.hooked).status,
-                (h.hooked).webhook_url,
-                {body_sql("h.hooked")},
-                now(), now()
-            FROM changed h WHERE (h.hooked).id IS NOT NULL)"""
-
-
-# The filters of dead letters (`pg_rows.dead_filter` gives their parameters).
-_DEAD_WHERE = """WHERE (%(type)s::text IS NULL OR job ->> 'type' = %(type)s::text)
-              AND (%(queue)s::text IS NULL OR job ->> 'queue' = %(queue)s::text)
-              AND (%(job_id)s::uuid IS NULL OR job_id = %(job_id)s::uuid)
-              AND (%(pattern)s::text IS NULL OR job ->> 'last_error' ILIKE %(pattern)s::text)
-              AND (%(before)s::timestamptz IS NULL OR created_at < %(before)s::timestamptz)
-              AND (%(after)s::timestamptz IS NULL OR created_at > %(after)s::timestamptz)"""
-
-
-def _fragments(schema: str) -> dict[str, str]:
-    """The fragments the templates share, with the schema filled in."""
-    quoted = f'"{schema}"'
-    fragments = {
-        "job": ", ".join(JOB_FIELDS),
-        "claimed_job": ", ".join(f"(c.o_job).{name}" for name in JOB_FIELDS),
-        "clear_lease": "lease_owner = NULL, lease_token = NULL, lease_expires_at = NULL",
-        "fenced": "id = %(id)s AND lease_token = %(token)s AND status = 'running'",
-        "held": ("id = %(id)s AND lease_token = %(token)s AND status IN ('running', 'claimed')"),
-        "append_error": (
-            "errors = errors || jsonb_build_array(jsonb_build_object("
-            "'attempt', attempts, 'error', %(error)s::text, 'at', now())),"
-            " last_error = %(error)s"
-        ),
-        "live_nodes": "heartbeat_at > now() - %(live)s * interval '1 second'",
-        "trail": _TRAIL_OF_EVENTS,
-        "where": "",
-        # a preview is three columns: the first n characters, the size in bytes, whether cut
-        "previews": ", ".join(
-            f"left(t.{c}, %(n)s), octet_length(t.{c}), char_length(t.{c}) > %(n)s"
-            for c in ("p", "r", "e")
-        ),
-        "dead_from": """FROM {s}.dead_letters CROSS JOIN LATERAL
-                (SELECT (job -> 'payload')::text AS p, NULL::text AS r,
-                    job ->> 'last_error' AS e) t
-            """
-        + _DEAD_WHERE,
-        "dead_where": _DEAD_WHERE,
-        "channel": f'"{channel(schema)}"',
-        "hooked": _HOOKED.format(t="jobs"),
-        "hooked_j": _HOOKED.format(t="j"),
-        "outbox": _OUTBOX,
-    }
-    return {name: text.replace("{s}", quoted) for name, text in fragments.items()} | {"s": quoted}
-
-
-class Sql(StrEnum):
-    """The name of each statement of the store (a key of `TEMPLATES`)."""
-
-    # sessions and nodes
-    SESSION = auto()
-    PING = auto()
-    LISTEN = auto()
-    NOTIFY = auto()
-    REGISTER = auto()
-    FORGET_NODE = auto()
-    KNOWN_TYPES = auto()
-    EXPIRE_KEYS = auto()
-    PAUSE = auto()
-    RESUME = auto()
-    # enqueue
-    INSERT_JOB = auto()
-    ADD_JOB = auto()
-    ADD_JOB_STARTED = auto()
-    ADD_JOBS = auto()
-    CLAIM_DEDUPE = auto()
-    DEDUPE_HOLDER = auto()
-    UNIQUE_HOLDER = auto()
-    CLAIM_IDEMPOTENCY = auto()
-    IDEMPOTENCY_HOLDER = auto()
-    TAKE_DEAD = auto()
-    TAKE_DEAD_MANY = auto()
-    # leases and outcomes
-    CLAIM = auto()
-    START_MANY = auto()
-    NEXT_DUE_ANY = auto()
-    HEARTBEAT = auto()
-    EXPIRED = auto()
-    COMPLETE = auto()
-    COMPLETE_MANY = auto()
-    RETRY = auto()
-    BURY = auto()
-    INSERT_DEAD = auto()
-    RELEASE = auto()
-    LOCK_JOB = auto()
-    CANCEL = auto()
-    # reads
-    GET = auto()
-    LIST_JOBS = auto()
-    COUNT_JOBS = auto()
-    COUNTS = auto()
-    DEPTH = auto()
-    QUEUE_COUNTS = auto()
-    QUEUE_DEPTH = auto()
-    IS_PAUSED = auto()
-    QUEUE_DEPTHS = auto()
-    QUEUE_NAMES = auto()
-    EVENTS = auto()
-    DEAD_COUNT = auto()
-    LIST_DEAD = auto()
-    GET_DEAD = auto()
-    PURGE_DEAD = auto()
-    PURGE_DEAD_MANY = auto()
-    COUNT_DEAD_MATCHING = auto()
-    PRUNE = auto()
-    # summaries for operators (the dashboard)
-    QUEUE_PENDING = auto()
-    QUEUE_RUNNING = auto()
-    PAUSED = auto()
-    NODES = auto()
-    JOB_BRIEFS = auto()
-    DEAD_BRIEFS = auto()
-    COUNT_DEAD_BRIEFS = auto()
-    # the webhook outbox
-    OUTBOX_CLAIM = auto()
-    OUTBOX_RECORD = auto()
-    OUTBOX_OF_JOB = auto()
-    # periodic jobs
-    SCHEDULE_STATES = auto()
-    SCHEDULE_LOCK = auto()
-    SCHEDULE_FIRE = auto()
-    SCHEDULE_FIRED = auto()
-    SCHEDULE_SWITCH = auto()
-    # rate limits
-    TAKE_STARTS = auto()
-    RETURN_STARTS = auto()
-
-
-TEMPLATES: Final[Mapping[Sql, str]] = MappingProxyType(
+# The statements that change rows; the reads are in `pg_sql_reads`.
+_WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
     {
         # Per connection: UTC times, bounded statements and idle transactions, and no JIT
         # (compiling costs more than these short statements ever take).
@@ -452,66 +310,6 @@ TEMPLATES: Final[Mapping[Sql, str]] = MappingProxyType(
             {{outbox}},
             {_trail(EventKind.CANCELLED)}
             SELECT {{job}} FROM changed""",
-        Sql.GET: "SELECT {job} FROM {s}.jobs WHERE id = %(id)s",
-        # `{where}`: empty here; `Statements.list_jobs` has a variant per filter.
-        Sql.LIST_JOBS: """
-            SELECT {job} FROM {s}.jobs {where}
-            ORDER BY created_at DESC, seq DESC LIMIT %(limit)s OFFSET %(offset)s""",
-        Sql.COUNT_JOBS: "SELECT count(*) FROM {s}.jobs {where}",
-        Sql.COUNTS: "SELECT status, count(*) FROM {s}.jobs GROUP BY status",
-        Sql.DEPTH: """
-            SELECT queue, priority, count(*) FROM {s}.jobs WHERE status = 'pending'
-            GROUP BY queue, priority""",
-        Sql.QUEUE_COUNTS: """
-            SELECT status, count(*) FROM {s}.jobs WHERE queue = %(queue)s GROUP BY status""",
-        Sql.QUEUE_DEPTH: """
-            SELECT priority, count(*) FROM {s}.jobs
-            WHERE queue = %(queue)s AND status = 'pending' GROUP BY priority""",
-        Sql.IS_PAUSED: """
-            SELECT EXISTS (SELECT 1 FROM {s}.paused_queues WHERE queue = %(queue)s)""",
-        # Rows (kind, queue, priority, n, seconds): 'depth' (queue, priority, n) for the
-        # `top` deepest queues; 'all' (priority, n) over every queue; 'queues' (n queues);
-        # 'wait' (queue, seconds its longest-waiting due job has waited) for the top queues;
-        # 'other' (n other queues, their longest wait); 'dead' (n dead letters). A few
-        # hundred rows however many queues there are: a scrape never parses one per queue.
-        Sql.QUEUE_DEPTHS: """
-            WITH per_queue AS MATERIALIZED (
-                SELECT queue, count(*) AS n, extract(epoch FROM
-                    now() - min(run_at) FILTER (WHERE run_at <= now()))::float8 AS age
-                FROM {s}.jobs WHERE status = 'pending' GROUP BY queue),
-            top AS MATERIALIZED (
-                SELECT queue FROM per_queue ORDER BY n DESC, queue LIMIT %(top)s)
-            SELECT 'depth', queue, priority, count(*), NULL::float8 FROM {s}.jobs
-            WHERE status = 'pending' AND queue IN (SELECT queue FROM top)
-            GROUP BY queue, priority
-            UNION ALL
-            SELECT 'all', NULL, priority, count(*), NULL FROM {s}.jobs WHERE status = 'pending'
-            GROUP BY priority
-            UNION ALL
-            SELECT 'queues', NULL, NULL, count(*), NULL FROM per_queue
-            UNION ALL
-            SELECT 'wait', queue, NULL, NULL, coalesce(greatest(age, 0), 0) FROM per_queue
-            WHERE queue IN (SELECT queue FROM top)
-            UNION ALL
-            SELECT 'other', NULL, NULL, count(*), coalesce(greatest(max(age), 0), 0)
-            FROM per_queue WHERE queue NOT IN (SELECT queue FROM top)
-            UNION ALL
-            SELECT 'dead', NULL, NULL, count(*), NULL FROM {s}.dead_letters""",
-        Sql.QUEUE_NAMES: """
-            (SELECT queue FROM {s}.jobs WHERE status = 'pending' GROUP BY queue
-             LIMIT %(limit)s)
-            UNION SELECT queue FROM {s}.paused_queues""",
-        Sql.EVENTS: """
-            SELECT job_id, event, at, node, attempt, detail FROM {s}.events
-            WHERE job_id = %(id)s ORDER BY at, id""",
-        Sql.DEAD_COUNT: "SELECT count(*) FROM {s}.dead_letters",
-        Sql.LIST_DEAD: """
-            SELECT id, job_id, job, errors, created_at FROM {s}.dead_letters {dead_where}
-            ORDER BY created_at DESC, seq DESC LIMIT %(limit)s OFFSET %(offset)s""",
-        # By its own id, else by its job's (a job has at most one letter).
-        Sql.GET_DEAD: """
-            SELECT id, job_id, job, errors, created_at FROM {s}.dead_letters
-            WHERE id = %(id)s OR job_id = %(id)s ORDER BY id = %(id)s DESC LIMIT 1""",
         Sql.PURGE_DEAD: "DELETE FROM {s}.dead_letters WHERE id = %(id)s",
         # Bulk actions take the oldest matching letters first; a letter another node is
         # taking is skipped, not waited for (it counts as remaining).
@@ -529,7 +327,6 @@ TEMPLATES: Final[Mapping[Sql, str]] = MappingProxyType(
             SELECT (SELECT count(*) FROM gone),
                 (SELECT count(*) FROM {s}.dead_letters {dead_where})
                     - (SELECT count(*) FROM gone)""",
-        Sql.COUNT_DEAD_MATCHING: "SELECT count(*) FROM {s}.dead_letters {dead_where}",
         Sql.PRUNE: """
             WITH gone AS (
                 DELETE FROM {s}.jobs WHERE id IN (
@@ -545,33 +342,6 @@ TEMPLATES: Final[Mapping[Sql, str]] = MappingProxyType(
                 WHERE next_attempt_at IS NULL AND created_at < %(before)s
                 ORDER BY created_at LIMIT %(limit)s))
             SELECT count(*) FROM gone""",
-        Sql.QUEUE_PENDING: """
-            SELECT queue, priority, count(*),
-                count(*) FILTER (WHERE run_at > now()),
-                min(run_at) FILTER (WHERE run_at <= now()),
-                extract(epoch FROM now() - min(run_at) FILTER (WHERE run_at <= now()))::float8
-            FROM {s}.jobs WHERE status = 'pending' GROUP BY queue, priority""",
-        Sql.QUEUE_RUNNING: """
-            SELECT queue, count(*) FROM {s}.jobs WHERE status = 'running' GROUP BY queue""",
-        Sql.PAUSED: "SELECT queue FROM {s}.paused_queues",
-        Sql.NODES: """
-            SELECT node_id, started_at, heartbeat_at,
-                heartbeat_at > now() - %(live)s * interval '1 second', limits
-            FROM {s}.nodes WHERE heartbeat_at > now() - interval '1 hour' ORDER BY node_id""",
-        Sql.JOB_BRIEFS: """
-            SELECT id, type, queue, priority, status, attempts, max_retries, run_at,
-                created_at, started_at, finished_at, updated_at, parent_id, {previews}
-            FROM {s}.jobs CROSS JOIN LATERAL
-                (SELECT payload::text AS p, result::text AS r, last_error AS e) t
-            {where}
-            ORDER BY created_at DESC, seq DESC LIMIT %(limit)s OFFSET %(offset)s""",
-        Sql.DEAD_BRIEFS: """
-            SELECT id, job_id, job ->> 'type', job ->> 'queue', (job ->> 'priority')::int,
-                (job ->> 'attempts')::int, (job ->> 'max_retries')::int, created_at,
-                {previews}
-            {dead_from}
-            ORDER BY created_at DESC, seq DESC LIMIT %(limit)s OFFSET %(offset)s""",
-        Sql.COUNT_DEAD_BRIEFS: "SELECT count(*) {dead_from}",
         # Due deliveries, leased by pushing their next attempt a lease ahead (if this node
         # dies, that is when another takes them) under a fresh token.
         Sql.OUTBOX_CLAIM: """
@@ -607,11 +377,6 @@ TEMPLATES: Final[Mapping[Sql, str]] = MappingProxyType(
                 lease_owner = NULL, lease_token = NULL
             FROM r WHERE d.id = r.id AND d.lease_token = %(token)s
             RETURNING r.last""",
-        Sql.OUTBOX_OF_JOB: """
-            SELECT id, event, url, history, delivered_at, next_attempt_at, given_up_at
-            FROM {s}.webhook_deliveries WHERE job_id = %(id)s ORDER BY created_at, id""",
-        Sql.SCHEDULE_STATES: """
-            SELECT name, enabled, last_fire, last_job_id, enabled_at FROM {s}.schedules""",
         # The schedule's row, created if need be and locked for the firing transaction:
         # nodes firing one schedule take turns, and the later one sees the earlier's fire.
         Sql.SCHEDULE_LOCK: """
@@ -650,6 +415,8 @@ TEMPLATES: Final[Mapping[Sql, str]] = MappingProxyType(
     }
 )
 
+TEMPLATES: Final[Mapping[Sql, str]] = MappingProxyType({**_WRITES, **READS})
+
 
 _FILTERED: Final = (Sql.LIST_JOBS, Sql.COUNT_JOBS, Sql.JOB_BRIEFS)
 
@@ -665,12 +432,12 @@ class Statements:
     """Every statement of the store, formatted once for one schema."""
 
     def __init__(self, schema: str) -> None:
-        fragments = _fragments(check_schema_name(schema))
-        self._text = {name: TEMPLATES[name].format_map(fragments) for name in Sql}
+        shared = fragments(check_schema_name(schema))
+        self._text = {name: TEMPLATES[name].format_map(shared) for name in Sql}
         self._filtered: dict[tuple[Sql, tuple[bool, ...]], str] = {}
         for used in product((False, True), repeat=len(FILTER_COLUMNS)):
             chosen = tuple(c for c, on in zip(FILTER_COLUMNS, used, strict=True) if on)
-            where = fragments | {"where": _where(chosen)}
+            where = shared | {"where": _where(chosen)}
             for name in _FILTERED:
                 self._filtered[name, used] = TEMPLATES[name].format_map(where)
 

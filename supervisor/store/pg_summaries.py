@@ -60,17 +60,10 @@ class Summaries:
 
     async def job_briefs(self, filters: JobFilter, limit: int, offset: int, preview: int) -> Page:
         """`list_jobs` as list rows, with payload, result and error cut in the database."""
-        params = {
-            "type": filters.type,
-            "status": filters.status,
-            "queue": filters.queue,
-            "limit": limit,
-            "offset": offset,
-            "n": preview,
-        }
+        params = pg_rows.job_filter(filters) | {"limit": limit, "offset": offset, "n": preview}
         page_sql = self._sql.filtered(Sql.JOB_BRIEFS, filters)
         count_sql = self._sql.filtered(Sql.COUNT_JOBS, filters)
-        rows, total = await self._page(page_sql, count_sql, params)
+        rows, total = await self._db.page(page_sql, count_sql, params)
         return Page([_job_brief(r) for r in rows], total)
 
     async def dead_briefs(self, filters: DeadFilter, limit: int, offset: int, preview: int) -> Page:
@@ -79,19 +72,8 @@ class Summaries:
             return Page([], 0)
         params = pg_rows.dead_filter(filters) | {"limit": limit, "offset": offset, "n": preview}
         sql = self._sql
-        rows, total = await self._page(sql[Sql.DEAD_BRIEFS], sql[Sql.COUNT_DEAD_BRIEFS], params)
+        rows, total = await self._db.page(sql[Sql.DEAD_BRIEFS], sql[Sql.COUNT_DEAD_BRIEFS], params)
         return Page([_dead_brief(r) for r in rows], total)
-
-    async def _page(
-        self, page_sql: str, count_sql: str, params: Mapping[str, Any]
-    ) -> tuple[list[Row], int]:
-        async with self._db.connection() as conn:
-            async with conn.pipeline():
-                page = await conn.execute(page_sql, params)
-                total = await conn.execute(count_sql, params)
-            rows = await page.fetchall()
-            count = await total.fetchone()
-        return rows, int(count[0]) if count else 0
 
 
 def _preview(cols: Sequence[Any]) -> Preview | None:

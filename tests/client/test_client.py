@@ -16,7 +16,7 @@ from pathlib import Path
 
 import goqueue
 import pytest
-from goqueue.client.core import Retries
+from goqueue.client.calls import Retries
 
 from tests.conftest import Node, wait_for
 

@@ -9,7 +9,7 @@ from datetime import UTC, datetime
 
 import msgspec
 import pytest
-from goqueue.client import core
+from goqueue.client import calls, core
 from goqueue.client.errors import (
     BadRequest,
     Conflict,
@@ -33,27 +33,27 @@ pytestmark = pytest.mark.timeout(10)
 
 
 def test_endpoint_keeps_a_path_prefix_and_refuses_what_is_not_a_url() -> None:
-    plain = core.Endpoint.parse("http://127.0.0.1:9000/")
+    plain = calls.Endpoint.parse("http://127.0.0.1:9000/")
     assert (plain.scheme, plain.host, plain.port, plain.path) == ("http", "127.0.0.1", 9000, "")
-    behind = core.Endpoint.parse("https://[::1]/goqueue/")
+    behind = calls.Endpoint.parse("https://[::1]/goqueue/")
     assert (behind.host, behind.port, behind.path) == ("::1", 443, "/goqueue")
     for bad in ("127.0.0.1:8080", "ftp://127.0.0.1", "http://", "http://127.0.0.1:99999"):
         with pytest.raises(ValueError, match="invalid URL"):
-            core.Endpoint.parse(bad)
+            calls.Endpoint.parse(bad)
 
 
 def test_url_and_key_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("GOQUEUE_URL", "GOQUEUE_API_KEY", "API_KEY"):
         monkeypatch.delenv(name, raising=False)
-    assert core.url_from(None) == "http://127.0.0.1:8080"
-    assert core.key_from(None) is None
+    assert calls.url_from(None) == "http://127.0.0.1:8080"
+    assert calls.key_from(None) is None
     monkeypatch.setenv("GOQUEUE_URL", "http://127.0.0.1:1234")
     monkeypatch.setenv("API_KEY", "plain")
-    assert core.url_from(None) == "http://127.0.0.1:1234"
-    assert core.key_from(None) == "plain"
+    assert calls.url_from(None) == "http://127.0.0.1:1234"
+    assert calls.key_from(None) == "plain"
     monkeypatch.setenv("GOQUEUE_API_KEY", "prefixed")
-    assert core.key_from(None) == "prefixed"
-    assert core.key_from("given") == "given"
+    assert calls.key_from(None) == "prefixed"
+    assert calls.key_from("given") == "given"
 
 
 def test_a_job_is_checked_as_the_node_checks_it() -> None:
@@ -104,29 +104,29 @@ def test_enqueue_carries_its_key_and_reports_a_repeat_of_its_own_key_as_created(
 )
 def test_each_refusal_has_its_class(status: int, cls: type[RequestError]) -> None:
     body = msgspec.json.encode({"error": "no", "details": {"field": "type"}})
-    error = core.refusal(status, body)
+    error = calls.refusal(status, body)
     assert type(error) is cls and error.status == status
     assert str(error) == "no" and error.field == "type"
 
 
 def test_refusals_carry_the_existing_job_and_retry_after() -> None:
     body = b'{"error": "duplicate", "details": {"existing_id": "abc"}, "existing_id": "abc"}'
-    conflict = core.refusal(409, body)
+    conflict = calls.refusal(409, body)
     assert isinstance(conflict, Conflict) and conflict.existing_id == "abc"
-    mismatch = core.refusal(422, b'{"error": "reused", "details": {"existing_id": "j"}}')
+    mismatch = calls.refusal(422, b'{"error": "reused", "details": {"existing_id": "j"}}')
     assert isinstance(mismatch, IdempotencyMismatch) and mismatch.existing_id == "j"
-    full = core.refusal(503, b'{"error": "full"}', "5")
+    full = calls.refusal(503, b'{"error": "full"}', "5")
     assert isinstance(full, Unavailable) and full.retry_after == 5.0
-    odd = core.refusal(418, b"<html>teapot</html>")
+    odd = calls.refusal(418, b"<html>teapot</html>")
     assert type(odd) is RequestError and odd.status == 418 and "teapot" in str(odd)
 
 
 def test_an_answer_that_is_not_the_api_is_unexpected() -> None:
     call = core.get("00000000-0000-4000-8000-000000000000")
     with pytest.raises(UnexpectedAnswer):
-        core.answer(call, 200, b'{"id": 1}', None)
+        calls.answer(call, 200, b'{"id": 1}', None)
     with pytest.raises(NotFound):
-        core.answer(call, 404, b'{"error": "job not found"}', None)
+        calls.answer(call, 404, b'{"error": "job not found"}', None)
 
 
 def test_only_what_is_safe_to_send_twice_is_retried() -> None:
@@ -136,21 +136,21 @@ def test_only_what_is_safe_to_send_twice_is_retried() -> None:
     dropped = ConnectionFailed("dropped", sent=True)
     slow = ConnectionFailed("slow", sent=True, timed_out=True)
     busy = Unavailable("busy")
-    assert core.may_retry(enqueue, dropped) and core.may_retry(enqueue, busy)
-    assert core.may_retry(cancel, refused)  # never reached the node
-    assert not core.may_retry(cancel, dropped) and not core.may_retry(cancel, busy)
-    assert not core.may_retry(enqueue, slow)  # the caller's timeout is a bound
-    assert not core.may_retry(enqueue, NotFound("gone"))
-    assert not core.may_retry(core.batch([b"{}"], strict=True), busy)  # no key on batches
-    assert core.may_retry(core.set_paused("q", True), busy)
+    assert calls.may_retry(enqueue, dropped) and calls.may_retry(enqueue, busy)
+    assert calls.may_retry(cancel, refused)  # never reached the node
+    assert not calls.may_retry(cancel, dropped) and not calls.may_retry(cancel, busy)
+    assert not calls.may_retry(enqueue, slow)  # the caller's timeout is a bound
+    assert not calls.may_retry(enqueue, NotFound("gone"))
+    assert not calls.may_retry(core.batch([b"{}"], strict=True), busy)  # no key on batches
+    assert calls.may_retry(core.set_paused("q", True), busy)
 
 
 def test_retries_wait_the_projects_backoff_or_retry_after_within_the_cap() -> None:
-    retries = core.Retries(attempts=5, base=0.2, cap=2.0, rng=random.Random(7))
+    retries = calls.Retries(attempts=5, base=0.2, cap=2.0, rng=random.Random(7))
     expected = backoff(3, 0.2, 2.0, random.Random(7))
     assert retries.delay(3, ConnectionFailed("x", sent=False)) == expected
-    assert core.Retries(base=0.2, cap=2.0).delay(1, Unavailable("x", retry_after=5)) == 2.0
-    assert 0.15 <= core.Retries(base=0.2, cap=2.0).delay(1, Unavailable("x")) <= 0.25
+    assert calls.Retries(base=0.2, cap=2.0).delay(1, Unavailable("x", retry_after=5)) == 2.0
+    assert 0.15 <= calls.Retries(base=0.2, cap=2.0).delay(1, Unavailable("x")) <= 0.25
 
 
 def test_a_batch_answer_becomes_jobs_and_errors_in_order() -> None:

@@ -1,0 +1,78 @@
+"""How a node stops: `drain` after a stop signal (running attempts get the shutdown
+grace, the rest are handed back), `abort` after a failed or interrupted start. Both close
+every part in order: workers, webhooks, the HTTP server, the store.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from functools import partial
+
+from goqueue.supervisor.node import Node
+from goqueue.supervisor.pool import Pool
+from goqueue.supervisor.vocab import KillReason, WorkerState
+
+log = logging.getLogger("goqueue.arbiter")  # the arbiter's steps, logged as its own
+
+ABORT_FLOOR = 2.0  # seconds closing after a failure may take even with no shutdown grace
+
+
+def kill_busy(pool: Pool, reason: KillReason) -> None:
+    """Kill every worker running an attempt (those stopping with one too)."""
+    for worker in pool:
+        if worker.state == WorkerState.BUSY or (
+            worker.state == WorkerState.STOPPING and worker.lease
+        ):
+            pool.kill(worker, reason)
+
+
+async def abort(node: Node, grace: float, tasks: Sequence[asyncio.Task[None]]) -> None:
+    """Close whatever is open after a failed or interrupted start (or a failure of the
+    loop): workers, webhooks, HTTP, the store; within the shutdown `grace` (at least
+    `ABORT_FLOOR`), whatever hangs (a database that does not answer)."""
+    node.engine.draining = True
+    node.dispatcher.dispatching = False
+    for task in tasks:
+        task.cancel()
+    await node.scheduler.stop()
+    steps: list[tuple[str, Callable[[], Awaitable[None]]]] = [
+        ("stopping the workers", partial(node.pool.shutdown, 2.0)),
+        ("closing the webhook sender", partial(node.webhooks.close, 0.0)),
+        ("stopping the HTTP server", node.http.stop),
+        ("closing the store", node.store.close),
+    ]
+    try:
+        async with asyncio.timeout(max(grace, ABORT_FLOOR)):
+            for what, step in steps:
+                try:
+                    await step()
+                except Exception as exc:
+                    log.error(f"{what} failed: {exc!r}")
+    except TimeoutError:
+        log.error("closing took longer than the shutdown grace; exiting anyway")
+        for worker in node.pool:
+            node.pool.kill(worker, KillReason.SHUTDOWN)
+
+
+async def drain(node: Node, grace: float, tasks: Sequence[asyncio.Task[None]]) -> None:
+    """Refuse new jobs, let running attempts finish within `grace`, hand back the rest,
+    stop the children, then the HTTP server and the store."""
+    deadline = time.monotonic() + grace
+    node.engine.draining = True
+    await node.scheduler.stop()  # a draining node enqueues nothing
+    node.dispatcher.dispatching = False
+    node.dispatcher.release_buffer()  # let other nodes have them now
+    log.info("draining", extra={"grace": grace})
+    await node.pool.wait_idle(grace)
+    kill_busy(node.pool, KillReason.SHUTDOWN)
+    await node.pool.shutdown(timeout=5.0)
+    await node.dispatcher.flush(timeout=10.0)
+    for task in tasks:
+        task.cancel()
+    # webhooks in flight since the signal get what is left of the grace
+    await node.webhooks.close(max(0.0, deadline - time.monotonic()))
+    await node.http.stop()
+    await node.store.close()
