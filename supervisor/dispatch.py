@@ -264,13 +264,21 @@ class Dispatcher:
         return partial(self._started_at_enqueue, worker)
 
     def _started_at_enqueue(self, worker: Worker, lease: Lease | None) -> None:
-        """The enqueue `start_at_enqueue` kept `worker` for is over: run the job it
-        started (on the next idle worker if that one is gone); without a lease the job is
-        pending, and the store woke the dispatcher for it."""
-        self._reserved.discard(id(worker))
+        """The enqueue `start_at_enqueue` kept `worker` for is over. Without a lease the
+        job is pending (the store woke the dispatcher for it). With one, the job runs on
+        the next turn of the loop, once the enqueue's answer is written: a client hears
+        of its job before the job can do anything (even kill its node)."""
         if lease is None:
+            self._reserved.discard(id(worker))
             self.nudge()
-        elif self.dispatching and any(w is worker for w in self.pool.idle()):
+        else:
+            asyncio.get_running_loop().call_soon(self._run_started, worker, lease)
+
+    def _run_started(self, worker: Worker, lease: Lease) -> None:
+        """Run a job started at its enqueue on the worker kept for it (on the next idle
+        one if that one is gone)."""
+        self._reserved.discard(id(worker))
+        if self.dispatching and any(w is worker for w in self.pool.idle()):
             self._start(lease, worker)
         else:
             self._rebuffer(lease, self.monotonic(), None)

@@ -3,6 +3,7 @@ handed, no processes. Each test runs in milliseconds."""
 
 from __future__ import annotations
 
+import asyncio
 import random
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -402,6 +403,8 @@ async def test_a_job_may_start_at_its_enqueue_only_when_nothing_could_wait_ahead
     assert d.start_at_enqueue(new_job("a")) is None  # its only worker is kept for it
     started = lease("a")
     begin(started)
+    assert r.pool.runs == []  # on the next turn: the enqueue's answer goes first
+    await asyncio.sleep(0)
     assert [x for _, x, _ in r.pool.runs] == [started]
     r.pool.workers.append(FakeWorker(both()))
     d.wake()  # news since the last claim: something may wait ahead in the store
