@@ -1,9 +1,9 @@
 """Dispatch: claim due jobs for idle workers within per-type slots, and record outcomes.
 
 The dispatcher sleeps until woken (a job enqueued, a worker freed, a delayed job due)
-and never polls. It hears the pool's job events directly and writes each outcome to the
-store, then tells the hooks. Writes go through `_write`, which holds them and retries
-while the store is unavailable, so a finished attempt is never forgotten.
+and never polls. It hears the pool's job events directly and has each outcome written to
+the store, then the hooks told, by its `Ledger` (`ledger.py`), which holds a write and
+retries it while the store is unavailable, so a finished attempt is never forgotten.
 """
 
 from __future__ import annotations
@@ -21,11 +21,12 @@ from typing import TYPE_CHECKING
 
 import msgspec
 from goqueue.actors.protocol import JobDone, JobFailed
-from goqueue.supervisor.backoff import Backoff, backoff
+from goqueue.supervisor.backoff import backoff
 from goqueue.supervisor.catalog import Catalog
 from goqueue.supervisor.errors import StoreUnavailable
 from goqueue.supervisor.hooks import Hook
-from goqueue.supervisor.jobs import Job, Lease, Outcome, utcnow
+from goqueue.supervisor.jobs import Job, Lease, utcnow
+from goqueue.supervisor.ledger import Ledger
 from goqueue.supervisor.pool import Pool, describe_exit
 from goqueue.supervisor.store.base import NewJob, Store
 from goqueue.supervisor.throttle import Throttle
@@ -38,8 +39,6 @@ if TYPE_CHECKING:
 log = logging.getLogger("goqueue.dispatch")
 
 RETRY_CLAIM = 1.0  # seconds before claiming again after a failed pass
-WRITE_RETRY_BASE = 0.2  # a held outcome write is retried after 0.2 s, 0.4 s, ... 5 s
-WRITE_RETRY_CAP = 5.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,7 +88,6 @@ class Dispatcher:
         self.policy = policy
         self.prefetch = prefetch
         self.clock = clock
-        self.sleep = sleep
         self.monotonic = monotonic
         self._running: Counter[str] = Counter()
         self._started: dict[str, Lease] = {}  # token -> lease of each attempt on a worker
@@ -101,7 +99,6 @@ class Dispatcher:
         # token -> (monotonic) the end of the rate window a claimed lease's start was
         # taken from, less its guard: past it the lease goes back rather than start
         self._window_ends: dict[str, float] = {}
-        self._recording: dict[str, Lease] = {}  # finished attempts whose outcome is held
         self._starting: dict[str, Lease] = {}  # claimed leases whose start is being written
         self._reserved: set[int] = set()  # (ids of) idle workers waiting for such a start
         self._prefetch_paused = False  # buffered leases went stale: claim only for idle
@@ -112,7 +109,7 @@ class Dispatcher:
         self._news = 1  # bumped by wake(): work may have arrived
         self._seen = 0  # the `_news` value as of the last claim that came back short
         self._due_timer: asyncio.TimerHandle | None = None
-        self._writes: set[asyncio.Task[None]] = set()
+        self.ledger = Ledger(hooks, sleep=sleep, rng=self.rng)  # writes not to be lost
         self.throttle = Throttle(store, self.wake, on_rate_wait)  # rate limits
 
     def reconfigure(self, catalog: Catalog, policy: Policy) -> None:
@@ -291,7 +288,7 @@ class Dispatcher:
         """Hand back a claimed lease whose rate window ended, and claim again once it is
         pending (taking a start from the window now open)."""
         self._unbuffer(lease)
-        done = self._write(partial(self.store.release, lease))
+        done = self.ledger.write(partial(self.store.release, lease))
         done.add_done_callback(lambda _: self.wake())
 
     def _begin(self, lease: Lease, worker: Worker) -> None:
@@ -302,9 +299,7 @@ class Dispatcher:
         self._unbuffer(lease)
         self._starting[lease.token] = lease
         self._reserved.add(id(worker))
-        task = asyncio.ensure_future(self._begin_write(lease, worker, renewed, window_end))
-        self._writes.add(task)
-        task.add_done_callback(self._writes.discard)
+        self.ledger.track(self._begin_write(lease, worker, renewed, window_end))
 
     async def _begin_write(
         self, lease: Lease, worker: Worker, renewed: float, window_end: float | None
@@ -326,7 +321,7 @@ class Dispatcher:
         if held is None:
             log.warning("lease lost before the job started", extra={"job_id": lease.job.id})
         elif not self.dispatching or self.monotonic() - renewed >= self._fresh_for:
-            self._write(partial(self.store.release, held))  # it may lapse while running
+            self.ledger.write(partial(self.store.release, held))  # it may lapse while running
         elif held.job.status == Status.RUNNING and any(w is worker for w in self.pool.idle()):
             self._start(held, worker)
         else:  # the worker is gone: the next idle one takes it
@@ -357,7 +352,7 @@ class Dispatcher:
             extra={"job_id": lease.job.id, "type": lease.job.type},
         )
         self._unbuffer(lease)
-        self._write(partial(self.store.release, lease))
+        self.ledger.write(partial(self.store.release, lease))
 
     def release_stale(self) -> int:
         """Hand back leases claimed ahead that waited a whole lease for a worker (the
@@ -406,7 +401,7 @@ class Dispatcher:
         hand."""
         return [
             *self._started.values(),
-            *self._recording.values(),
+            *self.ledger.recording.values(),
             *self._starting.values(),
             *self._buffer,
         ]
@@ -437,14 +432,14 @@ class Dispatcher:
         while self._buffer:
             lease = self._buffer[0]
             self._unbuffer(lease)
-            self._write(partial(self.store.release, lease))
+            self.ledger.write(partial(self.store.release, lease))
 
     # -- outcomes (the pool's JobEvents) ---------------------------------------------
 
     def job_done(self, lease: Lease, message: JobDone) -> None:
         """Record a success."""
         self._finish(lease, AttemptOutcome.SUCCEEDED, message.duration)
-        self._record(lease, partial(self.store.complete, lease, msgspec.Raw(message.result)))
+        self.ledger.record(lease, partial(self.store.complete, lease, msgspec.Raw(message.result)))
 
     def job_failed(self, lease: Lease, message: JobFailed) -> None:
         """Record a failed attempt; retry unless the handler said Fail or retries ran out."""
@@ -452,7 +447,7 @@ class Dispatcher:
         if message.traceback:
             self.hooks.after_error(lease.job, message.error, message.traceback)
         retry_at = self._retry_at(lease, message.retry, message.delay)
-        self._record(lease, partial(self.store.fail, lease, message.error, retry_at))
+        self.ledger.record(lease, partial(self.store.fail, lease, message.error, retry_at))
 
     def job_lost(self, lease: Lease, worker: Worker) -> None:
         """A worker died holding `lease`: timeout, crash, cancellation or shutdown."""
@@ -467,7 +462,7 @@ class Dispatcher:
         if reason in (KillReason.CANCEL, KillReason.LEASE_LOST):
             return  # the store already moved on; any write would be fenced anyway
         if reason == KillReason.SHUTDOWN:
-            self._write(partial(self.store.release, lease))
+            self.ledger.write(partial(self.store.release, lease))
             return
         exit_text = describe_exit(worker.exitcode)
         if reason == KillReason.TIMEOUT:
@@ -477,7 +472,7 @@ class Dispatcher:
             error = f"worker {worker.pid} {exit_text} while running the job"
         self.hooks.after_error(lease.job, error, "")
         retry_at = self._retry_at(lease, True, None)
-        self._record(lease, partial(self.store.fail, lease, error, retry_at))
+        self.ledger.record(lease, partial(self.store.fail, lease, error, retry_at))
 
     def _finish(self, lease: Lease, outcome: AttemptOutcome | None, duration: float) -> None:
         job_type = lease.job.type
@@ -508,48 +503,9 @@ class Dispatcher:
             delay = backoff(attempt, self.policy.retry_base, self.policy.retry_cap, self.rng)
         return self.clock() + timedelta(seconds=delay)
 
-    def _record(self, lease: Lease, write: Callable[[], Awaitable[Outcome | None]]) -> None:
-        """Write an attempt's outcome (fenced by its lease), then tell the hooks."""
-
-        async def record() -> None:
-            outcome = await write()
-            if outcome is None:
-                job = lease.job
-                fields = {"job_id": job.id, "type": job.type, "attempt": job.attempts}
-                log.warning("lease lost before the outcome was recorded", extra=fields)
-                return
-            self.hooks.after_outcome(outcome)
-
-        self._recording[lease.token] = lease  # heartbeated until the write is done
-        done = self._write(record)
-        done.add_done_callback(lambda _: self._recording.pop(lease.token, None))
-
-    # -- writes that must not be lost -----------------------------------------------
-
-    def _write(self, make: Callable[[], Awaitable[object]]) -> asyncio.Future[None]:
-        task = asyncio.ensure_future(self._persist(make))
-        self._writes.add(task)
-        task.add_done_callback(self._writes.discard)
-        return task
-
-    async def _persist(self, make: Callable[[], Awaitable[object]]) -> None:
-        """Run a store write, retrying while the store is unavailable."""
-        delays = Backoff(WRITE_RETRY_BASE, WRITE_RETRY_CAP, self.rng)
-        while True:
-            try:
-                await make()
-                return
-            except StoreUnavailable as exc:
-                log.warning("store unavailable; holding an outcome", extra={"err": str(exc)})
-            except Exception:
-                log.exception("recording an outcome failed")
-                return
-            await self.sleep(delays.next())
-
     async def flush(self, timeout: float) -> None:
-        """Wait for outstanding outcome writes (shutdown)."""
-        if self._writes:
-            await asyncio.wait(set(self._writes), timeout=timeout)
+        """Wait for outstanding writes (shutdown)."""
+        await self.ledger.flush(timeout)
 
 
 def _types_of(workers: list[Worker]) -> frozenset[str]:
