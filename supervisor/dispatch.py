@@ -29,7 +29,7 @@ from goqueue.supervisor.jobs import Job, Lease, utcnow
 from goqueue.supervisor.ledger import Ledger
 from goqueue.supervisor.pool import Pool, describe_exit
 from goqueue.supervisor.store.base import NewJob, Store
-from goqueue.supervisor.throttle import Throttle
+from goqueue.supervisor.throttle import Held, Throttle
 from goqueue.supervisor.vocab import AttemptOutcome, KillReason, Status
 from goqueue.supervisor.worker import Worker
 
@@ -161,45 +161,57 @@ class Dispatcher:
                 return  # a deep queue: claim ahead again once the leases in hand ran out
             ahead = 0 if self._prefetch_paused else self.prefetch
             want = len(idle) + ahead - len(self._buffer)
-            if want <= 0:
-                return
+            if want <= 0 or self._seen == self._news:
+                return  # (or drained, and nothing enqueued or freed since)
+            slots = self.catalog.free_slots(want, self._running, self._buffered)
             types = self.catalog.types if ahead else _types_of(idle)
-            held = self._running + self._buffered
-            slots = {t: n for t, n in self.catalog.free_slots(held, want).items() if t in types}
-            if not slots or self._seen == self._news:
+            if not slots.keys() <= types:
+                slots = {t: n for t, n in slots.items() if t in types}
+            if not slots:
                 return
             news = self._news
-            asked = self.monotonic()
-            # the best go straight to the idle workers, started by the claim itself; the
-            # workers are kept for them meanwhile (a job charged is a job that runs)
-            start = min(len(idle), want)
-            kept = {id(w) for w in idle[:start]} - self._reserved
-            self._reserved |= kept
-            try:
-                slots, taken = await self.throttle.admit(self.catalog, slots)
-                if not slots:
-                    return  # every type is throttled: the throttle wakes us in time
-                leases = await self.store.claim(want, self.policy.queues, slots, start)
-                await self.throttle.settle(taken, leases)
-                ends = {x.job_type: asked + x.taken.seconds_left - x.guard for x in taken}
-            except StoreUnavailable as exc:
-                log.warning("claim failed: store unavailable", extra={"err": str(exc)})
-                asyncio.get_running_loop().call_later(RETRY_CLAIM, self.wake)
+            got = await self._claim(idle, want, slots)
+            if got is None:
                 return
-            finally:
-                self._reserved -= kept
-            for lease in leases:
-                self._buffer.append(lease)
-                self._buffered[lease.job.type] += 1
-                self._renewed[lease.token] = asked
-                self._claimed_at[lease.token] = asked
-                if lease.job.type in ends and lease.job.status == Status.CLAIMED:
-                    self._window_ends[lease.token] = ends[lease.job.type]
-            self._deep = len(leases) == want
-            if len(leases) < want:
+            self._deep = got == want
+            if got < want:
                 self._seen = news  # drained as of then; a wake since means look again
                 self._hand_out()
                 return
+
+    async def _claim(self, idle: list[Worker], want: int, slots: dict[str, int]) -> int | None:
+        """Claim up to `want` leases within `slots` into the buffer; how many, or None
+        when nothing could be asked (every type throttled, the store unavailable)."""
+        asked = self.monotonic()
+        # the best go straight to the idle workers, started by the claim itself; the
+        # workers are kept for them meanwhile (a job charged is a job that runs)
+        start = min(len(idle), want)
+        kept = {id(w) for w in idle[:start]} - self._reserved
+        self._reserved |= kept
+        try:
+            taken: list[Held] = []
+            if self.throttle.applies(self.catalog, slots):
+                slots, taken = await self.throttle.admit(self.catalog, slots)
+                if not slots:
+                    return None  # every type is throttled: the throttle wakes us in time
+            leases = await self.store.claim(want, self.policy.queues, slots, start)
+            if taken:
+                await self.throttle.settle(taken, leases)
+        except StoreUnavailable as exc:
+            log.warning("claim failed: store unavailable", extra={"err": str(exc)})
+            asyncio.get_running_loop().call_later(RETRY_CLAIM, self.wake)
+            return None
+        finally:
+            self._reserved -= kept
+        ends = {x.job_type: asked + x.taken.seconds_left - x.guard for x in taken}
+        for lease in leases:
+            self._buffer.append(lease)
+            self._buffered[lease.job.type] += 1
+            self._renewed[lease.token] = asked
+            self._claimed_at[lease.token] = asked
+            if lease.job.type in ends and lease.job.status == Status.CLAIMED:
+                self._window_ends[lease.token] = ends[lease.job.type]
+        return len(leases)
 
     def _hand_out(self) -> None:
         """Start buffered leases on idle workers that know their type, best first. A
@@ -230,13 +242,20 @@ class Dispatcher:
 
     def _next_for(self, worker: Worker) -> Lease | None:
         """The lease in hand `worker` should run: one already started (charged) first."""
-        fits = [x for x in self._buffer if x.job.type in worker.types]
-        return next((x for x in fits if x.job.status == Status.RUNNING), None) or next(
-            iter(fits), None
-        )
+        first = None
+        for lease in self._buffer:
+            if lease.job.type in worker.types:
+                if lease.job.status == Status.RUNNING:
+                    return lease
+                if first is None:
+                    first = lease
+        return first
 
     def _idle(self) -> list[Worker]:
-        return [w for w in self.pool.idle() if id(w) not in self._reserved]
+        idle = self.pool.idle()
+        if not self._reserved:
+            return idle
+        return [w for w in idle if id(w) not in self._reserved]
 
     def start_at_enqueue(self, new: NewJob) -> Callable[[Lease | None], None] | None:
         """Keep an idle worker for `new` while it is enqueued, when it may start at once
@@ -485,7 +504,8 @@ class Dispatcher:
         self._prefetch_paused = False  # a worker freed up: claiming ahead pays again
         # Hand out on the next turn (once the pool has retired the worker if it must):
         # a claimed job's start then shares the group commit of this attempt's outcome.
-        asyncio.get_running_loop().call_soon(self._hand_out)
+        if self._buffer:  # else a lease claimed meanwhile is handed out by its claim
+            asyncio.get_running_loop().call_soon(self._hand_out)
         if self.catalog.limit(job_type) is not None:
             self.wake()  # a limited slot opened: jobs of that type may now be claimable
         else:
