@@ -109,7 +109,8 @@ class Dispatcher:
         self._news = 1  # bumped by wake(): work may have arrived
         self._seen = 0  # the `_news` value as of the last claim that came back short
         self._due_timer: asyncio.TimerHandle | None = None
-        self.ledger = Ledger(hooks, sleep=sleep, rng=self.rng)  # writes not to be lost
+        # the writes not to be lost
+        self.ledger = Ledger(hooks, sleep=sleep, rng=self.rng, at_once=store.answers_at_once)
         self.throttle = Throttle(store, self.wake, on_rate_wait)  # rate limits
 
     def reconfigure(self, catalog: Catalog, policy: Policy) -> None:

@@ -39,6 +39,7 @@ class FakeStore:
     every call in the shared `log`, and fails writes while `down` counts down."""
 
     claim_ahead = False
+    answers_at_once = False  # its writes are tasks, so a test sees them still held
 
     def __init__(self, log: list[Any], leases: list[Lease] | None = None) -> None:
         self.log = log
@@ -176,6 +177,7 @@ def rig(
     hooks: list[Hook] | None = None,
     prefetch: int = 0,
     ticks: list[float] | None = None,
+    at_once: bool = False,
 ) -> Rig:
     log: list[Any] = []
     sleeps: list[float] = []
@@ -184,6 +186,7 @@ def rig(
         sleeps.append(seconds)
 
     store = FakeStore(log, leases)
+    store.answers_at_once = at_once
     pool = FakePool(list(workers or []))
     catalog = Catalog(actors or [ActorInfo("a"), ActorInfo("b")], {})
     dispatcher = Dispatcher(
@@ -256,6 +259,36 @@ async def test_an_outcome_write_is_held_while_the_store_is_unavailable() -> None
     assert len(r.sleeps) == 3
     for waited, nominal in zip(r.sleeps, (0.2, 0.4, 0.8), strict=True):
         assert 0.75 * nominal <= waited <= 1.25 * nominal
+
+
+async def test_a_store_that_never_waits_has_an_outcome_written_before_the_report_returns() -> None:
+    held = lease("a")
+    r = rig(leases=[held], workers=[FakeWorker(both())], at_once=True)
+    await r.dispatcher.fill()
+    r.dispatcher.job_done(held, JobDone(held.job.id, b"1", 0.5))
+    assert r.log[-2:] == [("complete", held.job.id), ("hook", "outcome", held.job.id, Status.DONE)]
+    assert r.dispatcher.held_leases() == []
+    assert not r.dispatcher.ledger._writes  # no task was needed
+
+
+async def test_a_write_that_must_wait_for_the_store_goes_on_in_a_task_holding_its_lease() -> None:
+    held = lease("a")
+    r = rig(leases=[held], workers=[FakeWorker(both())], at_once=True)
+    waited: list[float] = []
+
+    async def sleep(seconds: float) -> None:  # really waits, unlike the rig's
+        waited.append(seconds)
+        await asyncio.sleep(0)
+
+    r.dispatcher.ledger.sleep = sleep
+    await r.dispatcher.fill()
+    r.store.down = 2
+    r.dispatcher.job_done(held, JobDone(held.job.id, b"1", 0.5))
+    assert r.dispatcher.held_leases() == [held]  # heartbeated until its outcome is written
+    assert ("complete", held.job.id) not in r.log
+    await r.dispatcher.flush(5)
+    assert len(waited) == 2 and r.dispatcher.held_leases() == []
+    assert r.log[-2:] == [("complete", held.job.id), ("hook", "outcome", held.job.id, Status.DONE)]
 
 
 async def test_buffered_leases_are_handed_out_best_first_to_workers_that_know_the_type() -> None:
