@@ -12,7 +12,7 @@ import asyncio
 import logging
 import random
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -24,6 +24,7 @@ from goqueue.actors.protocol import JobDone, JobFailed
 from goqueue.supervisor.backoff import backoff
 from goqueue.supervisor.catalog import Catalog
 from goqueue.supervisor.errors import StoreUnavailable
+from goqueue.supervisor.hand import Hand
 from goqueue.supervisor.hooks import Hook
 from goqueue.supervisor.jobs import Job, Lease, utcnow
 from goqueue.supervisor.ledger import Ledger
@@ -91,14 +92,7 @@ class Dispatcher:
         self.monotonic = monotonic
         self._running: Counter[str] = Counter()
         self._started: dict[str, Lease] = {}  # token -> lease of each attempt on a worker
-        self._buffer: deque[Lease] = deque()  # claimed, not yet started (prefetch)
-        self._buffered: Counter[str] = Counter()
-        # token -> (monotonic) when the lease was last known extended, and when buffered
-        self._renewed: dict[str, float] = {}
-        self._claimed_at: dict[str, float] = {}
-        # token -> (monotonic) the end of the rate window a claimed lease's start was
-        # taken from, less its guard: past it the lease goes back rather than start
-        self._window_ends: dict[str, float] = {}
+        self._hand = Hand()  # claimed, not yet on a worker (prefetch)
         self._starting: dict[str, Lease] = {}  # claimed leases whose start is being written
         self._reserved: set[int] = set()  # (ids of) idle workers waiting for such a start
         self._prefetch_paused = False  # buffered leases went stale: claim only for idle
@@ -158,13 +152,13 @@ class Dispatcher:
         while self.dispatching:
             self._hand_out()
             idle = self._idle()
-            if not idle and self._buffer and self._deep:
+            if not idle and self._hand and self._deep:
                 return  # a deep queue: claim ahead again once the leases in hand ran out
             ahead = 0 if self._prefetch_paused else self.prefetch
-            want = len(idle) + ahead - len(self._buffer)
+            want = len(idle) + ahead - len(self._hand)
             if want <= 0 or self._seen == self._news:
                 return  # (or drained, and nothing enqueued or freed since)
-            slots = self.catalog.free_slots(want, self._running, self._buffered)
+            slots = self.catalog.free_slots(want, self._running, self._hand.by_type)
             types = self.catalog.types if ahead else _types_of(idle)
             if not slots.keys() <= types:
                 slots = {t: n for t, n in slots.items() if t in types}
@@ -181,7 +175,7 @@ class Dispatcher:
                 return
 
     async def _claim(self, idle: list[Worker], want: int, slots: dict[str, int]) -> int | None:
-        """Claim up to `want` leases within `slots` into the buffer; how many, or None
+        """Claim up to `want` leases within `slots` into the hand; how many, or None
         when nothing could be asked (every type throttled, the store unavailable)."""
         asked = self.monotonic()
         # the best go straight to the idle workers, started by the claim itself; the
@@ -206,12 +200,7 @@ class Dispatcher:
             self._reserved -= kept
         ends = {x.job_type: asked + x.taken.seconds_left - x.guard for x in taken}
         for lease in leases:
-            self._buffer.append(lease)
-            self._buffered[lease.job.type] += 1
-            self._renewed[lease.token] = asked
-            self._claimed_at[lease.token] = asked
-            if lease.job.type in ends and lease.job.status == Status.CLAIMED:
-                self._window_ends[lease.token] = ends[lease.job.type]
+            self._hand.add(lease, asked, ends.get(lease.job.type))
         return len(leases)
 
     def _hand_out(self) -> None:
@@ -220,11 +209,11 @@ class Dispatcher:
         is handed back (fenced by its token, so one already taken over costs nothing).
         Nor is one of a rate-limited type whose window ended: its start would count in
         the next window, where other nodes may have used every start already."""
-        if not self.dispatching or not self._buffer:  # nothing in hand: the usual case
+        if not self.dispatching or not self._hand:  # nothing in hand: the usual case
             return
         for worker in self._idle():
             while True:
-                lease = self._next_for(worker)
+                lease = self._hand.next_for(worker.types)
                 if lease is None:
                     break
                 if not self._fresh(lease):
@@ -238,19 +227,8 @@ class Dispatcher:
             if lease.job.status == Status.CLAIMED:
                 self._begin(lease, worker)
             else:
-                self._unbuffer(lease)
+                self._hand.remove(lease)
                 self._start(lease, worker)
-
-    def _next_for(self, worker: Worker) -> Lease | None:
-        """The lease in hand `worker` should run: one already started (charged) first."""
-        first = None
-        for lease in self._buffer:
-            if lease.job.type in worker.types:
-                if lease.job.status == Status.RUNNING:
-                    return lease
-                if first is None:
-                    first = lease
-        return first
 
     def _idle(self) -> list[Worker]:
         idle = self.pool.idle()
@@ -265,7 +243,7 @@ class Dispatcher:
         must wait its turn. Only while this node holds nothing in hand and its last claim
         found nothing more it could take (so no job it could run waits ahead of this
         one), for a type without a limit of its own, in a queue this node serves."""
-        if not self.dispatching or self._buffer or self._seen != self._news:
+        if not self.dispatching or self._hand or self._seen != self._news:
             return None
         spec, catalog, queues = new.spec, self.catalog, self.policy.queues
         if spec.run_at is not None or spec.delay_seconds or spec.type in catalog.rates:
@@ -298,25 +276,26 @@ class Dispatcher:
         if self.dispatching and any(w is worker for w in self.pool.idle()):
             self._start(lease, worker)
         else:
-            self._rebuffer(lease, self.monotonic(), None)
+            self._hand.add(lease, self.monotonic(), first=True)
             self.nudge()
 
     def _window_over(self, lease: Lease) -> bool:
-        return self.monotonic() >= self._window_ends.get(lease.token, float("inf"))
+        end = self._hand.window_end(lease)
+        return end is not None and self.monotonic() >= end
 
     def _unclaim(self, lease: Lease) -> None:
         """Hand back a claimed lease whose rate window ended, and claim again once it is
         pending (taking a start from the window now open)."""
-        self._unbuffer(lease)
+        self._hand.remove(lease)
         done = self.ledger.write(partial(self.store.release, lease))
         done.add_done_callback(lambda _: self.wake())
 
     def _begin(self, lease: Lease, worker: Worker) -> None:
         """Start a claimed lease's attempt in the store (durably: a job that kills its
         node is charged for it), then run it on `worker`, kept for it meanwhile."""
-        renewed = self._renewed.get(lease.token, float("-inf"))
-        window_end = self._window_ends.get(lease.token)
-        self._unbuffer(lease)
+        renewed = self._hand.renewed_at(lease)
+        window_end = self._hand.window_end(lease)
+        self._hand.remove(lease)
         self._starting[lease.token] = lease
         self._reserved.add(id(worker))
         self.ledger.track(self._begin_write(lease, worker, renewed, window_end))
@@ -345,22 +324,13 @@ class Dispatcher:
         elif held.job.status == Status.RUNNING and any(w is worker for w in self.pool.idle()):
             self._start(held, worker)
         else:  # the worker is gone: the next idle one takes it
-            self._rebuffer(held, renewed, window_end)
+            self._hand.add(held, renewed, window_end, first=True)
         self.nudge()
-
-    def _rebuffer(self, lease: Lease, renewed: float, window_end: float | None) -> None:
-        self._buffer.appendleft(lease)
-        self._buffered[lease.job.type] += 1
-        self._renewed[lease.token] = renewed
-        self._claimed_at[lease.token] = renewed
-        if window_end is not None and lease.job.status == Status.CLAIMED:
-            self._window_ends[lease.token] = window_end
 
     def _fresh(self, lease: Lease) -> bool:
         """True while at least a heartbeat's interval (a third of the lease) is left of
         the lease as this node last extended it."""
-        age = self.monotonic() - self._renewed.get(lease.token, float("-inf"))
-        return age < self._fresh_for
+        return self.monotonic() - self._hand.renewed_at(lease) < self._fresh_for
 
     @property
     def _fresh_for(self) -> float:
@@ -371,7 +341,7 @@ class Dispatcher:
             "handing back a lease claimed ahead that went stale",
             extra={"job_id": lease.job.id, "type": lease.job.type},
         )
-        self._unbuffer(lease)
+        self._hand.remove(lease)
         self.ledger.write(partial(self.store.release, lease))
 
     def release_stale(self) -> int:
@@ -379,8 +349,8 @@ class Dispatcher:
         workers are stuck or busy with long jobs), and claim no more ahead until a worker
         frees up, so that other nodes take these jobs. Returns how many."""
         limit = self.monotonic() - self.policy.lease_seconds
-        stale = [x for x in self._buffer if self._claimed_at.get(x.token, limit) <= limit]
-        stale += [x for x in self._buffer if x not in stale and not self._fresh(x)]
+        stale = [x for x in self._hand if self._hand.taken_at(x) <= limit]
+        stale += [x for x in self._hand if x not in stale and not self._fresh(x)]
         for lease in stale:
             self._give_back(lease)
         if stale:
@@ -389,18 +359,7 @@ class Dispatcher:
 
     def renewed(self, leases: list[Lease], at: float) -> None:
         """The store extended `leases` by a whole lease as of `at` (monotonic)."""
-        for lease in leases:
-            if lease.token in self._renewed:
-                self._renewed[lease.token] = max(at, self._renewed[lease.token])
-
-    def _unbuffer(self, lease: Lease) -> None:
-        self._buffer.remove(lease)
-        self._renewed.pop(lease.token, None)
-        self._claimed_at.pop(lease.token, None)
-        self._window_ends.pop(lease.token, None)
-        self._buffered[lease.job.type] -= 1
-        if self._buffered[lease.job.type] <= 0:
-            del self._buffered[lease.job.type]
+        self._hand.renew(leases, at)
 
     def _start(self, lease: Lease, worker: Worker) -> None:
         job = lease.job
@@ -423,15 +382,15 @@ class Dispatcher:
             *self._started.values(),
             *self.ledger.recording.values(),
             *self._starting.values(),
-            *self._buffer,
+            *self._hand,
         ]
 
     def drop(self, token: str) -> bool:
         """Forget a buffered lease that is no longer ours (cancelled, taken over)."""
-        lease = next((x for x in self._buffer if x.token == token), None)
+        lease = self._hand.find(token)
         if lease is None:
             return False
-        self._unbuffer(lease)
+        self._hand.remove(lease)
         return True
 
     def stop_lease(self, token: str, reason: KillReason) -> bool:
@@ -449,9 +408,8 @@ class Dispatcher:
 
     def release_buffer(self) -> None:
         """Hand every buffered lease back to the store, uncounted (shutdown)."""
-        while self._buffer:
-            lease = self._buffer[0]
-            self._unbuffer(lease)
+        for lease in list(self._hand):
+            self._hand.remove(lease)
             self.ledger.write(partial(self.store.release, lease))
 
     # -- outcomes (the pool's JobEvents) ---------------------------------------------
@@ -505,7 +463,7 @@ class Dispatcher:
         self._prefetch_paused = False  # a worker freed up: claiming ahead pays again
         # Hand out on the next turn (once the pool has retired the worker if it must):
         # a claimed job's start then shares the group commit of this attempt's outcome.
-        if self._buffer:  # else a lease claimed meanwhile is handed out by its claim
+        if self._hand:  # else a lease claimed meanwhile is handed out by its claim
             asyncio.get_running_loop().call_soon(self._hand_out)
         if self.catalog.limit(job_type) is not None:
             self.wake()  # a limited slot opened: jobs of that type may now be claimable
