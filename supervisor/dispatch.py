@@ -31,7 +31,7 @@ from goqueue.supervisor.ledger import Ledger
 from goqueue.supervisor.pool import Pool, describe_exit
 from goqueue.supervisor.store.base import NewJob, Store
 from goqueue.supervisor.throttle import Held, Throttle
-from goqueue.supervisor.vocab import AttemptOutcome, KillReason, Status
+from goqueue.supervisor.vocab import AttemptOutcome, KillReason, Status, WorkerState
 from goqueue.supervisor.worker import Worker
 
 if TYPE_CHECKING:
@@ -199,8 +199,17 @@ class Dispatcher:
         finally:
             self._reserved -= kept
         ends = {x.job_type: asked + x.taken.seconds_left - x.guard for x in taken}
+        # a lease the claim started runs at once on a worker kept for it (the rest, and
+        # any the claim took too long to run safely, go through the hand)
+        fresh = self.dispatching and self.monotonic() - asked < self._fresh_for
+        ready = [w for w in idle[:start] if id(w) in kept] if fresh else []
         for lease in leases:
-            self._hand.add(lease, asked, ends.get(lease.job.type))
+            worker = _taker(lease, ready) if ready else None
+            if worker is None:
+                self._hand.add(lease, asked, ends.get(lease.job.type))
+            else:
+                ready.remove(worker)
+                self._start(lease, worker)
         return len(leases)
 
     def _hand_out(self) -> None:
@@ -485,6 +494,14 @@ class Dispatcher:
     async def flush(self, timeout: float) -> None:
         """Wait for outstanding writes (shutdown)."""
         await self.ledger.flush(timeout)
+
+
+def _taker(lease: Lease, workers: list[Worker]) -> Worker | None:
+    """The first of `workers`, still idle, that runs `lease` if it is started already."""
+    if lease.job.status != Status.RUNNING:
+        return None
+    job_type = lease.job.type
+    return next((w for w in workers if w.state == WorkerState.IDLE and job_type in w.types), None)
 
 
 def _types_of(workers: list[Worker]) -> frozenset[str]:

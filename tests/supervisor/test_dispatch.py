@@ -47,6 +47,7 @@ class FakeStore:
         self.claims: list[tuple[int, dict[str, int]]] = []
         self.down = 0
         self.window_left = 1.0  # seconds left of each rate window a start is taken from
+        self.during_claim: list[Any] = []  # called while a claim is in flight
 
     async def take_starts(self, job_type: str, rate: Rate, want: int) -> Taken:
         return Taken(min(want, rate.limit), 0.0, self.window_left)
@@ -62,6 +63,8 @@ class FakeStore:
         start: int | None = None,
     ) -> list[Lease]:
         self.claims.append((limit, dict(slots)))
+        for call in self.during_claim:
+            call()
         free, taken = dict(slots), []
         for held in list(self.leases):
             if len(taken) < limit and free.get(held.job.type, 0) > 0:
@@ -221,6 +224,21 @@ async def test_claims_respect_per_type_slots_and_cost_nothing_when_drained() -> 
     r.dispatcher.wake()
     await r.dispatcher.fill()
     assert r.store.claims[-1] == (1, {"b": 1})  # the "a" slot is still taken
+
+
+async def test_a_lease_the_claim_started_waits_in_hand_if_its_worker_went_away_meanwhile() -> None:
+    held = lease("a")
+    leaving, other = FakeWorker(both()), FakeWorker(both())
+    r = rig(leases=[held], workers=[leaving])
+
+    def worker_swap() -> None:  # during the claim: the kept worker stops, another boots
+        leaving.state = WorkerState.STOPPING
+        r.pool.workers.append(other)
+
+    r.store.during_claim.append(worker_swap)
+    await r.dispatcher.fill()
+    assert [(w, x) for w, x, _ in r.pool.runs] == [(other, held)]  # charged: it still runs
+    assert r.dispatcher.held_leases() == [held]
 
 
 async def test_an_outcome_goes_to_the_store_then_to_each_hook_in_order() -> None:
