@@ -14,10 +14,8 @@ import random
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
-from typing import TYPE_CHECKING
 
 import msgspec
 from goqueue.actors.protocol import JobDone, JobFailed
@@ -28,41 +26,16 @@ from goqueue.supervisor.hand import Hand
 from goqueue.supervisor.hooks import Hook
 from goqueue.supervisor.jobs import Job, Lease, utcnow
 from goqueue.supervisor.ledger import Ledger
+from goqueue.supervisor.policy import DEFAULT_POLICY, Policy
 from goqueue.supervisor.pool import Pool, describe_exit
 from goqueue.supervisor.store.base import NewJob, Store
 from goqueue.supervisor.throttle import Held, Throttle
 from goqueue.supervisor.vocab import AttemptOutcome, KillReason, Status, WorkerState
 from goqueue.supervisor.worker import Worker
 
-if TYPE_CHECKING:
-    from goqueue.supervisor.config import Settings
-
 log = logging.getLogger("goqueue.dispatch")
 
 RETRY_CLAIM = 1.0  # seconds before claiming again after a failed pass
-
-
-@dataclass(frozen=True, slots=True)
-class Policy:
-    """What the operator decides about dispatch; replaced whole on a reload."""
-
-    queues: frozenset[str] | None = None  # None: every queue
-    default_timeout: float = 300.0
-    retry_base: float = 1.0
-    retry_cap: float = 3600.0
-    lease_seconds: float = 30.0
-
-    @classmethod
-    def of(cls, settings: Settings) -> Policy:
-        """The policy `settings` ask for."""
-        queues = frozenset(settings.queues) if settings.queues else None
-        return cls(
-            queues,
-            settings.default_timeout,
-            settings.retry_base,
-            settings.retry_cap,
-            settings.lease_seconds,
-        )
 
 
 class Dispatcher:
@@ -75,7 +48,7 @@ class Dispatcher:
         catalog: Catalog,
         hooks: Hook,
         *,
-        policy: Policy = Policy(),
+        policy: Policy = DEFAULT_POLICY,
         prefetch: int = 0,
         on_rate_wait: Callable[[str], None] = lambda job_type: None,  # a metric
         clock: Callable[[], datetime] = utcnow,

@@ -13,10 +13,11 @@ import msgspec
 import pytest
 from goqueue.actors.protocol import ActorInfo, JobDone, JobFailed
 from goqueue.supervisor.catalog import Catalog
-from goqueue.supervisor.dispatch import Dispatcher, Policy
+from goqueue.supervisor.dispatch import Dispatcher
 from goqueue.supervisor.errors import StoreUnavailable
 from goqueue.supervisor.hooks import Hook, Hooks
 from goqueue.supervisor.jobs import Job, JobSpec, Lease, Outcome
+from goqueue.supervisor.policy import Policy
 from goqueue.supervisor.rates import Rate, Taken
 from goqueue.supervisor.store.base import NewJob
 from goqueue.supervisor.vocab import AttemptOutcome, KillReason, Status, WorkerState
