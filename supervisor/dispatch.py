@@ -30,7 +30,7 @@ from goqueue.supervisor.policy import DEFAULT_POLICY, Policy
 from goqueue.supervisor.pool import Pool, describe_exit
 from goqueue.supervisor.store.base import NewJob, Store
 from goqueue.supervisor.throttle import Held, Throttle
-from goqueue.supervisor.vocab import AttemptOutcome, KillReason, Status, WorkerState
+from goqueue.supervisor.vocab import AttemptOutcome, KillReason, Status
 from goqueue.supervisor.worker import Worker
 
 log = logging.getLogger("goqueue.dispatch")
@@ -175,7 +175,7 @@ class Dispatcher:
         # a lease the claim started runs at once on a worker kept for it (the rest, and
         # any the claim took too long to run safely, go through the hand)
         fresh = self.dispatching and self.monotonic() - asked < self._fresh_for
-        ready = [w for w in idle[:start] if id(w) in kept] if fresh else []
+        ready = [w for w in self.pool.idle() if id(w) in kept] if fresh else []
         for lease in leases:
             worker = _taker(lease, ready) if ready else None
             if worker is None:
@@ -470,11 +470,10 @@ class Dispatcher:
 
 
 def _taker(lease: Lease, workers: list[Worker]) -> Worker | None:
-    """The first of `workers`, still idle, that runs `lease` if it is started already."""
+    """The first of `workers` that runs `lease`'s type, if it is started already."""
     if lease.job.status != Status.RUNNING:
         return None
-    job_type = lease.job.type
-    return next((w for w in workers if w.state == WorkerState.IDLE and job_type in w.types), None)
+    return next((w for w in workers if lease.job.type in w.types), None)
 
 
 def _types_of(workers: list[Worker]) -> frozenset[str]:

@@ -232,8 +232,8 @@ async def test_a_lease_the_claim_started_waits_in_hand_if_its_worker_went_away_m
     leaving, other = FakeWorker(both()), FakeWorker(both())
     r = rig(leases=[held], workers=[leaving])
 
-    def worker_swap() -> None:  # during the claim: the kept worker stops, another boots
-        leaving.state = WorkerState.STOPPING
+    def worker_swap() -> None:  # during the claim: the kept worker dies, another boots
+        r.pool.workers.remove(leaving)  # reaped while idle: its state still says idle
         r.pool.workers.append(other)
 
     r.store.during_claim.append(worker_swap)
