@@ -93,8 +93,10 @@ class Dispatcher:
 
     def nudge(self) -> None:
         """A worker freed up: hand it a held lease, but only go to the store if the last
-        claim did not already come back short (an empty queue costs no round trips)."""
-        self._wake.set()
+        claim did not already come back short (an empty queue costs no round trips, and
+        with nothing in hand either, not even a pass: it would do nothing)."""
+        if self._hand or self._seen != self._news:
+            self._wake.set()
 
     async def run(self) -> None:
         """The dispatch loop; cancel the task to stop it."""

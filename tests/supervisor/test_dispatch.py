@@ -242,6 +242,22 @@ async def test_a_lease_the_claim_started_waits_in_hand_if_its_worker_went_away_m
     assert r.dispatcher.held_leases() == [held]
 
 
+async def test_a_freed_worker_wakes_the_dispatcher_only_when_a_pass_could_do_something() -> None:
+    held = lease("a")
+    r = rig(leases=[held], workers=[FakeWorker(both()), FakeWorker(both())])
+    await r.dispatcher.fill()  # came back short: drained as of now
+    wake = r.dispatcher._wake
+    wake.clear()
+    r.dispatcher.job_done(held, JobDone(held.job.id, b"1", 0.5))
+    assert not wake.is_set()  # nothing in hand, nothing new: no pass
+    r.dispatcher.wake()  # a job was enqueued
+    assert wake.is_set()
+    wake.clear()
+    r.store.leases.append(lease("a"))
+    r.dispatcher.nudge()  # the enqueue since the last claim is still unclaimed
+    assert wake.is_set()
+
+
 async def test_an_outcome_goes_to_the_store_then_to_each_hook_in_order() -> None:
     log: list[Any] = []
     hooks = [Recorder("first", log), Broken(), Recorder("second", log)]
