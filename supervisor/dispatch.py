@@ -27,11 +27,11 @@ from goqueue.supervisor.hooks import Hook
 from goqueue.supervisor.jobs import Job, Lease, utcnow
 from goqueue.supervisor.ledger import Ledger
 from goqueue.supervisor.policy import DEFAULT_POLICY, Policy
-from goqueue.supervisor.pool import Pool, describe_exit
+from goqueue.supervisor.pool import Pool
 from goqueue.supervisor.store.base import NewJob, Store
 from goqueue.supervisor.throttle import Held, Throttle
 from goqueue.supervisor.vocab import AttemptOutcome, KillReason, Status
-from goqueue.supervisor.worker import Worker
+from goqueue.supervisor.worker import Worker, death_notice
 
 log = logging.getLogger("goqueue.dispatch")
 
@@ -426,12 +426,7 @@ class Dispatcher:
         if reason == KillReason.SHUTDOWN:
             self.ledger.write(partial(self.store.release, lease))
             return
-        exit_text = describe_exit(worker.exitcode)
-        if reason == KillReason.TIMEOUT:
-            limit = self.timeout_of(lease.job)
-            error = f"timed out after {limit:g}s; worker {worker.pid} {exit_text}"
-        else:
-            error = f"worker {worker.pid} {exit_text} while running the job"
+        error = death_notice(worker, self.timeout_of(lease.job))
         self.hooks.after_error(lease.job, error, "")
         retry_at = self._retry_at(lease, True, None)
         self.ledger.record(lease, partial(self.store.fail, lease, error, retry_at))

@@ -38,6 +38,14 @@ def describe_exit(exitcode: int | None) -> str:
     return f"exited with code {exitcode}"
 
 
+def death_notice(worker: Worker, timeout: float) -> str:
+    """The error of the attempt `worker` died running (its deadline `timeout` seconds)."""
+    exit_text = describe_exit(worker.exitcode)
+    if worker.kill_reason == KillReason.TIMEOUT:
+        return f"timed out after {timeout:g}s; worker {worker.pid} {exit_text}"
+    return f"worker {worker.pid} {exit_text} while running the job"
+
+
 @dataclass(eq=False)
 class Worker:
     """One child process: its pipe, what it runs, why it is being ended."""
