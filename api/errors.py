@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Coroutine
+from types import CoroutineType
 from typing import Any, TypeVar, cast
 
 from aiohttp import web
 from goqueue.api.schemas import JSON, ErrorOut, encode
+from goqueue.supervisor import eager
 from goqueue.supervisor.errors import (
     Draining,
     DuplicateJob,
@@ -118,8 +120,15 @@ def from_domain(exc: GoQueueError) -> ApiError | None:
 
 
 async def within(awaitable: Awaitable[T], seconds: float = STORE_TIMEOUT) -> T:
-    """Await a store-backed call, turning a hang past `seconds` into StoreUnavailable (503)."""
+    """Await a store-backed call, turning a hang past `seconds` into StoreUnavailable (503).
+    A call that answers without waiting (the memory store) is not timed: it cannot hang,
+    and a deadline would cost a timer per request."""
     try:
+        if isinstance(awaitable, CoroutineType):
+            started = eager.step(cast("Coroutine[Any, Any, T]", awaitable))
+            if isinstance(started, eager.Done):
+                return started.value
+            awaitable = started
         async with asyncio.timeout(seconds):
             return await awaitable
     except TimeoutError:

@@ -22,7 +22,7 @@ from goqueue.supervisor import config
 from goqueue.supervisor.arbiter import Arbiter
 from goqueue.supervisor.catalog import Catalog
 from goqueue.supervisor.config import Settings
-from goqueue.supervisor.dispatch import Dispatcher, Policy
+from goqueue.supervisor.dispatch import Dispatcher
 from goqueue.supervisor.egress import EgressPolicy
 from goqueue.supervisor.engine import Engine
 from goqueue.supervisor.history import History
@@ -30,6 +30,7 @@ from goqueue.supervisor.hooks import Hooks, LogHook, MetricsHook, WebhookHook
 from goqueue.supervisor.leases import Leases
 from goqueue.supervisor.metrics import Metrics
 from goqueue.supervisor.node import Node
+from goqueue.supervisor.policy import Policy
 from goqueue.supervisor.pool import Pool, Recycle, WorkerConfig
 from goqueue.supervisor.scheduler import Scheduler
 from goqueue.supervisor.store.base import Store

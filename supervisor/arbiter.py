@@ -25,9 +25,9 @@ from goqueue.actors.protocol import BootFailed, Ready
 from goqueue.supervisor.backoff import Backoff, backoff
 from goqueue.supervisor.catalog import Catalog
 from goqueue.supervisor.config import Settings
-from goqueue.supervisor.dispatch import Policy
 from goqueue.supervisor.errors import BootError, StoreUnavailable
 from goqueue.supervisor.node import Node
+from goqueue.supervisor.policy import Policy
 from goqueue.supervisor.pool import Recycle, WorkerConfig, describe_exit
 from goqueue.supervisor.shutdown import abort, drain, kill_busy
 from goqueue.supervisor.vocab import RESTART_AFTER, KillReason, RestartReason, WorkerState

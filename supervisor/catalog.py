@@ -27,6 +27,9 @@ class Catalog:
             if info.rate_limit is not None:
                 self.rates[name] = parse_rate(info.rate_limit)
         self.rates.update((t, parse_rate(rate)) for t, rate in (rates or {}).items())
+        limits_of = {t: self.limit(t) for t in self.types}
+        self._limited = {t: n for t, n in limits_of.items() if n is not None}
+        self._unlimited = [t for t, n in limits_of.items() if n is None]
 
     def limit(self, job_type: str) -> int | None:
         """Concurrency limit for a type on this node (None = only the worker count)."""
@@ -45,12 +48,15 @@ class Catalog:
         info = self.actors.get(job_type)
         return info.timeout if info and info.timeout else default
 
-    def free_slots(self, running: Mapping[str, int], capacity: int) -> dict[str, int]:
-        """How many more attempts of each type may start now, at most `capacity`."""
-        slots: dict[str, int] = {}
-        for job_type in self.types:
-            limit = self.limit(job_type)
-            free = capacity if limit is None else min(capacity, limit - running.get(job_type, 0))
+    def free_slots(self, capacity: int, *held: Mapping[str, int]) -> dict[str, int]:
+        """How many more attempts of each type may start now, at most `capacity`, with
+        the attempts counted in `held` (running, in hand) taken from each type's limit.
+        Runs on every dispatch pass: only the limited types look at `held`."""
+        if capacity <= 0:
+            return {}
+        slots = dict.fromkeys(self._unlimited, capacity)
+        for job_type, limit in self._limited.items():
+            free = min(capacity, limit - sum(counts.get(job_type, 0) for counts in held))
             if free > 0:
                 slots[job_type] = free
         return slots

@@ -1,9 +1,9 @@
 """Dispatch: claim due jobs for idle workers within per-type slots, and record outcomes.
 
 The dispatcher sleeps until woken (a job enqueued, a worker freed, a delayed job due)
-and never polls. It hears the pool's job events directly and writes each outcome to the
-store, then tells the hooks. Writes go through `_write`, which holds them and retries
-while the store is unavailable, so a finished attempt is never forgotten.
+and never polls. It hears the pool's job events directly and has each outcome written to
+the store, then the hooks told, by its `Ledger` (`ledger.py`), which holds a write and
+retries it while the store is unavailable, so a finished attempt is never forgotten.
 """
 
 from __future__ import annotations
@@ -12,57 +12,30 @@ import asyncio
 import logging
 import random
 import time
-from collections import Counter, deque
+from collections import Counter
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from functools import partial
-from typing import TYPE_CHECKING
 
 import msgspec
 from goqueue.actors.protocol import JobDone, JobFailed
-from goqueue.supervisor.backoff import Backoff, backoff
+from goqueue.supervisor.backoff import backoff
 from goqueue.supervisor.catalog import Catalog
 from goqueue.supervisor.errors import StoreUnavailable
+from goqueue.supervisor.hand import Hand
 from goqueue.supervisor.hooks import Hook
-from goqueue.supervisor.jobs import Job, Lease, Outcome, utcnow
-from goqueue.supervisor.pool import Pool, describe_exit
+from goqueue.supervisor.jobs import Job, Lease, utcnow
+from goqueue.supervisor.ledger import Ledger
+from goqueue.supervisor.policy import DEFAULT_POLICY, Policy
+from goqueue.supervisor.pool import Pool
 from goqueue.supervisor.store.base import NewJob, Store
-from goqueue.supervisor.throttle import Throttle
+from goqueue.supervisor.throttle import Held, Throttle
 from goqueue.supervisor.vocab import AttemptOutcome, KillReason, Status
-from goqueue.supervisor.worker import Worker
-
-if TYPE_CHECKING:
-    from goqueue.supervisor.config import Settings
+from goqueue.supervisor.worker import Worker, death_notice
 
 log = logging.getLogger("goqueue.dispatch")
 
 RETRY_CLAIM = 1.0  # seconds before claiming again after a failed pass
-WRITE_RETRY_BASE = 0.2  # a held outcome write is retried after 0.2 s, 0.4 s, ... 5 s
-WRITE_RETRY_CAP = 5.0
-
-
-@dataclass(frozen=True, slots=True)
-class Policy:
-    """What the operator decides about dispatch; replaced whole on a reload."""
-
-    queues: frozenset[str] | None = None  # None: every queue
-    default_timeout: float = 300.0
-    retry_base: float = 1.0
-    retry_cap: float = 3600.0
-    lease_seconds: float = 30.0
-
-    @classmethod
-    def of(cls, settings: Settings) -> Policy:
-        """The policy `settings` ask for."""
-        queues = frozenset(settings.queues) if settings.queues else None
-        return cls(
-            queues,
-            settings.default_timeout,
-            settings.retry_base,
-            settings.retry_cap,
-            settings.lease_seconds,
-        )
 
 
 class Dispatcher:
@@ -75,7 +48,7 @@ class Dispatcher:
         catalog: Catalog,
         hooks: Hook,
         *,
-        policy: Policy = Policy(),
+        policy: Policy = DEFAULT_POLICY,
         prefetch: int = 0,
         on_rate_wait: Callable[[str], None] = lambda job_type: None,  # a metric
         clock: Callable[[], datetime] = utcnow,
@@ -89,19 +62,10 @@ class Dispatcher:
         self.policy = policy
         self.prefetch = prefetch
         self.clock = clock
-        self.sleep = sleep
         self.monotonic = monotonic
         self._running: Counter[str] = Counter()
         self._started: dict[str, Lease] = {}  # token -> lease of each attempt on a worker
-        self._buffer: deque[Lease] = deque()  # claimed, not yet started (prefetch)
-        self._buffered: Counter[str] = Counter()
-        # token -> (monotonic) when the lease was last known extended, and when buffered
-        self._renewed: dict[str, float] = {}
-        self._claimed_at: dict[str, float] = {}
-        # token -> (monotonic) the end of the rate window a claimed lease's start was
-        # taken from, less its guard: past it the lease goes back rather than start
-        self._window_ends: dict[str, float] = {}
-        self._recording: dict[str, Lease] = {}  # finished attempts whose outcome is held
+        self._hand = Hand()  # claimed, not yet on a worker (prefetch)
         self._starting: dict[str, Lease] = {}  # claimed leases whose start is being written
         self._reserved: set[int] = set()  # (ids of) idle workers waiting for such a start
         self._prefetch_paused = False  # buffered leases went stale: claim only for idle
@@ -112,7 +76,8 @@ class Dispatcher:
         self._news = 1  # bumped by wake(): work may have arrived
         self._seen = 0  # the `_news` value as of the last claim that came back short
         self._due_timer: asyncio.TimerHandle | None = None
-        self._writes: set[asyncio.Task[None]] = set()
+        # the writes not to be lost
+        self.ledger = Ledger(hooks, sleep=sleep, rng=self.rng, at_once=store.answers_at_once)
         self.throttle = Throttle(store, self.wake, on_rate_wait)  # rate limits
 
     def reconfigure(self, catalog: Catalog, policy: Policy) -> None:
@@ -128,8 +93,10 @@ class Dispatcher:
 
     def nudge(self) -> None:
         """A worker freed up: hand it a held lease, but only go to the store if the last
-        claim did not already come back short (an empty queue costs no round trips)."""
-        self._wake.set()
+        claim did not already come back short (an empty queue costs no round trips, and
+        with nothing in hand either, not even a pass: it would do nothing)."""
+        if self._hand or self._seen != self._news:
+            self._wake.set()
 
     async def run(self) -> None:
         """The dispatch loop; cancel the task to stop it."""
@@ -160,49 +127,65 @@ class Dispatcher:
         while self.dispatching:
             self._hand_out()
             idle = self._idle()
-            if not idle and self._buffer and self._deep:
+            if not idle and self._hand and self._deep:
                 return  # a deep queue: claim ahead again once the leases in hand ran out
             ahead = 0 if self._prefetch_paused else self.prefetch
-            want = len(idle) + ahead - len(self._buffer)
-            if want <= 0:
-                return
+            want = len(idle) + ahead - len(self._hand)
+            if want <= 0 or self._seen == self._news:
+                return  # (or drained, and nothing enqueued or freed since)
+            slots = self.catalog.free_slots(want, self._running, self._hand.by_type)
             types = self.catalog.types if ahead else _types_of(idle)
-            held = self._running + self._buffered
-            slots = {t: n for t, n in self.catalog.free_slots(held, want).items() if t in types}
-            if not slots or self._seen == self._news:
+            if not slots.keys() <= types:
+                slots = {t: n for t, n in slots.items() if t in types}
+            if not slots:
                 return
             news = self._news
-            asked = self.monotonic()
-            # the best go straight to the idle workers, started by the claim itself; the
-            # workers are kept for them meanwhile (a job charged is a job that runs)
-            start = min(len(idle), want)
-            kept = {id(w) for w in idle[:start]} - self._reserved
-            self._reserved |= kept
-            try:
-                slots, taken = await self.throttle.admit(self.catalog, slots)
-                if not slots:
-                    return  # every type is throttled: the throttle wakes us in time
-                leases = await self.store.claim(want, self.policy.queues, slots, start)
-                await self.throttle.settle(taken, leases)
-                ends = {x.job_type: asked + x.taken.seconds_left - x.guard for x in taken}
-            except StoreUnavailable as exc:
-                log.warning("claim failed: store unavailable", extra={"err": str(exc)})
-                asyncio.get_running_loop().call_later(RETRY_CLAIM, self.wake)
+            got = await self._claim(idle, want, slots)
+            if got is None:
                 return
-            finally:
-                self._reserved -= kept
-            for lease in leases:
-                self._buffer.append(lease)
-                self._buffered[lease.job.type] += 1
-                self._renewed[lease.token] = asked
-                self._claimed_at[lease.token] = asked
-                if lease.job.type in ends and lease.job.status == Status.CLAIMED:
-                    self._window_ends[lease.token] = ends[lease.job.type]
-            self._deep = len(leases) == want
-            if len(leases) < want:
+            self._deep = got == want
+            if got < want:
                 self._seen = news  # drained as of then; a wake since means look again
                 self._hand_out()
                 return
+
+    async def _claim(self, idle: list[Worker], want: int, slots: dict[str, int]) -> int | None:
+        """Claim up to `want` leases within `slots` into the hand; how many, or None
+        when nothing could be asked (every type throttled, the store unavailable)."""
+        asked = self.monotonic()
+        # the best go straight to the idle workers, started by the claim itself; the
+        # workers are kept for them meanwhile (a job charged is a job that runs)
+        start = min(len(idle), want)
+        kept = {id(w) for w in idle[:start]} - self._reserved
+        self._reserved |= kept
+        try:
+            taken: list[Held] = []
+            if self.throttle.applies(self.catalog, slots):
+                slots, taken = await self.throttle.admit(self.catalog, slots)
+                if not slots:
+                    return None  # every type is throttled: the throttle wakes us in time
+            leases = await self.store.claim(want, self.policy.queues, slots, start)
+            if taken:
+                await self.throttle.settle(taken, leases)
+        except StoreUnavailable as exc:
+            log.warning("claim failed: store unavailable", extra={"err": str(exc)})
+            asyncio.get_running_loop().call_later(RETRY_CLAIM, self.wake)
+            return None
+        finally:
+            self._reserved -= kept
+        ends = {x.job_type: asked + x.taken.seconds_left - x.guard for x in taken}
+        # a lease the claim started runs at once on a worker kept for it (the rest, and
+        # any the claim took too long to run safely, go through the hand)
+        fresh = self.dispatching and self.monotonic() - asked < self._fresh_for
+        ready = [w for w in self.pool.idle() if id(w) in kept] if fresh else []
+        for lease in leases:
+            worker = _taker(lease, ready) if ready else None
+            if worker is None:
+                self._hand.add(lease, asked, ends.get(lease.job.type))
+            else:
+                ready.remove(worker)
+                self._start(lease, worker)
+        return len(leases)
 
     def _hand_out(self) -> None:
         """Start buffered leases on idle workers that know their type, best first. A
@@ -210,11 +193,11 @@ class Dispatcher:
         is handed back (fenced by its token, so one already taken over costs nothing).
         Nor is one of a rate-limited type whose window ended: its start would count in
         the next window, where other nodes may have used every start already."""
-        if not self.dispatching or not self._buffer:  # nothing in hand: the usual case
+        if not self.dispatching or not self._hand:  # nothing in hand: the usual case
             return
         for worker in self._idle():
             while True:
-                lease = self._next_for(worker)
+                lease = self._hand.next_for(worker.types)
                 if lease is None:
                     break
                 if not self._fresh(lease):
@@ -228,18 +211,14 @@ class Dispatcher:
             if lease.job.status == Status.CLAIMED:
                 self._begin(lease, worker)
             else:
-                self._unbuffer(lease)
+                self._hand.remove(lease)
                 self._start(lease, worker)
 
-    def _next_for(self, worker: Worker) -> Lease | None:
-        """The lease in hand `worker` should run: one already started (charged) first."""
-        fits = [x for x in self._buffer if x.job.type in worker.types]
-        return next((x for x in fits if x.job.status == Status.RUNNING), None) or next(
-            iter(fits), None
-        )
-
     def _idle(self) -> list[Worker]:
-        return [w for w in self.pool.idle() if id(w) not in self._reserved]
+        idle = self.pool.idle()
+        if not self._reserved:
+            return idle
+        return [w for w in idle if id(w) not in self._reserved]
 
     def start_at_enqueue(self, new: NewJob) -> Callable[[Lease | None], None] | None:
         """Keep an idle worker for `new` while it is enqueued, when it may start at once
@@ -248,7 +227,7 @@ class Dispatcher:
         must wait its turn. Only while this node holds nothing in hand and its last claim
         found nothing more it could take (so no job it could run waits ahead of this
         one), for a type without a limit of its own, in a queue this node serves."""
-        if not self.dispatching or self._buffer or self._seen != self._news:
+        if not self.dispatching or self._hand or self._seen != self._news:
             return None
         spec, catalog, queues = new.spec, self.catalog, self.policy.queues
         if spec.run_at is not None or spec.delay_seconds or spec.type in catalog.rates:
@@ -281,30 +260,29 @@ class Dispatcher:
         if self.dispatching and any(w is worker for w in self.pool.idle()):
             self._start(lease, worker)
         else:
-            self._rebuffer(lease, self.monotonic(), None)
+            self._hand.add(lease, self.monotonic(), first=True)
             self.nudge()
 
     def _window_over(self, lease: Lease) -> bool:
-        return self.monotonic() >= self._window_ends.get(lease.token, float("inf"))
+        end = self._hand.window_end(lease)
+        return end is not None and self.monotonic() >= end
 
     def _unclaim(self, lease: Lease) -> None:
         """Hand back a claimed lease whose rate window ended, and claim again once it is
         pending (taking a start from the window now open)."""
-        self._unbuffer(lease)
-        done = self._write(partial(self.store.release, lease))
+        self._hand.remove(lease)
+        done = self.ledger.write(partial(self.store.release, lease))
         done.add_done_callback(lambda _: self.wake())
 
     def _begin(self, lease: Lease, worker: Worker) -> None:
         """Start a claimed lease's attempt in the store (durably: a job that kills its
         node is charged for it), then run it on `worker`, kept for it meanwhile."""
-        renewed = self._renewed.get(lease.token, float("-inf"))
-        window_end = self._window_ends.get(lease.token)
-        self._unbuffer(lease)
+        renewed = self._hand.renewed_at(lease)
+        window_end = self._hand.window_end(lease)
+        self._hand.remove(lease)
         self._starting[lease.token] = lease
         self._reserved.add(id(worker))
-        task = asyncio.ensure_future(self._begin_write(lease, worker, renewed, window_end))
-        self._writes.add(task)
-        task.add_done_callback(self._writes.discard)
+        self.ledger.track(self._begin_write(lease, worker, renewed, window_end))
 
     async def _begin_write(
         self, lease: Lease, worker: Worker, renewed: float, window_end: float | None
@@ -326,26 +304,17 @@ class Dispatcher:
         if held is None:
             log.warning("lease lost before the job started", extra={"job_id": lease.job.id})
         elif not self.dispatching or self.monotonic() - renewed >= self._fresh_for:
-            self._write(partial(self.store.release, held))  # it may lapse while running
+            self.ledger.write(partial(self.store.release, held))  # it may lapse while running
         elif held.job.status == Status.RUNNING and any(w is worker for w in self.pool.idle()):
             self._start(held, worker)
         else:  # the worker is gone: the next idle one takes it
-            self._rebuffer(held, renewed, window_end)
+            self._hand.add(held, renewed, window_end, first=True)
         self.nudge()
-
-    def _rebuffer(self, lease: Lease, renewed: float, window_end: float | None) -> None:
-        self._buffer.appendleft(lease)
-        self._buffered[lease.job.type] += 1
-        self._renewed[lease.token] = renewed
-        self._claimed_at[lease.token] = renewed
-        if window_end is not None and lease.job.status == Status.CLAIMED:
-            self._window_ends[lease.token] = window_end
 
     def _fresh(self, lease: Lease) -> bool:
         """True while at least a heartbeat's interval (a third of the lease) is left of
         the lease as this node last extended it."""
-        age = self.monotonic() - self._renewed.get(lease.token, float("-inf"))
-        return age < self._fresh_for
+        return self.monotonic() - self._hand.renewed_at(lease) < self._fresh_for
 
     @property
     def _fresh_for(self) -> float:
@@ -356,16 +325,16 @@ class Dispatcher:
             "handing back a lease claimed ahead that went stale",
             extra={"job_id": lease.job.id, "type": lease.job.type},
         )
-        self._unbuffer(lease)
-        self._write(partial(self.store.release, lease))
+        self._hand.remove(lease)
+        self.ledger.write(partial(self.store.release, lease))
 
     def release_stale(self) -> int:
         """Hand back leases claimed ahead that waited a whole lease for a worker (the
         workers are stuck or busy with long jobs), and claim no more ahead until a worker
         frees up, so that other nodes take these jobs. Returns how many."""
         limit = self.monotonic() - self.policy.lease_seconds
-        stale = [x for x in self._buffer if self._claimed_at.get(x.token, limit) <= limit]
-        stale += [x for x in self._buffer if x not in stale and not self._fresh(x)]
+        stale = [x for x in self._hand if self._hand.taken_at(x) <= limit]
+        stale += [x for x in self._hand if x not in stale and not self._fresh(x)]
         for lease in stale:
             self._give_back(lease)
         if stale:
@@ -374,18 +343,7 @@ class Dispatcher:
 
     def renewed(self, leases: list[Lease], at: float) -> None:
         """The store extended `leases` by a whole lease as of `at` (monotonic)."""
-        for lease in leases:
-            if lease.token in self._renewed:
-                self._renewed[lease.token] = max(at, self._renewed[lease.token])
-
-    def _unbuffer(self, lease: Lease) -> None:
-        self._buffer.remove(lease)
-        self._renewed.pop(lease.token, None)
-        self._claimed_at.pop(lease.token, None)
-        self._window_ends.pop(lease.token, None)
-        self._buffered[lease.job.type] -= 1
-        if self._buffered[lease.job.type] <= 0:
-            del self._buffered[lease.job.type]
+        self._hand.renew(leases, at)
 
     def _start(self, lease: Lease, worker: Worker) -> None:
         job = lease.job
@@ -406,17 +364,17 @@ class Dispatcher:
         hand."""
         return [
             *self._started.values(),
-            *self._recording.values(),
+            *self.ledger.recording.values(),
             *self._starting.values(),
-            *self._buffer,
+            *self._hand,
         ]
 
     def drop(self, token: str) -> bool:
         """Forget a buffered lease that is no longer ours (cancelled, taken over)."""
-        lease = next((x for x in self._buffer if x.token == token), None)
+        lease = self._hand.find(token)
         if lease is None:
             return False
-        self._unbuffer(lease)
+        self._hand.remove(lease)
         return True
 
     def stop_lease(self, token: str, reason: KillReason) -> bool:
@@ -434,17 +392,16 @@ class Dispatcher:
 
     def release_buffer(self) -> None:
         """Hand every buffered lease back to the store, uncounted (shutdown)."""
-        while self._buffer:
-            lease = self._buffer[0]
-            self._unbuffer(lease)
-            self._write(partial(self.store.release, lease))
+        for lease in list(self._hand):
+            self._hand.remove(lease)
+            self.ledger.write(partial(self.store.release, lease))
 
     # -- outcomes (the pool's JobEvents) ---------------------------------------------
 
     def job_done(self, lease: Lease, message: JobDone) -> None:
         """Record a success."""
         self._finish(lease, AttemptOutcome.SUCCEEDED, message.duration)
-        self._record(lease, partial(self.store.complete, lease, msgspec.Raw(message.result)))
+        self.ledger.record(lease, partial(self.store.complete, lease, msgspec.Raw(message.result)))
 
     def job_failed(self, lease: Lease, message: JobFailed) -> None:
         """Record a failed attempt; retry unless the handler said Fail or retries ran out."""
@@ -452,7 +409,7 @@ class Dispatcher:
         if message.traceback:
             self.hooks.after_error(lease.job, message.error, message.traceback)
         retry_at = self._retry_at(lease, message.retry, message.delay)
-        self._record(lease, partial(self.store.fail, lease, message.error, retry_at))
+        self.ledger.record(lease, partial(self.store.fail, lease, message.error, retry_at))
 
     def job_lost(self, lease: Lease, worker: Worker) -> None:
         """A worker died holding `lease`: timeout, crash, cancellation or shutdown."""
@@ -467,17 +424,12 @@ class Dispatcher:
         if reason in (KillReason.CANCEL, KillReason.LEASE_LOST):
             return  # the store already moved on; any write would be fenced anyway
         if reason == KillReason.SHUTDOWN:
-            self._write(partial(self.store.release, lease))
+            self.ledger.write(partial(self.store.release, lease))
             return
-        exit_text = describe_exit(worker.exitcode)
-        if reason == KillReason.TIMEOUT:
-            limit = self.timeout_of(lease.job)
-            error = f"timed out after {limit:g}s; worker {worker.pid} {exit_text}"
-        else:
-            error = f"worker {worker.pid} {exit_text} while running the job"
+        error = death_notice(worker, self.timeout_of(lease.job))
         self.hooks.after_error(lease.job, error, "")
         retry_at = self._retry_at(lease, True, None)
-        self._record(lease, partial(self.store.fail, lease, error, retry_at))
+        self.ledger.record(lease, partial(self.store.fail, lease, error, retry_at))
 
     def _finish(self, lease: Lease, outcome: AttemptOutcome | None, duration: float) -> None:
         job_type = lease.job.type
@@ -490,7 +442,8 @@ class Dispatcher:
         self._prefetch_paused = False  # a worker freed up: claiming ahead pays again
         # Hand out on the next turn (once the pool has retired the worker if it must):
         # a claimed job's start then shares the group commit of this attempt's outcome.
-        asyncio.get_running_loop().call_soon(self._hand_out)
+        if self._hand:  # else a lease claimed meanwhile is handed out by its claim
+            asyncio.get_running_loop().call_soon(self._hand_out)
         if self.catalog.limit(job_type) is not None:
             self.wake()  # a limited slot opened: jobs of that type may now be claimable
         else:
@@ -508,48 +461,16 @@ class Dispatcher:
             delay = backoff(attempt, self.policy.retry_base, self.policy.retry_cap, self.rng)
         return self.clock() + timedelta(seconds=delay)
 
-    def _record(self, lease: Lease, write: Callable[[], Awaitable[Outcome | None]]) -> None:
-        """Write an attempt's outcome (fenced by its lease), then tell the hooks."""
-
-        async def record() -> None:
-            outcome = await write()
-            if outcome is None:
-                job = lease.job
-                fields = {"job_id": job.id, "type": job.type, "attempt": job.attempts}
-                log.warning("lease lost before the outcome was recorded", extra=fields)
-                return
-            self.hooks.after_outcome(outcome)
-
-        self._recording[lease.token] = lease  # heartbeated until the write is done
-        done = self._write(record)
-        done.add_done_callback(lambda _: self._recording.pop(lease.token, None))
-
-    # -- writes that must not be lost -----------------------------------------------
-
-    def _write(self, make: Callable[[], Awaitable[object]]) -> asyncio.Future[None]:
-        task = asyncio.ensure_future(self._persist(make))
-        self._writes.add(task)
-        task.add_done_callback(self._writes.discard)
-        return task
-
-    async def _persist(self, make: Callable[[], Awaitable[object]]) -> None:
-        """Run a store write, retrying while the store is unavailable."""
-        delays = Backoff(WRITE_RETRY_BASE, WRITE_RETRY_CAP, self.rng)
-        while True:
-            try:
-                await make()
-                return
-            except StoreUnavailable as exc:
-                log.warning("store unavailable; holding an outcome", extra={"err": str(exc)})
-            except Exception:
-                log.exception("recording an outcome failed")
-                return
-            await self.sleep(delays.next())
-
     async def flush(self, timeout: float) -> None:
-        """Wait for outstanding outcome writes (shutdown)."""
-        if self._writes:
-            await asyncio.wait(set(self._writes), timeout=timeout)
+        """Wait for outstanding writes (shutdown)."""
+        await self.ledger.flush(timeout)
+
+
+def _taker(lease: Lease, workers: list[Worker]) -> Worker | None:
+    """The first of `workers` that runs `lease`'s type, if it is started already."""
+    if lease.job.status != Status.RUNNING:
+        return None
+    return next((w for w in workers if lease.job.type in w.types), None)
 
 
 def _types_of(workers: list[Worker]) -> frozenset[str]:

@@ -270,7 +270,7 @@ class Pool:
         """Hand `lease` to an idle worker and arm its deadline."""
         job = lease.job
         worker.begin(lease)
-        worker.arm(self.loop, timeout, partial(self.kill, worker, KillReason.TIMEOUT))
+        worker.set_deadline(self.loop, self.loop.time() + timeout, self._timed_out)
         payload = bytes(job.payload)
         allowance = self.lease_allowance
         self._send(worker, RunJob(job.id, job.type, job.attempts, job.queue, payload, allowance))
@@ -290,6 +290,9 @@ class Pool:
         worker.cancel_timers()
         self._signal(worker, signal.SIGTERM)
         worker.arm(self.loop, self.kill_grace, partial(self._sigkill, worker))
+
+    def _timed_out(self, worker: Worker) -> None:
+        self.kill(worker, KillReason.TIMEOUT)
 
     def _sigkill(self, worker: Worker) -> None:
         self._signal(worker, signal.SIGKILL)

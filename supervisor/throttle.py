@@ -41,6 +41,11 @@ class Throttle:
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
 
+    def applies(self, catalog: Catalog, slots: Mapping[str, int]) -> bool:
+        """True when a claim for `slots` has starts to take (a rate-limited type is in
+        it); otherwise `admit` and `settle` would do nothing, and need not be awaited."""
+        return bool(catalog.rates) and not catalog.rates.keys().isdisjoint(slots)
+
     async def admit(
         self, catalog: Catalog, slots: Mapping[str, int]
     ) -> tuple[dict[str, int], list[Held]]:

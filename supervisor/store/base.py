@@ -53,6 +53,9 @@ class Store(Protocol):
     claim_ahead: bool
     """True when a claim costs a round trip (PostgreSQL): the dispatcher then claims a
     worker's worth ahead and keeps it in hand. False for the in-memory store."""
+    answers_at_once: bool
+    """True when no call ever waits (in memory): the dispatcher then writes an outcome
+    in the step that hears of it, with no task. False for PostgreSQL."""
 
     async def open(self) -> None:
         """Connect / create the schema; called once before use."""

@@ -45,6 +45,7 @@ class MemoryStore(MemoryReads):
     outcomes, dead-letter replays) over the reads of `MemoryReads`."""
 
     claim_ahead = False  # a claim costs no round trip: claim for idle workers only
+    answers_at_once = True  # no call waits: outcomes are written without a task
 
     # -- lifecycle -------------------------------------------------------------------
 

@@ -70,6 +70,7 @@ class PostgresStore:
     """The `Store` on PostgreSQL; several instances on one schema act as several nodes."""
 
     claim_ahead: bool = True  # a claim is a round trip: the dispatcher keeps leases in hand
+    answers_at_once: bool = False  # every call is a round trip
 
     def __init__(
         self,

@@ -783,6 +783,32 @@ def test_the_documented_statuses_are_the_status_enum() -> None:
 def test_a_hung_store_call_becomes_503() -> None:
     with pytest.raises(StoreUnavailable, match=r"did not answer within 0\.05 s"):
         asyncio.run(within(asyncio.sleep(5), 0.05))
+
+    async def answers_after_a_wait() -> str:
+        await asyncio.sleep(0.01)
+        return "stored"
+
+    assert asyncio.run(within(answers_after_a_wait(), 5)) == "stored"
+
+    async def hangs_after_its_first_step() -> None:
+        await asyncio.sleep(0)
+        await asyncio.sleep(5)
+
+    with pytest.raises(StoreUnavailable, match=r"did not answer within 0\.05 s"):
+        asyncio.run(within(hangs_after_its_first_step(), 0.05))
+
+
+def test_a_store_call_that_answers_without_waiting_arms_no_deadline(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    def no_timer(seconds: float) -> None:
+        raise AssertionError("a call that cannot hang was timed")
+
+    async def answers_at_once() -> str:
+        return "stored"
+
+    monkeypatch.setattr(asyncio, "timeout", no_timer)
+    assert asyncio.run(within(answers_at_once(), 5)) == "stored"
     error = from_domain(StoreUnavailable("database down"))
     assert error is not None
     resp = error.response()

@@ -13,10 +13,11 @@ import msgspec
 import pytest
 from goqueue.actors.protocol import ActorInfo, JobDone, JobFailed
 from goqueue.supervisor.catalog import Catalog
-from goqueue.supervisor.dispatch import Dispatcher, Policy
+from goqueue.supervisor.dispatch import Dispatcher
 from goqueue.supervisor.errors import StoreUnavailable
 from goqueue.supervisor.hooks import Hook, Hooks
 from goqueue.supervisor.jobs import Job, JobSpec, Lease, Outcome
+from goqueue.supervisor.policy import Policy
 from goqueue.supervisor.rates import Rate, Taken
 from goqueue.supervisor.store.base import NewJob
 from goqueue.supervisor.vocab import AttemptOutcome, KillReason, Status, WorkerState
@@ -39,6 +40,7 @@ class FakeStore:
     every call in the shared `log`, and fails writes while `down` counts down."""
 
     claim_ahead = False
+    answers_at_once = False  # its writes are tasks, so a test sees them still held
 
     def __init__(self, log: list[Any], leases: list[Lease] | None = None) -> None:
         self.log = log
@@ -46,6 +48,7 @@ class FakeStore:
         self.claims: list[tuple[int, dict[str, int]]] = []
         self.down = 0
         self.window_left = 1.0  # seconds left of each rate window a start is taken from
+        self.during_claim: list[Any] = []  # called while a claim is in flight
 
     async def take_starts(self, job_type: str, rate: Rate, want: int) -> Taken:
         return Taken(min(want, rate.limit), 0.0, self.window_left)
@@ -61,6 +64,8 @@ class FakeStore:
         start: int | None = None,
     ) -> list[Lease]:
         self.claims.append((limit, dict(slots)))
+        for call in self.during_claim:
+            call()
         free, taken = dict(slots), []
         for held in list(self.leases):
             if len(taken) < limit and free.get(held.job.type, 0) > 0:
@@ -176,6 +181,7 @@ def rig(
     hooks: list[Hook] | None = None,
     prefetch: int = 0,
     ticks: list[float] | None = None,
+    at_once: bool = False,
 ) -> Rig:
     log: list[Any] = []
     sleeps: list[float] = []
@@ -184,6 +190,7 @@ def rig(
         sleeps.append(seconds)
 
     store = FakeStore(log, leases)
+    store.answers_at_once = at_once
     pool = FakePool(list(workers or []))
     catalog = Catalog(actors or [ActorInfo("a"), ActorInfo("b")], {})
     dispatcher = Dispatcher(
@@ -218,6 +225,37 @@ async def test_claims_respect_per_type_slots_and_cost_nothing_when_drained() -> 
     r.dispatcher.wake()
     await r.dispatcher.fill()
     assert r.store.claims[-1] == (1, {"b": 1})  # the "a" slot is still taken
+
+
+async def test_a_lease_the_claim_started_waits_in_hand_if_its_worker_went_away_meanwhile() -> None:
+    held = lease("a")
+    leaving, other = FakeWorker(both()), FakeWorker(both())
+    r = rig(leases=[held], workers=[leaving])
+
+    def worker_swap() -> None:  # during the claim: the kept worker dies, another boots
+        r.pool.workers.remove(leaving)  # reaped while idle: its state still says idle
+        r.pool.workers.append(other)
+
+    r.store.during_claim.append(worker_swap)
+    await r.dispatcher.fill()
+    assert [(w, x) for w, x, _ in r.pool.runs] == [(other, held)]  # charged: it still runs
+    assert r.dispatcher.held_leases() == [held]
+
+
+async def test_a_freed_worker_wakes_the_dispatcher_only_when_a_pass_could_do_something() -> None:
+    held = lease("a")
+    r = rig(leases=[held], workers=[FakeWorker(both()), FakeWorker(both())])
+    await r.dispatcher.fill()  # came back short: drained as of now
+    wake = r.dispatcher._wake
+    wake.clear()
+    r.dispatcher.job_done(held, JobDone(held.job.id, b"1", 0.5))
+    assert not wake.is_set()  # nothing in hand, nothing new: no pass
+    r.dispatcher.wake()  # a job was enqueued
+    assert wake.is_set()
+    wake.clear()
+    r.store.leases.append(lease("a"))
+    r.dispatcher.nudge()  # the enqueue since the last claim is still unclaimed
+    assert wake.is_set()
 
 
 async def test_an_outcome_goes_to_the_store_then_to_each_hook_in_order() -> None:
@@ -256,6 +294,36 @@ async def test_an_outcome_write_is_held_while_the_store_is_unavailable() -> None
     assert len(r.sleeps) == 3
     for waited, nominal in zip(r.sleeps, (0.2, 0.4, 0.8), strict=True):
         assert 0.75 * nominal <= waited <= 1.25 * nominal
+
+
+async def test_a_store_that_never_waits_has_an_outcome_written_before_the_report_returns() -> None:
+    held = lease("a")
+    r = rig(leases=[held], workers=[FakeWorker(both())], at_once=True)
+    await r.dispatcher.fill()
+    r.dispatcher.job_done(held, JobDone(held.job.id, b"1", 0.5))
+    assert r.log[-2:] == [("complete", held.job.id), ("hook", "outcome", held.job.id, Status.DONE)]
+    assert r.dispatcher.held_leases() == []
+    assert not r.dispatcher.ledger._writes  # no task was needed
+
+
+async def test_a_write_that_must_wait_for_the_store_goes_on_in_a_task_holding_its_lease() -> None:
+    held = lease("a")
+    r = rig(leases=[held], workers=[FakeWorker(both())], at_once=True)
+    waited: list[float] = []
+
+    async def sleep(seconds: float) -> None:  # really waits, unlike the rig's
+        waited.append(seconds)
+        await asyncio.sleep(0)
+
+    r.dispatcher.ledger.sleep = sleep
+    await r.dispatcher.fill()
+    r.store.down = 2
+    r.dispatcher.job_done(held, JobDone(held.job.id, b"1", 0.5))
+    assert r.dispatcher.held_leases() == [held]  # heartbeated until its outcome is written
+    assert ("complete", held.job.id) not in r.log
+    await r.dispatcher.flush(5)
+    assert len(waited) == 2 and r.dispatcher.held_leases() == []
+    assert r.log[-2:] == [("complete", held.job.id), ("hook", "outcome", held.job.id, Status.DONE)]
 
 
 async def test_buffered_leases_are_handed_out_best_first_to_workers_that_know_the_type() -> None:

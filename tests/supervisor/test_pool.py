@@ -195,6 +195,46 @@ async def test_an_overrun_deadline_kills_the_worker_and_the_attempt_is_lost(
         await pool.shutdown(5)
 
 
+async def test_a_short_deadline_after_a_long_one_kills_on_time(tmp_path: Path) -> None:
+    """The deadline timer a job with a long deadline left armed does not delay the
+    shorter deadline of the next job on the same worker."""
+    pool, events, worker = await started(kill_grace=0.05)
+    try:
+        pool.run(worker, running("noop"), timeout=60)
+        await events.wait_for("job_done")
+        hung = running("spin", json.dumps({"dir": str(tmp_path)}).encode())
+        began = time.monotonic()
+        pool.run(worker, hung, timeout=0.2)
+        _, reported, reason = await events.wait_for("job_lost", timeout=10)
+        assert reported is hung and reason == KillReason.TIMEOUT
+        assert time.monotonic() - began < 2.0  # not the first job's 60 s
+    finally:
+        await pool.shutdown(5)
+
+
+async def test_a_long_deadline_after_a_short_one_is_not_cut_at_the_first(
+    tmp_path: Path,
+) -> None:
+    """A job that outlives the previous job's (shorter) deadline on the same worker runs
+    to its end: that deadline's timer, still armed, only re-arms for the new one."""
+    pool, events, worker = await started(kill_grace=0.05)
+    try:
+        pool.run(worker, running("noop"), timeout=0.3)
+        await events.wait_for("job_done")
+        events.seen.clear()
+        slow = running("sleep", json.dumps({"seconds": 0.8}).encode())
+        pool.run(worker, slow, timeout=10)
+        _, reported, message = await events.wait_for("job_done", timeout=10)
+        assert reported is slow and json.loads(message.result) == {"slept": 0.8}
+        assert "job_lost" not in events.kinds() and worker.kill_reason is None
+        hung = running("spin", json.dumps({"dir": str(tmp_path)}).encode())
+        pool.run(worker, hung, timeout=0.2)  # and a deadline still kills after all that
+        _, reported, reason = await events.wait_for("job_lost", timeout=10)
+        assert reported is hung and reason == KillReason.TIMEOUT
+    finally:
+        await pool.shutdown(5)
+
+
 async def test_a_worker_due_for_recycling_is_stopped_after_its_job() -> None:
     pool, events, worker = await started(recycle=Recycle(max_jobs=1))
     try:
