@@ -25,7 +25,7 @@ import time
 from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass
 from functools import partial
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 import msgspec
 from goqueue.actors.protocol import (
@@ -51,6 +51,7 @@ from goqueue.supervisor import child_jobs
 from goqueue.supervisor.channel import Channel
 from goqueue.supervisor.child_jobs import EnqueueChild
 from goqueue.supervisor.jobs import Lease
+from goqueue.supervisor.pool_events import JobEvents, Unheard, WorkerEvents
 from goqueue.supervisor.spawn import WorkerConfig, launch, open_statm, reap, rss_kb
 from goqueue.supervisor.vocab import KillReason, WorkerState
 from goqueue.supervisor.worker import Worker, describe_exit
@@ -73,64 +74,6 @@ STOP_GRACE = 5.0  # seconds a worker asked to exit cleanly gets before SIGKILL
 EOF_GRACE = 0.2  # seconds to wait for a dead child's pipe to drain before settling it
 EXTEND_EVERY = 0.5  # seconds between two `Extend` to each busy worker
 SAMPLE_EVERY = 0.05  # seconds between two memory samples of each busy worker
-
-
-class JobEvents(Protocol):
-    """What became of the attempts the pool ran; implemented by the dispatcher."""
-
-    def job_done(self, lease: Lease, message: JobDone) -> None:
-        """An attempt succeeded."""
-
-    def job_failed(self, lease: Lease, message: JobFailed) -> None:
-        """An attempt raised (or the supervisor failed it: memory limit, abandoned)."""
-
-    def job_lost(self, lease: Lease, worker: Worker) -> None:
-        """A worker died holding `lease` (`worker.kill_reason` and `exitcode` say how)."""
-
-
-class WorkerEvents(Protocol):
-    """A worker's lifecycle; implemented by the arbiter (boot, reload, respawn)."""
-
-    def worker_ready(self, worker: Worker, message: Ready) -> None:
-        """A child booted."""
-
-    def worker_boot_failed(self, worker: Worker, message: BootFailed) -> None:
-        """A child could not import its actors."""
-
-    def worker_recycled(self, worker: Worker) -> None:
-        """A worker is being replaced after its job (the `Recycle` policy)."""
-
-    def worker_exited(self, worker: Worker) -> None:
-        """A child is gone (`worker.exitcode`, `worker.kill_reason`), its attempt settled."""
-
-
-class Unheard:
-    """The listener a pool starts with: events before anyone listens are logged."""
-
-    def job_done(self, lease: Lease, message: JobDone) -> None:
-        """Logged."""
-        log.error("attempt outcome with no listener", extra={"job_id": lease.job.id})
-
-    def job_failed(self, lease: Lease, message: JobFailed) -> None:
-        """Logged."""
-        log.error("attempt outcome with no listener", extra={"job_id": lease.job.id})
-
-    def job_lost(self, lease: Lease, worker: Worker) -> None:
-        """Logged."""
-        log.error("attempt outcome with no listener", extra={"job_id": lease.job.id})
-
-    def worker_ready(self, worker: Worker, message: Ready) -> None:
-        """Ignored: nobody asked for workers yet."""
-
-    def worker_boot_failed(self, worker: Worker, message: BootFailed) -> None:
-        """Logged."""
-        log.error(f"worker cannot boot: {message.error}", extra={"worker_pid": worker.pid})
-
-    def worker_recycled(self, worker: Worker) -> None:
-        """Ignored."""
-
-    def worker_exited(self, worker: Worker) -> None:
-        """Ignored."""
 
 
 @dataclass(frozen=True, slots=True)
