@@ -28,7 +28,7 @@ from goqueue.supervisor.jobs import Job, Lease, utcnow
 from goqueue.supervisor.ledger import Ledger
 from goqueue.supervisor.policy import DEFAULT_POLICY, Policy
 from goqueue.supervisor.pool import Pool
-from goqueue.supervisor.store.base import NewJob, Store
+from goqueue.supervisor.store.base import NewJob, StartNow, Store
 from goqueue.supervisor.throttle import Held, Throttle
 from goqueue.supervisor.vocab import AttemptOutcome, KillReason, Status
 from goqueue.supervisor.worker import Worker, death_notice
@@ -224,10 +224,14 @@ class Dispatcher:
         """Keep an idle worker for `new` while it is enqueued, when it may start at once
         (`NewJob.start`: the store then starts it in the same statement, and no claim is
         needed); return what to call with the lease the store gave, or None when the job
-        must wait its turn. Only while this node holds nothing in hand and its last claim
-        found nothing more it could take (so no job it could run waits ahead of this
-        one), for a type without a limit of its own, in a queue this node serves."""
-        if not self.dispatching or self._hand or self._seen != self._news:
+        must wait its turn. Only while this node holds nothing in hand, for a type without
+        a limit of its own, in a queue this node serves; and so that no job the worker
+        could run waits ahead of this one, only when the store checks that itself
+        (`Store.sees_ahead`, across nodes) or else this node's last claim found nothing
+        more it could take. Sets `new.start`."""
+        if not self.dispatching or self._hand:
+            return None
+        if self._seen != self._news and not self.store.sees_ahead:
             return None
         spec, catalog, queues = new.spec, self.catalog, self.policy.queues
         if spec.run_at is not None or spec.delay_seconds or spec.type in catalog.rates:
@@ -240,6 +244,7 @@ class Dispatcher:
         if worker is None:
             return None
         self._reserved.add(id(worker))
+        new.start = StartNow(worker.types, queues)
         return partial(self._started_at_enqueue, worker)
 
     def _started_at_enqueue(self, worker: Worker, lease: Lease | None) -> None:

@@ -135,8 +135,7 @@ class Engine:
     ) -> Enqueued:
         """Validate and store one job (`strict=False`: a type no live node runs yet)."""
         new = await self._prepare(spec, idempotency_key, request_hash, strict, parent_id)
-        begin = self.start_at_enqueue(new)
-        new.start = begin is not None
+        begin = self.start_at_enqueue(new)  # sets new.start when it keeps a worker
         try:
             enqueued = await self.store.enqueue(new)
         except BaseException:

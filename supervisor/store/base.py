@@ -33,6 +33,14 @@ from goqueue.supervisor.schedules import Fired, ScheduleState
 from goqueue.supervisor.summaries import DeadFilter, NodeSummary, QueueSummary
 
 
+class StartNow(msgspec.Struct, frozen=True, gc=False):
+    """What a waiting worker could run instead of a job it asks to start at its enqueue:
+    a due pending job of one of these types, in these queues (None: any), is ahead."""
+
+    types: frozenset[str]
+    queues: frozenset[str] | None = None
+
+
 class NewJob(msgspec.Struct, kw_only=True):
     """An enqueue request after defaults are resolved by the engine."""
 
@@ -43,7 +51,7 @@ class NewJob(msgspec.Struct, kw_only=True):
     parent_id: str | None = None  # set on a job a running job enqueued (`ctx.enqueue`)
     # A worker of this node waits for it: store it already started as this node's
     # attempt (`Enqueued.lease`) when it may run now (see `Store.enqueue`).
-    start: bool = False
+    start: StartNow | None = None
 
 
 class Store(Protocol):
@@ -56,6 +64,10 @@ class Store(Protocol):
     answers_at_once: bool
     """True when no call ever waits (in memory): the dispatcher then writes an outcome
     in the step that hears of it, with no task. False for PostgreSQL."""
+    sees_ahead: bool
+    """True when `enqueue` checks itself that no job a waiting worker could run is due
+    ahead of one it asks to start (PostgreSQL: in the insert, for every node's jobs).
+    False in memory, where the dispatcher's own last claim tells (one process)."""
 
     async def open(self) -> None:
         """Connect / create the schema; called once before use."""
@@ -82,8 +94,10 @@ class Store(Protocol):
         original job with `created=False`.
 
         With `new.start`, a job created due now, in a queue not paused and of a type under
-        no global limit, is stored running: its first attempt started, leased to this
-        node (`Enqueued.lease`), in the same atomic step, and no claim is woken for it.
+        no global limit, with (where `sees_ahead`) no pending job `new.start` names due
+        ahead of it (at least its priority), is stored running: its first attempt
+        started, leased to this node (`Enqueued.lease`), in the same atomic step, and no
+        claim is woken for it.
         Otherwise (or when the store does not do it for this job) it is stored pending.
         """
 

@@ -46,6 +46,7 @@ class MemoryStore(MemoryReads):
 
     claim_ahead = False  # a claim costs no round trip: claim for idle workers only
     answers_at_once = True  # no call waits: outcomes are written without a task
+    sees_ahead = False  # the dispatcher's last claim (in this process) tells what waits
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -107,7 +108,7 @@ class MemoryStore(MemoryReads):
             raise DuplicateJob(self._unique[spec.unique_key], UNIQUE_HELD)
         if self._counts[Status.PENDING] >= self.max_pending:
             raise StoreFull(f"the queue is full ({self.max_pending} pending jobs)")
-        job = self._insert(spec, now, new.max_retries, new.parent_id, start=new.start)
+        job = self._insert(spec, now, new.max_retries, new.parent_id, start=new.start is not None)
         if spec.dedupe_key is not None and spec.dedupe_window_seconds:
             self._dedupe[spec.dedupe_key] = (job.id, ts + spec.dedupe_window_seconds)
         if new.idempotency_key is not None:

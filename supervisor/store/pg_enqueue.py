@@ -25,7 +25,7 @@ from goqueue.supervisor.jobs import (
     new_id,
 )
 from goqueue.supervisor.store import pg_rows, pg_steps
-from goqueue.supervisor.store.base import NewJob
+from goqueue.supervisor.store.base import NewJob, StartNow
 from goqueue.supervisor.store.pg_connection import Conn, Connections
 from goqueue.supervisor.store.pg_group_commit import Batcher, WriteAgain, group_or_each
 from goqueue.supervisor.store.pg_notify import Wakeups
@@ -152,9 +152,10 @@ class Enqueuer:
             (i, pg_rows.insert_params(news[i].spec, news[i].max_retries, news[i].parent_id))
             for i in indexes
         ]
-        if len(todo) == 1 and news[todo[0][0]].start:
+        start = news[todo[0][0]].start if len(todo) == 1 else None
+        if start is not None:
             i, params = todo[0]
-            answers[i] = await self._add_started(conn, news[i], params)
+            answers[i] = await self._add_started(conn, news[i], start, params)
             return
         if len(todo) == 1:
             params = todo[0][1] | {"node": self.node_id}
@@ -170,7 +171,9 @@ class Enqueuer:
             job = pg_rows.pending(params, news[i].spec, decided[params["id"]])
             answers[i] = Enqueued(job, created=True)
 
-    async def _add_started(self, conn: Conn, new: NewJob, params: dict[str, Any]) -> Enqueued:
+    async def _add_started(
+        self, conn: Conn, new: NewJob, start: StartNow, params: dict[str, Any]
+    ) -> Enqueued:
         """Insert one plain job started for this node, or pending when it may not run now
         (`Sql.ADD_JOB_STARTED`)."""
         token = new_id()
@@ -179,6 +182,8 @@ class Enqueuer:
             "token": token,
             "lease": self.lease_seconds,
             "live": LIVE_LEASES * self.lease_seconds,
+            "types": sorted(start.types),
+            "queues": None if start.queues is None else sorted(start.queues),
         }
         row = await self._db.fetchone(conn, self._sql[Sql.ADD_JOB_STARTED], params)
         assert row is not None

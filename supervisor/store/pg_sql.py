@@ -120,8 +120,10 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
             SELECT run_at, created_at, seq FROM changed""",
         # One plain job for which a worker of this node waits: stored running, its first
         # attempt started and leased to the node, with its `enqueued` and `started`
-        # events; unless it is not due yet, its queue is paused or a live node declares a
-        # limit on its type (then pending, as ADD_JOB stores it). The last columns tell.
+        # events; unless it is not due yet, its queue is paused, a live node declares a
+        # limit on its type, or a pending job the waiting worker could run instead (of
+        # `types`, in `queues`, at least as urgent) is due (then it is stored pending, as
+        # ADD_JOB stores it: a claim takes the jobs in their order). The last columns tell.
         Sql.ADD_JOB_STARTED: f"""
             WITH go AS (
                 SELECT coalesce(%(run_at)s::timestamptz, now() + %(delay)s::float8
@@ -130,6 +132,13 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
                     AND NOT EXISTS (
                         SELECT 1 FROM {{s}}.nodes, jsonb_each_text(limits) l
                         WHERE {{live_nodes}} AND l.key = %(type)s AND l.value IS NOT NULL)
+                    AND NOT EXISTS (
+                        SELECT 1 FROM {{s}}.jobs j
+                        WHERE j.status = 'pending' AND j.type = ANY (%(types)s::text[])
+                          AND j.priority >= %(priority)s AND j.run_at <= now()
+                          AND (%(queues)s::text[] IS NULL OR j.queue = ANY (%(queues)s::text[]))
+                          AND NOT EXISTS (
+                              SELECT 1 FROM {{s}}.paused_queues p WHERE p.queue = j.queue))
                     AS run),
             changed AS (
                 INSERT INTO {{s}}.jobs ({_INSERTED},

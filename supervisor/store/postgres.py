@@ -71,6 +71,7 @@ class PostgresStore:
 
     claim_ahead: bool = True  # a claim is a round trip: the dispatcher keeps leases in hand
     answers_at_once: bool = False  # every call is a round trip
+    sees_ahead: bool = True  # an enqueue to start checks for due jobs ahead, in its insert
 
     def __init__(
         self,

@@ -41,6 +41,7 @@ class FakeStore:
 
     claim_ahead = False
     answers_at_once = False  # its writes are tasks, so a test sees them still held
+    sees_ahead = False  # the dispatcher's drained state decides a start at enqueue
 
     def __init__(self, log: list[Any], leases: list[Lease] | None = None) -> None:
         self.log = log

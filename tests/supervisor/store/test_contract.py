@@ -14,7 +14,7 @@ from goqueue.supervisor.errors import (
     NotFound,
 )
 from goqueue.supervisor.jobs import JobFilter, JobSpec
-from goqueue.supervisor.store.base import NewJob, Store
+from goqueue.supervisor.store.base import NewJob, StartNow, Store
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -22,13 +22,15 @@ ALL = {"a": 100, "b": 100}
 
 
 def new(type: str = "a", *, start: bool = False, **fields: object) -> NewJob:
-    """An enqueue request with resolved defaults (`start`: a worker waits for it)."""
+    """An enqueue request with resolved defaults (`start`: a worker that runs `a` and `b`
+    jobs, in every queue, waits for it)."""
     retries = fields.pop("max_retries", 3)
     idem = fields.pop("idempotency_key", None)
     digest = fields.pop("request_hash", None)
     spec = msgspec.json.decode(msgspec.json.encode({"type": type, **fields}), type=JobSpec)
+    waiting = StartNow(frozenset({"a", "b"})) if start else None
     return NewJob(
-        spec=spec, max_retries=retries, idempotency_key=idem, request_hash=digest, start=start
+        spec=spec, max_retries=retries, idempotency_key=idem, request_hash=digest, start=waiting
     )
 
 
@@ -410,7 +412,7 @@ async def test_a_claimed_job_is_cancelled_without_force(open_store) -> None:
 async def test_an_enqueue_a_worker_waits_for_is_stored_started(open_store) -> None:
     async with open_store() as store:
         await store.register_node({"a": None, "b": 1})
-        waiting = (await store.enqueue(new("a", priority=1))).job
+        waiting = (await store.enqueue(new("a", priority=1))).job  # less urgent: behind
         enqueued = await store.enqueue(new("a", start=True))
         lease = enqueued.lease
         assert enqueued.created and lease is not None and lease.owner == store.node_id
@@ -441,3 +443,30 @@ async def test_an_enqueue_to_start_stays_pending_when_it_may_not_run_now(open_st
             assert stored is not None and (stored.status, stored.attempts) == ("pending", 0)
             assert [e.event for e in await store.events(stored.id)] == ["enqueued"]
         assert [x.job.id for x in await store.claim(5, None, ALL)] == [refused[2].job.id]
+
+
+async def test_an_enqueue_to_start_waits_behind_a_due_job_the_worker_could_run(
+    open_store,
+) -> None:
+    async with open_store() as store:
+        await store.register_node({"a": None, "b": None})
+        ahead = (await store.enqueue(new("b", priority=5))).job
+        if not store.sees_ahead:  # in memory the dispatcher's last claim tells, not the store
+            assert (await store.enqueue(new("a", start=True))).lease is not None
+            return
+        spec = new("a").spec
+        other = StartNow(frozenset({"a"}))  # a worker that cannot run `b` jobs
+        started = await store.enqueue(NewJob(spec=spec, max_retries=3, start=other))
+        assert started.lease is not None
+        elsewhere = StartNow(frozenset({"a", "b"}), frozenset({"q2"}))  # nor that queue
+        spec_q2 = new("a", queue="q2").spec
+        started = await store.enqueue(NewJob(spec=spec_q2, max_retries=3, start=elsewhere))
+        assert started.lease is not None
+        behind = await store.enqueue(new("a", start=True, priority=5))
+        assert behind.lease is None and behind.job.status == "pending"
+        await store.set_paused("default", True)  # a paused job is not ahead
+        paused_ahead = await store.enqueue(new("a", start=True, queue="q2"))
+        assert paused_ahead.lease is not None
+        await store.set_paused("default", False)
+        claimed = await store.claim(5, None, ALL)
+        assert [x.job.id for x in claimed] == [ahead.id, behind.job.id]
