@@ -23,6 +23,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from goqueue.supervisor.ledger import WRITE_RETRY_CAP
+
 from tests.conftest import Node, wait_for
 
 # -- the run log ---------------------------------------------------------------------
@@ -112,15 +114,28 @@ def excused(run: Run, faults: Sequence[Fault], slack: float) -> bool:
             continue
         if run.end >= fault.at - slack:
             return True
-        if any(_held_through(run.end, fault.at, d, slack) for d in faults if d.pgid is None):
+        if any(_held_through(run.end, fault.at, d, slack) for d in _outages(faults)):
             return True
     return False
 
 
-def _held_through(end: float, death: float, outage: Fault, slack: float) -> bool:
+def _outages(faults: Sequence[Fault]) -> list[tuple[float, float]]:
+    """The database's outages, those apart by less than a held write's longest retry
+    pause merged into one: a node holding an outcome may sleep through such a gap."""
+    spans: list[tuple[float, float]] = []
+    for at, until in sorted((d.at, d.until) for d in faults if d.pgid is None):
+        if spans and at - spans[-1][1] <= WRITE_RETRY_CAP:
+            spans[-1] = (spans[-1][0], max(spans[-1][1], until))
+        else:
+            spans.append((at, until))
+    return spans
+
+
+def _held_through(end: float, death: float, outage: tuple[float, float], slack: float) -> bool:
     """The run ended while the database was down, and its node died before the outcome
     could be written (during the outage, or just after it)."""
-    return outage.at - slack <= end <= outage.until and outage.at <= death <= outage.until + slack
+    at, until = outage
+    return at - slack <= end <= until and at <= death <= until + slack
 
 
 def avoidable_double_completions(

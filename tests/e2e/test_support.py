@@ -66,3 +66,13 @@ def test_the_run_log_pairs_starts_and_ends(tmp_path: Path) -> None:
     runs = read_runs(tmp_path)
     assert [(r.attempt, r.end) for r in runs["a"]] == [(1, 1.5), (2, None)]
     assert [r.completed for r in runs["b"]] == [False]
+
+
+def test_an_outcome_held_through_two_outages_close_together_is_held_through_both() -> None:
+    first = Fault(FaultKind.DATABASE, None, 10.0, 16.6)
+    second = Fault(FaultKind.DATABASE, None, 16.9, 21.2)  # 0.3 s apart: a retry pause spans it
+    held = run(9.9, 10.0)
+    assert excused(held, [first, second, kill(21.4)], slack=1.0)
+    assert not excused(held, [first, second, kill(30.0)], slack=1.0)
+    far = Fault(FaultKind.DATABASE, None, 30.0, 35.0)  # 13 s later: it could have written it
+    assert not excused(held, [first, far, kill(35.5)], slack=1.0)
