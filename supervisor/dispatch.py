@@ -220,6 +220,10 @@ class Dispatcher:
             return idle
         return [w for w in idle if id(w) not in self._reserved]
 
+    def store_back(self) -> None:
+        """The store answers again after being unreachable: held writes try at once."""
+        self.ledger.store_back()
+
     def start_at_enqueue(self, new: NewJob) -> Callable[[Lease | None], None] | None:
         """Keep an idle worker for `new` while it is enqueued, when it may start at once
         (`NewJob.start`: the store then starts it in the same statement, and no claim is

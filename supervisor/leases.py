@@ -62,6 +62,7 @@ class Leases:
         """The lease chores all went through: the store answers (again)."""
         if self._failing:
             self._failing, self._back_at = False, self.monotonic()
+            self.dispatcher.store_back()
 
     def may_reap(self, lease_seconds: float) -> bool:
         """False for a lease after the store came back from being unreachable: every node

@@ -55,6 +55,7 @@ class Ledger:
         self.at_once = at_once
         self.recording: dict[str, Lease] = {}  # finished attempts whose outcome is held
         self._writes: set[asyncio.Future[object]] = set()
+        self._back = asyncio.Event()  # set (and replaced) when the store answers again
 
     def record(self, lease: Lease, write: Callable[[], Awaitable[Outcome | None]]) -> None:
         """Write an attempt's outcome (fenced by its lease), then tell the hooks."""
@@ -101,7 +102,25 @@ class Ledger:
                 log.exception("recording an outcome failed")
                 return FAILED
             delays = delays or Backoff(WRITE_RETRY_BASE, WRITE_RETRY_CAP, self.rng)
-            await self.sleep(delays.next())
+            await self._pause(delays.next())
+
+    async def _pause(self, seconds: float) -> None:
+        """Sleep `seconds` before a held write's next try, or less if the store answers
+        again meanwhile (`store_back`)."""
+        sleeping = asyncio.ensure_future(self.sleep(seconds))
+        waking = asyncio.ensure_future(self._back.wait())
+        try:
+            await asyncio.wait({sleeping, waking}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            sleeping.cancel()
+            waking.cancel()
+
+    def store_back(self) -> None:
+        """The store answers again: held writes try at once, not after their backoff
+        (a node that dies soon after an outage must not die holding outcomes it could
+        have written)."""
+        self._back.set()
+        self._back = asyncio.Event()
 
     async def flush(self, timeout: float) -> None:
         """Wait for outstanding writes (shutdown)."""

@@ -32,6 +32,7 @@ class FakeDispatcher:
     renewals: list[tuple[list[str], float]] = field(default_factory=list)
     stale: int = 0
     woken: int = 0
+    backs: int = 0  # times told the store answers again
 
     def held_leases(self) -> list[Lease]:
         return list(self.held)
@@ -51,6 +52,9 @@ class FakeDispatcher:
 
     def wake(self) -> None:
         self.woken += 1
+
+    def store_back(self) -> None:
+        self.backs += 1
 
 
 @dataclass
@@ -132,6 +136,8 @@ async def test_after_the_store_comes_back_reaping_waits_a_lease_for_holders_to_e
     clock.at += timedelta(seconds=31)
     await leases.reap(30)
     leases.reachable()
+    leases.reachable()
+    assert dispatcher.backs == 1  # held writes are told once, when the store came back
     ticks[0] += 29
     await leases.reap(30)  # back for less than a lease: holders may still extend
     assert (await store.get(held.job.id)).status == Status.RUNNING
