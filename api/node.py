@@ -165,7 +165,7 @@ def build_node(settings: Settings, reload_settings: Callable[[], Settings]) -> N
         hooks,
         policy=Policy.of(settings),
         # a store whose claims cost a round trip keeps a worker's worth in hand
-        prefetch=settings.workers if store.claim_ahead else 0,
+        prefetch=settings.prefetch if store.claim_ahead else 0,
         on_rate_wait=metrics.rate_limit_wait,
     )
     pool.listen(jobs=dispatcher)

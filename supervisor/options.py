@@ -251,6 +251,16 @@ OPTIONS: tuple[Option, ...] = (
         minimum=1,
     ),
     Option(
+        "prefetch",
+        "int",
+        "PostgreSQL: jobs each node claims ahead for workers still busy (`claimed` until a "
+        "worker takes them). Each then costs a second write when it starts, so it saves "
+        "no round trip; 0, the default, is fastest",
+        metavar="N",
+        minimum=0,
+        example=2,
+    ),
+    Option(
         "webhook_secret",
         "str",
         "HMAC-SHA256 key for the X-GoQueue-Signature header of webhooks",

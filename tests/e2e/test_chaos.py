@@ -43,7 +43,15 @@ pytestmark = [pytest.mark.postgres, pytest.mark.timeout(240)]
 LEASE = 3.0
 JOBS = 2000
 PLAN = [FaultKind.KILL_SUPERVISOR, FaultKind.KILL_GROUP, FaultKind.STOP, FaultKind.DATABASE] * 2
-NODE_ARGS = ("--lease-seconds", f"{LEASE:g}", "--webhook-allow-hosts", "127.0.0.1")
+# nodes claim ahead (`--prefetch`), so that a fault finds leases in hand as well as running
+NODE_ARGS = (
+    "--lease-seconds",
+    f"{LEASE:g}",
+    "--prefetch",
+    "2",
+    "--webhook-allow-hosts",
+    "127.0.0.1",
+)
 
 
 @dataclass

@@ -54,6 +54,7 @@ from tests.pgcluster import PgCluster
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(60)]
 
 LEASE = "2"  # seconds: short, so reaping happens within the test
+PREFETCH = ("--prefetch", "2")  # the scenarios where a node holds leases claimed ahead
 
 
 def logged(tmp_path: Path, seconds: float = 0.01, **fields: object) -> dict[str, object]:
@@ -139,8 +140,8 @@ def test_sigstop_past_the_lease_hands_out_no_expired_lease(
     (none that B had already started), and no job runs to completion twice, except a run
     already in progress on A when it was stopped (it finishes while its supervisor
     sleeps; its outcome cannot be written in time)."""
-    a = pg_nodes.start("--lease-seconds", LEASE)
-    b = pg_nodes.start("--lease-seconds", LEASE)
+    a = pg_nodes.start("--lease-seconds", LEASE, *PREFETCH)
+    b = pg_nodes.start("--lease-seconds", LEASE, *PREFETCH)
     ids = batch_enqueue(b, spread(tmp_path, 300))
     wait_until(lambda: len(started_on(tmp_path, a.proc.pid)) >= 20, 20, "A ran 20 jobs")
     timeline = Timeline()
@@ -182,8 +183,8 @@ def test_node_death_dead_letters_no_job_that_never_ran(pg_nodes: NodeSet, tmp_pa
     Invariant: every job ends; a `failed` job is one whose only run was on A when it was
     killed (interrupted, or just finished with its outcome not yet written), never one
     that did not run at all (a job A had only claimed goes back to pending at no cost)."""
-    a = pg_nodes.start("--lease-seconds", LEASE)
-    b = pg_nodes.start("--lease-seconds", LEASE)
+    a = pg_nodes.start("--lease-seconds", LEASE, *PREFETCH)
+    b = pg_nodes.start("--lease-seconds", LEASE, *PREFETCH)
     ids = batch_enqueue(b, spread(tmp_path, 300, max_retries=0))
     wait_until(lambda: len(started_on(tmp_path, a.proc.pid)) >= 40, 20, "A ran 40 jobs")
     killed, killed_at = time.monotonic(), datetime.now(UTC)
@@ -225,7 +226,7 @@ def test_a_claimed_job_is_claimed_not_running(pg_nodes: NodeSet, tmp_path: Path)
     Invariant: the second job shows `claimed`, with no `started_at` and no attempt
     charged, until a worker takes it; then it runs as attempt 1, with a `started_at` 3 s
     after the first job's (when the worker was free)."""
-    node = pg_nodes.start("--lease-seconds", LEASE, workers=1)
+    node = pg_nodes.start("--lease-seconds", LEASE, *PREFETCH, workers=1)
     first = node.enqueue(**logged(tmp_path, 3.0))
     wait_until(lambda: read_runs(tmp_path).get(first["id"]), 15, "the first job started")
     running = node.get(f"/jobs/{first['id']}").body
@@ -258,7 +259,7 @@ def test_after_a_total_outage_claimed_jobs_keep_their_place(
     Invariant: C reaps before it claims, and J2, only claimed by A, goes back to pending
     at no cost and in its place: it is the first job C runs, and it ends `done` after one
     attempt. J1, interrupted while running, is retried (attempt 2) after the others."""
-    a = pg_nodes.start("--lease-seconds", LEASE, workers=1)
+    a = pg_nodes.start("--lease-seconds", LEASE, *PREFETCH, workers=1)
     j1 = a.enqueue(type="logged", payload={"dir": str(tmp_path), "first_seconds": 30})
     wait_until(lambda: read_runs(tmp_path).get(j1["id"]), 15, "J1 started")
     j2 = a.enqueue(**logged(tmp_path))
@@ -508,7 +509,12 @@ def test_a_node_killing_job_is_retried_with_backoff_and_contained(
         return counts(survivor).get("done", 0) == len(others)
 
     wait_until(others_done, 25, "the survivor finished the 60 other jobs")
-    waiting = survivor.get(f"/jobs/{bomb}").body
+
+    def reaped() -> dict[str, Any] | None:
+        job: dict[str, Any] = survivor.get(f"/jobs/{bomb}").body
+        return job if job["status"] != "running" else None
+
+    waiting = wait_until(reaped, 10, "the survivor reaped the job (a lease is 2 s)")
     assert (waiting["status"], waiting["attempts"]) == ("pending", 1), waiting
     backoff = datetime.fromisoformat(waiting["run_at"]) - datetime.fromisoformat(
         waiting["updated_at"]
@@ -556,8 +562,8 @@ def group_kill(tmp_path_factory: pytest.TempPathFactory) -> Iterator[GroupKill]:
     directory = tmp_path_factory.mktemp("group_kill")
     nodes = NodeSet(directory, postgres_dsn())
     try:
-        a = nodes.start("--lease-seconds", LEASE, "--retry-base", "0.5")
-        b = nodes.start("--lease-seconds", LEASE, "--retry-base", "0.5")
+        a = nodes.start("--lease-seconds", LEASE, "--retry-base", "0.5", *PREFETCH)
+        b = nodes.start("--lease-seconds", LEASE, "--retry-base", "0.5", *PREFETCH)
         ids = batch_enqueue(b, spread(directory, 2000))
         wait_until(lambda: ended(directory) >= 300, 30, "300 runs ended")
         killed = time.monotonic()
@@ -783,7 +789,7 @@ def test_stuck_workers_release_their_nodes_prefetched_leases(
     node B starts.
     Invariant: A releases the claims it cannot start within about a lease, so B runs
     those two jobs, each after one attempt and one run."""
-    a = pg_nodes.start("--lease-seconds", LEASE)
+    a = pg_nodes.start("--lease-seconds", LEASE, *PREFETCH)
     for _ in range(2):
         a.enqueue(**logged(tmp_path, 60.0))
     wait_until(lambda: len(started_on(tmp_path, a.proc.pid)) == 2, 15, "A runs two jobs")
