@@ -173,7 +173,7 @@ class Dispatcher:
             return None
         finally:
             self._reserved -= kept
-        ends = {x.job_type: asked + x.taken.seconds_left - x.guard for x in taken}
+        ends = {x.job_type: x.last_start(asked) for x in taken}
         # a lease the claim started runs at once on a worker kept for it (the rest, and
         # any the claim took too long to run safely, go through the hand)
         fresh = self.dispatching and self.monotonic() - asked < self._fresh_for

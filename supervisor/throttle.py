@@ -28,6 +28,11 @@ class Held:
     taken: Taken
     guard: float  # the rate's guard: no start is granted in a window's last `guard` s
 
+    def last_start(self, asked: float) -> float:
+        """Until when (monotonic) a job claimed with these starts may start, the claim
+        having been asked at `asked`: its window's end, less the guard."""
+        return asked + self.taken.seconds_left - self.guard
+
 
 class Throttle:
     """Takes and returns the starts of rate-limited types around each claim."""

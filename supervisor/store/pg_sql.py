@@ -125,9 +125,11 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
         # `types`, in `queues`, at least as urgent) is due (then it is stored pending, as
         # ADD_JOB stores it: a claim takes the jobs in their order). The last columns tell.
         Sql.ADD_JOB_STARTED: f"""
-            WITH go AS (
-                SELECT coalesce(%(run_at)s::timestamptz, now() + %(delay)s::float8
-                        * interval '1 second') <= now()
+            WITH due AS (
+                SELECT coalesce(%(run_at)s::timestamptz,
+                    now() + %(delay)s::float8 * interval '1 second') AS run_at),
+            go AS (
+                SELECT due.run_at, due.run_at <= now()
                     AND NOT EXISTS (SELECT 1 FROM {{s}}.paused_queues WHERE queue = %(queue)s)
                     AND NOT EXISTS (
                         SELECT 1 FROM {{s}}.nodes, jsonb_each_text(limits) l
@@ -139,15 +141,14 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
                           AND (%(queues)s::text[] IS NULL OR j.queue = ANY (%(queues)s::text[]))
                           AND NOT EXISTS (
                               SELECT 1 FROM {{s}}.paused_queues p WHERE p.queue = j.queue))
-                    AS run),
+                    AS run
+                FROM due),
             changed AS (
                 INSERT INTO {{s}}.jobs ({_INSERTED},
                     started_at, lease_owner, lease_token, lease_expires_at)
                 SELECT %(id)s, %(type)s, %(queue)s, %(payload)s, %(priority)s,
                     CASE WHEN go.run THEN 'running' ELSE 'pending' END,
-                    CASE WHEN go.run THEN 1 ELSE 0 END, %(max_retries)s,
-                    coalesce(%(run_at)s::timestamptz,
-                        now() + %(delay)s::float8 * interval '1 second'),
+                    CASE WHEN go.run THEN 1 ELSE 0 END, %(max_retries)s, go.run_at,
                     %(timeout)s, %(dedupe_key)s, %(unique_key)s, %(webhook_url)s,
                     %(on_success)s, %(on_failure)s, %(parent_id)s, now(), now(),
                     CASE WHEN go.run THEN now() END,
