@@ -59,6 +59,7 @@ class Enqueuer:
         self._wakeups = wakeups
         self.idempotency_ttl = idempotency_ttl
         self.lease_seconds = lease_seconds
+        self._live = LIVE_LEASES * lease_seconds  # a node's limits count meanwhile
         self._group = Batcher(self._write_group, limit=1000)
 
     async def enqueue(self, new: NewJob) -> Enqueued:
@@ -181,9 +182,9 @@ class Enqueuer:
             "node": self.node_id,
             "token": token,
             "lease": self.lease_seconds,
-            "live": LIVE_LEASES * self.lease_seconds,
-            "types": sorted(start.types),
-            "queues": None if start.queues is None else sorted(start.queues),
+            "live": self._live,
+            "types": list(start.types),
+            "queues": None if start.queues is None else list(start.queues),
         }
         row = await self._db.fetchone(conn, self._sql[Sql.ADD_JOB_STARTED], params)
         assert row is not None
