@@ -495,7 +495,8 @@ def test_a_node_killing_job_is_retried_with_backoff_and_contained(
     others = batch_enqueue(a, spread(tmp_path, 60))
     bomb = a.enqueue(type="poison", payload={"dir": str(tmp_path)}, priority=10)["id"]
     kills = tmp_path / "kills.log"
-    wait_until(lambda: kills.exists(), 20, "the job killed a node")
+    # a whole line: the job creates the file, then writes its line to it
+    wait_until(lambda: kills.exists() and "\n" in kills.read_text(), 20, "the job killed a node")
     first_kill = time.monotonic()
     killed_pgid = int(kills.read_text().split()[1])
     victim, survivor = (a, b) if killed_pgid == a.proc.pid else (b, a)
