@@ -23,9 +23,9 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 import msgspec
 from goqueue.actors.boot import extend_path, load
+from goqueue.actors.context import PipeLink
 from goqueue.actors.errors import Fail, Retry
 from goqueue.actors.inbox import Inbox
-from goqueue.actors.link import PipeLink
 from goqueue.actors.pipe import Pipe
 from goqueue.actors.protocol import (
     WORKER_BOOT_ERROR,

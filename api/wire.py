@@ -3,7 +3,7 @@ of the API, as msgspec types that both sides use (the server to encode and valid
 `goqueue.Client` to build requests and decode answers).
 
 No aiohttp here: a client that imports this module loads msgspec and the job model only.
-`goqueue.api.schemas` re-exports these types for the server's routes.
+`goqueue.api.http.replies` re-exports these types for the server's routes.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ MAX_WAIT_SECONDS = 60.0  # GET /jobs/{id}?wait= answers within this many seconds
 Uuid = Annotated[str, msgspec.Meta(extra_json_schema={"format": "uuid"})]
 
 # `Status`'s values, spelt out so that OpenAPI shows an inline enum of strings (a StrEnum
-# would become a named component); tests/api/test_routes.py checks the two agree.
+# would become a named component); tests/e2e/api/test_routes.py checks the two agree.
 JobStatus = Literal["pending", "claimed", "running", "done", "failed", "cancelled"]
 TERMINAL_STATUSES: frozenset[str] = frozenset({"done", "failed", "cancelled"})
 
@@ -73,7 +73,7 @@ LIVE_JOB_FIELDS = ("progress",)  # not stored: the node running the job fills th
 
 _JOB_INDEX = {f.name: i for i, f in enumerate(msgspec.structs.fields(Job))}
 # A field dropped from Job fails here, at import; a field added to Job stays hidden until
-# JobOut lists it (tests/api/test_routes.py checks the two agree).
+# JobOut lists it (tests/e2e/api/test_routes.py checks the two agree).
 _pick_job_fields = operator.itemgetter(
     *(_JOB_INDEX[f] for f in JobOut.__struct_fields__ if f not in LIVE_JOB_FIELDS)
 )

@@ -44,7 +44,7 @@ class BenchNode:
         cmd = [
             sys.executable,
             "-m",
-            "goqueue.api.cli",
+            "goqueue.api.cli.main",
             "serve",
             "--host",
             "127.0.0.1",

@@ -46,12 +46,13 @@ from goqueue.client.errors import (
     Unavailable,
 )
 from goqueue.supervisor import errors
-from goqueue.supervisor.config import Settings
 from goqueue.supervisor.jobs import DEFAULT_MAX_RETRIES, Declared, Enqueued, JobSpec, resolve_spec
-from goqueue.supervisor.store import pg_rows, pg_steps
+from goqueue.supervisor.settings.config import Settings
 from goqueue.supervisor.store.base import NewJob
-from goqueue.supervisor.store.pg_schema import channel, schema_name_problem
-from goqueue.supervisor.store.pg_sql import Sql, Statements
+from goqueue.supervisor.store.postgres import enqueue_steps as pg_steps
+from goqueue.supervisor.store.postgres import rows as pg_rows
+from goqueue.supervisor.store.postgres.sql.schema import channel, schema_name_problem
+from goqueue.supervisor.store.postgres.sql.statements import Sql, Statements
 from psycopg import AsyncConnection, AsyncCursor, Connection, Cursor
 from psycopg.pq import TransactionStatus
 from psycopg.rows import TupleRow, tuple_row

@@ -22,16 +22,16 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 
 from goqueue.actors.protocol import BootFailed, Ready
-from goqueue.supervisor.backoff import Backoff, backoff
-from goqueue.supervisor.catalog import Catalog
-from goqueue.supervisor.config import Settings
+from goqueue.supervisor.dispatch.backoff import Backoff, backoff
+from goqueue.supervisor.dispatch.catalog import Catalog
+from goqueue.supervisor.dispatch.policy import Policy
+from goqueue.supervisor.enums import RESTART_AFTER, KillReason, RestartReason, WorkerState
 from goqueue.supervisor.errors import BootError, StoreUnavailable
 from goqueue.supervisor.node import Node
-from goqueue.supervisor.policy import Policy
-from goqueue.supervisor.pool import Recycle, WorkerConfig, describe_exit
+from goqueue.supervisor.settings.config import Settings
 from goqueue.supervisor.shutdown import abort, drain, kill_busy
-from goqueue.supervisor.vocab import RESTART_AFTER, KillReason, RestartReason, WorkerState
-from goqueue.supervisor.worker import Worker
+from goqueue.supervisor.workers.handle import Worker
+from goqueue.supervisor.workers.pool import Recycle, WorkerConfig, describe_exit
 
 log = logging.getLogger("goqueue.arbiter")
 

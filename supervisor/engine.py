@@ -13,8 +13,10 @@ import time
 from collections.abc import Callable, Sequence
 
 import msgspec
-from goqueue.supervisor.catalog import Catalog
-from goqueue.supervisor.coalesce import Coalesced
+from goqueue.supervisor.dispatch.catalog import Catalog
+from goqueue.supervisor.dispatch.hooks import Hook
+from goqueue.supervisor.dispatch.waiters import Waiters
+from goqueue.supervisor.enums import TERMINAL, WorkerState
 from goqueue.supervisor.errors import (
     Draining,
     InvalidJob,
@@ -22,8 +24,6 @@ from goqueue.supervisor.errors import (
     StoreUnavailable,
     UnknownJobType,
 )
-from goqueue.supervisor.history import History, Window
-from goqueue.supervisor.hooks import Hook
 from goqueue.supervisor.jobs import (
     DEFAULT_MAX_RETRIES,
     DeadLetter,
@@ -42,11 +42,10 @@ from goqueue.supervisor.jobs import (
     spec_problem,
     utcnow,
 )
-from goqueue.supervisor.metrics import Metrics
-from goqueue.supervisor.pool import Pool
-from goqueue.supervisor.scheduler import Scheduler
-from goqueue.supervisor.store.base import NewJob, Store
-from goqueue.supervisor.summaries import (
+from goqueue.supervisor.observe.history import History, Window
+from goqueue.supervisor.observe.metrics import Metrics
+from goqueue.supervisor.observe.shared_reads import Coalesced
+from goqueue.supervisor.observe.summaries import (
     DeadFilter,
     LiveStats,
     NodeSummary,
@@ -55,9 +54,10 @@ from goqueue.supervisor.summaries import (
     WorkerSummary,
     rss_kb,
 )
-from goqueue.supervisor.vocab import TERMINAL, WorkerState
-from goqueue.supervisor.waiters import Waiters
-from goqueue.supervisor.webhooks import Delivery, Webhooks
+from goqueue.supervisor.schedules.scheduler import Scheduler
+from goqueue.supervisor.store.base import NewJob, Store
+from goqueue.supervisor.webhooks.delivery import Delivery, Webhooks
+from goqueue.supervisor.workers.pool import Pool
 
 _TYPES_TTL = 2.0
 BOOT_WAIT = 5.0  # seconds an enqueue waits for a booting node before 503

@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Protocol
 
 import msgspec
+from goqueue.supervisor.enums import Status
 from goqueue.supervisor.errors import UnknownJobType
-from goqueue.supervisor.vocab import Status
 
 STATUSES: tuple[Status, ...] = tuple(Status)
 

@@ -1,4 +1,4 @@
-"""What one node is made of. `goqueue.api.node.build_node` builds it, once and whole;
+"""What one node is made of. `goqueue.api.cli.serve.build_node` builds it, once and whole;
 the arbiter only runs its lifecycle."""
 
 from __future__ import annotations
@@ -7,17 +7,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from goqueue.supervisor.config import Settings
-from goqueue.supervisor.dispatch import Dispatcher
+from goqueue.supervisor.dispatch.dispatcher import Dispatcher
+from goqueue.supervisor.dispatch.hooks import Hooks
+from goqueue.supervisor.dispatch.leases import Leases
 from goqueue.supervisor.engine import Engine
-from goqueue.supervisor.history import History
-from goqueue.supervisor.hooks import Hooks
-from goqueue.supervisor.leases import Leases
-from goqueue.supervisor.metrics import Metrics
-from goqueue.supervisor.pool import Pool
-from goqueue.supervisor.scheduler import Scheduler
+from goqueue.supervisor.observe.history import History
+from goqueue.supervisor.observe.metrics import Metrics
+from goqueue.supervisor.schedules.scheduler import Scheduler
+from goqueue.supervisor.settings.config import Settings
 from goqueue.supervisor.store.base import Store
-from goqueue.supervisor.webhooks import Webhooks
+from goqueue.supervisor.webhooks.delivery import Webhooks
+from goqueue.supervisor.workers.pool import Pool
 
 
 class Server(Protocol):

@@ -11,9 +11,9 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 
+from goqueue.supervisor.enums import KillReason, WorkerState
 from goqueue.supervisor.node import Node
-from goqueue.supervisor.pool import Pool
-from goqueue.supervisor.vocab import KillReason, WorkerState
+from goqueue.supervisor.workers.pool import Pool
 
 log = logging.getLogger("goqueue.arbiter")  # the arbiter's steps, logged as its own
 

@@ -135,7 +135,7 @@ def start_node(
     cmd = [
         sys.executable,
         "-m",
-        "goqueue.api.cli",
+        "goqueue.api.cli.main",
         "serve",
         "--host",
         "127.0.0.1",
@@ -211,8 +211,8 @@ def node(make_node: Callable[..., Node]) -> Node:
 # Modules that load the machine (thousands of jobs, 100k rows, a fresh install, faults
 # injected into nodes and databases): under xdist they take turns on one process.
 HEAVY_MODULES = frozenset(
-    {"tests/test_fresh_install.py", "tests/api/test_metrics_cost.py",
-     "tests/supervisor/test_cluster.py"}
+    {"tests/e2e/test_fresh_install.py", "tests/e2e/api/test_metrics_cost.py",
+     "tests/e2e/supervisor/test_cluster.py"}
 )  # fmt: skip
 
 

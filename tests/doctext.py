@@ -1,6 +1,6 @@
 """Reading the docs as a user would: their code blocks, code spans, shell commands and
-tables, so tests can check each against the code (`tests/test_docs.py`,
-`tests/api/test_docs_api.py`)."""
+tables, so tests can check each against the code (`tests/e2e/test_docs.py`,
+`tests/e2e/api/test_docs_api.py`)."""
 
 from __future__ import annotations
 

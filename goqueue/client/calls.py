@@ -26,7 +26,7 @@ from goqueue.client.errors import (
     UnexpectedAnswer,
     error_for,
 )
-from goqueue.supervisor.backoff import backoff
+from goqueue.supervisor.dispatch.backoff import backoff
 
 T = TypeVar("T")
 

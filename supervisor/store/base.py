@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Protocol
 
 import msgspec
+from goqueue.supervisor.dispatch.rates import Rate, Taken
 from goqueue.supervisor.jobs import (
     DeadLetter,
     Enqueued,
@@ -28,9 +29,8 @@ from goqueue.supervisor.jobs import (
     Replayed,
     Stats,
 )
-from goqueue.supervisor.rates import Rate, Taken
-from goqueue.supervisor.schedules import Fired, ScheduleState
-from goqueue.supervisor.summaries import DeadFilter, NodeSummary, QueueSummary
+from goqueue.supervisor.observe.summaries import DeadFilter, NodeSummary, QueueSummary
+from goqueue.supervisor.schedules.schedule import Fired, ScheduleState
 
 
 class StartNow(msgspec.Struct, frozen=True, gc=False):

@@ -23,7 +23,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from goqueue.supervisor.ledger import WRITE_RETRY_CAP
+from goqueue.supervisor.dispatch.outcomes import WRITE_RETRY_CAP
 
 from tests.conftest import Node, wait_for
 

@@ -1,0 +1,136 @@
+"""HTTP errors: `ApiError` for what the API itself refuses, and the one mapping from the
+engine's error hierarchy (and aiohttp's own exceptions) to statuses and JSON bodies."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Coroutine
+from types import CoroutineType
+from typing import Any, TypeVar, cast
+
+from aiohttp import web
+from goqueue.api.http.replies import JSON, ErrorOut, encode
+from goqueue.supervisor.dispatch import eager
+from goqueue.supervisor.errors import (
+    Draining,
+    DuplicateJob,
+    GoQueueError,
+    IdempotencyMismatch,
+    InvalidState,
+    NotFound,
+    StoreFull,
+    StoreUnavailable,
+    UnknownJobType,
+)
+from msgspec import UNSET
+
+log = logging.getLogger("goqueue.api")
+
+T = TypeVar("T")
+
+STORE_TIMEOUT = 10.0
+RETRY_AFTER_FULL = "1"
+RETRY_AFTER_UNAVAILABLE = "5"
+STORE_UNAVAILABLE = "the store is unavailable; retry later"
+
+
+class ApiError(Exception):
+    """A request the API answers with an error status and `{"error", "details"}`."""
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        details: dict[str, Any] | None = None,
+        *,
+        headers: dict[str, str] | None = None,
+        existing_id: str | None = None,
+        close: bool = False,
+    ) -> None:
+        super().__init__(message)
+        self.status = status
+        self.message = message
+        self.details = details
+        self.headers = headers
+        self.existing_id = existing_id
+        self.close = close  # end the connection after answering (its input is untrusted)
+
+    def response(self) -> web.Response:
+        """The JSON answer; text quoting hostile input is made encodable first."""
+        existing = UNSET if self.existing_id is None else self.existing_id
+        try:
+            body = encode(ErrorOut(self.message, self.details, existing))
+        except UnicodeEncodeError:  # a lone surrogate from an undecodable header or path
+            details = cast("dict[str, Any] | None", safe_text(self.details))
+            body = encode(ErrorOut(str(safe_text(self.message)), details, existing))
+        response = web.Response(
+            body=body, status=self.status, content_type=JSON, headers=self.headers
+        )
+        if self.close:
+            response.force_close()
+        return response
+
+
+def safe_text(value: object) -> object:
+    """`value` with every string made encodable (a lone surrogate becomes `\\udcff`)."""
+    if isinstance(value, str):
+        return value.encode("utf-8", "backslashreplace").decode("utf-8")
+    if isinstance(value, dict):
+        return {safe_text(k): safe_text(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [safe_text(v) for v in value]
+    return value
+
+
+def bad_request(message: str, **details: Any) -> ApiError:
+    """A 400 naming what was wrong (`field=`, `parameter=` or `header=`)."""
+    return ApiError(400, message, details or None)
+
+
+def from_domain(exc: GoQueueError) -> ApiError | None:
+    """The answer to a deliberate engine or store error; None for one the API cannot
+    explain to a client (a fault)."""
+    message = str(exc)
+    match exc:
+        case DuplicateJob():
+            details = {"existing_id": exc.existing_id}
+            return ApiError(409, message, details, existing_id=exc.existing_id)
+        case IdempotencyMismatch():
+            return ApiError(
+                422, message, {"existing_id": exc.existing_id, "header": "Idempotency-Key"}
+            )
+        case NotFound():
+            return ApiError(404, message)
+        case InvalidState():
+            return ApiError(409, message, {"status": exc.status})
+        case UnknownJobType():
+            return ApiError(400, message, {"field": exc.path, "type": exc.job_type})
+        case StoreFull():
+            return ApiError(503, message, headers={"Retry-After": RETRY_AFTER_FULL})
+        case StoreUnavailable():
+            # the cause (a driver's message, a host name) goes to the log, never to a client
+            log.warning("store unavailable", extra={"error": message})
+            return ApiError(
+                503, STORE_UNAVAILABLE, headers={"Retry-After": RETRY_AFTER_UNAVAILABLE}
+            )
+        case Draining():
+            return ApiError(503, message)
+    return None
+
+
+async def within(awaitable: Awaitable[T], seconds: float = STORE_TIMEOUT) -> T:
+    """Await a store-backed call, turning a hang past `seconds` into StoreUnavailable (503).
+    A call that answers without waiting (the memory store) is not timed: it cannot hang,
+    and a deadline would cost a timer per request."""
+    try:
+        if isinstance(awaitable, CoroutineType):
+            started = eager.step(cast("Coroutine[Any, Any, T]", awaitable))
+            if isinstance(started, eager.Done):
+                return started.value
+            awaitable = started
+        async with asyncio.timeout(seconds):
+            return await awaitable
+    except TimeoutError:
+        log.warning("store call timed out", extra={"seconds": seconds})
+        raise StoreUnavailable(f"the store did not answer within {seconds:g} s") from None

@@ -1,0 +1,224 @@
+"""Summary routes: compact answers for operators' tools (the dashboard polls these).
+
+`GET /stats/history` (this node's last hour and the store's counts), `GET /queues`,
+`GET /workers`, and list rows with payloads cut to a preview (`GET /summary/jobs`,
+`GET /summary/dlq`). Store reads behind them are shared between callers for a second or
+two, so ten open dashboards cost the store what one does.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import msgspec
+from aiohttp import web
+from goqueue.api.http.errors import bad_request, within
+from goqueue.api.http.openapi import operation
+from goqueue.api.http.params import (
+    AFTER,
+    BEFORE,
+    ERROR,
+    LIMIT,
+    OFFSET,
+    QUEUE,
+    STATUS,
+    TYPE,
+    IntParam,
+)
+from goqueue.api.http.replies import reply
+from goqueue.api.http.state import ENGINE
+from goqueue.supervisor.errors import StoreUnavailable
+from goqueue.supervisor.jobs import JobFilter
+from goqueue.supervisor.observe.history import BUCKET_SECONDS, Window, WorkerExit
+from goqueue.supervisor.observe.summaries import (
+    DEFAULT_PREVIEW,
+    MAX_PREVIEW,
+    DeadBrief,
+    DeadFilter,
+    JobBrief,
+    LiveStats,
+    NodeSummary,
+    QueueSummary,
+    WorkerSummary,
+)
+from msgspec import UNSET, UnsetType
+
+routes = web.RouteTableDef()
+
+MAX_SINCE = 10**12 - 1
+_UUID = re.compile(r"[0-9a-fA-F]{8}-(?:[0-9a-fA-F]{4}-){3}[0-9a-fA-F]{12}")
+
+
+@dataclass(frozen=True, slots=True)
+class UuidParam:
+    """A UUID (answered lower-case), or absent."""
+
+    name: str
+    description: str
+
+    def parse(self, query: Mapping[str, str]) -> str | None:
+        """The value, or None when absent."""
+        raw = query.get(self.name)
+        if raw is not None and not _UUID.fullmatch(raw):
+            raise bad_request(f"{self.name} must be a UUID, got {raw[:50]!r}", parameter=self.name)
+        return raw.lower() if raw is not None else None
+
+    def schema(self) -> dict[str, Any]:
+        """Its JSON Schema, for OpenAPI."""
+        return {"type": "string", "format": "uuid"}
+
+
+SINCE = IntParam(
+    "since", 0, 0, MAX_SINCE, "only buckets starting at or after this time (unix seconds)"
+)
+PREVIEW = IntParam(
+    "preview",
+    DEFAULT_PREVIEW,
+    1,
+    MAX_PREVIEW,
+    "characters kept of each payload, result and error (the rest is cut)",
+)
+JOB_ID = UuidParam("job_id", "only the dead letter of this job")
+
+
+class HistoryOut(msgspec.Struct):
+    """This node's recent throughput and the store's counts, for a live chart.
+
+    `series` holds 5 s buckets over the last hour (those from `since` on): `done` and
+    `failed` count this node's outcomes (failed = attempts that failed, retried or
+    dead-lettered); `depth` is the store's pending count, noted when it was read (by
+    this route or a metrics scrape; null in a bucket where nobody read it). `latest` is
+    at most 2 s old and shared by every caller; it is null, with `store_error` set, while
+    the store does not answer. `workers` are this node's, by state."""
+
+    node: str
+    bucket_seconds: int
+    now: float
+    series: Window
+    latest: LiveStats | None
+    workers: dict[str, int]
+    store_error: str | UnsetType = UNSET
+
+
+class QueueList(msgspec.Struct):
+    """Every queue with pending or running jobs, and every paused queue, by name."""
+
+    queues: list[QueueSummary]
+
+
+class WorkersOut(msgspec.Struct):
+    """This node's worker processes, their exits since it started (by reason, and the
+    last 50), and the nodes sharing the store with their last heartbeat."""
+
+    node: str
+    workers: list[WorkerSummary]
+    exits_by_reason: dict[str, int]
+    recent_exits: list[WorkerExit]
+    nodes: list[NodeSummary]
+
+
+class JobBriefList(msgspec.Struct):
+    """One page of jobs as list rows, newest first."""
+
+    jobs: list[JobBrief]
+    total: int
+    limit: int
+    offset: int
+
+
+class DeadBriefList(msgspec.Struct):
+    """One page of dead letters as list rows, newest first."""
+
+    dead_letters: list[DeadBrief]
+    total: int
+    limit: int
+    offset: int
+
+
+@routes.get("/stats/history")
+@operation(responses={200: HistoryOut}, query_params=(SINCE,))
+async def history(request: web.Request) -> web.Response:
+    """This node's last hour in 5 s buckets, and the store's counts (at most 2 s old)."""
+    since = SINCE.parse(request.query)
+    engine = request.app[ENGINE]
+    out = HistoryOut(
+        node=engine.store.node_id,
+        bucket_seconds=BUCKET_SECONDS,
+        now=engine.history.clock(),
+        series=Window([], [], [], []),
+        latest=None,
+        workers=engine.workers(),
+    )
+    try:
+        out.latest = await within(engine.live_stats())
+    except StoreUnavailable:  # the node's own numbers are still worth answering
+        out.store_error = "the store is unavailable"
+    out.series = engine.history_window(since)  # after the read: it may note the depth
+    return reply(out)
+
+
+@routes.get("/queues")
+@operation(responses={200: QueueList}, errors=(503,))
+async def queues(request: web.Request) -> web.Response:
+    """Every queue with work, or paused: depth by priority, the longest wait, paused."""
+    return reply(QueueList(await within(request.app[ENGINE].queue_summaries())))
+
+
+@routes.get("/workers")
+@operation(responses={200: WorkersOut}, errors=(503,))
+async def workers(request: web.Request) -> web.Response:
+    """This node's workers and their recent exits, and the live nodes of the store."""
+    engine = request.app[ENGINE]
+    nodes = await within(engine.nodes())
+    history = engine.history
+    return reply(
+        WorkersOut(
+            engine.store.node_id,
+            engine.worker_summaries(),
+            history.exit_counts(),
+            history.exits(),
+            nodes,
+        )
+    )
+
+
+@routes.get("/summary/jobs")
+@operation(
+    responses={200: JobBriefList},
+    errors=(503,),
+    query_params=(TYPE, STATUS, QUEUE, LIMIT, OFFSET, PREVIEW),
+)
+async def job_briefs(request: web.Request) -> web.Response:
+    """List jobs newest first, as rows with payload, result and error cut to a preview."""
+    query = request.query
+    filters = JobFilter(
+        type=TYPE.parse(query), status=STATUS.parse(query), queue=QUEUE.parse(query)
+    )
+    limit, offset, cut = LIMIT.parse(query), OFFSET.parse(query), PREVIEW.parse(query)
+    page = await within(request.app[ENGINE].job_briefs(filters, limit, offset, cut))
+    return reply(JobBriefList(page.items, page.total, limit, offset))
+
+
+@routes.get("/summary/dlq")
+@operation(
+    responses={200: DeadBriefList},
+    errors=(503,),
+    query_params=(TYPE, QUEUE, ERROR, JOB_ID, BEFORE, AFTER, LIMIT, OFFSET, PREVIEW),
+)
+async def dead_briefs(request: web.Request) -> web.Response:
+    """List dead letters newest first, filtered, as rows with previews."""
+    query = request.query
+    filters = DeadFilter(
+        type=TYPE.parse(query),
+        queue=QUEUE.parse(query),
+        error=ERROR.parse(query),
+        job_id=JOB_ID.parse(query),
+        before=BEFORE.parse(query),
+        after=AFTER.parse(query),
+    )
+    limit, offset, cut = LIMIT.parse(query), OFFSET.parse(query), PREVIEW.parse(query)
+    page = await within(request.app[ENGINE].dead_briefs(filters, limit, offset, cut))
+    return reply(DeadBriefList(page.items, page.total, limit, offset))

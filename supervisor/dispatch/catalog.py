@@ -1,0 +1,62 @@
+"""What this node knows about its job types: the actors' declared defaults plus the
+operator's overrides (`[limits]`). Rebuilt on every reload from a new worker's Ready.
+A job's queue, priority and retries are resolved from `actors` by `jobs.resolve_spec`."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+
+from goqueue.actors.protocol import ActorInfo
+from goqueue.supervisor.dispatch.rates import Rate, parse_rate
+
+
+class Catalog:
+    """Actor declarations by type, with per-type limit overrides applied."""
+
+    def __init__(
+        self,
+        actors: Iterable[ActorInfo],
+        limits: Mapping[str, int],
+        rates: Mapping[str, str] | None = None,
+    ) -> None:
+        self.actors = {a.name: a for a in actors}
+        self.overrides = dict(limits)
+        self.types = frozenset(self.actors)
+        self.rates: dict[str, Rate] = {}  # the config's `[rate_limits]` win over actors'
+        for name, info in self.actors.items():
+            if info.rate_limit is not None:
+                self.rates[name] = parse_rate(info.rate_limit)
+        self.rates.update((t, parse_rate(rate)) for t, rate in (rates or {}).items())
+        limits_of = {t: self.limit(t) for t in self.types}
+        self._limited = {t: n for t, n in limits_of.items() if n is not None}
+        self._unlimited = [t for t, n in limits_of.items() if n is None]
+
+    def limit(self, job_type: str) -> int | None:
+        """Concurrency limit for a type on this node (None = only the worker count)."""
+        override = self.overrides.get(job_type)
+        if override is not None:
+            return override
+        info = self.actors.get(job_type)
+        return info.concurrency if info else None
+
+    def limits(self) -> dict[str, int | None]:
+        """Every type and its limit, as declared to the store."""
+        return {t: self.limit(t) for t in self.actors}
+
+    def timeout(self, job_type: str, default: float) -> float:
+        """The actor's declared timeout, or the server's default."""
+        info = self.actors.get(job_type)
+        return info.timeout if info and info.timeout else default
+
+    def free_slots(self, capacity: int, *held: Mapping[str, int]) -> dict[str, int]:
+        """How many more attempts of each type may start now, at most `capacity`, with
+        the attempts counted in `held` (running, in hand) taken from each type's limit.
+        Runs on every dispatch pass: only the limited types look at `held`."""
+        if capacity <= 0:
+            return {}
+        slots = dict.fromkeys(self._unlimited, capacity)
+        for job_type, limit in self._limited.items():
+            free = min(capacity, limit - sum(counts.get(job_type, 0) for counts in held))
+            if free > 0:
+                slots[job_type] = free
+        return slots

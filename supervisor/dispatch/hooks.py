@@ -1,0 +1,177 @@
+"""After-outcome hooks, in the manner of dramatiq's middleware.
+
+The dispatcher and the engine report what happened to jobs through one `Hooks` fan-out;
+each concern (metrics, logs, webhooks) is a small `Hook` that overrides the methods it
+cares about. Hooks run in list order; one that raises is logged and the others still run.
+There are only "after" hooks: should "before" hooks be added, they run in list order and
+the "after" ones in reverse, as dramatiq does. Chaining and the audit trail are not hooks:
+the store writes them inside the outcome's own transaction.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+from goqueue.supervisor.enums import TERMINAL, AttemptOutcome, Status
+from goqueue.supervisor.jobs import Job, Outcome
+from goqueue.supervisor.observe.metrics import Metrics
+from goqueue.supervisor.webhooks.delivery import Webhooks
+
+log = logging.getLogger("goqueue.hooks")
+
+
+class Hook:
+    """One concern's view of jobs; every method is a no-op until overridden."""
+
+    def after_enqueue(self, job: Job) -> None:
+        """A job was stored by a client's request (enqueue or replay), not by chaining."""
+
+    def after_start(self, job: Job) -> None:
+        """An attempt of `job` was handed to a worker."""
+
+    def after_attempt(self, job_type: str, outcome: AttemptOutcome, duration: float) -> None:
+        """An attempt ended; `duration` in seconds. Attempts ended on purpose (cancel,
+        lost lease, shutdown) are not reported."""
+
+    def after_error(self, job: Job, error: str, traceback: str) -> None:
+        """An attempt ended in an unexpected error: the handler raised something other
+        than Retry or Fail (`traceback` set), or its worker died (timeout or crash)."""
+
+    def after_outcome(self, outcome: Outcome) -> None:
+        """An attempt's outcome was recorded: the job is pending again, done or failed."""
+
+    def after_cancel(self, job: Job, force: bool) -> None:
+        """A job was cancelled (`force`: it may have been running)."""
+
+
+class Hooks(Hook):
+    """Every hook of a node, called in a fixed order; a hook that raises is logged.
+
+    Each event is fanned out only to the hooks that override its method: the calls sit
+    on every job's path, and most hooks care about few events."""
+
+    def __init__(self, hooks: Sequence[Hook]) -> None:
+        self.hooks = tuple(hooks)
+        hs = self.hooks
+        self._enqueue = [h for h in hs if type(h).after_enqueue is not Hook.after_enqueue]
+        self._start = [h for h in hs if type(h).after_start is not Hook.after_start]
+        self._attempt = [h for h in hs if type(h).after_attempt is not Hook.after_attempt]
+        self._error = [h for h in hs if type(h).after_error is not Hook.after_error]
+        self._outcome = [h for h in hs if type(h).after_outcome is not Hook.after_outcome]
+        self._cancel = [h for h in hs if type(h).after_cancel is not Hook.after_cancel]
+
+    def after_enqueue(self, job: Job) -> None:
+        for hook in self._enqueue:
+            try:
+                hook.after_enqueue(job)
+            except Exception:
+                _failed(hook, "after_enqueue")
+
+    def after_start(self, job: Job) -> None:
+        for hook in self._start:
+            try:
+                hook.after_start(job)
+            except Exception:
+                _failed(hook, "after_start")
+
+    def after_attempt(self, job_type: str, outcome: AttemptOutcome, duration: float) -> None:
+        for hook in self._attempt:
+            try:
+                hook.after_attempt(job_type, outcome, duration)
+            except Exception:
+                _failed(hook, "after_attempt")
+
+    def after_error(self, job: Job, error: str, traceback: str) -> None:
+        for hook in self._error:
+            try:
+                hook.after_error(job, error, traceback)
+            except Exception:
+                _failed(hook, "after_error")
+
+    def after_outcome(self, outcome: Outcome) -> None:
+        for hook in self._outcome:
+            try:
+                hook.after_outcome(outcome)
+            except Exception:
+                _failed(hook, "after_outcome")
+
+    def after_cancel(self, job: Job, force: bool) -> None:
+        for hook in self._cancel:
+            try:
+                hook.after_cancel(job, force)
+            except Exception:
+                _failed(hook, "after_cancel")
+
+
+def _failed(hook: Hook, event: str) -> None:
+    log.exception("hook failed", extra={"hook": type(hook).__name__, "event": event})
+
+
+class MetricsHook(Hook):
+    """The Prometheus counters that move with jobs."""
+
+    def __init__(self, metrics: Metrics) -> None:
+        self.metrics = metrics
+
+    def after_enqueue(self, job: Job) -> None:
+        self.metrics.enqueued(job.type)
+
+    def after_attempt(self, job_type: str, outcome: AttemptOutcome, duration: float) -> None:
+        self.metrics.attempt(job_type, outcome, duration)
+
+    def after_outcome(self, outcome: Outcome) -> None:
+        job = outcome.job
+        if job.status == Status.PENDING:
+            self.metrics.retry(job.type)
+        elif job.status in TERMINAL:
+            self.metrics.job_finished(job.type, job.status)
+
+    def after_cancel(self, job: Job, force: bool) -> None:
+        self.metrics.job_finished(job.type, Status.CANCELLED)
+
+
+class LogHook(Hook):
+    """The log lines about jobs (faults of the machinery are logged where they happen)."""
+
+    def __init__(self, logger: logging.Logger | None = None) -> None:
+        self.log = logger or logging.getLogger("goqueue.jobs")
+
+    def after_start(self, job: Job) -> None:
+        if self.log.isEnabledFor(logging.DEBUG):  # per job: no fields built unless shown
+            self.log.debug("attempt started", extra=_fields(job))
+
+    def after_error(self, job: Job, error: str, traceback: str) -> None:
+        if traceback:
+            extra = {**_fields(job), "error": error, "exc": traceback}
+            self.log.info("attempt failed", extra=extra)
+        else:
+            self.log.warning(error, extra=_fields(job))
+
+    def after_outcome(self, outcome: Outcome) -> None:
+        job = outcome.job
+        if job.status == Status.FAILED:
+            self.log.warning("job dead-lettered", extra={**_fields(job), "error": job.last_error})
+        elif job.status in TERMINAL and self.log.isEnabledFor(logging.DEBUG):
+            self.log.debug(f"job {job.status}", extra=_fields(job))
+
+    def after_cancel(self, job: Job, force: bool) -> None:
+        self.log.info("job cancelled", extra={**_fields(job), "force": force})
+
+
+class WebhookHook(Hook):
+    """Tells the node's webhooks about jobs that became terminal (done, failed or
+    cancelled): delivery, and whether its record is durable, is their business."""
+
+    def __init__(self, webhooks: Webhooks) -> None:
+        self.webhooks = webhooks
+
+    def after_outcome(self, outcome: Outcome) -> None:
+        self.webhooks.notify(outcome.job)
+
+    def after_cancel(self, job: Job, force: bool) -> None:
+        self.webhooks.notify(job)
+
+
+def _fields(job: Job) -> dict[str, object]:
+    return {"job_id": job.id, "type": job.type, "attempt": job.attempts}

@@ -1,0 +1,108 @@
+"""The lease chores of a node, one verb per duty; the arbiter's tick says when.
+
+A lease is this node's claim on one attempt. Held leases (running on a worker, or
+claimed ahead and waiting in the dispatcher) are extended before they run out; leases
+some holder let expire are reaped; a lease this node lost (cancelled, or taken over after
+it expired) means its worker is killed; finished jobs past their retention are pruned.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from datetime import datetime, timedelta
+
+from goqueue.supervisor.dispatch.dispatcher import Dispatcher
+from goqueue.supervisor.enums import KillReason
+from goqueue.supervisor.errors import StoreUnavailable
+from goqueue.supervisor.jobs import utcnow
+from goqueue.supervisor.store.base import Store
+from goqueue.supervisor.workers.pool import Pool
+
+log = logging.getLogger("goqueue.leases")
+
+PRUNE_BATCH = 10_000
+
+
+class Leases:
+    """Heartbeat, reap, kill the lost, prune."""
+
+    def __init__(
+        self,
+        store: Store,
+        dispatcher: Dispatcher,
+        pool: Pool,
+        monotonic: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.store = store
+        self.dispatcher = dispatcher
+        self.pool = pool
+        self.monotonic = monotonic
+        self._failing = False  # the last heartbeat found the store unreachable
+        self._back_at: float | None = None  # when it answered again (reaping waits)
+
+    async def heartbeat(self, lease_seconds: float) -> list[str]:
+        """Hand back leases claimed ahead that waited too long for a worker, then extend
+        every other lease this node holds by `lease_seconds`; return the tokens it no
+        longer holds. Raises StoreUnavailable."""
+        self.dispatcher.release_stale()
+        held = self.dispatcher.held_leases()
+        asked = self.monotonic()
+        lost = await self.store.heartbeat(held, lease_seconds)
+        gone = set(lost)
+        self.dispatcher.renewed([x for x in held if x.token not in gone], asked)
+        return lost
+
+    def unreachable(self) -> None:
+        """A lease chore found the store unreachable."""
+        self._failing = True
+
+    def reachable(self) -> None:
+        """The lease chores all went through: the store answers (again)."""
+        if self._failing:
+            self._failing, self._back_at = False, self.monotonic()
+            self.dispatcher.store_back()
+
+    def may_reap(self, lease_seconds: float) -> bool:
+        """False for a lease after the store came back from being unreachable: every node
+        that held leases through the outage extends them first (their holders are alive,
+        and may hold outcomes to write), so only leases of dead nodes are reaped."""
+        if self._failing:
+            return False
+        if self._back_at is not None and self.monotonic() - self._back_at < lease_seconds:
+            return False
+        self._back_at = None
+        return True
+
+    async def reap(self, lease_seconds: float | None = None) -> None:
+        """Hand back (or dead-letter) jobs whose holder let the lease expire, and wake the
+        dispatcher if any came back; not within a lease of the store's return (see
+        `may_reap`). Raises StoreUnavailable."""
+        if lease_seconds is not None and not self.may_reap(lease_seconds):
+            return
+        if await self.store.reap_expired(self.dispatcher.retry_delay):
+            self.dispatcher.wake()
+
+    def kill_lost(self, tokens: list[str]) -> None:
+        """Stop the attempts of leases this node lost: kill the worker running one, forget
+        one still in hand. Whatever the worker reports afterwards is fenced off."""
+        for token in tokens:
+            self.dispatcher.drop(token)
+            worker = self.pool.holding(token)
+            if worker is not None:
+                log.warning("lease lost; killing its worker", extra={"worker_pid": worker.pid})
+                self.pool.kill(worker, KillReason.LEASE_LOST)
+
+    async def prune(self, retention_seconds: float, now: datetime | None = None) -> int:
+        """Delete finished jobs older than `retention_seconds` (one batch per call);
+        returns how many. A store that is down skips this pass."""
+        cutoff = (now or utcnow()) - timedelta(seconds=retention_seconds)
+        try:
+            pruned = await self.store.prune(cutoff, PRUNE_BATCH)
+        except StoreUnavailable as exc:
+            log.warning("pruning skipped: store unavailable", extra={"err": str(exc)})
+            return 0
+        if pruned:
+            log.info("pruned finished jobs", extra={"count": pruned, "before": cutoff.isoformat()})
+        return pruned

@@ -1,0 +1,181 @@
+"""Compact read models for operators (the dashboard and anyone else): queues with their
+depth and wait, worker processes, live nodes, and job or dead-letter rows whose payloads
+are cut to a preview by the store itself, so a list never ships megabytes.
+
+They are answered as they are by the summary routes (`api/http/routes/summary.py`).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+import msgspec
+from goqueue.supervisor.enums import Status
+from goqueue.supervisor.jobs import AwareTime, DeadLetter
+
+DEFAULT_PREVIEW = 200  # characters of a payload, result or error shown in a list row
+MAX_PREVIEW = 10_000
+
+WorkerState = Literal["booting", "idle", "busy", "stopping"]
+
+
+class Preview(msgspec.Struct, gc=False):
+    """The start of a long text (a payload or result as JSON, or an error): `text` holds at
+    most the requested number of characters of it; `size` is the whole text in bytes."""
+
+    text: str
+    size: int
+    truncated: bool
+
+
+def preview(raw: bytes | memoryview, limit: int) -> Preview:
+    """The first `limit` characters of UTF-8 `raw`, decoding no more than needed (a
+    character is at most 4 bytes, so 4 * limit bytes hold at least `limit` of them)."""
+    view = memoryview(raw)
+    head = bytes(view[: limit * 4]).decode("utf-8", "replace")
+    text = head[:limit]
+    return Preview(text, len(view), len(view) > limit * 4 or len(head) > limit)
+
+
+def text_preview(text: str | None, limit: int) -> Preview | None:
+    """A preview of a plain string (an error message), or None."""
+    if text is None:
+        return None
+    return Preview(text[:limit], len(text.encode("utf-8", "surrogateescape")), len(text) > limit)
+
+
+class QueueSummary(msgspec.Struct):
+    """One queue: pending jobs (due or scheduled) by priority, how long the longest-waiting
+    due job has waited, and whether dispatch from it is paused. Queues with pending or
+    running jobs are listed, and paused ones even when empty."""
+
+    name: str
+    pending: int
+    scheduled: int  # pending but not due yet (delayed, or waiting for a retry)
+    running: int
+    depth_by_priority: dict[str, int]  # pending jobs by priority, highest first
+    oldest_due_at: AwareTime | None  # run_at of the due job that has waited longest
+    waiting_seconds: float | None  # how long that job has waited, by the store's clock
+    paused: bool
+
+
+class NodeSummary(msgspec.Struct):
+    """A node sharing the store: when it started, its last heartbeat, the types it runs.
+    `live` is false once its heartbeat is older than the lease reaper tolerates."""
+
+    node_id: str
+    started_at: AwareTime
+    heartbeat_at: AwareTime
+    live: bool
+    types: list[str]
+
+
+class WorkerSummary(msgspec.Struct):
+    """One worker process of this node, and the attempt it is running, if any."""
+
+    pid: int
+    slot: int
+    generation: int
+    state: WorkerState
+    retiring: bool  # will be replaced after its current job (reload, recycle, shrink)
+    job_id: str | None
+    job_type: str | None
+    attempt: int | None
+    running_seconds: float | None  # how long the current attempt has run
+    rss_kb: int | None  # resident memory now (None where /proc cannot tell)
+    jobs_run: int
+
+
+class JobBrief(msgspec.Struct):
+    """A job as a list row: every scalar field, and previews of payload, result and error."""
+
+    id: str
+    type: str
+    queue: str
+    priority: int
+    status: Status
+    attempts: int
+    max_retries: int
+    run_at: AwareTime
+    created_at: AwareTime
+    started_at: AwareTime | None
+    finished_at: AwareTime | None
+    updated_at: AwareTime
+    parent_id: str | None
+    payload: Preview
+    result: Preview | None
+    last_error: Preview | None
+
+
+class DeadBrief(msgspec.Struct):
+    """A dead letter as a list row."""
+
+    id: str
+    job_id: str
+    type: str
+    queue: str
+    priority: int
+    attempts: int
+    max_retries: int
+    created_at: AwareTime  # when it was dead-lettered
+    payload: Preview
+    last_error: Preview | None
+
+
+class DeadFilter(msgspec.Struct, kw_only=True):
+    """Filters for dead letters; `error` is a case-insensitive substring of the last
+    error, `before` and `after` bound when the letter was written (exclusive)."""
+
+    type: str | None = None
+    queue: str | None = None
+    error: str | None = None
+    job_id: str | None = None
+    before: AwareTime | None = None
+    after: AwareTime | None = None
+
+    def matches(self, dead: DeadLetter) -> bool:
+        """True when `dead` passes every filter that is set (the memory store's test)."""
+        job = dead.job
+        return (
+            (self.type is None or job.type == self.type)
+            and (self.queue is None or job.queue == self.queue)
+            and (self.job_id is None or dead.job_id == self.job_id)
+            and (self.before is None or dead.created_at < self.before)
+            and (self.after is None or dead.created_at > self.after)
+            and (self.error is None or self.error.casefold() in (job.last_error or "").casefold())
+        )
+
+    @property
+    def empty(self) -> bool:
+        """True when no filter is set: a bulk action then needs `all=true`."""
+        return self == DeadFilter()
+
+
+_PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
+
+
+def rss_kb(pid: int) -> int | None:
+    """A process's resident memory in KiB, read from /proc (None where there is none)."""
+    try:
+        with open(f"/proc/{pid}/statm", "rb") as f:
+            return int(f.read().split()[1]) * _PAGE_KB
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class QueueDepth(msgspec.Struct):
+    """A queue and its pending jobs."""
+
+    name: str
+    pending: int
+
+
+class LiveStats(msgspec.Struct):
+    """Store counts as read at `at`: jobs by status, dead letters, and the queues with the
+    most pending jobs (at most ten)."""
+
+    at: AwareTime
+    counts: dict[str, int]
+    dead_letters: int
+    busiest: list[QueueDepth]

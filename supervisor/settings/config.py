@@ -1,0 +1,435 @@
+"""The node's settings: one typed, frozen `Settings`, loaded from four sources.
+
+Precedence, highest first, decided option by option:
+
+1. command-line flags (`--shutdown-grace 10`);
+2. the environment: `GOQUEUE_` + the flag's name in capitals with `_` for `-`
+   (`GOQUEUE_SHUTDOWN_GRACE=10`), plus plain `DATABASE_URL` and `API_KEY`, which lose to
+   their `GOQUEUE_` spelling when both are set; an empty variable counts as unset;
+3. the TOML file named by `--config` / `GOQUEUE_CONFIG`: top-level keys are the option
+   names with underscores (`shutdown_grace = 10`), per-type limits go in a `[limits]` table;
+4. the defaults of `Settings`, the only place a default is written (`options.py` says what
+   each option means; the help texts and the generated docs read the defaults from here).
+
+Per-type limits (`[limits]` in the file, `--limit TYPE=N` flags) merge type by type, flags
+winning. Flags and environment values are strings parsed here, so every bad value, whatever
+its source, fails the same way: a `ConfigError` naming the option and where it came from.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import socket
+import tomllib
+from collections.abc import Collection, Mapping
+from difflib import get_close_matches
+from types import MappingProxyType
+from typing import Any
+
+import msgspec
+from goqueue.supervisor.dispatch.rates import parse_rate
+from goqueue.supervisor.errors import ConfigError
+from goqueue.supervisor.schedules.schedule import ScheduleSpec
+from goqueue.supervisor.settings.options import (
+    BY_NAME,
+    EXPECTED,
+    LIMIT_DEFAULT,
+    LIMIT_FLAG,
+    LIMIT_HELP,
+    LIMIT_METAVAR,
+    OPTIONS,
+    Option,
+)
+from goqueue.supervisor.store.postgres.sql.schema import schema_name_problem
+
+__all__ = [
+    "COMPUTED_DEFAULTS",
+    "FILE_KEYS",
+    "OPTIONS",
+    "Option",
+    "Settings",
+    "add_arguments",
+    "default_of",
+    "describe_default",
+    "format_value",
+    "load",
+    "reload",
+]
+
+
+def cpu_count() -> int:
+    """CPUs this process may run on (honours affinity/cpusets, unlike `os.cpu_count`)."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0)) or 1
+    return os.cpu_count() or 1
+
+
+def default_node_id() -> str:
+    """`hostname-pid`: unique per running node, readable in logs and the audit trail."""
+    return f"{socket.gethostname()}-{os.getpid()}"
+
+
+# The defaults that are computed when a node starts, so the docs can only describe them.
+# Every other default is a value, read from `Settings` itself (`default_of`).
+COMPUTED_DEFAULTS: Mapping[str, str] = MappingProxyType(
+    {"workers": "the CPU count", "node_id": "hostname-pid"}
+)
+
+
+class Settings(msgspec.Struct, kw_only=True, frozen=True):
+    """Everything a node is configured with. Constructing one validates it."""
+
+    host: str = "127.0.0.1"  # containers pass 0.0.0.0 (deploy/)
+    port: int = 8080
+    workers: int = msgspec.field(default_factory=cpu_count)
+    actors: tuple[str, ...] = ("goqueue.actors.examples",)
+    queues: tuple[str, ...] | None = None
+    database_url: str | None = None
+    database_schema: str = "goqueue"
+    api_key: str | None = None
+    default_timeout: float = 300.0
+    retry_base: float = 1.0
+    retry_cap: float = 3600.0
+    shutdown_grace: float = 30.0
+    max_jobs_per_worker: int | None = None
+    max_worker_rss_mb: int | None = None
+    max_pending: int = 100_000
+    max_body_bytes: int = 1_048_576
+    lease_seconds: float = 30.0
+    prefetch: int = 0
+    webhook_secret: str | None = None
+    webhook_allow_hosts: tuple[str, ...] | None = None
+    webhook_timeout: float = 5.0
+    idempotency_ttl: float = 86_400.0
+    retention_seconds: float = 604_800.0  # 0: keep finished jobs forever
+    kill_grace: float = 0.05
+    log_level: str = "info"
+    config: str | None = None
+    node_id: str = msgspec.field(default_factory=default_node_id)
+    limits: dict[str, int] = msgspec.field(default_factory=dict)
+    webhook_allow_networks: tuple[str, ...] | None = None
+    path: tuple[str, ...] | None = None
+    max_result_bytes: int = 1_048_576
+    public_reads: bool = False
+    max_queues: int = 10_000
+    metrics_max_queues: int = 100
+    max_connections: int = 10_000
+    header_timeout: float = 15.0
+    body_timeout: float = 30.0
+    keepalive_timeout: float = 75.0
+    schedules: tuple[ScheduleSpec, ...] = ()
+    rate_limits: dict[str, str] = msgspec.field(default_factory=dict)  # TYPE -> "20/s"
+
+    def __post_init__(self) -> None:
+        for option in OPTIONS:
+            problem = option.check(getattr(self, option.name))
+            if problem:
+                raise ConfigError(f"{option.name}: {problem}")
+        for job_type, limit in self.limits.items():
+            if not isinstance(limit, int) or isinstance(limit, bool):
+                raise ConfigError(f"limits: {job_type}: expected an integer, got {limit!r}")
+            problem = _check_limit(job_type, limit)
+            if problem:
+                raise ConfigError(f"limits: {problem}")
+        for network in self.webhook_allow_networks or ():
+            from goqueue.supervisor.webhooks.egress import (
+                network_problem,  # loads aiohttp: only here
+            )
+
+            if problem := network_problem(network):
+                raise ConfigError(f"webhook_allow_networks: {network!r} is {problem}")
+        _check_schedules(self.schedules)
+        _check_rates(self.rate_limits)
+        if self.database_url is not None:
+            _check_dsn(self.database_url)
+        if problem := schema_name_problem(self.database_schema):
+            raise ConfigError(f"database_schema: {problem}")
+        if 0 < self.retention_seconds < self.idempotency_ttl:
+            raise ConfigError(
+                f"retention_seconds: must be at least idempotency_ttl ({self.idempotency_ttl:g}) "
+                "so that a repeated Idempotency-Key still finds its job, "
+                f"got {self.retention_seconds:g}"
+            )
+        if self.retry_cap < self.retry_base:
+            raise ConfigError(
+                f"retry_cap: must be at least retry_base ({self.retry_base}), got {self.retry_cap}"
+            )
+
+
+def _check_rates(rates: dict[str, str]) -> None:
+    """Each rate limit readable."""
+    for job_type, rate in rates.items():
+        try:
+            parse_rate(rate)
+        except ValueError as exc:
+            raise ConfigError(f"rate_limits: {job_type}: {exc}") from None
+
+
+def _check_schedules(schedules: tuple[ScheduleSpec, ...]) -> None:
+    """Each schedule valid, each name once."""
+    seen: set[str] = set()
+    for i, spec in enumerate(schedules):
+        label = f"schedules[{i}]" + (f" ({spec.name})" if isinstance(spec.name, str) else "")
+        if problem := spec.problem():
+            raise ConfigError(f"{label}: {problem}")
+        if spec.name in seen:
+            raise ConfigError(f"{label}: the name {spec.name!r} is taken by another schedule")
+        seen.add(spec.name)
+
+
+def _check_dsn(dsn: str) -> None:
+    """Reject a DSN that cannot even be parsed (no point retrying a typo forever)."""
+    from psycopg.conninfo import conninfo_to_dict
+
+    try:
+        conninfo_to_dict(dsn)
+    except Exception as exc:
+        raise ConfigError(f"database_url: not a valid PostgreSQL DSN: {exc}".strip()) from None
+
+
+FILE_KEYS: frozenset[str] = frozenset(BY_NAME) - {"config"} | {"limits", "schedules", "rate_limits"}
+_FIELDS: Mapping[str, msgspec.structs.FieldInfo] = MappingProxyType(
+    {field.name: field for field in msgspec.structs.fields(Settings)}
+)
+
+
+def default_of(option: Option) -> object:
+    """The option's default as `Settings` declares it (None when unset or computed)."""
+    field = _FIELDS[option.name]
+    return None if field.default is msgspec.NODEFAULT else field.default
+
+
+def describe_default(option: Option, quote: str = "") -> str:
+    """The default in words for help texts and docs: the value (inside `quote`), what
+    leaving the option unset means, or what is computed at start-up."""
+    if option.name in COMPUTED_DEFAULTS:
+        return COMPUTED_DEFAULTS[option.name]
+    value = default_of(option)
+    if value is None:
+        if option.when_unset is None:
+            raise LookupError(
+                f"option {option.name}: unset by default but says not what that means"
+            )
+        return option.when_unset
+    text = quote + format_value(value) + quote
+    if option.metavar == "SECONDS" and isinstance(value, int | float):
+        text += _long_duration(value)
+    return text
+
+
+def _long_duration(seconds: float) -> str:
+    """` (7 days)` beside a default of many seconds, so no one has to divide by 86400."""
+    for unit, size in (("day", 86_400), ("hour", 3_600)):
+        count, rest = divmod(seconds, size)
+        if count >= 1 and not rest:
+            return f" ({count:g} {unit}{'s' if count > 1 else ''})"
+    return ""
+
+
+def format_value(value: object) -> str:
+    """A setting as people write it on the command line: `30`, `0.05`, `a,b`, `off`."""
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    if isinstance(value, float) and value.is_integer():
+        value = int(value)
+    if isinstance(value, tuple):
+        return ",".join(value)
+    return str(value)
+
+
+def add_arguments(parser: argparse.ArgumentParser, only: Collection[str] | None = None) -> None:
+    """One flag per option (or per option named in `only`), all defaulting to None so
+    `load` can tell "not given" apart; `--limit` too unless `only` leaves it out."""
+    for option in OPTIONS:
+        if only is not None and option.name not in only:
+            continue
+        envs = " or ".join(option.envs)
+        repeat = "; repeatable" if option.repeatable else ""
+        text = f"{option.help}{repeat} (default: {describe_default(option)}; env {envs})"
+        help_text = text.replace("%", "%%")  # argparse formats help with %
+        if option.kind == "bool":
+            parser.add_argument(
+                option.flag,
+                dest=option.name,
+                action=argparse.BooleanOptionalAction,
+                default=None,
+                help=help_text,
+            )
+            continue
+        parser.add_argument(
+            option.flag,
+            dest=option.name,
+            metavar=option.metavar,
+            default=None,
+            action="append" if option.repeatable else "store",
+            help=help_text,
+        )
+    if only is None or "limits" in only:
+        parser.add_argument(
+            LIMIT_FLAG,
+            dest="limits",
+            action="append",
+            metavar=LIMIT_METAVAR,
+            default=None,
+            help=f"{LIMIT_HELP}; repeatable (default: {LIMIT_DEFAULT}; also the [limits] "
+            "table of the config file)",
+        )
+
+
+def load(args: argparse.Namespace | None, environ: Mapping[str, str]) -> Settings:
+    """Settings from flags > environment > TOML file > defaults; raises ConfigError."""
+    flags = _from_flags(args)
+    env = _from_environ(environ)
+    path = flags.get("config") or env.get("config")
+    values: dict[str, Any] = {}  # parsed and range-checked above; Settings checks the rest
+    limits: dict[str, int] = {}
+    if isinstance(path, str):
+        file_values, limits = _from_file(path)
+        values.update(file_values)
+    values.update(env)
+    values.update(flags)
+    limits.update(_flag_limits(args))
+    return Settings(**values, limits=limits)
+
+
+def reload(
+    current: Settings, args: argparse.Namespace | None, environ: Mapping[str, str]
+) -> Settings:
+    """Re-read the same sources (SIGHUP); which changes apply live is the caller's call.
+
+    The node id is kept: leases and audit events already written name it.
+    """
+    return msgspec.structs.replace(load(args, environ), node_id=current.node_id)
+
+
+def _parse(option: Option, raw: object, source: str) -> object:
+    """Parse and range-check one value, naming the option and its source on failure."""
+    try:
+        value = option.parse(raw)
+    except ValueError:
+        expected = "one of " + ", ".join(option.choices) if option.choices else None
+        raise ConfigError(
+            f"{option.name}: expected {expected or EXPECTED[option.kind]}, "
+            f"got {raw!r} (from {source})"
+        ) from None
+    problem = option.check(value)
+    if problem:
+        raise ConfigError(f"{option.name}: {problem} (from {source})")
+    return value
+
+
+def _from_flags(args: argparse.Namespace | None) -> dict[str, object]:
+    values: dict[str, object] = {}
+    for option in OPTIONS:
+        raw = getattr(args, option.name, None) if args is not None else None
+        if isinstance(raw, list):  # a repeatable flag: every occurrence counts
+            raw = ",".join(raw)
+        if raw is not None:
+            values[option.name] = _parse(option, raw, f"flag {option.flag}")
+    return values
+
+
+def _from_environ(environ: Mapping[str, str]) -> dict[str, object]:
+    values: dict[str, object] = {}
+    for option in OPTIONS:
+        for name in (option.env, option.legacy_env):
+            raw = environ.get(name) if name else None
+            if raw is not None and raw.strip():
+                values[option.name] = _parse(option, raw, f"environment {name}")
+                break
+    return values
+
+
+def _from_file(path: str) -> tuple[dict[str, object], dict[str, int]]:
+    source = f"config file {path}"
+    try:
+        with open(path, "rb") as file:
+            data = tomllib.load(file)
+    except OSError as exc:
+        raise ConfigError(f"config: cannot read {path}: {exc.strerror or exc}") from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config: {path} is not valid TOML: {exc}") from None
+    values: dict[str, object] = {}
+    limits: dict[str, int] = {}
+    for key, raw in data.items():
+        if key == "limits":
+            limits = _file_limits(raw, source)
+        elif key == "schedules":
+            values[key] = _file_schedules(raw, source)
+        elif key == "rate_limits":
+            values[key] = _file_rates(raw, source)
+        elif key == "config":
+            raise ConfigError(f"config: cannot be set inside the config file ({path})")
+        elif key in FILE_KEYS:
+            values[key] = _parse(BY_NAME[key], raw, source)
+        else:
+            raise ConfigError(f"{key}: unknown option in {source}{_suggest(key)}")
+    return values, limits
+
+
+def _suggest(key: str) -> str:
+    close = get_close_matches(key.replace("-", "_"), sorted(FILE_KEYS), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
+
+
+def _file_limits(raw: object, source: str) -> dict[str, int]:
+    if not isinstance(raw, dict):
+        raise ConfigError(f"limits: expected a table of TYPE = N, got {raw!r} (from {source})")
+    return {str(key): _limit(str(key), value, source) for key, value in raw.items()}
+
+
+def _file_rates(raw: object, source: str) -> dict[str, str]:
+    """The `[rate_limits]` table: TYPE = "N/s" (checked by `Settings`)."""
+    if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
+        raise ConfigError(
+            f'rate_limits: expected a table of TYPE = "N/s", got {raw!r} (from {source})'
+        )
+    return {str(key): value for key, value in raw.items()}
+
+
+def _file_schedules(raw: object, source: str) -> tuple[ScheduleSpec, ...]:
+    """`[[schedules]]` tables, each a `ScheduleSpec` (checked by `Settings`)."""
+    if not isinstance(raw, list):
+        raise ConfigError(f"schedules: expected [[schedules]] tables, got {raw!r} (from {source})")
+    specs = []
+    for i, table in enumerate(raw):
+        try:
+            specs.append(msgspec.convert(table, ScheduleSpec))
+        except msgspec.ValidationError as exc:
+            raise ConfigError(f"schedules[{i}]: {exc} (from {source})") from None
+    return tuple(specs)
+
+
+def _flag_limits(args: argparse.Namespace | None) -> dict[str, int]:
+    limits: dict[str, int] = {}
+    for entry in getattr(args, "limits", None) or ():
+        job_type, sep, count = str(entry).partition("=")
+        if not sep:
+            raise ConfigError(f"limits: expected TYPE=N, got {entry!r} (from flag --limit)")
+        limits[job_type.strip()] = _limit(job_type.strip(), count.strip(), "flag --limit")
+    return limits
+
+
+def _limit(job_type: str, raw: object, source: str) -> int:
+    value = raw
+    if isinstance(raw, str):
+        with contextlib.suppress(ValueError):
+            value = int(raw)
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise ConfigError(
+            f"limits: {job_type or '<empty>'}: expected an integer, got {raw!r} (from {source})"
+        )
+    problem = _check_limit(job_type, value)
+    if problem:
+        raise ConfigError(f"limits: {problem} (from {source})")
+    return value
+
+
+def _check_limit(job_type: str, limit: int) -> str | None:
+    if not job_type:
+        return "a job type name is empty"
+    if limit < 1:
+        return f"{job_type}: must be at least 1, got {limit}"
+    return None

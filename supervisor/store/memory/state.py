@@ -1,0 +1,155 @@
+"""The in-memory store's state and the bookkeeping that keeps it consistent.
+
+Every dict, heap and counter the store keeps, and the few steps that change them together
+(status counts, pending depths, events, retiring finished jobs). The reads in
+`memory_reads.py` and the write path in `memory.py` build on it.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import deque
+from collections.abc import Callable
+from datetime import datetime
+
+from goqueue.supervisor.dispatch.rates import StartWindows
+from goqueue.supervisor.enums import TERMINAL, EventKind, Status
+from goqueue.supervisor.jobs import STATUSES, Event, Job, Lease, utcnow
+from goqueue.supervisor.store.memory.dead import DeadLetters
+from goqueue.supervisor.store.memory.heaps import OldestByQueue, PendingHeaps
+from goqueue.supervisor.store.memory.schedules import ScheduleBook
+
+
+class MemoryState:
+    """What the in-memory store holds. `clock` says what time it is (tests give it one
+    they move by hand, so leases and delays expire without waiting)."""
+
+    def __init__(
+        self,
+        node_id: str = "local",
+        *,
+        lease_seconds: float = 30.0,
+        max_pending: int = 100_000,
+        idempotency_ttl: float = 86_400.0,
+        max_finished: int = 100_000,
+        max_events_per_job: int = 100,
+        clock: Callable[[], datetime] = utcnow,
+    ) -> None:
+        self.node_id = node_id
+        self.clock = clock
+        self.lease_seconds = lease_seconds
+        self.max_pending = max_pending
+        self.idempotency_ttl = idempotency_ttl
+        self.max_finished = max_finished
+        self.max_events_per_job = max_events_per_job
+        self._jobs: dict[str, Job] = {}
+        self._pending = PendingHeaps(self._jobs)
+        self._ages = OldestByQueue(self._jobs)  # for the metrics' longest wait by queue
+        self._tokens: dict[str, str] = {}  # job id -> lease token
+        self._leases: dict[str, Lease] = {}  # token -> lease
+        self._dedupe: dict[str, tuple[str, float]] = {}
+        self._idempotency: dict[str, tuple[str, str, float]] = {}
+        self._dead = DeadLetters()
+        self._unique: dict[str, str] = {}  # unique key -> the job holding it (not terminal)
+        self._events: dict[str, list[Event]] = {}
+        self._finished: deque[str] = deque()
+        self._paused: set[str] = set()
+        self._counts: dict[str, int] = dict.fromkeys(STATUSES, 0)
+        self._depth: dict[str, dict[int, int]] = {}  # pending by queue, then priority
+        self._queue_totals: dict[str, int] = {}  # pending by queue
+        self._priority_totals: dict[int, int] = {}  # pending by priority, every queue
+        self._limits: dict[str, int | None] = {}
+        self._seq = itertools.count(1)
+        self._wake: Callable[[], None] = lambda: None
+        self._opened_at = self.clock()
+        self._schedules = ScheduleBook()
+        self._starts = StartWindows()
+
+    # -- bookkeeping -----------------------------------------------------------------
+
+    def _make_pending(self, job: Job, now: datetime) -> None:
+        self._pending.add(job, now.timestamp())
+        self._ages.add(job)
+        self._depth_add(job, +1)
+        self._wake()
+
+    def _held(self, lease: Lease, *statuses: Status) -> Job | None:
+        """The job, if `lease` still holds it in one of `statuses` (running if none)."""
+        job = self._jobs.get(lease.job.id)
+        if job is None or self._tokens.get(job.id) != lease.token:
+            return None
+        return job if job.status in (statuses or (Status.RUNNING,)) else None
+
+    def _drop_lease(self, token: str) -> Job:
+        lease = self._leases.pop(token)
+        del self._tokens[lease.job.id]
+        return self._jobs[lease.job.id]
+
+    def _set_status(self, job: Job, status: Status, now: datetime) -> None:
+        if job.status == Status.PENDING:
+            self._depth_add(job, -1)
+        self._count(job.status, -1)
+        self._count(status, +1)
+        job.status = status
+        job.updated_at = now
+        key = job.unique_key
+        if key is not None and status in TERMINAL and self._unique.get(key) == job.id:
+            del self._unique[key]  # the key is free again
+
+    def _count(self, status: str, delta: int) -> None:
+        self._counts[status] += delta
+
+    def _depth_add(self, job: Job, delta: int) -> None:
+        """Pending jobs by queue and priority, by queue and by priority; an emptied queue is
+        forgotten, so 100k queues used once cost nothing once they are empty."""
+        queue, priority = job.queue, job.priority
+        self._priority_totals[priority] = self._priority_totals.get(priority, 0) + delta
+        total = self._queue_totals.get(queue, 0) + delta
+        depth = self._depth.setdefault(queue, {})
+        count = depth.get(priority, 0) + delta
+        if count > 0:
+            depth[priority] = count
+        else:
+            depth.pop(priority, None)
+        if total > 0:
+            self._queue_totals[queue] = total
+        else:
+            self._queue_totals.pop(queue, None)
+            del self._depth[queue]
+            self._ages.forget(queue)
+
+    def _event(self, job: Job, kind: EventKind, now: datetime, detail: str | None = None) -> None:
+        trail = self._events.setdefault(job.id, [])
+        if len(trail) < self.max_events_per_job:
+            trail.append(
+                Event(
+                    job_id=job.id,
+                    event=kind,
+                    at=now,
+                    node=self.node_id,
+                    attempt=job.attempts,
+                    detail=detail,
+                )
+            )
+
+    def _retire(self, job: Job) -> None:
+        """Forget the oldest finished jobs beyond `max_finished` (bounded memory)."""
+        self._finished.append(job.id)
+        while len(self._finished) > self.max_finished:
+            self._forget(self._finished.popleft())
+        self._expire_keys(job.updated_at.timestamp())
+
+    def _forget(self, job_id: str) -> None:
+        old = self._jobs.pop(job_id, None)
+        if old is not None:
+            self._count(old.status, -1)
+            self._events.pop(old.id, None)
+
+    def _expire_keys(self, now_ts: float) -> None:
+        """Drop expired dedupe and idempotency keys, a few at a time (oldest first)."""
+        for table in (self._dedupe, self._idempotency):
+            for _ in range(4):
+                key = next(iter(table), None)
+                if key is None or table[key][-1] > now_ts:
+                    break
+                del table[key]

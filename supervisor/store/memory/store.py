@@ -1,0 +1,444 @@
+"""The in-memory store: heaps for due and delayed jobs, dicts for everything else.
+
+Single-threaded by design (it lives on the supervisor's event loop), so each method is
+atomic simply because it never awaits. It implements leases too, with this node as the
+only owner, so the same contract tests hold for both stores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime, timedelta
+
+import msgspec
+from goqueue.supervisor.dispatch.rates import Rate, Taken
+from goqueue.supervisor.enums import TERMINAL, EventKind, Status
+from goqueue.supervisor.errors import (
+    UNIQUE_HELD,
+    DuplicateJob,
+    IdempotencyMismatch,
+    InvalidState,
+    NotFound,
+    StoreFull,
+)
+from goqueue.supervisor.jobs import (
+    DEFAULT_MAX_RETRIES,
+    AttemptError,
+    DeadLetter,
+    Enqueued,
+    Job,
+    JobSpec,
+    Lease,
+    Outcome,
+    Purged,
+    Replayed,
+    new_id,
+)
+from goqueue.supervisor.observe.summaries import DeadFilter
+from goqueue.supervisor.schedules.schedule import Fired, ScheduleState, fire_detail
+from goqueue.supervisor.store.base import NewJob
+from goqueue.supervisor.store.memory.reads import MemoryReads
+
+
+class MemoryStore(MemoryReads):
+    """A bounded, non-durable store for one node: the write path (enqueue, claims,
+    outcomes, dead-letter replays) over the reads of `MemoryReads`."""
+
+    claim_ahead = False  # a claim costs no round trip: claim for idle workers only
+    answers_at_once = True  # no call waits: outcomes are written without a task
+    sees_ahead = False  # the dispatcher's last claim (in this process) tells what waits
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    async def open(self) -> None:
+        """Nothing to connect to."""
+
+    async def close(self) -> None:
+        """Nothing to release."""
+
+    async def ping(self) -> bool:
+        """Always reachable."""
+        return True
+
+    def set_waker(self, wake: Callable[[], None]) -> None:
+        """Remember the dispatcher's wake-up callable."""
+        self._wake = wake
+
+    async def register_node(self, limits: Mapping[str, int | None]) -> None:
+        """Remember this node's job types and limits."""
+        self._limits = dict(limits)
+
+    async def known_types(self) -> frozenset[str]:
+        """The types this node declared."""
+        return frozenset(self._limits)
+
+    # -- enqueue ---------------------------------------------------------------------
+
+    async def enqueue(self, new: NewJob) -> Enqueued:
+        """Store one job after the dedupe and idempotency checks."""
+        return self._enqueue(new, self.clock())
+
+    async def enqueue_many(self, news: Sequence[NewJob]) -> list[Enqueued | Exception]:
+        """Store several jobs, each answered on its own."""
+        now = self.clock()
+        out: list[Enqueued | Exception] = []
+        for new in news:
+            try:
+                out.append(self._enqueue(new, now))
+            except (DuplicateJob, IdempotencyMismatch, StoreFull) as exc:
+                out.append(exc)
+        return out
+
+    def _enqueue(self, new: NewJob, now: datetime) -> Enqueued:
+        ts = now.timestamp()
+        if new.idempotency_key is not None:
+            seen = self._idempotency.get(new.idempotency_key)
+            if seen is not None and seen[2] > ts:
+                if seen[0] != new.request_hash:
+                    raise IdempotencyMismatch(seen[1])
+                job = self._jobs.get(seen[1])
+                if job is not None:
+                    return Enqueued(job, created=False)
+        spec = new.spec
+        if spec.dedupe_key is not None and spec.dedupe_window_seconds:
+            held = self._dedupe.get(spec.dedupe_key)
+            if held is not None and held[1] > ts:
+                raise DuplicateJob(held[0])
+        if spec.unique_key is not None and spec.unique_key in self._unique:
+            raise DuplicateJob(self._unique[spec.unique_key], UNIQUE_HELD)
+        if self._counts[Status.PENDING] >= self.max_pending:
+            raise StoreFull(f"the queue is full ({self.max_pending} pending jobs)")
+        job = self._insert(spec, now, new.max_retries, new.parent_id, start=new.start is not None)
+        if spec.dedupe_key is not None and spec.dedupe_window_seconds:
+            self._dedupe[spec.dedupe_key] = (job.id, ts + spec.dedupe_window_seconds)
+        if new.idempotency_key is not None:
+            expires = ts + self.idempotency_ttl
+            self._idempotency[new.idempotency_key] = (new.request_hash or "", job.id, expires)
+        lease = self._leases[self._tokens[job.id]] if job.status == Status.RUNNING else None
+        return Enqueued(job, created=True, lease=lease)
+
+    def _insert(
+        self,
+        spec: JobSpec,
+        now: datetime,
+        max_retries: int,
+        parent_id: str | None,
+        *,
+        start: bool = False,
+    ) -> Job:
+        """Store a new job, pending; or (`start`) running for this node, when it is due
+        now, its queue is not paused and its type has no limit (a worker waits for it:
+        no claim is woken)."""
+        job = Job.from_spec(spec, now=now, max_retries=max_retries, parent_id=parent_id)
+        job.seq = next(self._seq)
+        self._jobs[job.id] = job
+        if job.unique_key is not None:
+            self._unique[job.unique_key] = job.id
+        self._count(job.status, +1)
+        self._event(job, EventKind.ENQUEUED, now)
+        if (
+            start
+            and job.run_at <= now
+            and job.queue not in self._paused
+            and self._limits.get(job.type) is None
+        ):
+            self._depth_add(job, +1)  # pending for an instant, as a claim would find it
+            self._lease(job, now, started=True)
+        else:
+            self._make_pending(job, now)
+        return job
+
+    def _follow_up(self, spec: JobSpec | None, parent: Job, now: datetime) -> list[Job]:
+        """Chain a template; bypasses max_pending since the parent already had its place."""
+        if spec is None:
+            return []
+        max_retries = spec.max_retries if spec.max_retries is not None else DEFAULT_MAX_RETRIES
+        return [self._insert(spec, now, max_retries, parent.id)]
+
+    # -- rate limits (this node's own) -----------------------------------------------
+
+    async def take_starts(self, job_type: str, rate: Rate, want: int) -> Taken:
+        """Take starts from the type's current window, on this node."""
+        return self._starts.take(job_type, rate, want, self.clock().timestamp())
+
+    async def return_starts(self, job_type: str, window: float, count: int) -> None:
+        """Give back unused starts."""
+        self._starts.give_back(job_type, window, count)
+
+    # -- periodic jobs (this node's own) ---------------------------------------------
+
+    async def schedule_states(self) -> dict[str, ScheduleState]:
+        """Every schedule fired or switched since this node started."""
+        return self._schedules.states()
+
+    async def fire_schedule(
+        self, name: str, tick: datetime, new: NewJob, *, missed: bool = False
+    ) -> tuple[Fired, Job | None]:
+        """Store `new` as the job of `name`'s `tick`, unless disabled or fired already."""
+        refusal = self._schedules.refusal(name, tick)
+        if refusal is not None:
+            return refusal, None
+        enqueued = self._enqueue(new, self.clock())
+        job = enqueued.job
+        self._events[job.id][-1].detail = fire_detail(name, tick, missed)
+        self._schedules.fired(name, tick, job.id)
+        return Fired.FIRED, job
+
+    async def set_schedule_enabled(self, name: str, enabled: bool) -> ScheduleState:
+        """Enable or disable a schedule (on this node only)."""
+        return self._schedules.switch(name, enabled, self.clock())
+
+    # -- claiming --------------------------------------------------------------------
+
+    async def claim(
+        self,
+        limit: int,
+        queues: frozenset[str] | None,
+        slots: Mapping[str, int],
+        start: int | None = None,
+    ) -> list[Lease]:
+        """Take up to `limit` due jobs, best first, within the per-type slots; the best
+        `start` of them (all when None) start at once, the others are `claimed`."""
+        now = self.clock()
+        self._pending.promote(now.timestamp())
+        free = dict(slots)
+        leases: list[Lease] = []
+        while len(leases) < limit:
+            key = self._pending.best(queues, free, self._paused)
+            if key is None:
+                break
+            job = self._pending.pop(key)
+            free[job.type] -= 1
+            leases.append(self._lease(job, now, start is None or len(leases) < start))
+        return leases
+
+    def _lease(self, job: Job, now: datetime, started: bool) -> Lease:
+        token = new_id()
+        lease = Lease(
+            job=job,
+            token=token,
+            owner=self.node_id,
+            expires_at=now + timedelta(seconds=self.lease_seconds),
+        )
+        self._tokens[job.id] = token
+        self._leases[token] = lease
+        if started:
+            self._begin(job, now)
+        else:
+            self._set_status(job, Status.CLAIMED, now)
+            job.started_at = None
+        return lease
+
+    def _begin(self, job: Job, now: datetime) -> None:
+        """The attempt starts: it is charged, and the job is running."""
+        self._set_status(job, Status.RUNNING, now)
+        job.attempts += 1
+        job.started_at = now
+        self._event(job, EventKind.STARTED, now)
+
+    async def start(self, lease: Lease) -> Lease | None:
+        """Start the attempt of a `claimed` lease."""
+        job = self._held(lease, Status.CLAIMED)
+        if job is None:
+            return None
+        now = self.clock()
+        self._begin(job, now)
+        held = self._leases[lease.token]
+        held.expires_at = now + timedelta(seconds=self.lease_seconds)
+        return held
+
+    def next_due_at(self) -> datetime | None:
+        """When the earliest delayed job becomes due."""
+        return self._pending.next_due()
+
+    # -- leases and outcomes ---------------------------------------------------------
+
+    async def heartbeat(self, leases: Sequence[Lease], lease_seconds: float) -> list[str]:
+        """Extend held leases; report the tokens that are no longer held."""
+        expires = self.clock() + timedelta(seconds=lease_seconds)
+        lost: list[str] = []
+        for lease in leases:
+            held = self._leases.get(lease.token)
+            if held is None:
+                lost.append(lease.token)
+            else:
+                held.expires_at = expires
+        return lost
+
+    async def reap_expired(self, retry_delay: Callable[[int], float] | None = None) -> list[Job]:
+        """Return jobs whose lease ran out to pending, or dead-letter them."""
+        now = self.clock()
+        touched: list[Job] = []
+        for token, lease in list(self._leases.items()):
+            if lease.expires_at > now:
+                continue
+            job = self._drop_lease(token)
+            error = f"lease expired (holder {lease.owner} lost)"
+            if job.status == Status.CLAIMED:  # never started: back in its place, at no cost
+                self._set_status(job, Status.PENDING, now)
+                self._make_pending(job, now)
+                self._event(job, EventKind.RELEASED, now, error)
+                touched.append(job)
+                continue
+            self._event(job, EventKind.LEASE_EXPIRED, now)
+            if job.attempts > job.max_retries:
+                self._dead_letter(job, error, now)
+            else:
+                self._record_error(job, error, now)
+                self._set_status(job, Status.PENDING, now)
+                delay = 0.0 if retry_delay is None else retry_delay(job.attempts)
+                job.run_at = now + timedelta(seconds=delay)
+                self._make_pending(job, now)
+            touched.append(job)
+        return touched
+
+    async def complete(self, lease: Lease, result: msgspec.Raw | None) -> Outcome | None:
+        """Record success, then chain `on_success`."""
+        job = self._held(lease)
+        if job is None:
+            return None
+        now = self.clock()
+        self._drop_lease(lease.token)
+        job.result = result
+        job.finished_at = now
+        self._set_status(job, Status.DONE, now)
+        self._event(job, EventKind.SUCCEEDED, now)
+        self._retire(job)
+        return Outcome(job, self._follow_up(job.on_success, job, now))
+
+    async def fail(self, lease: Lease, error: str, retry_at: datetime | None) -> Outcome | None:
+        """Record a failed attempt: retry at `retry_at`, or dead-letter and chain."""
+        job = self._held(lease)
+        if job is None:
+            return None
+        now = self.clock()
+        self._drop_lease(lease.token)
+        if retry_at is None:
+            dead = self._dead_letter(job, error, now)
+            return Outcome(job, self._follow_up(job.on_failure, job, now), dead)
+        self._record_error(job, error, now)
+        self._event(job, EventKind.ATTEMPT_FAILED, now, error)
+        self._set_status(job, Status.PENDING, now)
+        job.run_at = retry_at
+        self._make_pending(job, now)
+        self._event(job, EventKind.RETRY_SCHEDULED, now, retry_at.isoformat())
+        return Outcome(job, [])
+
+    def _record_error(self, job: Job, error: str, now: datetime) -> None:
+        job.errors = (*job.errors, AttemptError(attempt=job.attempts, error=error, at=now))
+        job.last_error = error
+
+    def _dead_letter(self, job: Job, error: str, now: datetime) -> DeadLetter:
+        self._record_error(job, error, now)
+        self._event(job, EventKind.ATTEMPT_FAILED, now, error)
+        job.finished_at = now
+        self._set_status(job, Status.FAILED, now)
+        dead = DeadLetter(
+            id=new_id(),
+            job_id=job.id,
+            job=msgspec.structs.replace(job),
+            errors=job.errors,
+            created_at=now,
+        )
+        self._dead.add(dead)
+        self._event(job, EventKind.DEAD_LETTERED, now, dead.id)
+        self._retire(job)
+        return dead
+
+    async def release(self, lease: Lease) -> bool:
+        """Give the job back without counting the attempt."""
+        job = self._held(lease, Status.RUNNING, Status.CLAIMED)
+        if job is None:
+            return False
+        now = self.clock()
+        self._drop_lease(lease.token)
+        if job.status == Status.RUNNING:
+            job.attempts -= 1
+        self._event(job, EventKind.RELEASED, now)
+        self._set_status(job, Status.PENDING, now)
+        self._make_pending(job, now)
+        return True
+
+    async def cancel(self, job_id: str, force: bool) -> tuple[Job, str | None]:
+        """Cancel a pending job, or a running one with `force`."""
+        job = self._jobs.get(job_id)
+        if job is None:
+            raise NotFound(f"job {job_id} not found")
+        if job.status in TERMINAL:
+            raise InvalidState(f"job {job_id} is already {job.status}", job.status)
+        if job.status == Status.RUNNING and not force:
+            raise InvalidState(f"job {job_id} is running; use force=true to kill it", job.status)
+        now = self.clock()
+        token = self._tokens.get(job_id)
+        if token is not None:
+            self._drop_lease(token)
+        if job.status == Status.PENDING:
+            self._pending.discard(job, now.timestamp())
+        job.finished_at = now
+        self._set_status(job, Status.CANCELLED, now)
+        self._event(job, EventKind.CANCELLED, now)
+        self._retire(job)
+        return job, token
+
+    # -- queues and pruning ----------------------------------------------------------
+
+    async def set_paused(self, queue: str, paused: bool) -> None:
+        """Pause or resume a queue."""
+        if paused:
+            self._paused.add(queue)
+        else:
+            self._paused.discard(queue)
+            self._wake()
+
+    async def prune(self, finished_before: datetime, limit: int) -> int:
+        """Forget finished jobs older than `finished_before` (oldest first)."""
+        pruned = 0
+        while self._finished and pruned < limit:
+            job = self._jobs.get(self._finished[0])
+            if job is not None and (job.finished_at or job.updated_at) >= finished_before:
+                break
+            self._forget(self._finished.popleft())
+            pruned += job is not None
+        return pruned
+
+    # -- dead letters ----------------------------------------------------------------
+
+    async def replay_dead(self, dead_id: str, max_retries: int) -> Job:
+        """Enqueue a fresh job from a dead letter, then drop the letter."""
+        dead = self._dead.get(dead_id)
+        if dead is None:
+            raise NotFound(f"dead letter {dead_id} not found")
+        if self._counts[Status.PENDING] >= self.max_pending:
+            raise StoreFull(f"the queue is full ({self.max_pending} pending jobs)")
+        return self._replay(dead, max_retries, self.clock())
+
+    def _replay(self, dead: DeadLetter, max_retries: int, now: datetime) -> Job:
+        job = self._insert(dead.job.replay_spec(), now, max_retries, None)
+        self._dead.pop(dead.id)
+        self._event(job, EventKind.REPLAYED, now, dead.job_id)
+        return job
+
+    async def replay_dead_many(self, filters: DeadFilter, limit: int) -> Replayed:
+        """Replay up to `limit` matching letters, oldest first, each with its job's own
+        retries; stops early (the rest remaining) once the store is full."""
+        letters, more = self._dead.oldest_matching(filters, limit)
+        now = self.clock()
+        jobs: list[Job] = []
+        for dead in letters:
+            if self._counts[Status.PENDING] >= self.max_pending:
+                if not jobs:
+                    raise StoreFull(f"the queue is full ({self.max_pending} pending jobs)")
+                break
+            jobs.append(self._replay(dead, dead.job.max_retries, now))
+        return Replayed(jobs, more + len(letters) - len(jobs))
+
+    async def purge_dead(self, dead_id: str) -> bool:
+        """Delete a dead letter."""
+        return self._dead.pop(dead_id) is not None
+
+    async def purge_dead_many(self, filters: DeadFilter, limit: int) -> Purged:
+        """Delete up to `limit` matching letters, oldest first."""
+        letters, more = self._dead.oldest_matching(filters, limit)
+        for dead in letters:
+            self._dead.pop(dead.id)
+        return Purged(len(letters), more)

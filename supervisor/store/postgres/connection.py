@@ -1,0 +1,216 @@
+"""How the PostgreSQL store reaches the database: the pool, kept lanes, per-connection
+settings, and the fault policy.
+
+Every database fault (a lost or refused connection, a timeout, a closed pool) becomes
+`StoreUnavailable`, and no operation waits longer than `command_timeout` (nor over a
+second for a connection while the database is known to be down, so callers answer 503
+promptly). After a fault the pool tests its idle connections, so one outage does not
+fail one request per stale connection afterwards. Errors the database answers about a
+statement itself (a value it refuses) are left as they are: they are the caller's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping
+from contextlib import asynccontextmanager
+from typing import Any, TypeAlias
+
+import psycopg
+from goqueue.supervisor.errors import StoreUnavailable
+from goqueue.supervisor.store.postgres import rows as pg_rows
+from goqueue.supervisor.store.postgres.rows import Row
+from goqueue.supervisor.store.postgres.sql import schema as pg_schema
+from goqueue.supervisor.store.postgres.sql.statements import Sql, Statements
+from psycopg import AsyncConnection
+from psycopg.rows import TupleRow
+from psycopg_pool import AsyncConnectionPool, PoolClosed
+
+Conn: TypeAlias = AsyncConnection[TupleRow]
+
+
+class Connections:
+    """The store's connections: a pool, plus one connection kept per lane.
+
+    A lane is a kind of write done one at a time (a group commit): its connection is
+    kept for the lane's next write instead of going back to the pool each time; after an
+    error it does go back (and the pool drops it if it is broken).
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        node_id: str,
+        sql: Statements,
+        *,
+        command_timeout: float,
+        min_pool: int,
+        max_pool: int,
+    ) -> None:
+        self.dsn = dsn
+        self.node_id = node_id
+        self.command_timeout = command_timeout
+        self.min_pool = min_pool
+        self.max_pool = max_pool
+        self._sql = sql
+        self._adapters = pg_rows.adapters()
+        self._pool: AsyncConnectionPool[Conn] | None = None
+        self._lanes: dict[str, Conn] = {}
+        self._down = False  # the last operation failed to reach the database
+        self._check_task: asyncio.Task[None] | None = None
+
+    def connect_kwargs(self) -> dict[str, Any]:
+        """Keyword arguments of every connection (the listener's too)."""
+        return {
+            "connect_timeout": max(2, round(self.command_timeout)),
+            "application_name": f"goqueue/{self.node_id}"[:63],
+            "context": self._adapters,
+        }
+
+    async def configure(self, conn: Conn) -> None:
+        """Apply the per-connection settings (`Sql.SESSION`)."""
+        ms = int(self.command_timeout * 1000)
+        params = {"statement_ms": str(ms), "idle_ms": str(max(ms * 3, 30_000))}
+        await conn.execute(self._sql[Sql.SESSION], params)
+
+    async def open(self, schema: str) -> None:
+        """Migrate `schema` on a connection of its own, then open the pool."""
+        if self._pool is not None:
+            return
+        try:
+            conn = await AsyncConnection.connect(self.dsn, autocommit=True, **self.connect_kwargs())
+            async with conn:
+                await self.configure(conn)
+                await pg_schema.migrate(conn, schema)
+        except psycopg.Error as exc:
+            raise StoreUnavailable(f"PostgreSQL unavailable: {exc}") from exc
+        pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
+            self.dsn,
+            min_size=self.min_pool,
+            max_size=self.max_pool,
+            open=False,
+            timeout=self.command_timeout,
+            kwargs={"autocommit": True, **self.connect_kwargs()},
+            configure=self.configure,
+            # Give up on background reconnection soon: the next request that finds the
+            # pool short of connections starts a fresh attempt, so recovery after a long
+            # outage does not wait out an ever longer backoff.
+            reconnect_timeout=max(2.0, self.command_timeout),
+            name=f"goqueue-{self.node_id}",
+        )
+        try:
+            await pool.open(wait=True, timeout=self.command_timeout)
+        except psycopg.Error as exc:
+            await pool.close()
+            raise StoreUnavailable(f"PostgreSQL unavailable: {exc}") from exc
+        self._pool = pool
+
+    async def close(self) -> None:
+        """Hand the lanes' connections back, stop the health check, close the pool."""
+        pool, self._pool = self._pool, None
+        if pool is None:
+            return
+        for conn in self._lanes.values():
+            await pool.putconn(conn)
+        self._lanes.clear()
+        if self._check_task is not None:
+            self._check_task.cancel()
+            await asyncio.gather(self._check_task, return_exceptions=True)
+        await pool.close()
+
+    @asynccontextmanager
+    async def connection(self, lane: str | None = None) -> AsyncIterator[Conn]:
+        """A pooled connection (the lane's, with a `lane`) under the fault policy."""
+        pool = self._pool
+        if pool is None:
+            raise StoreUnavailable("the PostgreSQL store is not open")
+        wait = min(1.0, self.command_timeout) if self._down else self.command_timeout
+        try:
+            async with (
+                asyncio.timeout(self.command_timeout),
+                pool.connection(timeout=wait) if lane is None else self._kept(lane, wait) as conn,
+            ):
+                yield conn
+        except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
+            self._fault()
+            raise StoreUnavailable(f"PostgreSQL unavailable: {exc}") from exc
+        except TimeoutError as exc:
+            self._fault()
+            raise StoreUnavailable(
+                f"PostgreSQL did not answer within {self.command_timeout:g}s"
+            ) from exc
+        except PoolClosed as exc:
+            raise StoreUnavailable("the PostgreSQL store is closed") from exc
+        self._down = False
+
+    @asynccontextmanager
+    async def _kept(self, lane: str, wait: float) -> AsyncIterator[Conn]:
+        """The lane's connection (see the class)."""
+        pool = self._pool
+        assert pool is not None
+        conn = self._lanes.pop(lane, None) or await pool.getconn(timeout=wait)
+        try:
+            yield conn
+        except BaseException:
+            await pool.putconn(conn)
+            raise
+        idle = conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE
+        if idle and self._pool is pool and lane not in self._lanes:
+            self._lanes[lane] = conn
+        else:
+            await pool.putconn(conn)
+
+    def _fault(self) -> None:
+        """After a fault, have the pool test its idle connections (the lanes' kept ones
+        too) and replace dead ones."""
+        self._down = True
+        if self._pool is None or (self._check_task is not None and not self._check_task.done()):
+            return
+        self._check_task = asyncio.create_task(self._check(self._pool))
+
+    async def _check(self, pool: AsyncConnectionPool[Conn]) -> None:
+        """Hand the lanes' connections back, then have the pool check the idle ones."""
+        kept = list(self._lanes.values())
+        self._lanes.clear()
+        for conn in kept:
+            await pool.putconn(conn)
+        await pool.check()
+
+    async def execute(self, query: str, params: Mapping[str, object]) -> list[Row]:
+        """Run one statement on a pooled connection; return its rows (if any)."""
+        async with self.connection() as conn:
+            cur = await conn.execute(query, params)
+            result = cur.pgresult  # not `description`: it builds a Column per column
+            return await cur.fetchall() if result is not None and result.nfields else []
+
+    async def page(
+        self,
+        page_sql: str,
+        count_sql: str,
+        params: Mapping[str, object],
+        count_params: Mapping[str, object] | None = None,
+    ) -> tuple[list[Row], int]:
+        """A page of rows and how many match in all (`count_sql`, with `count_params`
+        if given, else `params`): both statements in one pipeline, one round trip."""
+        async with self.connection() as conn:
+            async with conn.pipeline():
+                page = await conn.execute(page_sql, params)
+                total = await conn.execute(
+                    count_sql, params if count_params is None else count_params
+                )
+            rows = await page.fetchall()
+            count = await total.fetchone()
+        return rows, int(count[0]) if count is not None else 0
+
+    @staticmethod
+    async def fetchone(conn: Conn, query: str, params: Mapping[str, object]) -> Row | None:
+        """Run one statement on `conn`; its first row, if any."""
+        cur = await conn.execute(query, params)
+        return await cur.fetchone()
+
+    @staticmethod
+    async def scalar(conn: Conn, query: str, params: Mapping[str, object]) -> object:
+        """Run one statement on `conn`; the first column of its first row (None if none)."""
+        cur = await conn.execute(query, params)
+        row = await cur.fetchone()
+        return None if row is None else row[0]

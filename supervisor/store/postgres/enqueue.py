@@ -1,0 +1,270 @@
+"""How the PostgreSQL store enqueues: plain jobs, keyed jobs, follow-ups and replays.
+
+Enqueues are group-committed: those arriving while one commit is in flight share the
+next transaction, each answered on its own once committed. The plain jobs of a group go
+in one statement; a job with a dedupe or idempotency key gets a savepoint, so that its
+refusal undoes only itself. Every statement inserting a job writes its `enqueued` event
+too, so the audit trail commits with the job.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import suppress
+from typing import Any
+
+import psycopg
+from goqueue.supervisor.enums import EventKind, Status
+from goqueue.supervisor.errors import DuplicateJob, IdempotencyMismatch, NotFound, StoreUnavailable
+from goqueue.supervisor.jobs import (
+    DEFAULT_MAX_RETRIES,
+    Enqueued,
+    Job,
+    JobSpec,
+    Lease,
+    Replayed,
+    new_id,
+)
+from goqueue.supervisor.observe.summaries import DeadFilter
+from goqueue.supervisor.store.base import NewJob, StartNow
+from goqueue.supervisor.store.postgres import enqueue_steps as pg_steps
+from goqueue.supervisor.store.postgres import rows as pg_rows
+from goqueue.supervisor.store.postgres.connection import Conn, Connections
+from goqueue.supervisor.store.postgres.group_commit import Batcher, WriteAgain, group_or_each
+from goqueue.supervisor.store.postgres.notify import Wakeups
+from goqueue.supervisor.store.postgres.sql.statements import LIVE_LEASES, Sql, Statements
+
+Answer = Enqueued | Exception
+
+
+def _key_order(new: NewJob) -> tuple[str, str, str]:
+    return (new.idempotency_key or "", new.spec.dedupe_key or "", new.spec.unique_key or "")
+
+
+class Enqueuer:
+    """Stores new jobs: enqueues (group-committed), batches, follow-ups, replays."""
+
+    def __init__(
+        self,
+        db: Connections,
+        sql: Statements,
+        node_id: str,
+        wakeups: Wakeups,
+        *,
+        idempotency_ttl: float,
+        lease_seconds: float,
+    ) -> None:
+        self._db = db
+        self._sql = sql
+        self.node_id = node_id
+        self._wakeups = wakeups
+        self.idempotency_ttl = idempotency_ttl
+        self.lease_seconds = lease_seconds
+        self._live = LIVE_LEASES * lease_seconds  # a node's limits count meanwhile
+        self._group = Batcher(self._write_group, limit=1000)
+
+    async def enqueue(self, new: NewJob) -> Enqueued:
+        """Store one job. Enqueues arriving while another's commit is in flight share the
+        next transaction (group commit); each returns once its job is committed. Dedupe
+        and idempotency are checked in that transaction, each call answered on its own."""
+        for _ in range(3):
+            with suppress(WriteAgain):
+                return await self._group.submit(new)
+        raise StoreUnavailable("the enqueue kept losing deadlocks on its keys; retry")
+
+    async def enqueue_many(self, news: Sequence[NewJob]) -> list[Answer]:
+        """Store several jobs in one transaction, each answered on its own (a job whose
+        keys lost a deadlock is written again, in a transaction of its own)."""
+        answers = await self._store_jobs(news, sort_keys=False) if news else []
+        for i, answer in enumerate(answers):
+            if isinstance(answer, WriteAgain):
+                try:
+                    answers[i] = await self.enqueue(news[i])
+                except Exception as exc:  # this job's answer, like any refusal
+                    answers[i] = exc
+        return answers
+
+    async def idle(self, timeout: float) -> None:
+        """Wait (up to `timeout`) for the groups under way to be written."""
+        await self._group.idle(timeout)
+
+    def cancel(self) -> None:
+        """Stop writing groups (the store is closing)."""
+        self._group.cancel()
+
+    async def _write_group(self, news: list[NewJob]) -> list[Answer]:
+        """Write one group of enqueues (see `group_or_each`)."""
+        return await group_or_each(self._store_group, news)
+
+    async def _store_group(self, news: list[NewJob]) -> list[Answer]:
+        """Store a group of enqueues in one transaction on the enqueue lane."""
+        return await self._store_jobs(news, sort_keys=True, lane="enqueue")
+
+    async def _store_jobs(
+        self, news: Sequence[NewJob], *, sort_keys: bool, lane: str | None = None
+    ) -> list[Answer]:
+        """Store jobs in one transaction, each answered on its own.
+
+        The plain jobs go in one statement: without keyed ones that is the whole
+        transaction, one round trip. A job with a dedupe or idempotency key gets a
+        savepoint first, so its refusal undoes only itself; in key order when `sort_keys`
+        (a group's order is arbitrary anyway), so two nodes rarely wait on each other.
+        """
+        answers: list[Answer | None] = [None] * len(news)
+        keyed = [i for i, new in enumerate(news) if pg_steps.keyed(new)]
+        if sort_keys:
+            keyed.sort(key=lambda i: _key_order(news[i]))
+        plain = [i for i, new in enumerate(news) if not pg_steps.keyed(new)]
+        async with self._db.connection(lane) as conn:
+            if keyed:
+                async with conn.pipeline(), conn.transaction():
+                    for i in keyed:
+                        answers[i] = await self._enqueue_keyed(conn, news[i])
+                    await self._add_plain(conn, news, plain, answers)
+            else:
+                await self._add_plain(conn, news, plain, answers)
+        done = [a for a in answers if a is not None]
+        assert len(done) == len(news)
+        self._wakeups.pending(
+            [a.job for a in done if isinstance(a, Enqueued) and a.created and a.lease is None]
+        )
+        return done
+
+    async def _enqueue_keyed(self, conn: Conn, new: NewJob) -> Answer:
+        """Enqueue a job with keys in a savepoint; a refusal is its answer."""
+        try:
+            async with conn.transaction():
+                return await self._enqueue_in(conn, new)
+        except (DuplicateJob, IdempotencyMismatch, StoreUnavailable) as exc:
+            return exc
+        except psycopg.errors.DeadlockDetected:
+            return WriteAgain()
+
+    async def _add_plain(
+        self,
+        conn: Conn,
+        news: Sequence[NewJob],
+        indexes: list[int],
+        answers: list[Answer | None],
+    ) -> None:
+        """Insert the jobs without keys (`news[i]` for i in `indexes`) in one statement."""
+        if not indexes:
+            return
+        todo = [
+            (i, pg_rows.insert_params(news[i].spec, news[i].max_retries, news[i].parent_id))
+            for i in indexes
+        ]
+        start = news[todo[0][0]].start if len(todo) == 1 else None
+        if start is not None:
+            i, params = todo[0]
+            answers[i] = await self._add_started(conn, news[i], start, params)
+            return
+        if len(todo) == 1:
+            params = todo[0][1] | {"node": self.node_id}
+            row = await self._db.fetchone(conn, self._sql[Sql.ADD_JOB], params)
+            assert row is not None
+            decided = {params["id"]: row}
+        else:
+            columns: dict[str, Any] = pg_rows.columns([p for _, p in todo])
+            columns["node"] = self.node_id
+            cur = await conn.execute(self._sql[Sql.ADD_JOBS], columns)
+            decided = {r[0]: r[1:] for r in await cur.fetchall()}
+        for i, params in todo:
+            job = pg_rows.pending(params, news[i].spec, decided[params["id"]])
+            answers[i] = Enqueued(job, created=True)
+
+    async def _add_started(
+        self, conn: Conn, new: NewJob, start: StartNow, params: dict[str, Any]
+    ) -> Enqueued:
+        """Insert one plain job started for this node, or pending when it may not run now
+        (`Sql.ADD_JOB_STARTED`)."""
+        token = new_id()
+        params |= {
+            "node": self.node_id,
+            "token": token,
+            "lease": self.lease_seconds,
+            "live": self._live,
+            "types": list(start.types),
+            "queues": None if start.queues is None else list(start.queues),
+        }
+        row = await self._db.fetchone(conn, self._sql[Sql.ADD_JOB_STARTED], params)
+        assert row is not None
+        run_at, created_at, seq, started_at, expires_at = row
+        job = pg_rows.pending(params, new.spec, (run_at, created_at, seq))
+        if started_at is None:
+            return Enqueued(job, created=True)
+        job.status, job.attempts, job.started_at = Status.RUNNING, 1, started_at
+        lease = Lease(job=job, token=token, owner=self.node_id, expires_at=expires_at)
+        return Enqueued(job, created=True, lease=lease)
+
+    async def _enqueue_in(self, conn: Conn, new: NewJob) -> Enqueued:
+        """The enqueue steps (`pg_steps.keyed_enqueue`), inside the caller's transaction."""
+        steps = pg_steps.keyed_enqueue(
+            self._sql, new, node=self.node_id, idempotency_ttl=self.idempotency_ttl
+        )
+        return await pg_steps.run_async(conn, steps)
+
+    async def insert(
+        self,
+        conn: Conn,
+        spec: JobSpec,
+        max_retries: int,
+        *,
+        parent_id: str | None = None,
+        job_id: str | None = None,
+        events: Sequence[tuple[EventKind, str | None]] = pg_steps.ENQUEUED,
+    ) -> Job:
+        """Insert a pending job with its `events` (kind, detail), in one statement."""
+        query = pg_steps.insert(
+            self._sql,
+            spec,
+            max_retries,
+            node=self.node_id,
+            parent_id=parent_id,
+            job_id=job_id,
+            events=events,
+        )
+        row = await self._db.fetchone(conn, *query)
+        assert row is not None
+        return pg_rows.job(row)
+
+    async def follow_up(self, conn: Conn, spec: JobSpec | None, parent: Job) -> list[Job]:
+        """Chain a template after `parent` (in the caller's transaction)."""
+        if spec is None:
+            return []
+        max_retries = spec.max_retries if spec.max_retries is not None else DEFAULT_MAX_RETRIES
+        events = [(EventKind.ENQUEUED, f"after {parent.id}")]
+        return [await self.insert(conn, spec, max_retries, parent_id=parent.id, events=events)]
+
+    async def replay_dead(self, dead_id: str, max_retries: int) -> Job:
+        """Insert a fresh job from the letter and delete the letter, in one transaction."""
+        if not pg_rows.is_uuid(dead_id):
+            raise NotFound(f"dead letter {dead_id} not found")
+        async with self._db.connection() as conn, conn.transaction():
+            row = await self._db.fetchone(conn, self._sql[Sql.TAKE_DEAD], {"id": dead_id})
+            if row is None:
+                raise NotFound(f"dead letter {dead_id} not found")
+            dead = pg_rows.dead(row)
+            events = [(EventKind.ENQUEUED, None), (EventKind.REPLAYED, dead.job_id)]
+            job = await self.insert(conn, dead.job.replay_spec(), max_retries, events=events)
+        self._wakeups.pending([job])
+        return job
+
+    async def replay_dead_many(self, filters: DeadFilter, limit: int) -> Replayed:
+        """Replay up to `limit` matching letters, oldest first, in one transaction: each
+        letter is deleted and its fresh job inserted together, or none of them is."""
+        params = pg_rows.dead_filter(filters) | {"limit": limit}
+        if filters.job_id is not None and not pg_rows.is_uuid(filters.job_id):
+            return Replayed([], 0)
+        async with self._db.connection() as conn, conn.transaction():
+            cur = await conn.execute(self._sql[Sql.TAKE_DEAD_MANY], params)
+            rows = sorted(await cur.fetchall(), key=lambda r: (r[4], r[5]))
+            jobs = []
+            for row in rows:
+                dead = pg_rows.dead(row)
+                events = [(EventKind.ENQUEUED, None), (EventKind.REPLAYED, dead.job_id)]
+                spec, retries = dead.job.replay_spec(), dead.job.max_retries
+                jobs.append(await self.insert(conn, spec, retries, events=events))
+            left = await self._db.fetchone(conn, self._sql[Sql.COUNT_DEAD_MATCHING], params)
+        self._wakeups.pending(jobs)
+        return Replayed(jobs, int(left[0]) if left else 0)

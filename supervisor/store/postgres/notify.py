@@ -1,0 +1,224 @@
+"""How PostgreSQL store nodes tell each other, and their dispatchers, about new work.
+
+`Notifier` sends the hint (NOTIFY) after a commit made work claimable, coalesced so a
+stream of commits costs at most one NOTIFY in flight; `Listener` keeps one dedicated
+connection LISTENing on the schema's channel, reconnecting forever, and hands every
+notification (the sending node, and when the work is due) on; `Wakeups` decides, after
+each commit or notification, whether to wake this node's dispatcher and the others, and
+remembers when the next scheduled job is due.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Awaitable, Callable, Collection, Sequence
+from contextlib import suppress
+from datetime import UTC, datetime
+from typing import Any
+
+import psycopg
+from goqueue.supervisor.dispatch.backoff import Backoff
+from goqueue.supervisor.errors import StoreUnavailable
+from goqueue.supervisor.jobs import Job
+from goqueue.supervisor.store.postgres.sql.statements import Sql, Statements
+from psycopg import AsyncConnection
+
+# The store's logger: these records keep the name operators already filter on.
+log = logging.getLogger("goqueue.store.postgres")
+
+
+class Notifier:
+    """Announces new work to the other nodes, coalesced: however many commits poke it,
+    at most one NOTIFY is in flight, and the next one carries everything poked meanwhile.
+    The first poke after a quiet spell goes at once; under a stream of commits they go
+    at most every `spacing` seconds (each costs a round trip here and wakes every
+    listener, this node's own included).
+
+    A NOTIFY inside every enqueue transaction would serialize their commits on the
+    server's notification queue lock; a hint sent after the commit costs one small
+    statement per round trip instead. The payload is "<node> <epoch>", the epoch being
+    the earliest future run_at poked (empty when all the work is due now).
+    """
+
+    def __init__(
+        self, node_id: str, send: Callable[[str], Awaitable[object]], *, spacing: float = 0.005
+    ) -> None:
+        self.node_id = node_id
+        self._send = send
+        self.spacing = spacing  # at most one NOTIFY per `spacing` seconds under load
+        self._poked = False
+        self._due: datetime | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    def poke(self, due: datetime | None) -> None:
+        """Announce work (due at `due` if that is later than now)."""
+        self._poked = True
+        if due is not None and due > datetime.now(UTC):
+            self._due = due if self._due is None else min(self._due, due)
+        if self._task is None or self._task.done():
+            self._task = asyncio.create_task(self._run(), name="goqueue-pg-notify")
+
+    async def _run(self) -> None:
+        while self._poked:
+            due, self._due, self._poked = self._due, None, False
+            epoch = "" if due is None else repr(due.timestamp())
+            try:
+                await self._send(f"{self.node_id} {epoch}")
+            except StoreUnavailable as exc:
+                log.info("NOTIFY skipped: store unavailable", extra={"err": str(exc)})
+            await asyncio.sleep(self.spacing)
+
+    async def close(self) -> None:
+        """Send what is pending (briefly), then stop."""
+        if self._task is not None:
+            with suppress(TimeoutError, asyncio.CancelledError):
+                await asyncio.wait_for(self._task, timeout=1.0)
+
+
+class Listener:
+    """One dedicated connection LISTENing on the schema's channel, reconnecting forever.
+
+    `on_note(node, due)` runs for every notification; `on_connect()` after every
+    (re)subscription, since notifications sent while disconnected are lost.
+    """
+
+    def __init__(
+        self,
+        dsn: str,
+        sql: Statements,
+        connect_kwargs: dict[str, Any],
+        on_note: Callable[[str, datetime | None], None],
+        on_connect: Callable[[], None],
+        *,
+        keepalive: float = 10.0,
+    ) -> None:
+        self.dsn = dsn
+        self._sql = sql
+        self.connect_kwargs = connect_kwargs
+        self.on_note = on_note
+        self.on_connect = on_connect
+        self.keepalive = keepalive
+        self.listening = asyncio.Event()
+
+    async def run(self) -> None:
+        """Listen until cancelled, reconnecting with backoff."""
+        retry = Backoff(0.2, 5.0)
+        while True:
+            try:
+                await self._listen()
+            except (psycopg.Error, OSError, TimeoutError) as exc:
+                lost = self.listening.is_set() or retry.failures == 0
+                (log.warning if lost else log.debug)(
+                    "LISTEN connection lost; reconnecting", extra={"err": str(exc)}
+                )
+            if self.listening.is_set():
+                retry.reset()
+            self.listening.clear()
+            await asyncio.sleep(retry.next())
+
+    async def _listen(self) -> None:
+        conn = await AsyncConnection.connect(self.dsn, autocommit=True, **self.connect_kwargs)
+        async with conn:
+            await conn.execute(self._sql[Sql.LISTEN])
+            self.listening.set()
+            self.on_connect()
+            while True:
+                async for note in conn.notifies(timeout=self.keepalive):
+                    self._dispatch(note.payload)
+                async with asyncio.timeout(self.keepalive):
+                    await conn.execute(self._sql[Sql.PING])  # notices a dead connection
+
+    def _dispatch(self, payload: str) -> None:
+        node, _, epoch = payload.partition(" ")
+        due = None
+        with suppress(ValueError, OverflowError):
+            due = datetime.fromtimestamp(float(epoch), UTC)
+        self.on_note(node, due)
+
+
+class Wakeups:
+    """Who to wake when: this node's dispatcher (`set_waker`) and, through the
+    `Notifier`, the other nodes. Also remembers when the next scheduled job is due.
+
+    Work only in queues this node does not claim from (as of its last claim) does not
+    wake its dispatcher; a job leaving `running` wakes everyone when its type is under a
+    global limit, since a claim made a moment before that commit could not see the slot.
+    """
+
+    def __init__(self, notifier: Notifier) -> None:
+        self._notifier = notifier
+        self._wake: Callable[[], None] = lambda: None
+        self._next_due: datetime | None = None
+        self._serves: frozenset[str] | None = None  # the queues claimed from (None: all)
+        self._limited: set[str] = set()  # types under a global limit, as of the last claim
+
+    def set_waker(self, wake: Callable[[], None]) -> None:
+        """Remember the dispatcher's zero-argument wake-up callable."""
+        self._wake = wake
+
+    def wake(self) -> None:
+        """Wake this node's dispatcher (a failing waker is logged, not raised)."""
+        try:
+            self._wake()
+        except Exception:
+            log.exception("waker failed")
+
+    def on_note(self, node: str, due: datetime | None) -> None:
+        """A notification from a node (ours was handled right after our own commit)."""
+        if node == self._notifier.node_id:
+            return
+        self.saw_due(due)
+        self.wake()
+
+    def pending(self, jobs: Sequence[Job]) -> None:
+        """After a commit that made `jobs` pending: remember due times, wake this node
+        (if it claims from their queues) and the others."""
+        if not jobs:
+            return
+        now = datetime.now(UTC)
+        later = [job.run_at for job in jobs if job.run_at > now]
+        due = min(later) if later else None
+        self.saw_due(due)
+        self._notifier.poke(due)
+        serves = self._serves
+        if serves is None or any(job.queue in serves for job in jobs):
+            self.wake()
+
+    def freed(self, job: Job) -> None:
+        """`job` stopped running: wake everyone if its type is under a global limit."""
+        if job.type in self._limited:
+            self.everyone()
+
+    def everyone(self) -> None:
+        """Wake this node's dispatcher and the other nodes' (a queue was resumed...)."""
+        self._notifier.poke(None)
+        self.wake()
+
+    def claimed(
+        self,
+        queues: frozenset[str] | None,
+        types: Collection[str],
+        limited: Collection[str],
+        next_due: datetime | None,
+    ) -> None:
+        """What a claim learnt: the queues this node serves, which of the `types` asked
+        for are under a global limit, and when the next scheduled job is due."""
+        self._serves = queues
+        self._limited = (self._limited - set(types)) | set(limited)
+        self._next_due = next_due
+
+    def saw_due(self, due: datetime | None) -> None:
+        """Remember a job scheduled for later (one due already needs no timer)."""
+        if due is None or due <= datetime.now(UTC):
+            return
+        if self._next_due is None or due < self._next_due:
+            self._next_due = due
+
+    def next_due_at(self) -> datetime | None:
+        """The earliest run_at still ahead among scheduled jobs, as of the last claim or
+        notification. Once it has passed this is None until the next claim refreshes it:
+        the job is due, and answering a past time would make a dispatcher with no free
+        worker spin on its timer."""
+        due = self._next_due
+        return due if due is not None and due > datetime.now(UTC) else None

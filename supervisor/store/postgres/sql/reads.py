@@ -1,0 +1,110 @@
+"""The PostgreSQL store's read statements: jobs, events, counts, dead letters and what
+the dashboard shows. None of them changes a row. `pg_sql.TEMPLATES` merges them with
+the statements that do, into the one table `Statements` formats.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Final
+
+from goqueue.supervisor.store.postgres.sql.fragments import Sql
+
+READS: Final[Mapping[Sql, str]] = MappingProxyType(
+    {
+        Sql.GET: "SELECT {job} FROM {s}.jobs WHERE id = %(id)s",
+        # `{where}`: empty here; `Statements.list_jobs` has a variant per filter.
+        Sql.LIST_JOBS: """
+            SELECT {job} FROM {s}.jobs {where}
+            ORDER BY created_at DESC, seq DESC LIMIT %(limit)s OFFSET %(offset)s""",
+        Sql.COUNT_JOBS: "SELECT count(*) FROM {s}.jobs {where}",
+        Sql.COUNTS: "SELECT status, count(*) FROM {s}.jobs GROUP BY status",
+        Sql.DEPTH: """
+            SELECT queue, priority, count(*) FROM {s}.jobs WHERE status = 'pending'
+            GROUP BY queue, priority""",
+        Sql.QUEUE_COUNTS: """
+            SELECT status, count(*) FROM {s}.jobs WHERE queue = %(queue)s GROUP BY status""",
+        Sql.QUEUE_DEPTH: """
+            SELECT priority, count(*) FROM {s}.jobs
+            WHERE queue = %(queue)s AND status = 'pending' GROUP BY priority""",
+        Sql.IS_PAUSED: """
+            SELECT EXISTS (SELECT 1 FROM {s}.paused_queues WHERE queue = %(queue)s)""",
+        # Rows (kind, queue, priority, n, seconds): 'depth' (queue, priority, n) for the
+        # `top` deepest queues; 'all' (priority, n) over every queue; 'queues' (n queues);
+        # 'wait' (queue, seconds its longest-waiting due job has waited) for the top queues;
+        # 'other' (n other queues, their longest wait); 'dead' (n dead letters). A few
+        # hundred rows however many queues there are: a scrape never parses one per queue.
+        Sql.QUEUE_DEPTHS: """
+            WITH per_queue AS MATERIALIZED (
+                SELECT queue, count(*) AS n, extract(epoch FROM
+                    now() - min(run_at) FILTER (WHERE run_at <= now()))::float8 AS age
+                FROM {s}.jobs WHERE status = 'pending' GROUP BY queue),
+            top AS MATERIALIZED (
+                SELECT queue FROM per_queue ORDER BY n DESC, queue LIMIT %(top)s)
+            SELECT 'depth', queue, priority, count(*), NULL::float8 FROM {s}.jobs
+            WHERE status = 'pending' AND queue IN (SELECT queue FROM top)
+            GROUP BY queue, priority
+            UNION ALL
+            SELECT 'all', NULL, priority, count(*), NULL FROM {s}.jobs WHERE status = 'pending'
+            GROUP BY priority
+            UNION ALL
+            SELECT 'queues', NULL, NULL, count(*), NULL FROM per_queue
+            UNION ALL
+            SELECT 'wait', queue, NULL, NULL, coalesce(greatest(age, 0), 0) FROM per_queue
+            WHERE queue IN (SELECT queue FROM top)
+            UNION ALL
+            SELECT 'other', NULL, NULL, count(*), coalesce(greatest(max(age), 0), 0)
+            FROM per_queue WHERE queue NOT IN (SELECT queue FROM top)
+            UNION ALL
+            SELECT 'dead', NULL, NULL, count(*), NULL FROM {s}.dead_letters""",
+        Sql.QUEUE_NAMES: """
+            (SELECT queue FROM {s}.jobs WHERE status = 'pending' GROUP BY queue
+             LIMIT %(limit)s)
+            UNION SELECT queue FROM {s}.paused_queues""",
+        Sql.EVENTS: """
+            SELECT job_id, event, at, node, attempt, detail FROM {s}.events
+            WHERE job_id = %(id)s ORDER BY at, id""",
+        Sql.DEAD_COUNT: "SELECT count(*) FROM {s}.dead_letters",
+        Sql.LIST_DEAD: """
+            SELECT id, job_id, job, errors, created_at FROM {s}.dead_letters {dead_where}
+            ORDER BY created_at DESC, seq DESC LIMIT %(limit)s OFFSET %(offset)s""",
+        # By its own id, else by its job's (a job has at most one letter).
+        Sql.GET_DEAD: """
+            SELECT id, job_id, job, errors, created_at FROM {s}.dead_letters
+            WHERE id = %(id)s OR job_id = %(id)s ORDER BY id = %(id)s DESC LIMIT 1""",
+        Sql.COUNT_DEAD_MATCHING: "SELECT count(*) FROM {s}.dead_letters {dead_where}",
+        Sql.QUEUE_PENDING: """
+            SELECT queue, priority, count(*),
+                count(*) FILTER (WHERE run_at > now()),
+                min(run_at) FILTER (WHERE run_at <= now()),
+                extract(epoch FROM now() - min(run_at) FILTER (WHERE run_at <= now()))::float8
+            FROM {s}.jobs WHERE status = 'pending' GROUP BY queue, priority""",
+        Sql.QUEUE_RUNNING: """
+            SELECT queue, count(*) FROM {s}.jobs WHERE status = 'running' GROUP BY queue""",
+        Sql.PAUSED: "SELECT queue FROM {s}.paused_queues",
+        Sql.NODES: """
+            SELECT node_id, started_at, heartbeat_at,
+                heartbeat_at > now() - %(live)s * interval '1 second', limits
+            FROM {s}.nodes WHERE heartbeat_at > now() - interval '1 hour' ORDER BY node_id""",
+        Sql.JOB_BRIEFS: """
+            SELECT id, type, queue, priority, status, attempts, max_retries, run_at,
+                created_at, started_at, finished_at, updated_at, parent_id, {previews}
+            FROM {s}.jobs CROSS JOIN LATERAL
+                (SELECT payload::text AS p, result::text AS r, last_error AS e) t
+            {where}
+            ORDER BY created_at DESC, seq DESC LIMIT %(limit)s OFFSET %(offset)s""",
+        Sql.DEAD_BRIEFS: """
+            SELECT id, job_id, job ->> 'type', job ->> 'queue', (job ->> 'priority')::int,
+                (job ->> 'attempts')::int, (job ->> 'max_retries')::int, created_at,
+                {previews}
+            {dead_from}
+            ORDER BY created_at DESC, seq DESC LIMIT %(limit)s OFFSET %(offset)s""",
+        Sql.COUNT_DEAD_BRIEFS: "SELECT count(*) {dead_from}",
+        Sql.OUTBOX_OF_JOB: """
+            SELECT id, event, url, history, delivered_at, next_attempt_at, given_up_at
+            FROM {s}.webhook_deliveries WHERE job_id = %(id)s ORDER BY created_at, id""",
+        Sql.SCHEDULE_STATES: """
+            SELECT name, enabled, last_fire, last_job_id, enabled_at FROM {s}.schedules""",
+    }
+)

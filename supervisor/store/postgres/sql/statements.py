@@ -1,0 +1,466 @@
+"""Every statement the PostgreSQL store runs: one table, formatted once per schema.
+
+`TEMPLATES` maps each `Sql` name to its text: the statements that change rows, here, and
+the reads of `pg_sql_reads`. In a template `{s}` stands for the quoted schema and the
+other `{...}` names for the fragments of `pg_sql_parts.fragments` (a template that is an
+f-string, splicing in a module constant, writes them `{{s}}`); parameters are always
+bound (`%(name)s`), never formatted in. `Statements(schema)` formats the table once;
+`Statements.list_jobs` picks the listing for a filter among variants built from a fixed
+tuple of columns, so no statement is composed from a caller's values.
+
+Every state change writes its audit events in the same statement (a `trail` CTE over the
+changed rows, `changed`), so an event commits exactly when the change it describes does,
+at no extra round trip; a terminal status writes its webhook's outbox row there too (see
+`pg_sql_parts`).
+
+The migrations (tables, indexes, the claim function) are in `pg_schema`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from itertools import product
+from types import MappingProxyType
+from typing import Final
+
+from goqueue.supervisor.enums import EventKind
+from goqueue.supervisor.jobs import JobFilter
+from goqueue.supervisor.store.postgres.sql.fragments import (
+    FILTER_COLUMNS,
+    JOB_FIELDS,
+    N_JOB_FIELDS,
+    Sql,
+    fragments,
+)
+from goqueue.supervisor.store.postgres.sql.reads import READS
+from goqueue.supervisor.store.postgres.sql.schema import check_schema_name
+
+__all__ = [
+    "FILTER_COLUMNS",
+    "JOB_FIELDS",
+    "LIVE_LEASES",
+    "N_JOB_FIELDS",
+    "TEMPLATES",
+    "Sql",
+    "Statements",
+]
+
+LIVE_LEASES: Final = 3  # a node is live (its limits count) while its beat is this many leases old
+
+# The columns an enqueue writes, and the values it writes for a job's parameters.
+_INSERTED = (
+    "id, type, queue, payload, priority, status, attempts, max_retries, run_at,"
+    " timeout_seconds, dedupe_key, unique_key, webhook_url, on_success, on_failure,"
+    " parent_id, created_at, updated_at"
+)
+_INSERT_VALUES = """(%(id)s, %(type)s, %(queue)s, %(payload)s, %(priority)s, 'pending', 0,
+                %(max_retries)s,
+                coalesce(%(run_at)s::timestamptz, now() + %(delay)s::float8 * interval '1 second'),
+                %(timeout)s, %(dedupe_key)s, %(unique_key)s, %(webhook_url)s, %(on_success)s,
+                %(on_failure)s, %(parent_id)s, now(), now())"""
+
+# The partial unique index of migration 6: a unique key is held while its job is not
+# terminal. Written out once, for `ON CONFLICT` to name the index by its predicate.
+_UNIQUE_HELD = "unique_key IS NOT NULL AND status NOT IN ('done', 'failed', 'cancelled')"
+
+
+def _trail(event: EventKind) -> str:
+    """A CTE writing one `event` per row of `changed` (which has `id` and `attempts`)."""
+    return f"""trail AS (
+            INSERT INTO {{s}}.events (job_id, event, at, node, attempt, detail)
+            SELECT id, '{event}', now(), %(node)s, attempts, NULL FROM changed)"""
+
+
+# The statements that change rows; the reads are in `pg_sql_reads`.
+_WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
+    {
+        # Per connection: UTC times, bounded statements and idle transactions, and no JIT
+        # (compiling costs more than these short statements ever take).
+        Sql.SESSION: """
+            SELECT set_config('TimeZone', 'UTC', false),
+                set_config('statement_timeout', %(statement_ms)s, false),
+                set_config('idle_in_transaction_session_timeout', %(idle_ms)s, false),
+                set_config('jit', 'off', false)""",
+        Sql.PING: "SELECT 1",
+        Sql.LISTEN: "LISTEN {channel}",
+        Sql.NOTIFY: "SELECT pg_notify(%(channel)s, %(payload)s)",
+        Sql.REGISTER: """
+            INSERT INTO {s}.nodes (node_id, limits, heartbeat_at)
+            VALUES (%(node)s, %(limits)s, now())
+            ON CONFLICT (node_id) DO UPDATE SET limits = EXCLUDED.limits, heartbeat_at = now()""",
+        Sql.FORGET_NODE: "DELETE FROM {s}.nodes WHERE node_id = %(node)s",
+        Sql.KNOWN_TYPES: """
+            SELECT DISTINCT jsonb_object_keys(limits) FROM {s}.nodes WHERE {live_nodes}""",
+        Sql.EXPIRE_KEYS: """
+            WITH d AS (DELETE FROM {s}.dedupe WHERE expires_at < now()),
+                 i AS (DELETE FROM {s}.idempotency WHERE expires_at < now())
+            DELETE FROM {s}.nodes WHERE heartbeat_at < now() - interval '1 day'""",
+        Sql.PAUSE: """
+            INSERT INTO {s}.paused_queues (queue) VALUES (%(queue)s) ON CONFLICT DO NOTHING""",
+        Sql.RESUME: "DELETE FROM {s}.paused_queues WHERE queue = %(queue)s",
+        # One pending job, answered whole, with its events (enqueued; replayed...); no row
+        # when a live job holds its unique key (a concurrent enqueue of the key waits for
+        # the other's transaction, then finds it held or free).
+        Sql.INSERT_JOB: f"""
+            WITH changed AS (
+                INSERT INTO {{s}}.jobs ({_INSERTED})
+                VALUES {_INSERT_VALUES}
+                ON CONFLICT (unique_key) WHERE {_UNIQUE_HELD} DO NOTHING
+                RETURNING {{job}}),
+            {{trail}}
+            SELECT {{job}} FROM changed""",
+        # The enqueue hot path: the caller knows the job already, so the statement answers
+        # only what the database decides (run_at, created_at, seq), not the payload again.
+        Sql.ADD_JOB: f"""
+            WITH changed AS (
+                INSERT INTO {{s}}.jobs ({_INSERTED})
+                VALUES {_INSERT_VALUES}
+                RETURNING id, attempts, run_at, created_at, seq),
+            {_trail(EventKind.ENQUEUED)}
+            SELECT run_at, created_at, seq FROM changed""",
+        # One plain job for which a worker of this node waits: stored running, its first
+        # attempt started and leased to the node, with its `enqueued` and `started`
+        # events; unless it is not due yet, its queue is paused, a live node declares a
+        # limit on its type, or a pending job the waiting worker could run instead (of
+        # `types`, in `queues`, at least as urgent) is due (then it is stored pending, as
+        # ADD_JOB stores it: a claim takes the jobs in their order). The last columns tell.
+        Sql.ADD_JOB_STARTED: f"""
+            WITH due AS (
+                SELECT coalesce(%(run_at)s::timestamptz,
+                    now() + %(delay)s::float8 * interval '1 second') AS run_at),
+            go AS (
+                SELECT due.run_at, due.run_at <= now()
+                    AND NOT EXISTS (SELECT 1 FROM {{s}}.paused_queues WHERE queue = %(queue)s)
+                    AND NOT EXISTS (
+                        SELECT 1 FROM {{s}}.nodes, jsonb_each_text(limits) l
+                        WHERE {{live_nodes}} AND l.key = %(type)s AND l.value IS NOT NULL)
+                    AND NOT EXISTS (
+                        SELECT 1 FROM {{s}}.jobs j
+                        WHERE j.status = 'pending' AND j.type = ANY (%(types)s::text[])
+                          AND j.priority >= %(priority)s AND j.run_at <= now()
+                          AND (%(queues)s::text[] IS NULL OR j.queue = ANY (%(queues)s::text[]))
+                          AND NOT EXISTS (
+                              SELECT 1 FROM {{s}}.paused_queues p WHERE p.queue = j.queue))
+                    AS run
+                FROM due),
+            changed AS (
+                INSERT INTO {{s}}.jobs ({_INSERTED},
+                    started_at, lease_owner, lease_token, lease_expires_at)
+                SELECT %(id)s, %(type)s, %(queue)s, %(payload)s, %(priority)s,
+                    CASE WHEN go.run THEN 'running' ELSE 'pending' END,
+                    CASE WHEN go.run THEN 1 ELSE 0 END, %(max_retries)s, go.run_at,
+                    %(timeout)s, %(dedupe_key)s, %(unique_key)s, %(webhook_url)s,
+                    %(on_success)s, %(on_failure)s, %(parent_id)s, now(), now(),
+                    CASE WHEN go.run THEN now() END,
+                    CASE WHEN go.run THEN %(node)s END,
+                    CASE WHEN go.run THEN %(token)s::uuid END,
+                    CASE WHEN go.run THEN now() + %(lease)s::float8 * interval '1 second' END
+                FROM go
+                RETURNING id, status, run_at, created_at, seq, started_at, lease_expires_at),
+            trail AS (
+                INSERT INTO {{s}}.events (job_id, event, at, node, attempt, detail)
+                SELECT changed.id, e.event, now(), %(node)s, e.attempt, NULL
+                FROM changed CROSS JOIN unnest(ARRAY['{EventKind.ENQUEUED}', '{EventKind.STARTED}'],
+                    ARRAY[0, 1]) WITH ORDINALITY AS e(event, attempt, n)
+                WHERE e.n = 1 OR changed.status = 'running'
+                ORDER BY e.n)
+            SELECT run_at, created_at, seq, started_at, lease_expires_at FROM changed""",
+        # Several plain jobs in one statement (group commit, batches): one round trip, one
+        # plan, rows inserted (and seq assigned) in array order. Parameters go binary.
+        Sql.ADD_JOBS: f"""
+            WITH changed AS (
+                INSERT INTO {{s}}.jobs ({_INSERTED})
+                SELECT t.id, t.type, t.queue, t.payload::json, t.priority, 'pending', 0,
+                    t.max_retries, coalesce(t.run_at, now() + t.delay * interval '1 second'),
+                    t.timeout, t.dedupe_key, t.unique_key, t.webhook_url, t.on_success::json,
+                    t.on_failure::json, t.parent_id, now(), now()
+                FROM unnest(%(id)b::uuid[], %(type)b::text[], %(queue)b::text[],
+                    %(payload)b::text[], %(priority)b::int2[], %(max_retries)b::int4[],
+                    %(run_at)b::timestamptz[], %(delay)b::float8[], %(timeout)b::float8[],
+                    %(dedupe_key)b::text[], %(unique_key)b::text[], %(webhook_url)b::text[],
+                    %(on_success)b::text[], %(on_failure)b::text[], %(parent_id)b::uuid[])
+                    AS t(id, type, queue, payload, priority, max_retries, run_at, delay,
+                         timeout, dedupe_key, unique_key, webhook_url, on_success, on_failure,
+                         parent_id)
+                RETURNING id, attempts, run_at, created_at, seq),
+            {_trail(EventKind.ENQUEUED)}
+            SELECT id, run_at, created_at, seq FROM changed""",
+        Sql.CLAIM_DEDUPE: """
+            INSERT INTO {s}.dedupe (key, job_id, expires_at)
+            VALUES (%(key)s, %(id)s, now() + %(window)s::float8 * interval '1 second')
+            ON CONFLICT (key) DO UPDATE SET job_id = EXCLUDED.job_id,
+                expires_at = EXCLUDED.expires_at
+            WHERE dedupe.expires_at <= now()
+            RETURNING job_id""",
+        Sql.DEDUPE_HOLDER: "SELECT job_id FROM {s}.dedupe WHERE key = %(key)s",
+        Sql.UNIQUE_HOLDER: f"""
+            SELECT id FROM {{s}}.jobs WHERE unique_key = %(key)s AND {_UNIQUE_HELD}""",
+        Sql.CLAIM_IDEMPOTENCY: """
+            INSERT INTO {s}.idempotency (key, request_hash, job_id, expires_at)
+            VALUES (%(key)s, %(hash)s, %(id)s, now() + %(ttl)s::float8 * interval '1 second')
+            ON CONFLICT (key) DO UPDATE SET request_hash = EXCLUDED.request_hash,
+                job_id = EXCLUDED.job_id, expires_at = EXCLUDED.expires_at
+            WHERE idempotency.expires_at <= now()
+            RETURNING job_id""",
+        Sql.IDEMPOTENCY_HOLDER: """
+            SELECT request_hash, job_id FROM {s}.idempotency WHERE key = %(key)s""",
+        Sql.TAKE_DEAD: """
+            DELETE FROM {s}.dead_letters WHERE id = %(id)s
+            RETURNING id, job_id, job, errors, created_at""",
+        # The claim is the function of migration 4 (its last row has no job: the earliest
+        # future run_at and the types under a global limit); the same statement writes a
+        # `started` event per lease it starts (the others are `claimed`).
+        Sql.CLAIM: f"""
+            WITH c AS (
+                SELECT * FROM {{s}}.claim(%(types)s::text[], %(caps)s::int[],
+                    %(queues)s::text[], %(limit)s::int, %(node)s::text, %(lease)s::float8,
+                    %(live)s::float8, %(lock_ns)s::text, %(start)s::int)),
+            changed AS (
+                SELECT (c.o_job).id, (c.o_job).attempts FROM c
+                WHERE (c.o_job).id IS NOT NULL AND (c.o_job).status = 'running'),
+            {_trail(EventKind.STARTED)}
+            SELECT {{claimed_job}}, (c.o_job).lease_token, (c.o_job).lease_owner,
+                (c.o_job).lease_expires_at, c.o_next_due, c.o_limited
+            FROM c""",
+        Sql.NEXT_DUE_ANY: """
+            SELECT min(run_at) FROM {s}.jobs WHERE status = 'pending' AND run_at > now()""",
+        # Claimed jobs start when a worker takes them, fenced by their token: the attempt
+        # is charged, started_at set and the lease extended before the job goes to the
+        # worker.
+        Sql.START_MANY: f"""
+            WITH changed AS (
+                UPDATE {{s}}.jobs j SET status = 'running', attempts = j.attempts + 1,
+                    started_at = now(), updated_at = now(),
+                    lease_expires_at = now() + %(lease)s::float8 * interval '1 second'
+                FROM unnest(%(ids)s::uuid[], %(tokens)s::uuid[]) AS c(id, token)
+                WHERE j.id = ANY (ARRAY(SELECT unnest(%(ids)s::uuid[])))
+                  AND j.id = c.id AND j.lease_token = c.token AND j.status = 'claimed'
+                RETURNING j.id, j.lease_token, j.attempts, j.started_at),
+            {_trail(EventKind.STARTED)}
+            SELECT id, lease_token, attempts, started_at FROM changed""",
+        Sql.HEARTBEAT: """
+            UPDATE {s}.jobs j
+            SET lease_expires_at = now() + %(lease)s::float8 * interval '1 second'
+            FROM unnest(%(ids)s::uuid[], %(tokens)s::uuid[]) AS l(id, token)
+            WHERE j.id = ANY (%(ids)s::uuid[]) AND j.id = l.id AND j.lease_token = l.token
+              AND j.status IN ('running', 'claimed')
+            RETURNING j.lease_token""",
+        # Nothing is reaped in the first lease term after the database (re)started: no
+        # holder could extend its leases while it was down, and live ones do so now.
+        Sql.EXPIRED: """
+            SELECT id, lease_token, lease_owner, attempts, max_retries, status FROM {s}.jobs
+            WHERE status IN ('running', 'claimed') AND lease_expires_at < now()
+                AND pg_postmaster_start_time() < now() - make_interval(secs => %(term)s)
+            ORDER BY lease_expires_at LIMIT %(limit)s
+            FOR UPDATE SKIP LOCKED""",
+        # Success needs no more than the commit's time back: the rest of the job is the
+        # lease's (its row cannot change while the lease holds, except through the fence).
+        Sql.COMPLETE: f"""
+            WITH changed AS (
+                UPDATE {{s}}.jobs SET status = 'done', result = %(result)s,
+                    finished_at = now(), updated_at = now(), {{clear_lease}}
+                WHERE {{fenced}}
+                RETURNING id, attempts, finished_at, {{hooked}}),
+            {{outbox}},
+            {_trail(EventKind.SUCCEEDED)}
+            SELECT finished_at FROM changed""",
+        # The ids become a uuid[] once (an initplan): a cast of the text[] parameter in
+        # the condition would run again for every row a generic plan happens to scan.
+        Sql.COMPLETE_MANY: f"""
+            WITH changed AS (
+                UPDATE {{s}}.jobs j SET status = 'done', result = c.result::json,
+                    finished_at = now(), updated_at = now(), {{clear_lease}}
+                FROM unnest(%(ids)b::uuid[], %(tokens)b::uuid[], %(results)b::text[])
+                    AS c(id, token, result)
+                WHERE j.id = ANY (ARRAY(SELECT unnest(%(ids)b::uuid[])))
+                  AND j.id = c.id AND j.lease_token = c.token AND j.status = 'running'
+                RETURNING j.id, c.token, j.attempts, j.finished_at, {{hooked_j}}),
+            {{outbox}},
+            {_trail(EventKind.SUCCEEDED)}
+            SELECT id, token, finished_at FROM changed""",
+        # Pending again at %(retry_at)s (now when NULL), with the events given.
+        Sql.RETRY: """
+            WITH changed AS (
+                UPDATE {s}.jobs SET status = 'pending',
+                    run_at = coalesce(%(retry_at)s::timestamptz, now()), {append_error},
+                    updated_at = now(), {clear_lease}
+                WHERE {fenced}
+                RETURNING {job}),
+            {trail}
+            SELECT {job} FROM changed""",
+        Sql.BURY: """
+            WITH changed AS (
+                UPDATE {s}.jobs SET status = 'failed', finished_at = now(), {append_error},
+                    updated_at = now(), {clear_lease}
+                WHERE {fenced}
+                RETURNING {job}, {hooked}),
+            {outbox},
+            {trail}
+            SELECT {job} FROM changed""",
+        Sql.INSERT_DEAD: """
+            INSERT INTO {s}.dead_letters (id, job_id, job, errors, created_at)
+            VALUES (%(id)s, %(job_id)s, %(job)s, %(errors)s, %(created_at)s)""",
+        # A running job's attempt is not counted; a claimed one's never was.
+        Sql.RELEASE: f"""
+            WITH changed AS (
+                UPDATE {{s}}.jobs SET status = 'pending',
+                    attempts = attempts - CASE WHEN status = 'running' THEN 1 ELSE 0 END,
+                    updated_at = now(), {{clear_lease}}
+                WHERE {{held}}
+                RETURNING {{job}}),
+            {_trail(EventKind.RELEASED)}
+            SELECT {{job}} FROM changed""",
+        Sql.LOCK_JOB: "SELECT status, lease_token FROM {s}.jobs WHERE id = %(id)s FOR UPDATE",
+        Sql.CANCEL: f"""
+            WITH changed AS (
+                UPDATE {{s}}.jobs SET status = 'cancelled', finished_at = now(),
+                    updated_at = now(), {{clear_lease}}
+                WHERE id = %(id)s
+                RETURNING {{job}}, {{hooked}}),
+            {{outbox}},
+            {_trail(EventKind.CANCELLED)}
+            SELECT {{job}} FROM changed""",
+        Sql.PURGE_DEAD: "DELETE FROM {s}.dead_letters WHERE id = %(id)s",
+        # Bulk actions take the oldest matching letters first; a letter another node is
+        # taking is skipped, not waited for (it counts as remaining).
+        Sql.TAKE_DEAD_MANY: """
+            DELETE FROM {s}.dead_letters WHERE id IN (
+                SELECT id FROM {s}.dead_letters {dead_where}
+                ORDER BY created_at, seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
+            RETURNING id, job_id, job, errors, created_at, seq""",
+        Sql.PURGE_DEAD_MANY: """
+            WITH gone AS (
+                DELETE FROM {s}.dead_letters WHERE id IN (
+                    SELECT id FROM {s}.dead_letters {dead_where}
+                    ORDER BY created_at, seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
+                RETURNING id)
+            SELECT (SELECT count(*) FROM gone),
+                (SELECT count(*) FROM {s}.dead_letters {dead_where})
+                    - (SELECT count(*) FROM gone)""",
+        Sql.PRUNE: """
+            WITH gone AS (
+                DELETE FROM {s}.jobs WHERE id IN (
+                    SELECT id FROM {s}.jobs
+                    WHERE status IN ('done', 'failed', 'cancelled')
+                      AND finished_at < %(before)s
+                    ORDER BY finished_at LIMIT %(limit)s)
+                RETURNING id),
+            trail AS (DELETE FROM {s}.events WHERE job_id IN (SELECT id FROM gone)),
+            -- finished deliveries as old (created with their job's terminal status)
+            hooks AS (DELETE FROM {s}.webhook_deliveries WHERE id IN (
+                SELECT id FROM {s}.webhook_deliveries
+                WHERE next_attempt_at IS NULL AND created_at < %(before)s
+                ORDER BY created_at LIMIT %(limit)s))
+            SELECT count(*) FROM gone""",
+        # Due deliveries, leased by pushing their next attempt a lease ahead (if this node
+        # dies, that is when another takes them) under a fresh token.
+        Sql.OUTBOX_CLAIM: """
+            WITH due AS (
+                SELECT id FROM {s}.webhook_deliveries WHERE next_attempt_at <= now()
+                ORDER BY next_attempt_at LIMIT %(limit)s
+                FOR UPDATE SKIP LOCKED)
+            UPDATE {s}.webhook_deliveries d
+            SET next_attempt_at = now() + %(lease)s::float8 * interval '1 second',
+                lease_owner = %(node)s, lease_token = gen_random_uuid()
+            FROM due WHERE d.id = due.id
+            RETURNING d.id, d.job_id, d.event, d.url, d.body, d.attempts, d.lease_token""",
+        # One attempt, fenced by the lease token: delivered, given up (`final`, or the next
+        # attempt would come past `max_age` after the terminal status), or due again after
+        # `delay` seconds. Answers whether it was given up (no row: the lease was lost).
+        Sql.OUTBOX_RECORD: """
+            WITH r AS (
+                SELECT id, %(delivered)s::bool AS ok,
+                    NOT %(delivered)s::bool AND (%(final)s::bool
+                        OR now() + %(delay)s::float8 * interval '1 second'
+                            > created_at + %(max_age)s::float8 * interval '1 second') AS last
+                FROM {s}.webhook_deliveries
+                WHERE id = %(id)s AND lease_token = %(token)s)
+            UPDATE {s}.webhook_deliveries d
+            SET attempts = d.attempts + 1,
+                history = d.history || jsonb_build_array(jsonb_build_object(
+                    'at', now(), 'status_code', %(status_code)s::int,
+                    'error', %(error)s::text, 'node', %(node)s::text)),
+                delivered_at = CASE WHEN r.ok THEN now() END,
+                given_up_at = CASE WHEN r.last THEN now() END,
+                next_attempt_at = CASE WHEN r.ok OR r.last THEN NULL
+                    ELSE now() + %(delay)s::float8 * interval '1 second' END,
+                lease_owner = NULL, lease_token = NULL
+            FROM r WHERE d.id = r.id AND d.lease_token = %(token)s
+            RETURNING r.last""",
+        # The schedule's row, created if need be and locked for the firing transaction:
+        # nodes firing one schedule take turns, and the later one sees the earlier's fire.
+        Sql.SCHEDULE_LOCK: """
+            INSERT INTO {s}.schedules AS t (name) VALUES (%(name)s)
+            ON CONFLICT (name) DO UPDATE SET name = t.name
+            RETURNING enabled, last_fire""",
+        # The tick's key: a second try of one tick inserts nothing.
+        Sql.SCHEDULE_FIRE: """
+            INSERT INTO {s}.schedule_fires (schedule, fire_time, job_id, node)
+            VALUES (%(name)s, %(tick)s, %(job_id)s, %(node)s)
+            ON CONFLICT DO NOTHING RETURNING 1""",
+        # The last fire moves on; keys older than a day are no longer needed (a node only
+        # ever fires the latest due tick).
+        Sql.SCHEDULE_FIRED: """
+            WITH pruned AS (
+                DELETE FROM {s}.schedule_fires WHERE schedule = %(name)s
+                  AND fire_time < %(tick)s::timestamptz - interval '1 day')
+            UPDATE {s}.schedules SET last_fire = %(tick)s, last_job_id = %(job_id)s,
+                updated_at = now()
+            WHERE name = %(name)s""",
+        # Enabling again starts the count of missed ticks anew.
+        Sql.SCHEDULE_SWITCH: """
+            INSERT INTO {s}.schedules AS t (name, enabled, enabled_at)
+            VALUES (%(name)s, %(enabled)s, CASE WHEN %(enabled)s THEN now() END)
+            ON CONFLICT (name) DO UPDATE SET enabled = EXCLUDED.enabled,
+                enabled_at = CASE WHEN EXCLUDED.enabled AND NOT t.enabled THEN now()
+                    ELSE t.enabled_at END,
+                updated_at = now()
+            RETURNING name, enabled, last_fire, last_job_id, enabled_at""",
+        Sql.TAKE_STARTS: """
+            SELECT o_granted, o_window, o_left
+            FROM {s}.take_starts(%(type)s, %(limit)s, %(period)s, %(want)s, %(guard)s)""",
+        Sql.RETURN_STARTS: """
+            UPDATE {s}.rate_windows SET used = greatest(0, used - %(count)s)
+            WHERE type = %(type)s AND window_start = to_timestamp(%(window)s)""",
+    }
+)
+
+TEMPLATES: Final[Mapping[Sql, str]] = MappingProxyType({**_WRITES, **READS})
+
+
+_FILTERED: Final = (Sql.LIST_JOBS, Sql.COUNT_JOBS, Sql.JOB_BRIEFS)
+
+
+def _where(columns: tuple[str, ...]) -> str:
+    """`WHERE` one equality per column, each value bound by the column's name."""
+    if not columns:
+        return ""
+    return "WHERE " + " AND ".join(f"{column} = %({column})s" for column in columns)
+
+
+class Statements:
+    """Every statement of the store, formatted once for one schema."""
+
+    def __init__(self, schema: str) -> None:
+        shared = fragments(check_schema_name(schema))
+        self._text = {name: TEMPLATES[name].format_map(shared) for name in Sql}
+        self._filtered: dict[tuple[Sql, tuple[bool, ...]], str] = {}
+        for used in product((False, True), repeat=len(FILTER_COLUMNS)):
+            chosen = tuple(c for c, on in zip(FILTER_COLUMNS, used, strict=True) if on)
+            where = shared | {"where": _where(chosen)}
+            for name in _FILTERED:
+                self._filtered[name, used] = TEMPLATES[name].format_map(where)
+
+    def __getitem__(self, name: Sql) -> str:
+        return self._text[name]
+
+    def list_jobs(self, filters: JobFilter) -> tuple[str, str]:
+        """The page and the count statements for `filters`: each filter that is set
+        (not empty) is bound by its column's name (`%(type)s`, `%(status)s`, `%(queue)s`)."""
+        return self.filtered(Sql.LIST_JOBS, filters), self.filtered(Sql.COUNT_JOBS, filters)
+
+    def filtered(self, name: Sql, filters: JobFilter) -> str:
+        """A statement taking the job filters (`LIST_JOBS`, `COUNT_JOBS`, `JOB_BRIEFS`),
+        in its variant for the filters that are set (each bound by its column's name)."""
+        used = (bool(filters.type), bool(filters.status), bool(filters.queue))
+        return self._filtered[name, used]

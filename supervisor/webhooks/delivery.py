@@ -1,0 +1,251 @@
+"""Webhooks: what every delivery is, whichever store keeps it.
+
+A job reaching a terminal status (done, failed, cancelled) with a `webhook_url` gets one
+delivery: its body (the job as the API shows it, encoded once), its event, a stable id.
+Two implementations of `Webhooks` deliver them: `webhook_sender.WebhookSender`, best
+effort in this process (the in-memory store), and `outbox.Outbox`, at least once from a
+PostgreSQL table written in the terminal status's own transaction. Both use what is
+here: the request's headers and signature, one retry schedule, the `Poster` that makes
+one attempt under the egress policy, and the view `GET /jobs/{id}/deliveries` shows.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Protocol
+
+import aiohttp
+import msgspec
+from aiohttp.abc import AbstractResolver
+from goqueue.supervisor.dispatch.backoff import backoff
+from goqueue.supervisor.enums import TERMINAL, Status, WebhookEvent, WebhookOutcome
+from goqueue.supervisor.jobs import SHOWN_FIELDS, Job
+from goqueue.supervisor.webhooks.egress import EgressPolicy, EgressRefused, GuardedResolver
+from yarl import URL
+
+DELIVERY_HEADER = "X-GoQueue-Delivery"
+EVENT_HEADER = "X-GoQueue-Event"
+JOB_ID_HEADER = "X-GoQueue-Job-Id"
+SIGNATURE_HEADER = "X-GoQueue-Signature"
+USER_AGENT = "goqueue-webhook"
+
+EVENTS: dict[Status, WebhookEvent] = {
+    Status.DONE: WebhookEvent.DONE,
+    Status.FAILED: WebhookEvent.FAILED,
+    Status.CANCELLED: WebhookEvent.CANCELLED,
+}
+_encode = msgspec.json.Encoder().encode
+
+
+OutcomeHook = Callable[[WebhookOutcome], None]  # told every delivery's outcome (metrics)
+
+
+def tell(hook: OutcomeHook | None, outcome: WebhookOutcome, log: logging.Logger) -> None:
+    """Tell `hook` (if any) of an outcome; a hook that raises is logged, never the
+    delivery's failure."""
+    if hook is None:
+        return
+    try:
+        hook(outcome)
+    except Exception:
+        log.exception("webhook on_outcome hook raised", extra={"outcome": outcome})
+
+
+def sign(secret: bytes, body: bytes) -> str:
+    """The `X-GoQueue-Signature` value: `sha256=` + lowercase hex HMAC-SHA256 of the body."""
+    return "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
+
+
+def job_body(job: Job) -> bytes:
+    """The body of a job's webhook: the job as `GET /jobs/{id}` shows it."""
+    return _encode({name: getattr(job, name) for name in SHOWN_FIELDS})
+
+
+def event_of(job: Job) -> WebhookEvent | None:
+    """The event a job's status fires, or None (not terminal, or no `webhook_url`)."""
+    if not job.webhook_url or job.status not in TERMINAL:
+        return None
+    return EVENTS[job.status]
+
+
+def headers(
+    delivery_id: str, event: str, job_id: str, body: bytes, secret: bytes | None
+) -> dict[str, str]:
+    """The headers of every attempt of one delivery (the same on each retry)."""
+    out = {
+        "Content-Type": "application/json",
+        "User-Agent": USER_AGENT,
+        DELIVERY_HEADER: delivery_id,
+        EVENT_HEADER: event,
+        JOB_ID_HEADER: job_id,
+    }
+    if secret is not None:
+        out[SIGNATURE_HEADER] = sign(secret, body)
+    return out
+
+
+def redacted(url: str) -> str:
+    """`url` fit for logs and the API: no credentials, query string or fragment (where
+    receivers often put tokens)."""
+    try:
+        return str(URL(url).with_user(None).with_query(None).with_fragment(None))
+    except (TypeError, ValueError):
+        return "(unparseable URL)"
+
+
+# -- the view ------------------------------------------------------------------------
+
+
+class DeliveryAttempt(msgspec.Struct, kw_only=True):
+    """One attempt: when it ended, the receiver's status (null if it never answered),
+    why it failed (null on success), and the node that made it."""
+
+    at: datetime
+    status_code: int | None = None
+    error: str | None = None
+    node: str
+
+
+class Delivery(msgspec.Struct, kw_only=True):
+    """One webhook of a job and every attempt at it. `id` is the `X-GoQueue-Delivery`
+    header; `next_attempt_at` is null once delivered or given up."""
+
+    id: str
+    event: str  # a WebhookEvent, declared str: the API documents a plain string
+    url: str  # credentials, query and fragment removed
+    attempts: list[DeliveryAttempt]
+    delivered_at: datetime | None = None
+    next_attempt_at: datetime | None = None
+    given_up: bool = False
+
+
+class Webhooks(Protocol):
+    """What the node asks of its webhook deliveries (see the module)."""
+
+    async def start(self) -> None:
+        """Start delivering (the store is open)."""
+
+    def notify(self, job: Job) -> None:
+        """`job` was just recorded in a terminal status: deliver its webhook, if any."""
+
+    async def deliveries(self, job_id: str) -> list[Delivery]:
+        """A job's deliveries, oldest first (empty when it has none)."""
+
+    async def close(self, grace: float) -> None:
+        """Stop; attempts in flight get up to `grace` seconds to finish."""
+
+
+# -- when to retry -------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class RetrySchedule:
+    """When a failed delivery is tried again: `backoff(attempt, base, cap)` after each
+    failure, until the next attempt would come more than `max_age` seconds after the
+    job's terminal status (a day: 2 s, 4 s, ... then hourly, about 35 attempts)."""
+
+    base: float = 2.0
+    cap: float = 3600.0
+    max_age: float = 86400.0
+
+    def delay(self, attempt: int, rng: random.Random) -> float:
+        """Seconds between failed attempt number `attempt` (from 1) and the next."""
+        return backoff(attempt, self.base, self.cap, rng)
+
+    def gives_up(self, age_at_next: float) -> bool:
+        """True when an attempt `age_at_next` seconds after the terminal status is too late."""
+        return age_at_next > self.max_age
+
+
+# -- one attempt ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """How one attempt went: the status code (None if no answer), or why it failed;
+    `refused` when the egress policy stopped it before anything was sent."""
+
+    status_code: int | None = None
+    error: str | None = None
+    refused: bool = False
+
+    @property
+    def delivered(self) -> bool:
+        """A 2xx answer."""
+        return self.status_code is not None and 200 <= self.status_code < 300
+
+
+class Poster:
+    """Makes attempts: one POST each, with a timeout, no redirects, no proxy from the
+    environment, and only to destinations the egress policy allows (IP literals checked
+    here, names on every resolution by `GuardedResolver`)."""
+
+    def __init__(
+        self,
+        policy: EgressPolicy,
+        *,
+        timeout: float,
+        concurrency: int,
+        resolver: AbstractResolver | None = None,
+    ) -> None:
+        if timeout <= 0 or concurrency < 1:
+            raise ValueError("timeout must be positive and concurrency at least 1")
+        self.policy = policy
+        self.timeout = timeout
+        self.concurrency = concurrency
+        self._resolver = resolver  # what names resolve with (aiohttp's default if None)
+        self._session: aiohttp.ClientSession | None = None
+
+    async def start(self) -> None:
+        """Open the HTTP session."""
+        if self._session is None:
+            connector = aiohttp.TCPConnector(
+                limit=self.concurrency, resolver=GuardedResolver(self.policy, self._resolver)
+            )
+            self._session = aiohttp.ClientSession(
+                connector=connector,
+                timeout=aiohttp.ClientTimeout(total=self.timeout),
+                trust_env=False,  # an HTTP_PROXY must not carry webhooks around the policy
+            )
+
+    async def close(self) -> None:
+        """Close the HTTP session."""
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
+
+    async def post(self, url: str, body: bytes, request_headers: dict[str, str]) -> Answer:
+        """One attempt; never raises for what the network or the receiver does."""
+        # IP literals are judged here: aiohttp connects to them without asking a resolver.
+        refusal = self.policy.url_refusal(url)
+        if refusal is not None:
+            return Answer(error=f"refused: webhook_url {refusal}", refused=True)
+        assert self._session is not None, "Poster.start() first"
+        try:
+            async with self._session.post(
+                url, data=body, headers=request_headers, allow_redirects=False
+            ) as response:
+                status = response.status
+        except TimeoutError:
+            return Answer(error=f"timed out after {self.timeout:g}s")
+        except aiohttp.ClientConnectorError as exc:
+            if isinstance(exc.os_error, EgressRefused):
+                return Answer(error=f"refused: {exc.os_error}", refused=True)
+            return Answer(error=_describe(exc))
+        except (aiohttp.ClientError, ValueError) as exc:
+            return Answer(error=_describe(exc))
+        if 200 <= status < 300:
+            return Answer(status)
+        note = " (redirects are not followed)" if 300 <= status < 400 else ""
+        return Answer(status, f"HTTP {status}{note}")
+
+
+def _describe(exc: BaseException) -> str:
+    text = str(exc)
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__

@@ -1,0 +1,72 @@
+"""What the pool reports: what became of each attempt (`JobEvents`, heard by the
+dispatcher) and a worker's lifecycle (`WorkerEvents`, heard by the arbiter), and the
+listener a pool starts with (`Unheard`)."""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol
+
+from goqueue.actors.protocol import BootFailed, JobDone, JobFailed, Ready
+from goqueue.supervisor.jobs import Lease
+from goqueue.supervisor.workers.handle import Worker
+
+log = logging.getLogger("goqueue.pool")
+
+
+class JobEvents(Protocol):
+    """What became of the attempts the pool ran; implemented by the dispatcher."""
+
+    def job_done(self, lease: Lease, message: JobDone) -> None:
+        """An attempt succeeded."""
+
+    def job_failed(self, lease: Lease, message: JobFailed) -> None:
+        """An attempt raised (or the supervisor failed it: memory limit, abandoned)."""
+
+    def job_lost(self, lease: Lease, worker: Worker) -> None:
+        """A worker died holding `lease` (`worker.kill_reason` and `exitcode` say how)."""
+
+
+class WorkerEvents(Protocol):
+    """A worker's lifecycle; implemented by the arbiter (boot, reload, respawn)."""
+
+    def worker_ready(self, worker: Worker, message: Ready) -> None:
+        """A child booted."""
+
+    def worker_boot_failed(self, worker: Worker, message: BootFailed) -> None:
+        """A child could not import its actors."""
+
+    def worker_recycled(self, worker: Worker) -> None:
+        """A worker is being replaced after its job (the `Recycle` policy)."""
+
+    def worker_exited(self, worker: Worker) -> None:
+        """A child is gone (`worker.exitcode`, `worker.kill_reason`), its attempt settled."""
+
+
+class Unheard:
+    """The listener a pool starts with: events before anyone listens are logged."""
+
+    def job_done(self, lease: Lease, message: JobDone) -> None:
+        """Logged."""
+        log.error("attempt outcome with no listener", extra={"job_id": lease.job.id})
+
+    def job_failed(self, lease: Lease, message: JobFailed) -> None:
+        """Logged."""
+        log.error("attempt outcome with no listener", extra={"job_id": lease.job.id})
+
+    def job_lost(self, lease: Lease, worker: Worker) -> None:
+        """Logged."""
+        log.error("attempt outcome with no listener", extra={"job_id": lease.job.id})
+
+    def worker_ready(self, worker: Worker, message: Ready) -> None:
+        """Ignored: nobody asked for workers yet."""
+
+    def worker_boot_failed(self, worker: Worker, message: BootFailed) -> None:
+        """Logged."""
+        log.error(f"worker cannot boot: {message.error}", extra={"worker_pid": worker.pid})
+
+    def worker_recycled(self, worker: Worker) -> None:
+        """Ignored."""
+
+    def worker_exited(self, worker: Worker) -> None:
+        """Ignored."""

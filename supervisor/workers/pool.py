@@ -1,0 +1,452 @@
+"""Worker processes: spawning, the pipes, deadlines, the two-phase kill and reaping.
+
+Each worker is a direct child (`spawn.py`). Its pipe and its pidfd are watched by the
+loop, so nothing here blocks; the pidfd firing is the death notice, and the exit code or
+signal is named in the error of whatever attempt the child was running.
+
+While attempts run, two timers of the pool's own (never the arbiter's tick, which may be
+waiting on a database) keep watch: every `EXTEND_EVERY` busy workers are told the
+supervisor is alive (`Extend`, when leases bound how long a job may go unwatched), and
+with a memory limit their resident memory is sampled every `SAMPLE_EVERY`.
+
+The pool reports on two channels: what became of each attempt (`JobEvents`, the
+dispatcher) and a worker's lifecycle (`WorkerEvents`, the arbiter). Replacing a worker
+after a job (its own policy, `Recycle`) happens here, before either hears of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+import time
+from collections.abc import Awaitable, Iterator
+from dataclasses import dataclass
+from functools import partial
+from typing import TYPE_CHECKING
+
+import msgspec
+from goqueue.actors.protocol import (
+    WORKER_BOOT_ERROR,
+    Abandoned,
+    Boot,
+    BootFailed,
+    EnqueueReply,
+    EnqueueRequest,
+    Extend,
+    FromWorker,
+    JobDone,
+    JobFailed,
+    Progress,
+    Ready,
+    Refusal,
+    RunJob,
+    Shutdown,
+    SupervisorCodec,
+    ToWorker,
+)
+from goqueue.supervisor.enums import KillReason, WorkerState
+from goqueue.supervisor.jobs import Lease
+from goqueue.supervisor.workers import child_enqueues as child_jobs
+from goqueue.supervisor.workers.channel import Channel
+from goqueue.supervisor.workers.child_enqueues import EnqueueChild
+from goqueue.supervisor.workers.events import JobEvents, Unheard, WorkerEvents
+from goqueue.supervisor.workers.handle import Worker, describe_exit
+from goqueue.supervisor.workers.spawn import WorkerConfig, launch, open_statm, reap, rss_kb
+
+if TYPE_CHECKING:
+    from goqueue.supervisor.settings.config import Settings
+
+__all__ = [
+    "JobEvents",
+    "Pool",
+    "Recycle",
+    "WorkerConfig",
+    "WorkerEvents",
+    "describe_exit",
+]
+
+log = logging.getLogger("goqueue.pool")
+
+STOP_GRACE = 5.0  # seconds a worker asked to exit cleanly gets before SIGKILL
+EOF_GRACE = 0.2  # seconds to wait for a dead child's pipe to drain before settling it
+EXTEND_EVERY = 0.5  # seconds between two `Extend` to each busy worker
+SAMPLE_EVERY = 0.05  # seconds between two memory samples of each busy worker
+
+
+@dataclass(frozen=True, slots=True)
+class Recycle:
+    """When a worker is replaced after a job: after `max_jobs` jobs, or once its resident
+    memory passes `max_rss_kb` (None: never)."""
+
+    max_jobs: int | None = None
+    max_rss_kb: int | None = None
+
+    @classmethod
+    def of(cls, settings: Settings) -> Recycle:
+        """The policy `settings` ask for."""
+        rss_mb = settings.max_worker_rss_mb
+        return cls(settings.max_jobs_per_worker, rss_mb * 1024 if rss_mb else None)
+
+    def due(self, worker: Worker) -> bool:
+        """True when `worker` should be replaced now."""
+        if self.max_jobs and worker.jobs_run >= self.max_jobs:
+            return True
+        return bool(self.max_rss_kb and worker.rss_kb > self.max_rss_kb)
+
+
+class Pool:
+    """The set of child processes, and the mechanics of talking to and killing them.
+
+    `lease_allowance` (seconds, None for no bound) is how long a running job may go
+    without word from the supervisor before its worker kills itself; `memory_limit_mb`
+    kills a worker whose job takes more than that (None: no limit during a job).
+    """
+
+    def __init__(
+        self,
+        loop: asyncio.AbstractEventLoop,
+        config: WorkerConfig,
+        *,
+        kill_grace: float = 0.05,
+        recycle: Recycle = Recycle(),
+        lease_allowance: float | None = None,
+        memory_limit_mb: int | None = None,
+    ) -> None:
+        self.loop = loop
+        self.config = config
+        self.kill_grace = kill_grace
+        self.recycle = recycle
+        self.lease_allowance = lease_allowance
+        self.memory_limit_mb = memory_limit_mb
+        self.jobs: JobEvents = Unheard()
+        self.lifecycle: WorkerEvents = Unheard()
+        self.enqueue_child: EnqueueChild = child_jobs.unwired
+        self.codec = SupervisorCodec()
+        self.workers: dict[int, Worker] = {}
+        self._statm: dict[int, int] = {}  # pid -> /proc/PID/statm descriptor
+        self._tasks: set[asyncio.Future[object]] = set()
+        self._slots = 0
+        self._all_gone = asyncio.Event()
+        self._freed = asyncio.Event()  # a worker stopped being busy
+        self._extend_timer: asyncio.TimerHandle | None = None
+        self._sample_timer: asyncio.TimerHandle | None = None
+
+    def listen(
+        self,
+        *,
+        jobs: JobEvents | None = None,
+        workers: WorkerEvents | None = None,
+        children: EnqueueChild | None = None,
+    ) -> None:
+        """Say who hears about attempts (the dispatcher), about workers (the arbiter), and
+        who enqueues the jobs running jobs ask for (the engine)."""
+        if jobs is not None:
+            self.jobs = jobs
+        if workers is not None:
+            self.lifecycle = workers
+        if children is not None:
+            self.enqueue_child = children
+
+    def reconfigure(
+        self, config: WorkerConfig, recycle: Recycle, memory_limit_mb: int | None
+    ) -> None:
+        """Apply a reload: what new workers boot with, recycling and the memory limit."""
+        self.config = config
+        self.recycle = recycle
+        self.memory_limit_mb = memory_limit_mb
+
+    def __iter__(self) -> Iterator[Worker]:
+        return iter(list(self.workers.values()))
+
+    def __len__(self) -> int:
+        return len(self.workers)
+
+    def count(self, *states: WorkerState) -> int:
+        """How many workers are in any of `states`."""
+        return sum(1 for w in self.workers.values() if w.state in states)
+
+    def idle(self) -> list[Worker]:
+        """Workers ready for a job, the newest generation first (after a reload, jobs run
+        the new code wherever a worker of it is free)."""
+        idle = [w for w in self.workers.values() if w.state == WorkerState.IDLE]
+        if (len(idle) > 1 and idle[0].generation != idle[-1].generation) or len(idle) > 2:
+            idle.sort(key=_newest_first)  # only a reload mixes generations
+        return idle
+
+    def holding(self, token: str) -> Worker | None:
+        """The worker running the attempt with lease `token`."""
+        for worker in self.workers.values():
+            if worker.holds(token):
+                return worker
+        return None
+
+    def progress_of(self, job_id: str) -> msgspec.Raw | None:
+        """The latest progress a running attempt of `job_id` reported on this node."""
+        for worker in self.workers.values():
+            if worker.running(job_id):
+                return worker.progress
+        return None
+
+    # -- lifecycle -------------------------------------------------------------------
+
+    def spawn(self, generation: int, config: WorkerConfig | None = None) -> Worker:
+        """Start one child; it reports Ready (or BootFailed) over its pipe. Raises
+        OSError when no process can be started (descriptors or memory exhausted)."""
+        config = config or self.config
+        launched = launch()
+        self._slots += 1
+        channel = Channel(self.codec.decode)
+        worker = Worker(self._slots, generation, launched.pid, launched.pidfd, channel)
+        channel.listen(partial(self.received, worker), partial(self.pipe_closed, worker))
+        self.workers[worker.pid] = worker
+        self._all_gone.clear()
+        channel.attach(self.loop, launched.sock)
+        self.loop.add_reader(launched.pidfd, self._on_exit, worker)
+        self._send(worker, Boot(list(config.modules), list(config.paths), config.max_result_bytes))
+        log.debug("worker spawned", extra={"worker_pid": worker.pid, "slot": worker.slot})
+        return worker
+
+    def run(self, worker: Worker, lease: Lease, timeout: float) -> None:
+        """Hand `lease` to an idle worker and arm its deadline."""
+        job = lease.job
+        worker.begin(lease)
+        worker.set_deadline(self.loop, self.loop.time() + timeout, self._timed_out)
+        payload = bytes(job.payload)
+        allowance = self.lease_allowance
+        self._send(worker, RunJob(job.id, job.type, job.attempts, job.queue, payload, allowance))
+        self._watch()
+
+    def stop(self, worker: Worker) -> None:
+        """Ask an idle worker to exit cleanly (recycling, reload, shrink)."""
+        worker.ending(worker.kill_reason or KillReason.STOPPED)
+        self._send(worker, Shutdown())
+        worker.arm(self.loop, STOP_GRACE, partial(self._sigkill, worker))
+
+    def kill(self, worker: Worker, reason: KillReason) -> None:
+        """Two-phase kill: SIGTERM now, SIGKILL after the grace if it is still there."""
+        if worker.gone or worker.kill_reason not in (None, KillReason.STOPPED):
+            return
+        worker.ending(reason)
+        worker.cancel_timers()
+        self._signal(worker, signal.SIGTERM)
+        worker.arm(self.loop, self.kill_grace, partial(self._sigkill, worker))
+
+    def _timed_out(self, worker: Worker) -> None:
+        self.kill(worker, KillReason.TIMEOUT)
+
+    def _sigkill(self, worker: Worker) -> None:
+        self._signal(worker, signal.SIGKILL)
+
+    def _signal(self, worker: Worker, sig: signal.Signals) -> None:
+        if worker.gone:
+            return  # reaped: nothing to signal (the pidfd never names another process)
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(worker.pidfd, sig)
+
+    def _send(self, worker: Worker, message: ToWorker) -> None:
+        worker.channel.send_frame(self.codec.frame(message))
+
+    def _track(self, awaitable: Awaitable[object]) -> None:
+        task = asyncio.ensure_future(awaitable)
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def wait_idle(self, timeout: float) -> bool:
+        """Wait up to `timeout` seconds until no worker is busy; True if none is."""
+        deadline = self.loop.time() + timeout
+        while self.count(WorkerState.BUSY) and (left := deadline - self.loop.time()) > 0:
+            self._freed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._freed.wait(), left)
+        return not self.count(WorkerState.BUSY)
+
+    # -- watching running attempts -------------------------------------------------------
+
+    def _watch(self) -> None:
+        """Arm the timers that watch busy workers, if they are not running."""
+        if self.lease_allowance is not None and self._extend_timer is None:
+            self._extend_timer = self.loop.call_later(self._extend_every(), self._extend)
+        if self.memory_limit_mb is not None and self._sample_timer is None:
+            self._sample_timer = self.loop.call_later(SAMPLE_EVERY, self._sample)
+
+    def _busy(self) -> list[Worker]:
+        """Workers running an attempt whose outcome is still open."""
+        return [
+            w
+            for w in self.workers.values()
+            if w.lease is not None and w.verdict is None and not w.gone
+        ]
+
+    def _extend(self) -> None:
+        """Tell every busy worker the supervisor is alive: its job may go on."""
+        self._extend_timer = None
+        busy = self._busy()
+        if self.lease_allowance is None or not busy:
+            return
+        frame = self.codec.frame(Extend(self.lease_allowance))
+        for worker in busy:
+            worker.channel.send_frame(frame)
+        self._extend_timer = self.loop.call_later(self._extend_every(), self._extend)
+
+    def _extend_every(self) -> float:
+        """Seconds between two `Extend`: a few of them fit in any allowance (short leases
+        give short allowances)."""
+        allowance = self.lease_allowance or EXTEND_EVERY
+        return min(EXTEND_EVERY, allowance / 4)
+
+    def _sample(self) -> None:
+        """Kill the busy workers whose resident memory passed the limit."""
+        self._sample_timer = None
+        limit = self.memory_limit_mb
+        busy = self._busy()
+        if limit is None or not busy:
+            return
+        for worker in busy:
+            fd = self._statm.get(worker.pid)
+            if fd is None:
+                try:
+                    fd = self._statm[worker.pid] = open_statm(worker.pid)
+                except OSError:  # out of descriptors: sample it next time
+                    continue
+            rss = rss_kb(fd)
+            if rss > limit * 1024:
+                self._kill_for_memory(worker, rss, limit)
+        self._sample_timer = self.loop.call_later(SAMPLE_EVERY, self._sample)
+
+    def _kill_for_memory(self, worker: Worker, rss: int, limit: int) -> None:
+        """SIGKILL at once (memory grows fast); the attempt fails with the reason."""
+        lease = worker.lease
+        assert lease is not None
+        error = (
+            f"exceeded the memory limit ({limit} MB): worker {worker.pid} reached "
+            f"{rss // 1024} MB and was killed"
+        )
+        duration = time.monotonic() - worker.attempt_started
+        worker.cancel_timers()
+        worker.condemn(KillReason.MEMORY, JobFailed(lease.job.id, error, duration, rss_kb=rss))
+        self._signal(worker, signal.SIGKILL)
+        log.warning(error, extra={"job_id": lease.job.id, "worker_pid": worker.pid})
+
+    # -- reading ---------------------------------------------------------------------
+
+    def received(self, worker: Worker, message: FromWorker) -> None:
+        """A message from `worker`'s pipe."""
+        match message:
+            case JobDone() | JobFailed():
+                if worker.verdict is None:
+                    self._settle(worker, message)
+            case Progress(job_id=job_id, value=value):
+                if worker.running(job_id) and worker.verdict is None:
+                    worker.progress = msgspec.Raw(value)
+            case EnqueueRequest() as request:
+                self._track(self._answer(worker, request))
+            case Abandoned() as given_up:
+                self._abandoned(worker, given_up)
+            case Ready():
+                worker.booted(frozenset(a.name for a in message.actors))
+                self.lifecycle.worker_ready(worker, message)
+            case BootFailed():
+                self.lifecycle.worker_boot_failed(worker, message)
+
+    async def _answer(self, worker: Worker, request: EnqueueRequest) -> None:
+        if worker.running(request.job_id):
+            reply = await child_jobs.answer(self.enqueue_child, request)
+        else:
+            reply = EnqueueReply(request.request_id)
+            child_jobs.refuse(reply, Refusal.INVALID, f"job {request.job_id} is not running here")
+        self._send(worker, reply)
+
+    def _abandoned(self, worker: Worker, message: Abandoned) -> None:
+        """The worker gave its attempt up (no `Extend` in time) and is killing itself."""
+        if not worker.running(message.job_id) or worker.verdict is not None:
+            return
+        worker.cancel_timers()
+        verdict = JobFailed(message.job_id, message.error, message.duration)
+        worker.condemn(KillReason.LEASE_LOST, verdict)
+        log.warning(message.error, extra={"job_id": message.job_id, "worker_pid": worker.pid})
+
+    def _settle(self, worker: Worker, message: JobDone | JobFailed) -> None:
+        """Free the worker, report the outcome, then replace the worker if it is due
+        (the dispatcher hands out work on its next pass, so a retiring worker gets none)."""
+        lease = worker.end(message.rss_kb)
+        self._freed.set()
+        if lease is not None:
+            if isinstance(message, JobDone):
+                self.jobs.job_done(lease, message)
+            else:
+                self.jobs.job_failed(lease, message)
+        if worker.retire:
+            self.stop(worker)
+        elif worker.state == WorkerState.IDLE and self.recycle.due(worker):
+            worker.kill_reason = KillReason.RECYCLE
+            self.stop(worker)
+            self.lifecycle.worker_recycled(worker)
+
+    def pipe_closed(self, worker: Worker) -> None:
+        """`worker`'s pipe reached its end; settle it if the process is gone too."""
+        if worker.gone:
+            self._finalize(worker)
+
+    def _on_exit(self, worker: Worker) -> None:
+        """The pidfd fired: collect the exit status, then settle once the pipe has been
+        read to its end (whatever the child said before dying still counts)."""
+        exited, exitcode = reap(worker.pid)
+        if not exited:
+            return  # not an exit after all; the pidfd stays watched
+        self.loop.remove_reader(worker.pidfd)
+        os.close(worker.pidfd)
+        worker.pidfd = -1
+        worker.exitcode = exitcode
+        worker.cancel_timers()
+        if worker.channel.closed:
+            self._finalize(worker)
+        else:  # EOF normally follows at once; don't wait on it forever
+            self.loop.call_later(EOF_GRACE, self._finalize, worker)
+
+    def _finalize(self, worker: Worker) -> None:
+        if self.workers.get(worker.pid) is not worker:
+            return  # already settled
+        worker.channel.close()
+        self.workers.pop(worker.pid, None)
+        statm = self._statm.pop(worker.pid, None)
+        if statm is not None:
+            os.close(statm)
+        self._freed.set()
+        if not self.workers:
+            self._all_gone.set()
+        if worker.exitcode == WORKER_BOOT_ERROR and worker.kill_reason is None:
+            worker.kill_reason = KillReason.BOOT
+        lease = worker.lease  # kept on the worker: the arbiter notes which job it ran
+        if lease is not None and worker.verdict is not None:
+            self.jobs.job_failed(lease, worker.verdict)
+        elif lease is not None:
+            self.jobs.job_lost(lease, worker)
+        self.lifecycle.worker_exited(worker)
+
+    async def shutdown(self, timeout: float = 5.0) -> None:
+        """Stop every child: Shutdown to the idle, SIGTERM/SIGKILL to the rest."""
+        for worker in self:
+            if worker.state == WorkerState.IDLE:
+                self.stop(worker)
+            elif worker.state != WorkerState.STOPPING:
+                self.kill(worker, KillReason.SHUTDOWN)
+        if self.workers:
+            try:
+                await asyncio.wait_for(self._all_gone.wait(), timeout)
+            except TimeoutError:
+                for worker in self:
+                    self._signal(worker, signal.SIGKILL)
+                await asyncio.wait_for(self._all_gone.wait(), 2.0)
+        for timer in (self._extend_timer, self._sample_timer):
+            if timer is not None:
+                timer.cancel()
+        self._extend_timer = self._sample_timer = None
+        for task in list(self._tasks):
+            task.cancel()
+
+
+def _newest_first(worker: Worker) -> int:
+    return -worker.generation

@@ -1,0 +1,84 @@
+"""`--max-queues`: queue names are free to invent, so their number is bounded; work in
+existing queues is never refused by it. On both stores."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import pytest
+from goqueue.api.http.errors import ApiError
+from goqueue.api.http.queue_budget import QueueBudget
+from goqueue.supervisor.jobs import JobSpec
+from goqueue.supervisor.store.memory.store import MemoryStore
+
+from tests.conftest import Node, wait_for
+from tests.e2e.api.hostile import send, state
+
+pytestmark = pytest.mark.timeout(90)
+
+NOBODY = ("--queues", "served-by-nobody", "--workers", "1")
+
+
+def post(node: Node, queue: str, **fields: object) -> int:
+    return node.post("/jobs", {"type": "noop", "queue": queue, **fields}).status
+
+
+def test_a_new_queue_beyond_max_queues_is_429_and_existing_ones_take_work(
+    make_store_node: Callable[..., Node],
+) -> None:
+    node = make_store_node(*NOBODY, "--max-queues", "3")
+    assert [post(node, q) for q in ("a", "b", "c")] == [201, 201, 201]
+    before = state(node.url)
+    refused = node.post("/jobs", {"type": "noop", "queue": "d"})
+    assert refused.status == 429, refused
+    assert refused.body["details"] == {"field": "queue", "max_queues": 3}
+    assert refused.headers.get("Retry-After")
+    assert state(node.url) == before
+    assert post(node, "a") == 201  # an existing queue always takes work
+    template = node.post("/jobs", {"type": "noop", "queue": "a", "on_success": {"type": "noop"}})
+    assert template.status == 429 and template.body["details"]["field"] == "on_success.queue"
+    batch = node.post(
+        "/jobs/batch", {"jobs": [{"type": "noop", "queue": q} for q in ("b", "e", "c")]}
+    ).body["results"]
+    assert [r["status"] for r in batch] == [201, 429, 201]
+    assert batch[1]["details"]["field"] == "jobs[1].queue"
+    pause = node.post("/queues/f/pause")
+    assert pause.status == 429 and pause.body["details"]["field"] == "name"
+    assert node.post("/queues/a/pause").status == 200  # pausing an existing queue is fine
+    assert node.post("/queues/a/resume").status == 200
+
+    for listed in node.get("/jobs?queue=c").body["jobs"]:  # queue c empties...
+        assert node.delete(f"/jobs/{listed['id']}").status == 200
+    # ...and within a few seconds (the names are re-read every 2 s) its place is free
+    wait_for(lambda: post(node, "d") == 201, timeout=15, interval=0.25)
+    assert post(node, "g") == 429
+
+
+async def test_the_budget_reads_the_store_at_most_once_per_ttl() -> None:
+    store = MemoryStore("n")
+    reads = 0
+    original = store.queue_names
+
+    async def counted(limit: int) -> frozenset[str]:
+        nonlocal reads
+        reads += 1
+        return await original(limit)
+
+    store.queue_names = counted  # type: ignore[method-assign]
+    budget = QueueBudget(store, limit=1000, with_defaults=lambda spec: spec, ttl=60.0)
+    await asyncio.gather(*(budget.admit(f"q{i}") for i in range(500)))
+    assert reads == 1  # concurrent callers share one read; the rest are counted locally
+    for i in range(500, 1000):
+        await budget.admit(f"q{i}")
+    with pytest.raises(ApiError) as caught:
+        await budget.admit_spec(JobSpec(type="t", queue="q1001"))
+    assert caught.value.status == 429 and reads == 1
+    await budget.admit("q3")  # known: admitted without a read
+
+
+def test_batch_items_share_the_budget_with_each_other(make_store_node: Callable[..., Node]) -> None:
+    node = make_store_node(*NOBODY, "--max-queues", "2")
+    body = {"jobs": [{"type": "noop", "queue": q} for q in ("x", "y", "z", "x")]}
+    results = send(node.url, "POST", "/jobs/batch", body=str(body).replace("'", '"').encode())
+    assert [r["status"] for r in results.json["results"]] == [201, 201, 429, 201]

@@ -1,0 +1,85 @@
+"""The `open_store` factory: each contract test runs against both stores, and a `clock`
+that moves the memory store's time by hand."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import uuid
+from collections.abc import AsyncIterator, Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+import pytest
+from goqueue.supervisor.jobs import utcnow
+from goqueue.supervisor.store.base import Store
+from goqueue.supervisor.store.memory.store import MemoryStore
+
+from tests.conftest import postgres_dsn
+
+OpenStore = Callable[..., contextlib.AbstractAsyncContextManager[Store]]
+
+
+class Clock:
+    """The time a contract test's store sees. The memory store is given `now`, which
+    moves only when the test calls `advance`; PostgreSQL keeps real time, so there
+    `advance` really waits."""
+
+    def __init__(self, manual: bool) -> None:
+        self.manual = manual
+        self.at = utcnow()
+
+    def now(self) -> datetime:
+        """The store's current time."""
+        return self.at if self.manual else utcnow()
+
+    async def advance(self, seconds: float) -> None:
+        """Let `seconds` pass."""
+        if self.manual:
+            self.at += timedelta(seconds=seconds)
+        else:
+            await asyncio.sleep(seconds)
+
+
+@pytest.fixture(params=["memory", "postgres"])
+def store_kind(request: pytest.FixtureRequest) -> str:
+    """Which store a contract test runs against."""
+    return str(request.param)
+
+
+@pytest.fixture
+def clock(store_kind: str) -> Clock:
+    """The clock of the store under test."""
+    return Clock(manual=store_kind == "memory")
+
+
+@pytest.fixture
+def open_store(store_kind: str, clock: Clock) -> OpenStore:
+    """A factory of opened stores of one kind; several calls share one backing store
+    (as several nodes share one database)."""
+    kind = store_kind
+    dsn = postgres_dsn() if kind == "postgres" else ""
+    schema = f"gq_test_{uuid.uuid4().hex[:12]}"
+    shared: dict[str, MemoryStore] = {}
+
+    @contextlib.asynccontextmanager
+    async def open_one(node_id: str = "node-a", **options: Any) -> AsyncIterator[Store]:
+        if kind == "memory":
+            store = shared.setdefault("store", MemoryStore(node_id, clock=clock.now, **options))
+            yield store
+            return
+        from goqueue.supervisor.store.postgres.store import PostgresStore
+
+        store = PostgresStore(dsn, node_id, schema=schema, **options)
+        await store.open()
+        try:
+            yield store
+        finally:
+            await store.close()
+
+    yield open_one
+    if kind == "postgres":
+        import psycopg
+
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")

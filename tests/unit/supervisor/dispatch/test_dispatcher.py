@@ -1,0 +1,490 @@
+"""The dispatcher on its own: a fake store and a fake pool, a clock and a sleep it is
+handed, no processes. Each test runs in milliseconds."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import msgspec
+import pytest
+from goqueue.actors.protocol import ActorInfo, JobDone, JobFailed
+from goqueue.supervisor.dispatch.catalog import Catalog
+from goqueue.supervisor.dispatch.dispatcher import Dispatcher
+from goqueue.supervisor.dispatch.hooks import Hook, Hooks
+from goqueue.supervisor.dispatch.policy import Policy
+from goqueue.supervisor.dispatch.rates import Rate, Taken
+from goqueue.supervisor.enums import AttemptOutcome, KillReason, Status, WorkerState
+from goqueue.supervisor.errors import StoreUnavailable
+from goqueue.supervisor.jobs import Job, JobSpec, Lease, Outcome
+from goqueue.supervisor.store.base import NewJob
+
+pytestmark = pytest.mark.timeout(10)
+
+NOW = datetime(2026, 1, 1, tzinfo=UTC)
+
+
+def lease(job_type: str, priority: int = 5, *, attempts: int = 1, max_retries: int = 3) -> Lease:
+    """A running lease on a fresh job of `job_type`."""
+    spec = JobSpec(type=job_type, priority=priority)
+    job = Job.from_spec(spec, now=NOW, max_retries=max_retries)
+    job.status, job.attempts = Status.RUNNING, attempts
+    return Lease(job=job, token=f"token-{job.id}", owner="node", expires_at=NOW)
+
+
+class FakeStore:
+    """Hands out the leases it holds, best first, within the slots asked for; records
+    every call in the shared `log`, and fails writes while `down` counts down."""
+
+    claim_ahead = False
+    answers_at_once = False  # its writes are tasks, so a test sees them still held
+    sees_ahead = False  # the dispatcher's drained state decides a start at enqueue
+
+    def __init__(self, log: list[Any], leases: list[Lease] | None = None) -> None:
+        self.log = log
+        self.leases = list(leases or [])
+        self.claims: list[tuple[int, dict[str, int]]] = []
+        self.down = 0
+        self.window_left = 1.0  # seconds left of each rate window a start is taken from
+        self.during_claim: list[Any] = []  # called while a claim is in flight
+
+    async def take_starts(self, job_type: str, rate: Rate, want: int) -> Taken:
+        return Taken(min(want, rate.limit), 0.0, self.window_left)
+
+    async def return_starts(self, job_type: str, window: float, count: int) -> None:
+        self.log.append(("return_starts", job_type, count))
+
+    async def claim(
+        self,
+        limit: int,
+        queues: frozenset[str] | None,
+        slots: dict[str, int],
+        start: int | None = None,
+    ) -> list[Lease]:
+        self.claims.append((limit, dict(slots)))
+        for call in self.during_claim:
+            call()
+        free, taken = dict(slots), []
+        for held in list(self.leases):
+            if len(taken) < limit and free.get(held.job.type, 0) > 0:
+                free[held.job.type] -= 1
+                taken.append(held)
+                self.leases.remove(held)
+        return taken
+
+    def next_due_at(self) -> datetime | None:
+        return None
+
+    async def _write(self, what: str, held: Lease, status: Status) -> Outcome:
+        if self.down:
+            self.down -= 1
+            raise StoreUnavailable("database down")
+        self.log.append((what, held.job.id))
+        return Outcome(msgspec.structs.replace(held.job, status=status), [])
+
+    async def complete(self, held: Lease, result: msgspec.Raw | None) -> Outcome:
+        return await self._write("complete", held, Status.DONE)
+
+    async def fail(self, held: Lease, error: str, retry_at: datetime | None) -> Outcome:
+        self.log.append(("fail:args", error, retry_at))
+        return await self._write("fail", held, Status.PENDING if retry_at else Status.FAILED)
+
+    async def start(self, held: Lease) -> Lease:
+        self.log.append(("start", held.job.id))
+        held.job.status = Status.RUNNING
+        return held
+
+    async def release(self, held: Lease) -> bool:
+        self.log.append(("release", held.job.id))
+        return True
+
+
+@dataclass(eq=False)
+class FakeWorker:
+    """What the dispatcher reads of a worker."""
+
+    types: frozenset[str]
+    state: WorkerState = WorkerState.IDLE
+    pid: int = 4242
+    kill_reason: KillReason | None = None
+    exitcode: int | None = None
+    attempt_started: float = 0.0
+    lease: Lease | None = None
+
+
+@dataclass
+class FakePool:
+    """Idle workers, and a record of what was run on which."""
+
+    workers: list[FakeWorker] = field(default_factory=list)
+    runs: list[tuple[FakeWorker, Lease, float]] = field(default_factory=list)
+    kills: list[tuple[FakeWorker, KillReason]] = field(default_factory=list)
+
+    def idle(self) -> list[FakeWorker]:
+        return [w for w in self.workers if w.state == WorkerState.IDLE]
+
+    def run(self, worker: FakeWorker, held: Lease, timeout: float) -> None:
+        worker.state, worker.lease = WorkerState.BUSY, held
+        self.runs.append((worker, held, timeout))
+
+    def holding(self, token: str) -> FakeWorker | None:
+        return next((w for w in self.workers if w.lease and w.lease.token == token), None)
+
+    def kill(self, worker: FakeWorker, reason: KillReason) -> None:
+        self.kills.append((worker, reason))
+
+
+class Recorder(Hook):
+    """Appends each call it gets to the shared log, tagged with its name."""
+
+    def __init__(self, name: str, log: list[Any]) -> None:
+        self.name, self.log = name, log
+
+    def after_start(self, job: Job) -> None:
+        self.log.append((self.name, "start", job.id))
+
+    def after_attempt(self, job_type: str, outcome: AttemptOutcome, duration: float) -> None:
+        self.log.append((self.name, "attempt", job_type, outcome))
+
+    def after_error(self, job: Job, error: str, traceback: str) -> None:
+        self.log.append((self.name, "error", error))
+
+    def after_outcome(self, outcome: Outcome) -> None:
+        self.log.append((self.name, "outcome", outcome.job.id, outcome.job.status))
+
+
+class Broken(Hook):
+    """A hook with a bug."""
+
+    def after_outcome(self, outcome: Outcome) -> None:
+        raise RuntimeError("hook bug")
+
+
+@dataclass
+class Rig:
+    """A dispatcher and its fakes, sharing one log of what happened, in order."""
+
+    dispatcher: Dispatcher
+    store: FakeStore
+    pool: FakePool
+    log: list[Any]
+    sleeps: list[float]
+
+
+def rig(
+    *,
+    actors: list[ActorInfo] | None = None,
+    leases: list[Lease] | None = None,
+    workers: list[FakeWorker] | None = None,
+    hooks: list[Hook] | None = None,
+    prefetch: int = 0,
+    ticks: list[float] | None = None,
+    at_once: bool = False,
+) -> Rig:
+    log: list[Any] = []
+    sleeps: list[float] = []
+
+    async def sleep(seconds: float) -> None:
+        sleeps.append(seconds)
+
+    store = FakeStore(log, leases)
+    store.answers_at_once = at_once
+    pool = FakePool(list(workers or []))
+    catalog = Catalog(actors or [ActorInfo("a"), ActorInfo("b")], {})
+    dispatcher = Dispatcher(
+        store,
+        pool,
+        catalog,
+        Hooks(hooks if hooks is not None else [Recorder("hook", log)]),
+        policy=Policy(retry_base=1.0, retry_cap=60.0, lease_seconds=3.0),
+        prefetch=prefetch,
+        clock=lambda: NOW,
+        sleep=sleep,
+        monotonic=(lambda: ticks[0]) if ticks else (lambda: 0.0),
+    )
+    dispatcher.rng = random.Random(7)
+    return Rig(dispatcher, store, pool, log, sleeps)
+
+
+def both() -> frozenset[str]:
+    return frozenset({"a", "b"})
+
+
+async def test_claims_respect_per_type_slots_and_cost_nothing_when_drained() -> None:
+    actors = [ActorInfo("a", concurrency=1), ActorInfo("b")]
+    queued = [lease("a"), lease("a"), lease("b")]
+    r = rig(actors=actors, leases=queued, workers=[FakeWorker(both()) for _ in range(3)])
+    await r.dispatcher.fill()
+    assert r.store.claims == [(3, {"a": 1, "b": 3})]
+    started = [held.job.type for _, held, _ in r.pool.runs]
+    assert sorted(started) == ["a", "b"]  # the second "a" waits for the one slot
+    await r.dispatcher.fill()  # the last claim came back short and nothing changed since
+    assert len(r.store.claims) == 1
+    r.dispatcher.wake()
+    await r.dispatcher.fill()
+    assert r.store.claims[-1] == (1, {"b": 1})  # the "a" slot is still taken
+
+
+async def test_a_lease_the_claim_started_waits_in_hand_if_its_worker_went_away_meanwhile() -> None:
+    held = lease("a")
+    leaving, other = FakeWorker(both()), FakeWorker(both())
+    r = rig(leases=[held], workers=[leaving])
+
+    def worker_swap() -> None:  # during the claim: the kept worker dies, another boots
+        r.pool.workers.remove(leaving)  # reaped while idle: its state still says idle
+        r.pool.workers.append(other)
+
+    r.store.during_claim.append(worker_swap)
+    await r.dispatcher.fill()
+    assert [(w, x) for w, x, _ in r.pool.runs] == [(other, held)]  # charged: it still runs
+    assert r.dispatcher.held_leases() == [held]
+
+
+async def test_a_freed_worker_wakes_the_dispatcher_only_when_a_pass_could_do_something() -> None:
+    held = lease("a")
+    r = rig(leases=[held], workers=[FakeWorker(both()), FakeWorker(both())])
+    await r.dispatcher.fill()  # came back short: drained as of now
+    wake = r.dispatcher._wake
+    wake.clear()
+    r.dispatcher.job_done(held, JobDone(held.job.id, b"1", 0.5))
+    assert not wake.is_set()  # nothing in hand, nothing new: no pass
+    r.dispatcher.wake()  # a job was enqueued
+    assert wake.is_set()
+    wake.clear()
+    r.store.leases.append(lease("a"))
+    r.dispatcher.nudge()  # the enqueue since the last claim is still unclaimed
+    assert wake.is_set()
+
+
+async def test_an_outcome_goes_to_the_store_then_to_each_hook_in_order() -> None:
+    log: list[Any] = []
+    hooks = [Recorder("first", log), Broken(), Recorder("second", log)]
+    held = lease("a")
+    r = rig(leases=[held], workers=[FakeWorker(both())], hooks=hooks)
+    r.log = r.store.log = log
+    await r.dispatcher.fill()
+    r.dispatcher.job_done(held, JobDone(held.job.id, b"1", 0.5))
+    await r.dispatcher.flush(5)
+    assert log == [
+        ("first", "start", held.job.id),
+        ("second", "start", held.job.id),
+        ("first", "attempt", "a", AttemptOutcome.SUCCEEDED),
+        ("second", "attempt", "a", AttemptOutcome.SUCCEEDED),
+        ("complete", held.job.id),
+        ("first", "outcome", held.job.id, Status.DONE),
+        # the broken hook raised in between: logged, and the next hook still ran
+        ("second", "outcome", held.job.id, Status.DONE),
+    ]
+    assert r.dispatcher.held_leases() == []
+
+
+async def test_an_outcome_write_is_held_while_the_store_is_unavailable() -> None:
+    held = lease("a")
+    r = rig(leases=[held], workers=[FakeWorker(both())])
+    await r.dispatcher.fill()
+    r.store.down = 3
+    r.dispatcher.job_done(held, JobDone(held.job.id, b"1", 0.5))
+    assert r.dispatcher.held_leases() == [held]  # heartbeated until its outcome is written
+    await r.dispatcher.flush(5)
+    assert r.dispatcher.held_leases() == []
+    assert ("complete", held.job.id) in r.log
+    assert r.log[-1] == ("hook", "outcome", held.job.id, Status.DONE)  # told once, after
+    assert len(r.sleeps) == 3
+    for waited, nominal in zip(r.sleeps, (0.2, 0.4, 0.8), strict=True):
+        assert 0.75 * nominal <= waited <= 1.25 * nominal
+
+
+async def test_a_store_that_never_waits_has_an_outcome_written_before_the_report_returns() -> None:
+    held = lease("a")
+    r = rig(leases=[held], workers=[FakeWorker(both())], at_once=True)
+    await r.dispatcher.fill()
+    r.dispatcher.job_done(held, JobDone(held.job.id, b"1", 0.5))
+    assert r.log[-2:] == [("complete", held.job.id), ("hook", "outcome", held.job.id, Status.DONE)]
+    assert r.dispatcher.held_leases() == []
+    assert not r.dispatcher.ledger._writes  # no task was needed
+
+
+async def test_a_write_that_must_wait_for_the_store_goes_on_in_a_task_holding_its_lease() -> None:
+    held = lease("a")
+    r = rig(leases=[held], workers=[FakeWorker(both())], at_once=True)
+    waited: list[float] = []
+
+    async def sleep(seconds: float) -> None:  # really waits, unlike the rig's
+        waited.append(seconds)
+        await asyncio.sleep(0)
+
+    r.dispatcher.ledger.sleep = sleep
+    await r.dispatcher.fill()
+    r.store.down = 2
+    r.dispatcher.job_done(held, JobDone(held.job.id, b"1", 0.5))
+    assert r.dispatcher.held_leases() == [held]  # heartbeated until its outcome is written
+    assert ("complete", held.job.id) not in r.log
+    await r.dispatcher.flush(5)
+    assert len(waited) == 2 and r.dispatcher.held_leases() == []
+    assert r.log[-2:] == [("complete", held.job.id), ("hook", "outcome", held.job.id, Status.DONE)]
+
+
+async def test_buffered_leases_are_handed_out_best_first_to_workers_that_know_the_type() -> None:
+    best_a, best_b, next_a = lease("a", 9), lease("b", 7), lease("a", 1)
+    r = rig(leases=[best_a, best_b, next_a], prefetch=3)
+    await r.dispatcher.fill()  # no worker yet: claimed ahead, kept in hand
+    assert r.pool.runs == [] and r.dispatcher.held_leases() == [best_a, best_b, next_a]
+    only_b, any_type = FakeWorker(frozenset({"b"})), FakeWorker(both())
+    r.pool.workers += [only_b, any_type]
+    await r.dispatcher.fill()
+    assert [(w, held) for w, held, _ in r.pool.runs] == [(only_b, best_b), (any_type, best_a)]
+    assert r.dispatcher.held_leases() == [best_b, best_a, next_a]  # running, then in hand
+
+
+async def test_a_failure_retries_after_backoff_until_retries_run_out() -> None:
+    first, last = lease("a", attempts=1, max_retries=1), lease("a", attempts=2, max_retries=1)
+    r = rig(leases=[first, last], workers=[FakeWorker(both()), FakeWorker(both())])
+    await r.dispatcher.fill()
+    r.dispatcher.job_failed(first, JobFailed(first.job.id, "boom", 0.1, traceback="Trace"))
+    r.dispatcher.job_failed(last, JobFailed(last.job.id, "boom", 0.1))
+    await r.dispatcher.flush(5)
+    retries = [entry[2] for entry in r.log if entry[0] == "fail:args"]
+    assert retries[1] is None  # attempt 2 of max_retries=1: dead-lettered
+    assert NOW + timedelta(seconds=0.75) <= retries[0] <= NOW + timedelta(seconds=1.25)
+    assert ("hook", "error", "boom") in r.log  # only the attempt with a traceback
+    assert r.log.count(("hook", "error", "boom")) == 1
+
+
+async def test_a_worker_lost_to_a_timeout_fails_the_attempt_and_a_cancel_writes_nothing() -> None:
+    timed_out, cancelled = lease("a"), lease("b")
+    workers = [FakeWorker(both()), FakeWorker(both())]
+    r = rig(leases=[timed_out, cancelled], workers=workers)
+    await r.dispatcher.fill()
+    by_token = {held.token: w for w, held, _ in r.pool.runs}
+    assert r.dispatcher.cancel_lease(cancelled.token)
+    assert r.pool.kills == [(by_token[cancelled.token], KillReason.CANCEL)]
+    by_token[cancelled.token].kill_reason = KillReason.CANCEL
+    by_token[timed_out.token].kill_reason = KillReason.TIMEOUT
+    r.dispatcher.job_lost(cancelled, by_token[cancelled.token])
+    r.dispatcher.job_lost(timed_out, by_token[timed_out.token])
+    await r.dispatcher.flush(5)
+    assert ("hook", "attempt", "a", AttemptOutcome.TIMEOUT) in r.log
+    assert not any(entry[:2] == ("hook", "attempt") and entry[2] == "b" for entry in r.log)
+    errors = [entry[2] for entry in r.log if entry[:2] == ("hook", "error")]
+    assert len(errors) == 1 and errors[0].startswith("timed out after 300s; worker 4242")
+    assert [entry[0] for entry in r.log if entry[0] in ("complete", "fail")] == ["fail"]
+    assert r.dispatcher.held_leases() == []
+
+
+async def test_a_lease_in_hand_that_may_lapse_before_its_next_heartbeat_is_handed_back() -> None:
+    ticks = [10.0]
+    fresh, stale = lease("a", 9), lease("a", 1)
+    r = rig(leases=[stale, fresh], prefetch=2, ticks=ticks)
+    await r.dispatcher.fill()  # both claimed at 10 s, lease 3 s
+    r.dispatcher.renewed([fresh], 11.0)  # a heartbeat reached `fresh` only
+    ticks[0] = 12.5  # stale: 2.5 s old, less than a heartbeat's interval left
+    worker = FakeWorker(both())
+    r.pool.workers.append(worker)
+    r.dispatcher._seen = r.dispatcher._news  # nothing more to claim
+    await r.dispatcher.fill()
+    await r.dispatcher.flush(5)
+    assert [held for _, held, _ in r.pool.runs] == [fresh]
+    assert ("release", stale.job.id) in r.log
+    assert r.dispatcher.held_leases() == [fresh]
+
+
+async def test_leases_in_hand_that_wait_a_lease_for_a_worker_go_back_and_prefetch_pauses() -> None:
+    ticks = [0.0]
+    waiting = [lease("a"), lease("a")]
+    r = rig(leases=list(waiting), prefetch=2, ticks=ticks)
+    await r.dispatcher.fill()
+    r.dispatcher.renewed(waiting, 2.5)  # heartbeated, but no worker ever took them
+    ticks[0] = 3.0
+    assert r.dispatcher.release_stale() == 2
+    await r.dispatcher.flush(5)
+    assert [e for e in r.log if e[0] == "release"] == [("release", x.job.id) for x in waiting]
+    r.store.leases.append(lease("a"))
+    r.dispatcher.wake()
+    await r.dispatcher.fill()  # no idle worker and prefetch paused: no claim
+    assert len(r.store.claims) == 1
+
+
+async def test_a_claimed_lease_is_started_in_the_store_before_its_worker_gets_it() -> None:
+    held = lease("a")
+    held.job.status, held.job.attempts = Status.CLAIMED, 0
+    r = rig(leases=[held], prefetch=1)
+    await r.dispatcher.fill()  # no worker: kept in hand, claimed
+    worker = FakeWorker(both())
+    r.pool.workers.append(worker)
+    r.dispatcher._seen = r.dispatcher._news  # nothing more to claim
+    await r.dispatcher.fill()
+    assert r.pool.runs == [] and r.dispatcher.held_leases() == [held]  # being started
+    await r.dispatcher.flush(5)
+    assert ("start", held.job.id) in r.log
+    assert [(w, x.job.status) for w, x, _ in r.pool.runs] == [(worker, Status.RUNNING)]
+
+
+async def test_a_worker_takes_a_lease_already_started_before_one_only_claimed() -> None:
+    claimed, started = lease("a", 9), lease("a", 1)
+    claimed.job.status, claimed.job.attempts = Status.CLAIMED, 0
+    r = rig(leases=[claimed, started], prefetch=2)
+    await r.dispatcher.fill()
+    worker = FakeWorker(both())
+    r.pool.workers.append(worker)
+    r.dispatcher._seen = r.dispatcher._news
+    await r.dispatcher.fill()
+    assert [x for _, x, _ in r.pool.runs] == [started]  # charged: it must run first
+
+
+async def test_a_claimed_lease_of_a_rate_limited_type_goes_back_once_its_window_ended() -> None:
+    ticks = [10.0]
+    early, late = lease("a", 9), lease("a", 1)
+    for held in (early, late):
+        held.job.status, held.job.attempts = Status.CLAIMED, 0
+    actors = [ActorInfo("a", rate_limit="5/s"), ActorInfo("b")]
+    r = rig(actors=actors, leases=[early, late], prefetch=2, ticks=ticks)
+    r.store.window_left = 0.5  # the window ends at 10.5 s; the guard makes it 10.45 s
+    await r.dispatcher.fill()
+    r.pool.workers.append(FakeWorker(both()))
+    r.dispatcher._seen = r.dispatcher._news
+    await r.dispatcher.fill()
+    await r.dispatcher.flush(5)
+    assert [x for _, x, _ in r.pool.runs] == [early]  # in its window: started
+    ticks[0] = 10.46  # the window is over: `late` would start in the next one
+    r.pool.workers.append(FakeWorker(both()))
+    r.store.leases.clear()
+    before = r.dispatcher._news
+    r.dispatcher._hand_out()
+    await r.dispatcher.flush(5)
+    assert [x for _, x, _ in r.pool.runs] == [early]
+    assert ("release", late.job.id) in r.log and ("start", late.job.id) not in r.log
+    assert r.dispatcher._news > before  # claims again, taking a start from the new window
+    assert r.dispatcher.held_leases() == [early]
+
+
+async def test_a_job_may_start_at_its_enqueue_only_when_nothing_could_wait_ahead() -> None:
+    actors = [ActorInfo("a"), ActorInfo("b", concurrency=1)]
+    r = rig(actors=actors, workers=[FakeWorker(frozenset({"a"}))])
+    d = r.dispatcher
+    await d.fill()  # the store is empty: drained
+    assert d.start_at_enqueue(new_job("b")) is None  # a limited type waits its turn
+    assert d.start_at_enqueue(new_job("a", delay_seconds=5)) is None  # not due
+    begin = d.start_at_enqueue(new_job("a"))
+    assert begin is not None
+    assert d.start_at_enqueue(new_job("a")) is None  # its only worker is kept for it
+    started = lease("a")
+    begin(started)
+    assert r.pool.runs == []  # on the next turn: the enqueue's answer goes first
+    await asyncio.sleep(0)
+    assert [x for _, x, _ in r.pool.runs] == [started]
+    r.pool.workers.append(FakeWorker(both()))
+    d.wake()  # news since the last claim: something may wait ahead in the store
+    assert d.start_at_enqueue(new_job("a")) is None
+    await d.fill()
+    begin = d.start_at_enqueue(new_job("a"))
+    assert begin is not None
+    begin(None)  # the store kept it pending (a paused queue): the worker is free again
+    assert d.start_at_enqueue(new_job("a")) is not None
+
+
+def new_job(job_type: str, **fields: object) -> NewJob:
+    spec = msgspec.json.decode(msgspec.json.encode({"type": job_type, **fields}), type=JobSpec)
+    return NewJob(spec=spec, max_retries=3)

@@ -1,0 +1,130 @@
+"""The after-outcome hooks: the fan-out's order and isolation, and what each concrete hook
+does with an outcome (metrics counted, lines logged, webhooks submitted)."""
+
+from __future__ import annotations
+
+import logging
+from datetime import UTC, datetime
+
+import pytest
+from goqueue.supervisor.dispatch.hooks import Hook, Hooks, LogHook, MetricsHook, WebhookHook
+from goqueue.supervisor.enums import AttemptOutcome, Status
+from goqueue.supervisor.jobs import Job, JobSpec, Outcome
+from goqueue.supervisor.observe.metrics import Metrics
+from goqueue.supervisor.webhooks.delivery import event_of
+
+pytestmark = pytest.mark.timeout(10)
+
+
+def job(status: Status, *, webhook_url: str | None = None, error: str | None = None) -> Job:
+    spec = JobSpec(type="email", webhook_url=webhook_url)
+    made = Job.from_spec(spec, now=datetime.now(UTC), max_retries=3)
+    made.status, made.attempts, made.last_error = status, 2, error
+    return made
+
+
+def count(metrics: Metrics, name: str, **labels: str) -> float:
+    value = metrics.registry.get_sample_value(name, labels)
+    return 0.0 if value is None else value
+
+
+class Calls(Hook):
+    def __init__(self, name: str, log: list[str]) -> None:
+        self.name, self.log = name, log
+
+    def after_enqueue(self, job: Job) -> None:
+        self.log.append(f"{self.name}.after_enqueue")
+
+    def after_cancel(self, job: Job, force: bool) -> None:
+        self.log.append(f"{self.name}.after_cancel")
+
+
+class Raises(Hook):
+    def after_enqueue(self, job: Job) -> None:
+        raise ValueError("broken hook")
+
+
+def test_hooks_run_in_order_and_one_that_raises_is_logged_not_fatal(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    log: list[str] = []
+    hooks = Hooks([Calls("one", log), Raises(), Calls("two", log)])
+    with caplog.at_level(logging.ERROR, logger="goqueue.hooks"):
+        hooks.after_enqueue(job(Status.PENDING))
+    hooks.after_cancel(job(Status.CANCELLED), force=False)
+    hooks.after_attempt("email", AttemptOutcome.SUCCEEDED, 0.1)  # no hook cares: a no-op
+    assert log == ["one.after_enqueue", "two.after_enqueue", "one.after_cancel", "two.after_cancel"]
+    [record] = caplog.records
+    assert record.getMessage() == "hook failed" and record.__dict__["hook"] == "Raises"
+    assert record.exc_info is not None
+
+
+def test_metrics_hook_counts_enqueues_attempts_retries_and_finished_jobs() -> None:
+    metrics = Metrics()
+    hook = MetricsHook(metrics)
+    hook.after_enqueue(job(Status.PENDING))
+    hook.after_attempt("email", AttemptOutcome.TIMEOUT, 2.0)
+    hook.after_outcome(Outcome(job(Status.PENDING), []))  # a retry scheduled
+    hook.after_outcome(Outcome(job(Status.DONE), []))
+    hook.after_cancel(job(Status.CANCELLED), force=True)
+    assert count(metrics, "goqueue_enqueued_total", type="email") == 1
+    assert count(metrics, "goqueue_job_attempts_total", type="email", outcome="timeout") == 1
+    assert count(metrics, "goqueue_job_retries_total", type="email") == 1
+    assert count(metrics, "goqueue_jobs_total", type="email", status="done") == 1
+    assert count(metrics, "goqueue_jobs_total", type="email", status="cancelled") == 1
+    assert count(metrics, "goqueue_jobs_total", type="email", status="pending") == 0
+
+
+class FakeWebhooks:
+    def __init__(self) -> None:
+        self.told: list[Job] = []
+
+    def notify(self, job: Job) -> None:
+        self.told.append(job)
+
+
+def test_webhook_hook_tells_the_webhooks_of_outcomes_and_cancels() -> None:
+    webhooks = FakeWebhooks()
+    hook = WebhookHook(webhooks)  # type: ignore[arg-type]
+    url = "http://127.0.0.1:9/hook"
+    pending = job(Status.PENDING, webhook_url=url)
+    done = job(Status.DONE, webhook_url=url)
+    cancelled = job(Status.CANCELLED, webhook_url=url)
+    hook.after_outcome(Outcome(pending, []))
+    hook.after_outcome(Outcome(done, []))
+    hook.after_cancel(cancelled, force=False)
+    # which of them fire (terminal, with a URL) is the webhooks' rule: `event_of`
+    assert webhooks.told == [pending, done, cancelled]
+
+
+@pytest.mark.parametrize(
+    ("status", "url", "event"),
+    [
+        (Status.DONE, "http://h/x", "job.done"),
+        (Status.FAILED, "http://h/x", "job.failed"),
+        (Status.CANCELLED, "http://h/x", "job.cancelled"),
+        (Status.PENDING, "http://h/x", None),
+        (Status.RUNNING, "http://h/x", None),
+        (Status.DONE, None, None),
+    ],
+)
+def test_terminal_jobs_with_a_url_fire_their_event(
+    status: Status, url: str | None, event: str | None
+) -> None:
+    assert event_of(job(status, webhook_url=url)) == event
+
+
+def test_log_hook_lines(caplog: pytest.LogCaptureFixture) -> None:
+    hook = LogHook()
+    with caplog.at_level(logging.DEBUG, logger="goqueue.jobs"):
+        hook.after_error(job(Status.RUNNING), "ValueError: bad", "Traceback (most recent...")
+        hook.after_error(job(Status.RUNNING), "worker 7 killed by SIGKILL while running", "")
+        hook.after_outcome(Outcome(job(Status.FAILED, error="boom"), []))
+        hook.after_outcome(Outcome(job(Status.PENDING), []))  # a retry: nothing to say
+    lines = [(r.levelname, r.getMessage(), r.__dict__.get("error")) for r in caplog.records]
+    assert lines == [
+        ("INFO", "attempt failed", "ValueError: bad"),
+        ("WARNING", "worker 7 killed by SIGKILL while running", None),
+        ("WARNING", "job dead-lettered", "boom"),
+    ]
+    assert all(r.__dict__["type"] == "email" and r.__dict__["attempt"] == 2 for r in caplog.records)

@@ -1,0 +1,36 @@
+"""The ledger on its own: writes held while the store is unavailable, and retried."""
+
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+from goqueue.supervisor.dispatch.hooks import Hooks
+from goqueue.supervisor.dispatch.outcomes import Ledger
+from goqueue.supervisor.errors import StoreUnavailable
+
+pytestmark = pytest.mark.timeout(10)
+
+
+async def test_a_held_write_tries_again_as_soon_as_the_store_is_back() -> None:
+    tries: list[float] = []
+    loop = asyncio.get_running_loop()
+
+    async def write() -> str:
+        tries.append(loop.time())
+        if len(tries) < 3:
+            raise StoreUnavailable("database down")
+        return "written"
+
+    async def never(seconds: float) -> None:  # a backoff that would outlast the test
+        await asyncio.Event().wait()
+
+    ledger = Ledger(Hooks([]), sleep=never)
+    done = ledger.write(write)
+    await asyncio.sleep(0.05)
+    assert len(tries) == 1 and not done.done()  # held, asleep in its backoff
+    ledger.store_back()
+    await asyncio.sleep(0.05)
+    assert len(tries) == 2 and not done.done()  # tried at once, still down: asleep again
+    ledger.store_back()
+    assert await asyncio.wait_for(done, 1) == "written"
