@@ -3,6 +3,17 @@
 Ordering (priority, then `run_at`, then enqueue order), delays and retries live in what
 `claim` returns; a retry is `fail(..., retry_at=...)` making the job due again later.
 Every write about an attempt is fenced by the lease token: a stale holder gets `None`.
+
+Except one that is late, not stale: when an outcome (`complete`, `fail`) arrives after
+its lease was reaped and no later attempt has started, the store writes it in one atomic
+step. The reaping's dead letter is removed, or its pending retry dropped (or its claim by
+a node that has not started it yet voided), the reaping's error is dropped from the job's
+errors, a `late_outcome` event (`LATE_OUTCOME`) is written, and the job then ends as the
+attempt did, as if the outcome had come in time. It is refused (None) as before when a
+later attempt has started (the job's attempts moved on), when the reaping dead-lettered
+a job that has an `on_failure` (that follow-up is already enqueued), when its dead
+letter is gone (replayed, purged), when its unique key is held by another job again, or
+when the job was cancelled. The attempt stays counted either way.
 """
 
 from __future__ import annotations
@@ -31,6 +42,8 @@ from goqueue.supervisor.jobs import (
 )
 from goqueue.supervisor.observe.summaries import DeadFilter, NodeSummary, QueueSummary
 from goqueue.supervisor.schedules.schedule import Fired, ScheduleState
+
+LATE_OUTCOME = "the outcome arrived after its lease was reaped"  # its event's detail
 
 
 class StartNow(msgspec.Struct, frozen=True, gc=False):
@@ -137,11 +150,13 @@ class Store(Protocol):
         seconds (at once when None), or dead-lettered when that was its last retry."""
 
     async def complete(self, lease: Lease, result: msgspec.Raw | None) -> Outcome | None:
-        """Record success and enqueue `on_success` atomically; None if the lease is stale."""
+        """Record success and enqueue `on_success` atomically; None if the lease is stale
+        (a late outcome is written if it may be: see the module)."""
 
     async def fail(self, lease: Lease, error: str, retry_at: datetime | None) -> Outcome | None:
         """Record a failed attempt: pending again at `retry_at`, or (None) dead-lettered
-        with `on_failure` enqueued atomically. None if the lease is stale."""
+        with `on_failure` enqueued atomically. None if the lease is stale (a late outcome
+        is written if it may be: see the module)."""
 
     async def release(self, lease: Lease) -> bool:
         """Hand a running or claimed job back to pending in its place, without counting

@@ -17,6 +17,7 @@ from tests.e2e.conftest import NodeSet
 from tests.e2e.support import (
     Run,
     describe_runs,
+    events_by_id,
     jobs_by_id,
     read_runs,
     started_on,
@@ -86,3 +87,42 @@ def test_a_frozen_node_runs_no_job_beside_its_new_holder(pg_nodes: NodeSet, tmp_
     jobs = jobs_by_id(b, ids)
     assert all(job["attempts"] == 2 for job in jobs.values()), jobs
     assert resumed - stopped >= 6
+
+
+# -- 2. late outcomes ------------------------------------------------------------------
+
+
+def test_successes_held_up_by_a_frozen_supervisor_survive(
+    pg_nodes: NodeSet, tmp_path: Path
+) -> None:
+    """Scenario: node A (lease 2 s) starts two 0.6 s `max_retries: 0` jobs; its
+    supervisor alone is SIGSTOPped for 6 s (3 leases) while its workers finish them, so
+    their outcomes wait in its pipes; node B reaps the leases (dead-lettering both:
+    their last attempt's lease expired); then A is SIGCONTed.
+    Invariant: the late successes are written (no later attempt started): both jobs end
+    `done`, with no dead letter left, each ran once, and the trail says why."""
+    a = pg_nodes.start("--lease-seconds", LEASE)
+    ids = [a.enqueue(**logged(tmp_path, 0.6, max_retries=0))["id"] for _ in range(2)]
+    wait_until(lambda: started_on(tmp_path, a.proc.pid)[1:], 15, "both jobs started on A")
+    stopped = time.monotonic()
+    os.kill(a.proc.pid, signal.SIGSTOP)
+    try:
+        b = pg_nodes.start("--lease-seconds", LEASE)
+        for job_id in ids:
+            wait_job(b, job_id, "failed", timeout=15)  # reaped: the lease ran out
+        wait_until(lambda: time.monotonic() > stopped + 6, 10, "6 s of the stop passed")
+    finally:
+        os.kill(a.proc.pid, signal.SIGCONT)
+    for job_id in ids:
+        wait_job(b, job_id, "done", timeout=15)
+    runs = read_runs(tmp_path)
+    for job_id in ids:
+        assert len(runs[job_id]) == 1 and runs[job_id][0].completed, describe_runs(
+            runs[job_id], stopped
+        )
+    assert b.get("/dlq").body["total"] == 0
+    trails = events_by_id(b, ids)
+    for job_id in ids:
+        kinds = [e["event"] for e in trails[job_id]]
+        assert kinds[-2:] == ["late_outcome", "succeeded"], kinds
+        assert "lease_expired" in kinds and "dead_lettered" in kinds

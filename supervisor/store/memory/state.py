@@ -47,6 +47,7 @@ class MemoryState:
         self._ages = OldestByQueue(self._jobs)  # for the metrics' longest wait by queue
         self._tokens: dict[str, str] = {}  # job id -> lease token
         self._leases: dict[str, Lease] = {}  # token -> lease
+        self._reaped: dict[str, str] = {}  # job id -> token of its attempt last reaped
         self._dedupe: dict[str, tuple[str, float]] = {}
         self._idempotency: dict[str, tuple[str, str, float]] = {}
         self._dead = DeadLetters()
@@ -141,6 +142,7 @@ class MemoryState:
 
     def _forget(self, job_id: str) -> None:
         old = self._jobs.pop(job_id, None)
+        self._reaped.pop(job_id, None)
         if old is not None:
             self._count(old.status, -1)
             self._events.pop(old.id, None)

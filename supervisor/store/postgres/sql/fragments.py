@@ -132,6 +132,9 @@ class Sql(StrEnum):
     INSERT_DEAD = auto()
     RELEASE = auto()
     LOCK_JOB = auto()
+    SALVAGE_LOCK = auto()
+    SALVAGE_DEAD = auto()
+    REOPEN = auto()
     CANCEL = auto()
     # reads
     GET = auto()

@@ -311,6 +311,34 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
             {_trail(EventKind.RELEASED)}
             SELECT {{job}} FROM changed""",
         Sql.LOCK_JOB: "SELECT status, lease_token FROM {s}.jobs WHERE id = %(id)s FOR UPDATE",
+        # A fenced outcome that arrived late (see `Outcomes.salvage`): the job, locked, if
+        # the outcome's attempt is the last one started and its lease was reaped; then its
+        # reaping's dead letter, taken away; then the attempt reopened under its own token
+        # so the outcome's own statement writes it (the reaping's error is dropped).
+        Sql.SALVAGE_LOCK: f"""
+            SELECT j.status, j.on_failure IS NULL FROM {{s}}.jobs j
+            WHERE j.id = %(id)s AND j.attempts = %(attempt)s
+              AND j.status IN ('pending', 'claimed', 'failed')
+              AND EXISTS (SELECT 1 FROM {{s}}.events e WHERE e.job_id = j.id
+                  AND e.event = '{EventKind.LEASE_EXPIRED}' AND e.attempt = %(attempt)s)
+              AND (j.status <> 'failed' OR j.unique_key IS NULL OR NOT EXISTS (
+                  SELECT 1 FROM {{s}}.jobs o WHERE o.unique_key = j.unique_key AND o.id <> j.id
+                      AND o.status NOT IN ('done', 'failed', 'cancelled')))
+            FOR UPDATE OF j""",
+        Sql.SALVAGE_DEAD: "DELETE FROM {s}.dead_letters WHERE job_id = %(id)s RETURNING id",
+        Sql.REOPEN: """
+            WITH changed AS (
+                UPDATE {s}.jobs SET status = 'running', finished_at = NULL,
+                    updated_at = now(), lease_token = %(token)s, lease_owner = %(node)s,
+                    lease_expires_at = now(),
+                    errors = CASE WHEN (errors -> -1 ->> 'attempt')::int = attempts
+                        THEN errors - -1 ELSE errors END,
+                    last_error = CASE WHEN (errors -> -1 ->> 'attempt')::int = attempts
+                        THEN errors -> -2 ->> 'error' ELSE last_error END
+                WHERE id = %(id)s
+                RETURNING id, attempts),
+            {trail}
+            SELECT id FROM changed""",
         Sql.CANCEL: f"""
             WITH changed AS (
                 UPDATE {{s}}.jobs SET status = 'cancelled', finished_at = now(),
