@@ -116,6 +116,7 @@ class Engine:
         self._draining = value
         if value:  # a long wait must not hold the HTTP server open while it stops
             self.waiters.release_all()
+            self._started.set()  # nor one for a boot that will not end (`until_started`)
 
     def set_catalog(self, catalog: Catalog) -> None:
         """Adopt the actors of a reload (and forget the cached list of known types)."""
@@ -220,7 +221,8 @@ class Engine:
 
     async def until_started(self) -> None:
         """Return once the node has booted: at once if it has, else within `BOOT_WAIT`
-        seconds, or raise StoreUnavailable (503)."""
+        seconds, or raise StoreUnavailable (503), or Draining (503) as soon as the node
+        gives its boot up."""
         if not self.starting:
             return
         try:
@@ -228,6 +230,8 @@ class Engine:
                 await self._started.wait()
         except TimeoutError:
             raise StoreUnavailable("the node is starting and accepts no jobs yet") from None
+        if self.draining:  # the boot failed or was stopped
+            raise Draining("the node is shutting down and accepts no new jobs")
 
     def with_defaults(self, spec: JobSpec) -> JobSpec:
         """`spec` (and its templates) with queue, priority and retries filled in as they
