@@ -19,6 +19,7 @@ from goqueue.supervisor.settings import config
 MARKER = "<!-- openapi-reference -->"
 PAGE = "reference/http.md"
 METHODS = ("get", "post", "put", "patch", "delete")
+TAG_TITLES = {"dlq": "Dead letters", "ui": "Dashboard"}
 # Built as for a node with an API key, so the reference says which routes need it.
 DOCUMENTED_SETTINGS = {"GOQUEUE_API_KEY": "documented"}
 
@@ -37,7 +38,8 @@ def document() -> dict[str, Any]:
     app = web.Application()
     for table in ROUTE_TABLES:
         app.router.add_routes(table)
-    return openapi.build(app, config.load(None, DOCUMENTED_SETTINGS))
+    built: dict[str, Any] = openapi.build(app, config.load(None, DOCUMENTED_SETTINGS))
+    return built
 
 
 def reference(doc: Mapping[str, Any]) -> str:
@@ -51,7 +53,7 @@ def reference(doc: Mapping[str, Any]) -> str:
                 by_tag.setdefault(tag, []).append(_operation(method, path, op))
     parts: list[str] = []
     for tag, sections in by_tag.items():
-        parts.append(f"## {tag.capitalize()}\n")
+        parts.append(f"## {TAG_TITLES.get(tag, tag.capitalize())}\n")
         parts.extend(sections)
     parts.append("## Schemas\n")
     for name, schema in doc["components"]["schemas"].items():
