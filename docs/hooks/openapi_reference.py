@@ -19,7 +19,17 @@ from goqueue.supervisor.settings import config
 MARKER = "<!-- openapi-reference -->"
 PAGE = "reference/http.md"
 METHODS = ("get", "post", "put", "patch", "delete")
-TAG_TITLES = {"dlq": "Dead letters", "ui": "Dashboard"}
+# Section titles by OpenAPI tag (a route's first path segment); tags not named keep theirs.
+PROBES = "Probes, metrics and this document"
+TAG_TITLES = {
+    "dlq": "Dead letters",
+    "summary": "Dashboard summaries",
+    "ui": "Dashboard",
+    "health": PROBES,
+    "ready": PROBES,
+    "metrics": PROBES,
+    "openapi.json": PROBES,
+}
 # Built as for a node with an API key, so the reference says which routes need it.
 DOCUMENTED_SETTINGS = {"GOQUEUE_API_KEY": "documented"}
 
@@ -44,16 +54,17 @@ def document() -> dict[str, Any]:
 
 def reference(doc: Mapping[str, Any]) -> str:
     """The Markdown of every operation, grouped by tag, then every schema."""
-    by_tag: dict[str, list[str]] = {}
+    by_title: dict[str, list[str]] = {}
     for path, item in doc["paths"].items():
         for method in METHODS:
             if method in item:
                 op = item[method]
                 tag = (op.get("tags") or ["other"])[0]
-                by_tag.setdefault(tag, []).append(_operation(method, path, op))
+                title = TAG_TITLES.get(tag, tag.capitalize())
+                by_title.setdefault(title, []).append(_operation(method, path, op))
     parts: list[str] = []
-    for tag, sections in by_tag.items():
-        parts.append(f"## {TAG_TITLES.get(tag, tag.capitalize())}\n")
+    for title, sections in by_title.items():
+        parts.append(f"## {title}\n")
         parts.extend(sections)
     parts.append("## Schemas\n")
     for name, schema in doc["components"]["schemas"].items():
@@ -74,8 +85,10 @@ def _operation(method: str, path: str, op: Mapping[str, Any]) -> str:
         lines += ["| parameter | in | type | meaning |", "|---|---|---|---|"]
         for p in params:
             required = " (required)" if p.get("required") else ""
+            # parameters arrive as text: one with no schema takes any string
+            kind = _type(p["schema"]) if p.get("schema") else "string"
             lines.append(
-                f"| `{p['name']}`{required} | {p['in']} | {_type(p.get('schema', {}))} "
+                f"| `{p['name']}`{required} | {p['in']} | {kind} "
                 f"| {_cell(p.get('description', ''))} |"
             )
         lines.append("")

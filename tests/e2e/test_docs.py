@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import inspect
 import io
 import json
@@ -415,6 +416,33 @@ def test_docs_speak_to_users_not_about_how_the_project_was_built() -> None:
     for path in (*DOCS, *DEPLOY_FILES, DEPLOY / "prometheus.yml", ROOT / "mkdocs.yml"):
         for word in re.findall(r"\b(issues?|seeds?|sessions?)\b", path.read_text(), re.I):
             raise AssertionError(f"{path.relative_to(ROOT)} speaks of {word!r}")
+
+
+# -- the HTTP reference the site generates -----------------------------------------------
+
+
+def test_http_reference_covers_every_operation_and_schema() -> None:
+    """The hook behind `reference/http.md` renders every route and schema of the node's
+    OpenAPI document, with working links between them."""
+    path = SITE / "hooks" / "openapi_reference.py"
+    spec = importlib.util.spec_from_file_location("openapi_reference", path)
+    assert spec is not None and spec.loader is not None
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    page = (SITE / hook.PAGE).read_text(encoding="utf-8")
+    assert hook.MARKER in page, f"{hook.PAGE} lost the marker the reference replaces"
+    doc = hook.document()
+    text = hook.reference(doc)
+    for route, item in doc["paths"].items():
+        for method, op in item.items():
+            assert f"### `{method.upper()} {route}` {{#{op['operationId']}}}" in text, route
+            for param in op.get("parameters", []):
+                assert f"| `{param['name']}`" in text, (route, param["name"])
+    schemas = set(doc["components"]["schemas"])
+    anchors = set(re.findall(r"\{#schema-([\w-]+)\}", text))
+    assert anchors == {name.lower() for name in schemas}
+    linked = set(re.findall(r"\]\(#schema-([\w-]+)\)", text))
+    assert linked and linked <= anchors, sorted(linked - anchors)
 
 
 # -- what the HTTP API section says about jobs --------------------------------------------
