@@ -416,6 +416,9 @@ def test_docs_speak_to_users_not_about_how_the_project_was_built() -> None:
     for path in (*DOCS, *DEPLOY_FILES, DEPLOY / "prometheus.yml", ROOT / "mkdocs.yml"):
         for word in re.findall(r"\b(issues?|seeds?|sessions?)\b", path.read_text(), re.I):
             raise AssertionError(f"{path.relative_to(ROOT)} speaks of {word!r}")
+    for doc in DOCS:  # a year of the prose is the project's history (examples use 2030)
+        for year in re.findall(r"\b20[12]\d\b", prose(doc)):
+            raise AssertionError(f"{doc.relative_to(ROOT)} dates something: {year}")
 
 
 # -- the HTTP reference the site generates -----------------------------------------------
