@@ -138,10 +138,10 @@ def test_a_schedule_fires_each_tick_shows_in_the_api_and_can_be_switched_off(
     off = node.post("/schedules/beat/disable")
     assert off.status == 200 and not off.body["enabled"] and off.body["next_fire"] is None
     off_at, at_off = datetime.now().astimezone(), len(fires(node))
-    # One fire under way when it was switched off may still land, for a tick before
-    # `off_at`; any other would be a fire of the disabled schedule.
 
     def still_off() -> bool:
+        """One fire under way when it was switched off may still land, for a tick before
+        `off_at`; any other would be a fire of the disabled schedule."""
         ticks = [t for t, _ in fires(node)]
         return len(ticks) <= at_off + 1 and all(t <= off_at for t in ticks)
 
