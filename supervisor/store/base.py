@@ -233,12 +233,13 @@ class Store(Protocol):
     # -- rate limits -------------------------------------------------------------------
 
     async def take_starts(self, job_type: str, rate: Rate, want: int) -> Taken:
-        """Take up to `want` starts of `job_type` from its current window of `rate`
-        (PostgreSQL: counted across every node, on the database's clock; memory: this
-        node's). Raises StoreUnavailable."""
+        """Take up to `want` of the starts of `job_type` due now under `rate` (GCRA, see
+        `dispatch/rates.py`; PostgreSQL: across every node, on the database's clock;
+        memory: this node's). Raises StoreUnavailable."""
 
-    async def return_starts(self, job_type: str, window: float, count: int) -> None:
-        """Give back `count` starts taken from `window` and not used."""
+    async def return_starts(self, job_type: str, tat: float, count: int) -> None:
+        """Give back `count` starts a take left at TAT `tat` and did not use; nothing if
+        starts were taken since."""
 
     # -- periodic jobs -----------------------------------------------------------------
 

@@ -12,7 +12,7 @@ from collections import deque
 from collections.abc import Callable
 from datetime import datetime
 
-from goqueue.supervisor.dispatch.rates import StartWindows
+from goqueue.supervisor.dispatch.rates import StartTimes
 from goqueue.supervisor.enums import TERMINAL, EventKind, Status
 from goqueue.supervisor.jobs import STATUSES, Event, Job, Lease, utcnow
 from goqueue.supervisor.store.memory.dead import DeadLetters
@@ -64,7 +64,7 @@ class MemoryState:
         self._wake: Callable[[], None] = lambda: None
         self._opened_at = self.clock()
         self._schedules = ScheduleBook()
-        self._starts = StartWindows()
+        self._starts = StartTimes()
 
     # -- bookkeeping -----------------------------------------------------------------
 

@@ -158,12 +158,12 @@ class MemoryStore(MemoryReads):
     # -- rate limits (this node's own) -----------------------------------------------
 
     async def take_starts(self, job_type: str, rate: Rate, want: int) -> Taken:
-        """Take starts from the type's current window, on this node."""
+        """Take the starts due now, on this node."""
         return self._starts.take(job_type, rate, want, self.clock().timestamp())
 
-    async def return_starts(self, job_type: str, window: float, count: int) -> None:
+    async def return_starts(self, job_type: str, tat: float, count: int) -> None:
         """Give back unused starts."""
-        self._starts.give_back(job_type, window, count)
+        self._starts.give_back(job_type, tat, count)
 
     # -- periodic jobs (this node's own) ---------------------------------------------
 

@@ -360,20 +360,14 @@ class PostgresStore:
     # -- rate limits -------------------------------------------------------------------
 
     async def take_starts(self, job_type: str, rate: Rate, want: int) -> Taken:
-        """Take starts from the type's current window, counted across every node."""
-        params = {
-            "type": job_type,
-            "limit": rate.limit,
-            "period": rate.period,
-            "want": want,
-            "guard": rate.guard,
-        }
+        """Take the starts due now, counted across every node."""
+        params = {"type": job_type, "limit": rate.limit, "period": rate.period, "want": want}
         (row,) = await self._db.execute(self._sql[Sql.TAKE_STARTS], params)
         return Taken(int(row[0]), float(row[1]), float(row[2]))
 
-    async def return_starts(self, job_type: str, window: float, count: int) -> None:
-        """Give back unused starts (nothing once the window is over)."""
-        params = {"type": job_type, "window": window, "count": count}
+    async def return_starts(self, job_type: str, tat: float, count: int) -> None:
+        """Give back unused starts (nothing once another take moved the TAT on)."""
+        params = {"type": job_type, "tat": tat, "count": count}
         await self._db.execute(self._sql[Sql.RETURN_STARTS], params)
 
     # -- periodic jobs -----------------------------------------------------------------

@@ -10,7 +10,7 @@ import pytest
 from goqueue.actors import actor
 from goqueue.actors.protocol import Extend, JobDone, RunJob
 
-from tests.conftest import wait_for
+from tests.conftest import stays_true, wait_for
 from tests.e2e.actors.harness import Harness
 
 pytestmark = pytest.mark.timeout(20)
@@ -76,7 +76,8 @@ def test_an_allowance_ends_with_its_job() -> None:
     try:
         harness.send(RunJob("j1", "nap", 1, "q", b"0", allowance=0.2))
         assert isinstance(harness.recv(), JobDone)
-        time.sleep(0.4)  # idle well past the finished job's allowance
+        # idle well past the finished job's allowance
+        stays_true(lambda: harness.deaths == [], 0.4, what="an idle worker ended by an allowance")
         assert harness.deaths == []
     finally:
         harness.close()

@@ -33,6 +33,8 @@ from goqueue.supervisor.workers.channel import Channel
 from goqueue.supervisor.workers.handle import Worker
 from goqueue.supervisor.workers.pool import Pool, Recycle, WorkerConfig
 
+from tests.conftest import stays_true_async
+
 pytestmark = pytest.mark.timeout(30)
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -304,7 +306,10 @@ async def test_a_worker_stopped_past_its_allowance_runs_no_more_of_its_job(
                 await asyncio.sleep(0.01)
         os.kill(worker.pid, signal.SIGSTOP)
         try:
-            await asyncio.sleep(1.5)  # the fault itself: stopped past allowance and job
+            # stopped past its allowance and its job's end: nothing runs meanwhile
+            await stays_true_async(
+                lambda: not list(tmp_path.glob("done-*")), 1.5, what="a stopped job finished"
+            )
         finally:
             os.kill(worker.pid, signal.SIGCONT)
         _, reported, message = await events.wait_for("job_failed")

@@ -445,11 +445,11 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
                 updated_at = now()
             RETURNING name, enabled, last_fire, last_job_id, enabled_at""",
         Sql.TAKE_STARTS: """
-            SELECT o_granted, o_window, o_left
-            FROM {s}.take_starts(%(type)s, %(limit)s, %(period)s, %(want)s, %(guard)s)""",
+            SELECT o_granted, o_tat, o_left
+            FROM {s}.take_paced_starts(%(type)s, %(limit)s, %(period)s, %(want)s)""",
         Sql.RETURN_STARTS: """
-            UPDATE {s}.rate_windows SET used = greatest(0, used - %(count)s)
-            WHERE type = %(type)s AND window_start = to_timestamp(%(window)s)""",
+            UPDATE {s}.rate_pace SET tat = tat - %(count)s * step
+            WHERE type = %(type)s AND tat = %(tat)s""",
     }
 )
 
