@@ -519,6 +519,7 @@ async def test_a_late_outcome_drops_the_retry_its_reaping_scheduled(open_store, 
         assert outcome is not None and outcome.job.status == "pending"
         job = await store.get(job_id)
         assert [e.error for e in job.errors] == ["late retry"]
+        assert await store.claim(1, None, ALL) == []  # due at the late retry's time, not before
         await clock.advance(0.3)
         again = await claim_one(store)
         assert again.job.id == job_id and again.job.attempts == 2
