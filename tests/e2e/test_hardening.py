@@ -232,8 +232,9 @@ def test_a_node_booting_through_an_outage_is_ready_within_a_second_or_so(serve: 
     """Scenario: nothing listens where the node's database should be (connection
     refused) for 6 s; then the database appears there.
     Invariant: the node retried all along (a refusal is an outage: no exit), every pause
-    between two retries at most about a second (1 s, jittered by 25 %), and it is ready
-    within 2 s of the database's return (with the old 10 s cap: up to 10 s)."""
+    between two retries at most about a second (1 s, jittered by 25 %; the old cap was
+    10 s), and it is ready soon after the database's return (3 s allows for booting its
+    first worker on a busy machine)."""
     port = free_port()
     upstream = conninfo_to_dict(postgres_dsn())
     schema = f"gq_boot_{uuid.uuid4().hex[:10]}"
@@ -255,7 +256,7 @@ def test_a_node_booting_through_an_outage_is_ready_within_a_second_or_so(serve: 
             if "opening the store failed; retrying in " in str(e["msg"])
         ]
         assert len(pauses) >= 5 and max(pauses) <= 1.25, pauses
-        assert took < 2.0, f"ready {took:.2f}s after the database came back:\n{node.logs()}"
+        assert took < 3.0, f"ready {took:.2f}s after the database came back:\n{node.logs()}"
     finally:
         node.proc.kill()  # before the schema goes
         node.proc.wait(timeout=10)
@@ -277,8 +278,9 @@ def test_a_node_that_cannot_import_its_actors_stops_listening_at_once(serve: Ser
     """Scenario: the actor module takes 1.5 s to import, then raises; meanwhile a client
     enqueues (the request waits for the boot) and another polls /ready.
     Invariant: once the node says it cannot start, the waiting enqueue is answered 503 at
-    once, nothing is answered after half a second, and the node exits 3 within 2 s (it
-    used to answer 503 for about 5 s, holding the enqueue for its whole boot wait)."""
+    once (within 1.5 s), nothing is answered after 1 s, and the node exits 3 within 2.5 s
+    (it used to go on for about 4 s, holding the enqueue for its whole 5 s boot wait).
+    The bounds leave room for a busy machine."""
     node = serve("--actors", "brokenboot")
     wait_until(lambda: answers(node, "/health") == 200, 15, "the node listens")
     enqueued: list[tuple[float, int]] = []
@@ -300,6 +302,6 @@ def test_a_node_that_cannot_import_its_actors_stops_listening_at_once(serve: Ser
     assert str(error["msg"]).startswith("cannot start: cannot import actor module 'brokenboot'")
     said = datetime.fromisoformat(str(error["ts"]).replace("Z", "+00:00")).timestamp()
     assert node.proc.returncode == 3
-    assert enqueued and enqueued[0][1] == 503 and enqueued[0][0] - said < 1.0, (enqueued, said)
-    assert answered and max(answered) - said < 0.5, max(answered) - said
-    assert exited - said < 2.0, exited - said
+    assert enqueued and enqueued[0][1] == 503 and enqueued[0][0] - said < 1.5, (enqueued, said)
+    assert answered and max(answered) - said < 1.0, max(answered) - said
+    assert exited - said < 2.5, exited - said
