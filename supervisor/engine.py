@@ -245,8 +245,10 @@ class Engine:
     async def cancel(self, job_id: str, force: bool) -> Job:
         """Cancel a job; a running one (with `force`) has its worker killed, no retry."""
         job, token = await self.store.cancel(job_id, force)
-        if token is not None:
-            self.kill(token)
+        if token is not None and not self.kill(token):
+            # another node holds the lease (behind a load balancer, the usual case): it
+            # hears at once instead of at its next lease check
+            await self.store.cancel_elsewhere(job.id, token)
         self.hooks.after_cancel(job, force)
         return job
 

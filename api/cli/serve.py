@@ -170,6 +170,7 @@ def build_node(settings: Settings, reload_settings: Callable[[], Settings]) -> N
     )
     pool.listen(jobs=dispatcher)
     store.set_waker(dispatcher.wake)
+    store.set_canceller(dispatcher.cancel_lease)
     scheduler = Scheduler(store, hooks, metrics)  # given its schedules with the catalog
     engine = Engine(
         store,

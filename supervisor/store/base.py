@@ -215,6 +215,15 @@ class Store(Protocol):
         """Give the store the dispatcher's wake-up, to call when work may be claimable
         (a job enqueued or made due, here or — through LISTEN/NOTIFY — on another node)."""
 
+    def set_canceller(self, stop: Callable[[str], bool]) -> None:
+        """Give the store the dispatcher's `cancel_lease`, to call when another node
+        cancelled a job whose attempt holds that lease token here (PostgreSQL: a NOTIFY)."""
+
+    async def cancel_elsewhere(self, job_id: str, token: str) -> None:
+        """Tell the other nodes that `job_id`, whose lease `token` no attempt here holds,
+        was cancelled, so its holder kills the worker now rather than at its next lease
+        check. A store no other node shares does nothing."""
+
     # -- rate limits -------------------------------------------------------------------
 
     async def take_starts(self, job_type: str, rate: Rate, want: int) -> Taken:

@@ -64,6 +64,12 @@ class MemoryStore(MemoryReads):
         """Remember the dispatcher's wake-up callable."""
         self._wake = wake
 
+    def set_canceller(self, stop: Callable[[str], bool]) -> None:
+        """Nothing to remember: no other node shares this store, so none cancels here."""
+
+    async def cancel_elsewhere(self, job_id: str, token: str) -> None:
+        """Nothing to tell: every lease of this store is held on this node."""
+
     async def register_node(self, limits: Mapping[str, int | None]) -> None:
         """Remember this node's job types and limits."""
         self._limits = dict(limits)
