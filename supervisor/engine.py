@@ -51,6 +51,7 @@ from goqueue.supervisor.observe.summaries import (
     NodeSummary,
     QueueDepth,
     QueueSummary,
+    TypeStats,
     WorkerSummary,
     rss_kb,
 )
@@ -417,6 +418,10 @@ class Engine:
     async def nodes(self) -> list[NodeSummary]:
         """The nodes sharing the store (just this one in memory)."""
         return await self.store.nodes()
+
+    async def type_stats(self) -> list[TypeStats]:
+        """Per-type counts, run times and failure rates, from the store."""
+        return await self.store.type_stats()
 
     async def job_briefs(self, filters: JobFilter, limit: int, offset: int, preview: int) -> Page:
         """Jobs newest first as list rows with previews."""

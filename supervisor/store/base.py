@@ -29,7 +29,7 @@ from goqueue.supervisor.jobs import (
     Replayed,
     Stats,
 )
-from goqueue.supervisor.observe.summaries import DeadFilter, NodeSummary, QueueSummary
+from goqueue.supervisor.observe.summaries import DeadFilter, NodeSummary, QueueSummary, TypeStats
 from goqueue.supervisor.schedules.schedule import Fired, ScheduleState
 
 
@@ -264,6 +264,10 @@ class Store(Protocol):
     async def nodes(self) -> list[NodeSummary]:
         """The nodes sharing this store that heartbeated within the last hour (this node
         alone for the memory store), by id."""
+
+    async def type_stats(self) -> list[TypeStats]:
+        """Every job type among the jobs kept: counts by status, p50/p95 run time of the
+        finished ones, failure rate (the dashboard's Types page)."""
 
     async def job_briefs(self, filters: JobFilter, limit: int, offset: int, preview: int) -> Page:
         """Like `list_jobs`, as `JobBrief` rows whose payload, result and error are cut to

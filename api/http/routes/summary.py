@@ -30,6 +30,7 @@ from goqueue.api.http.params import (
 )
 from goqueue.api.http.replies import reply
 from goqueue.api.http.state import ENGINE
+from goqueue.supervisor.enums import Status
 from goqueue.supervisor.errors import StoreUnavailable
 from goqueue.supervisor.jobs import JobFilter
 from goqueue.supervisor.observe.history import BUCKET_SECONDS, Window, WorkerExit
@@ -42,6 +43,7 @@ from goqueue.supervisor.observe.summaries import (
     LiveStats,
     NodeSummary,
     QueueSummary,
+    TypeStats,
     WorkerSummary,
 )
 from msgspec import UNSET, UnsetType
@@ -129,6 +131,13 @@ class JobBriefList(msgspec.Struct):
     offset: int
 
 
+class TypeStatsList(msgspec.Struct):
+    """Every job type among the jobs kept, by name: counts by status, the p50 and p95 run
+    time of finished jobs' last attempts (seconds), and failed / (done + failed)."""
+
+    types: list[TypeStats]
+
+
 class DeadBriefList(msgspec.Struct):
     """One page of dead letters as list rows, newest first."""
 
@@ -198,8 +207,20 @@ async def job_briefs(request: web.Request) -> web.Response:
         type=TYPE.parse(query), status=STATUS.parse(query), queue=QUEUE.parse(query)
     )
     limit, offset, cut = LIMIT.parse(query), OFFSET.parse(query), PREVIEW.parse(query)
-    page = await within(request.app[ENGINE].job_briefs(filters, limit, offset, cut))
-    return reply(JobBriefList(page.items, page.total, limit, offset))
+    engine = request.app[ENGINE]
+    page = await within(engine.job_briefs(filters, limit, offset, cut))
+    briefs: list[JobBrief] = page.items
+    for brief in briefs:
+        if brief.status == Status.RUNNING:
+            brief.progress = engine.progress(brief.id)
+    return reply(JobBriefList(briefs, page.total, limit, offset))
+
+
+@routes.get("/summary/types")
+@operation(responses={200: TypeStatsList}, errors=(503,))
+async def type_stats(request: web.Request) -> web.Response:
+    """Per job type: counts by status, p50/p95 run time and failure rate."""
+    return reply(TypeStatsList(await within(request.app[ENGINE].type_stats())))
 
 
 @routes.get("/summary/dlq")

@@ -49,7 +49,7 @@ from goqueue.supervisor.jobs import (
     Replayed,
     Stats,
 )
-from goqueue.supervisor.observe.summaries import DeadFilter, NodeSummary, QueueSummary
+from goqueue.supervisor.observe.summaries import DeadFilter, NodeSummary, QueueSummary, TypeStats
 from goqueue.supervisor.schedules.schedule import Fired, ScheduleState
 from goqueue.supervisor.store.base import NewJob
 from goqueue.supervisor.store.postgres import rows as pg_rows
@@ -417,6 +417,10 @@ class PostgresStore:
     async def nodes(self) -> list[NodeSummary]:
         """The nodes sharing this store, live or recently seen."""
         return await self._summaries.nodes()
+
+    async def type_stats(self) -> list[TypeStats]:
+        """Counts by status, run-time percentiles and failure rate of every job type."""
+        return await self._summaries.type_stats()
 
     async def job_briefs(self, filters: JobFilter, limit: int, offset: int, preview: int) -> Page:
         """Jobs newest first as list rows with previews."""

@@ -17,6 +17,8 @@ from goqueue.supervisor.observe.summaries import (
     NodeSummary,
     Preview,
     QueueSummary,
+    TypeStats,
+    type_stats,
 )
 from goqueue.supervisor.store.postgres import rows as pg_rows
 from goqueue.supervisor.store.postgres.connection import Connections
@@ -57,6 +59,21 @@ class Summaries:
             NodeSummary(node, started, beat, live, sorted(msgspec.json.decode(limits)))
             for node, started, beat, live, limits in rows
         ]
+
+    async def type_stats(self) -> list[TypeStats]:
+        """Counts by status, run-time percentiles and failure rate of every job type, in
+        one round trip (two grouped passes over the jobs kept)."""
+        async with self._db.connection() as conn:
+            async with conn.pipeline():
+                counted = await conn.execute(self._sql[Sql.TYPE_COUNTS])
+                timed = await conn.execute(self._sql[Sql.TYPE_RUN_TIMES])
+            count_rows = await counted.fetchall()
+            time_rows = await timed.fetchall()
+        counts: dict[str, dict[str, int]] = {}
+        for name, status, n in count_rows:
+            counts.setdefault(name, {})[status] = int(n)
+        runs = {name: (p50, p95) for name, p50, p95 in time_rows}
+        return type_stats(counts, runs)
 
     async def job_briefs(self, filters: JobFilter, limit: int, offset: int, preview: int) -> Page:
         """`list_jobs` as list rows, with payload, result and error cut in the database."""

@@ -154,3 +154,31 @@ def test_preview_cuts_characters_not_bytes() -> None:
     assert (whole.text, whole.truncated) == ("ééé", False)
     wide = preview(("😀" * 4 + "x").encode(), 4)  # 4-byte characters: 4 * limit bytes read
     assert wide.text == "😀" * 4 and wide.truncated
+
+
+async def test_type_stats_count_statuses_time_runs_and_rate_failures(open_store, clock) -> None:
+    async with open_store() as store:
+        await store.register_node({"a": None, "b": None})
+        assert await store.type_stats() == []
+        for _ in range(3):
+            await store.enqueue(new("a", max_retries=0))
+        await store.enqueue(new("b", queue="held"))
+        await store.set_paused("held", True)
+        for n in range(3):
+            lease = await claim_one(store, {"a": 1})  # running
+            await clock.advance(0.05 * (n + 1))
+            if n < 2:
+                await store.complete(lease, None)
+            else:
+                await store.fail(lease, "boom", None)
+        by_type = {t.type: t for t in await store.type_stats()}
+        assert list(by_type) == ["a", "b"]
+        a, b = by_type["a"], by_type["b"]
+        assert a.counts == {
+            "pending": 0, "claimed": 0, "running": 0, "done": 2, "failed": 1, "cancelled": 0
+        }  # fmt: skip
+        assert a.failure_rate == pytest.approx(1 / 3)
+        assert a.p50_seconds is not None and a.p95_seconds is not None
+        assert 0 <= a.p50_seconds <= a.p95_seconds
+        assert b.counts["pending"] == 1 and sum(b.counts.values()) == 1
+        assert b.failure_rate is None and b.p50_seconds is None and b.p95_seconds is None

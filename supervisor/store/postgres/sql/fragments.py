@@ -157,6 +157,8 @@ class Sql(StrEnum):
     QUEUE_RUNNING = auto()
     PAUSED = auto()
     NODES = auto()
+    TYPE_COUNTS = auto()
+    TYPE_RUN_TIMES = auto()
     JOB_BRIEFS = auto()
     DEAD_BRIEFS = auto()
     COUNT_DEAD_BRIEFS = auto()
