@@ -84,6 +84,7 @@ PREVIEW = IntParam(
     "characters kept of each payload, result and error (the rest is cut)",
 )
 JOB_ID = UuidParam("job_id", "only the dead letter of this job")
+PARENT_ID = UuidParam("parent_id", "only jobs this job enqueued (its chain, ctx.enqueue)")
 
 
 class HistoryOut(msgspec.Struct):
@@ -198,13 +199,16 @@ async def workers(request: web.Request) -> web.Response:
 @operation(
     responses={200: JobBriefList},
     errors=(503,),
-    query_params=(TYPE, STATUS, QUEUE, LIMIT, OFFSET, PREVIEW),
+    query_params=(TYPE, STATUS, QUEUE, PARENT_ID, LIMIT, OFFSET, PREVIEW),
 )
 async def job_briefs(request: web.Request) -> web.Response:
     """List jobs newest first, as rows with payload, result and error cut to a preview."""
     query = request.query
     filters = JobFilter(
-        type=TYPE.parse(query), status=STATUS.parse(query), queue=QUEUE.parse(query)
+        type=TYPE.parse(query),
+        status=STATUS.parse(query),
+        queue=QUEUE.parse(query),
+        parent_id=PARENT_ID.parse(query),
     )
     limit, offset, cut = LIMIT.parse(query), OFFSET.parse(query), PREVIEW.parse(query)
     engine = request.app[ENGINE]

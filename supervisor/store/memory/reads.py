@@ -53,6 +53,7 @@ class MemoryReads(MemoryState):
             if (filters.type is None or job.type == filters.type)
             and (filters.status is None or job.status == filters.status)
             and (filters.queue is None or job.queue == filters.queue)
+            and (filters.parent_id is None or job.parent_id == filters.parent_id)
         ]
         return Page(matches[offset : offset + limit], len(matches))
 

@@ -208,6 +208,16 @@ def test_summary_answers_match_the_openapi_schemas(api_server: ApiServer) -> Non
         assert doc["paths"][path]["get"]["summary"], path
 
 
+def test_job_rows_filter_by_parent_and_refuse_a_parent_that_is_no_uuid(
+    api_server: ApiServer,
+) -> None:
+    enqueue(api_server)
+    assert api_server.get(f"/summary/jobs?parent_id={UNKNOWN_ID}").json["total"] == 0
+    assert api_server.get("/summary/jobs").json["total"] == 1
+    resp = api_server.get("/summary/jobs?parent_id=nope")
+    assert resp.status == 400 and "parent_id" in resp.json["error"]
+
+
 # -- GET /summary/types -----------------------------------------------------------------
 
 

@@ -182,3 +182,17 @@ async def test_type_stats_count_statuses_time_runs_and_rate_failures(open_store,
         assert 0 <= a.p50_seconds <= a.p95_seconds
         assert b.counts["pending"] == 1 and sum(b.counts.values()) == 1
         assert b.failure_rate is None and b.p50_seconds is None and b.p95_seconds is None
+
+
+async def test_job_briefs_find_the_jobs_a_job_enqueued(open_store) -> None:
+    async with open_store() as store:
+        parent = (await store.enqueue(new("a", on_success={"type": "b", "payload": 1}))).job
+        await store.enqueue(new("b"))  # same type, no parent
+        outcome = await store.complete(await claim_one(store, {"a": 1}), None)
+        assert outcome is not None
+        (chained,) = outcome.followups
+        page = await store.job_briefs(JobFilter(parent_id=parent.id), 10, 0, 10)
+        assert [brief.id for brief in page.items] == [chained.id] and page.total == 1
+        both = JobFilter(parent_id=parent.id, type="b", status="pending")
+        assert [b.id for b in (await store.job_briefs(both, 10, 0, 10)).items] == [chained.id]
+        assert (await store.job_briefs(JobFilter(parent_id=chained.id), 10, 0, 10)).total == 0

@@ -462,5 +462,10 @@ class Statements:
     def filtered(self, name: Sql, filters: JobFilter) -> str:
         """A statement taking the job filters (`LIST_JOBS`, `COUNT_JOBS`, `JOB_BRIEFS`),
         in its variant for the filters that are set (each bound by its column's name)."""
-        used = (bool(filters.type), bool(filters.status), bool(filters.queue))
+        used = (
+            bool(filters.type),
+            bool(filters.status),
+            bool(filters.queue),
+            bool(filters.parent_id),
+        )
         return self._filtered[name, used]
