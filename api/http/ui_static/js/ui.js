@@ -181,13 +181,15 @@ export function progressBar(progress, { compact = false } = {}) {
   }
   const share = Math.min(1, Math.max(0, progress));
   const percent = `${Math.round(share * 100)}%`;
+  const fill = h("span", { class: "fill" });
+  fill.style.width = `${(share * 100).toFixed(1)}%`; // CSSOM: the CSP allows no style attribute
   return h(
     "span",
     { class: `progress${compact ? " compact" : ""}`, "data-progress": String(progress) },
     h("span", {
       class: "bar", role: "progressbar", "aria-valuemin": "0", "aria-valuemax": "100",
       "aria-valuenow": String(Math.round(share * 100)), "aria-label": `Progress ${percent}`,
-    }, h("span", { class: "fill", style: `width: ${(share * 100).toFixed(1)}%` })),
+    }, fill),
     h("span", { class: "num" }, percent),
   );
 }

@@ -54,7 +54,7 @@ function eventDetail(event) {
 function crumbs(queue) {
   const jobs = h("a", { href: "#/jobs" }, "Jobs");
   if (!queue) return [jobs];
-  return [jobs, h("span", { class: "sep", "aria-hidden": "true" }, " › "), h("a", { href: `#/jobs?queue=${encodeURIComponent(queue)}` }, `queue ${queue}`)];
+  return [jobs, h("span", { class: "sep", "aria-hidden": "true" }, " / "), h("a", { href: `#/jobs?queue=${encodeURIComponent(queue)}` }, `queue ${queue}`)];
 }
 
 const TIMEOUT_SOURCES = { job: "set on the job", actor: "the actor's", node: "the node's default" };
