@@ -84,8 +84,8 @@ function deliveriesPanel(deliveries) {
               h("span", { class: "mono" }, d.url),
               h("ul", { class: "attempts" }, d.attempts.map((a) =>
                 h("li", { "data-attempt-status": a.status_code ?? "none" }, when(a.at), " · ",
-                  a.status_code ? `HTTP ${a.status_code}` : "no answer",
-                  a.error ? h("span", { class: "bad" }, ` · ${a.error}`) : null,
+                  a.status_code ? h("span", { class: a.status_code >= 300 ? "bad" : null }, `HTTP ${a.status_code}`) : "no answer",
+                  a.error && a.error !== `HTTP ${a.status_code}` ? h("span", { class: "bad" }, ` · ${a.error}`) : null,
                   h("span", { class: "faint" }, ` · node ${a.node}`))))))))
       : h("div", { class: "empty" }, "No delivery yet: the webhook is sent once the job finishes."));
 }
