@@ -46,8 +46,10 @@ from goqueue.supervisor.observe.history import History, Window
 from goqueue.supervisor.observe.metrics import Metrics
 from goqueue.supervisor.observe.shared_reads import Coalesced
 from goqueue.supervisor.observe.summaries import (
+    REPORT_WORKERS,
     DeadFilter,
     LiveStats,
+    NodeReport,
     NodeSummary,
     QueueDepth,
     QueueSummary,
@@ -389,6 +391,11 @@ class Engine:
     async def queue_summaries(self) -> list[QueueSummary]:
         """Every queue with work or paused, at most `QUEUES_TTL` old."""
         return await self._queues.get()
+
+    def node_report(self) -> NodeReport:
+        """What this node publishes with its heartbeat: its workers, its last minute."""
+        done, failed = self.history.recent(60)
+        return NodeReport(self.worker_summaries()[:REPORT_WORKERS], done, failed)
 
     def worker_summaries(self) -> list[WorkerSummary]:
         """This node's worker processes by slot, with the attempt each is running."""

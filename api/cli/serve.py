@@ -186,6 +186,7 @@ def build_node(settings: Settings, reload_settings: Callable[[], Settings]) -> N
         start_at_enqueue=dispatcher.start_at_enqueue,
     )
     pool.listen(children=engine.enqueue_child)  # ctx.enqueue in a running job
+    store.set_reporter(engine.node_report)  # published with each heartbeat
     http = HttpServer(settings, lambda: create_app(engine, settings))
     return Node(
         settings=settings,

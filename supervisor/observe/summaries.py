@@ -69,6 +69,8 @@ class NodeSummary(msgspec.Struct):
     heartbeat_at: AwareTime
     live: bool
     types: list[str]
+    # what the node published with that heartbeat (None from nodes that publish none)
+    report: NodeReport | None = None
 
 
 class WorkerSummary(msgspec.Struct):
@@ -85,6 +87,20 @@ class WorkerSummary(msgspec.Struct):
     running_seconds: float | None  # how long the current attempt has run
     rss_kb: int | None  # resident memory now (None where /proc cannot tell)
     jobs_run: int
+
+
+# At most this many workers in a node's report: it rides on every heartbeat.
+REPORT_WORKERS = 64
+
+
+class NodeReport(msgspec.Struct):
+    """What a node publishes with each heartbeat, so any node can show the whole cluster:
+    its worker processes (at most REPORT_WORKERS) and the jobs it finished and the
+    attempts that failed on it in the last minute."""
+
+    workers: list[WorkerSummary]
+    done_last_minute: int
+    failed_last_minute: int
 
 
 class JobBrief(msgspec.Struct):

@@ -29,7 +29,13 @@ from goqueue.supervisor.jobs import (
     Replayed,
     Stats,
 )
-from goqueue.supervisor.observe.summaries import DeadFilter, NodeSummary, QueueSummary, TypeStats
+from goqueue.supervisor.observe.summaries import (
+    DeadFilter,
+    NodeReport,
+    NodeSummary,
+    QueueSummary,
+    TypeStats,
+)
 from goqueue.supervisor.schedules.schedule import Fired, ScheduleState
 
 
@@ -214,6 +220,10 @@ class Store(Protocol):
     def set_waker(self, wake: Callable[[], None]) -> None:
         """Give the store the dispatcher's wake-up, to call when work may be claimable
         (a job enqueued or made due, here or — through LISTEN/NOTIFY — on another node)."""
+
+    def set_reporter(self, report: Callable[[], NodeReport]) -> None:
+        """Give the store what this node publishes with each heartbeat (its workers, its
+        last minute), which `nodes` answers for every node (PostgreSQL: the nodes row)."""
 
     def set_canceller(self, stop: Callable[[str], bool]) -> None:
         """Give the store the dispatcher's `cancel_lease`, to call when another node

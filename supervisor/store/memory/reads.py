@@ -147,7 +147,8 @@ class MemoryReads(MemoryState):
     async def nodes(self) -> list[NodeSummary]:
         """This node alone: it is alive for as long as it answers."""
         types = sorted(self._limits)
-        return [NodeSummary(self.node_id, self._opened_at, self.clock(), True, types)]
+        report = self._report() if self._report is not None else None
+        return [NodeSummary(self.node_id, self._opened_at, self.clock(), True, types, report)]
 
     async def type_stats(self) -> list[TypeStats]:
         """Counts by status, run-time percentiles and failure rate of every job type."""

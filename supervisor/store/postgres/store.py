@@ -49,7 +49,13 @@ from goqueue.supervisor.jobs import (
     Replayed,
     Stats,
 )
-from goqueue.supervisor.observe.summaries import DeadFilter, NodeSummary, QueueSummary, TypeStats
+from goqueue.supervisor.observe.summaries import (
+    DeadFilter,
+    NodeReport,
+    NodeSummary,
+    QueueSummary,
+    TypeStats,
+)
 from goqueue.supervisor.schedules.schedule import Fired, ScheduleState
 from goqueue.supervisor.store.base import NewJob
 from goqueue.supervisor.store.postgres import rows as pg_rows
@@ -104,6 +110,7 @@ class PostgresStore:
         self._notifier = Notifier(node_id, self._send_notify)
         self._wakeups = Wakeups(self._notifier)
         self._stop: Callable[[str], bool] = lambda token: False  # see set_canceller
+        self._report: Callable[[], NodeReport] | None = None  # see set_reporter
         self._enqueuer = Enqueuer(
             self._db,
             self._sql,
@@ -215,6 +222,10 @@ class PostgresStore:
         """When the earliest scheduled job becomes due, as of the last claim or note."""
         return self._wakeups.next_due_at()
 
+    def set_reporter(self, report: Callable[[], NodeReport]) -> None:
+        """Publish `report()` in this node's row with every heartbeat."""
+        self._report = report
+
     def set_canceller(self, stop: Callable[[str], bool]) -> None:
         """Remember the dispatcher's `cancel_lease`, for cancels made on other nodes."""
         self._stop = stop
@@ -248,7 +259,8 @@ class PostgresStore:
         await self._register()
 
     async def _register(self) -> None:
-        params = {"node": self.node_id, "limits": pg_rows.raw(self._limits)}
+        report = None if self._report is None else pg_rows.raw(self._report())
+        params = {"node": self.node_id, "limits": pg_rows.raw(self._limits), "report": report}
         await self._db.execute(self._sql[Sql.REGISTER], params)
 
     async def known_types(self) -> frozenset[str]:

@@ -14,6 +14,7 @@ from goqueue.supervisor.observe.summaries import (
     DeadBrief,
     DeadFilter,
     JobBrief,
+    NodeReport,
     NodeSummary,
     Preview,
     QueueSummary,
@@ -56,8 +57,8 @@ class Summaries:
         """Nodes that heartbeated within the hour; `live` within the liveness window."""
         rows = await self._db.execute(self._sql[Sql.NODES], {"live": self._live})
         return [
-            NodeSummary(node, started, beat, live, sorted(msgspec.json.decode(limits)))
-            for node, started, beat, live, limits in rows
+            NodeSummary(node, started, beat, live, sorted(msgspec.json.decode(limits)), _report(r))
+            for node, started, beat, live, limits, r in rows
         ]
 
     async def type_stats(self) -> list[TypeStats]:
@@ -91,6 +92,20 @@ class Summaries:
         sql = self._sql
         rows, total = await self._db.page(sql[Sql.DEAD_BRIEFS], sql[Sql.COUNT_DEAD_BRIEFS], params)
         return Page([_dead_brief(r) for r in rows], total)
+
+
+_REPORT = msgspec.json.Decoder(NodeReport)
+
+
+def _report(raw: msgspec.Raw | None) -> NodeReport | None:
+    """A node's published report; None if it published none or one this version cannot
+    read (a newer node's), rather than failing the whole list."""
+    if raw is None:
+        return None
+    try:
+        return _REPORT.decode(raw)
+    except msgspec.ValidationError:
+        return None
 
 
 def _preview(cols: Sequence[Any]) -> Preview | None:

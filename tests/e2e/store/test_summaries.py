@@ -6,7 +6,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 from goqueue.supervisor.jobs import JobFilter, utcnow
-from goqueue.supervisor.observe.summaries import DeadFilter, preview
+from goqueue.supervisor.observe.summaries import DeadFilter, NodeReport, preview
 
 from tests.e2e.store.test_contract import claim_one, new
 
@@ -196,3 +196,20 @@ async def test_job_briefs_find_the_jobs_a_job_enqueued(open_store) -> None:
         both = JobFilter(parent_id=parent.id, type="b", status="pending")
         assert [b.id for b in (await store.job_briefs(both, 10, 0, 10)).items] == [chained.id]
         assert (await store.job_briefs(JobFilter(parent_id=chained.id), 10, 0, 10)).total == 0
+
+
+async def test_nodes_answer_what_each_node_published_with_its_heartbeat(
+    open_store, store_kind
+) -> None:
+    report = NodeReport([], done_last_minute=3, failed_last_minute=1)
+    async with open_store() as store:
+        store.set_reporter(lambda: report)
+        await store.register_node({"a": None})
+        (node,) = await store.nodes()
+        assert node.report == report
+        if store_kind == "postgres":  # another node reads it from the row
+            async with open_store("node-b") as other:
+                await other.register_node({"b": None})
+                by_id = {n.node_id: n for n in await other.nodes()}
+                assert by_id["node-a"].report == report
+                assert by_id["node-b"].report is None  # it publishes none

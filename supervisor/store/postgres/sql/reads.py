@@ -85,7 +85,7 @@ READS: Final[Mapping[Sql, str]] = MappingProxyType(
         Sql.PAUSED: "SELECT queue FROM {s}.paused_queues",
         Sql.NODES: """
             SELECT node_id, started_at, heartbeat_at,
-                heartbeat_at > now() - %(live)s * interval '1 second', limits
+                heartbeat_at > now() - %(live)s * interval '1 second', limits, report
             FROM {s}.nodes WHERE heartbeat_at > now() - interval '1 hour' ORDER BY node_id""",
         # Per-type stats: a pass over the jobs kept (finished ones until pruned).
         Sql.TYPE_COUNTS: "SELECT type, status, count(*) FROM {s}.jobs GROUP BY type, status",
