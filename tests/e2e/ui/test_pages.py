@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Node, request, wait_for
+from tests.conftest import Node, postgres_dsn, request, wait_for
 from tests.e2e.ui.conftest import PHONE, WIDE
 
 try:
@@ -239,3 +239,49 @@ def test_the_sidebar_is_painted_to_the_foot_of_a_long_page(node: Node, open_tab:
     foot = page.evaluate(f"{corner}.closest('.sidebar, .shell').className")
     assert foot in ("sidebar", "shell")
     tab.shot("sidebar-long-page")
+
+
+@pytest.fixture
+def pg_nodes(make_node: Any) -> Any:
+    """Nodes sharing one fresh schema of the test PostgreSQL."""
+    from tests.e2e.supervisor.test_cluster import _nodes_on
+
+    yield from _nodes_on(make_node, postgres_dsn())
+
+
+@pytest.mark.postgres
+@BOTH
+def test_on_postgresql_the_workers_page_shows_the_other_nodes_workers_and_the_cluster(
+    pg_nodes: Any, open_tab: Any, tmp_path: Path, viewport: dict[str, int]
+) -> None:
+    fast = ("--lease-seconds", "2")  # a heartbeat, and so a report, every second
+    b = pg_nodes(*fast, "--workers", "1")
+    job = b.enqueue(type="hold", payload={"dir": str(tmp_path), "seconds": 60})
+    pid = int(
+        wait_for(
+            lambda: (
+                (tmp_path / f"hold-{job['id']}").exists()
+                and (tmp_path / f"hold-{job['id']}").read_text()
+            )
+        )
+    )
+    a = pg_nodes(*fast)  # idle: the page below is served by a
+    b_id = b.get("/workers").body["node"]
+
+    def b_reports_the_job() -> bool:
+        nodes = {n["node_id"]: n for n in a.get("/workers").body["nodes"]}
+        report = nodes.get(b_id, {}).get("report") or {}
+        return any(w["job_id"] == job["id"] for w in report.get("workers", []))
+
+    wait_for(b_reports_the_job, what="b's heartbeat to publish its busy worker")
+    tab = open_tab(a.url, viewport=viewport)
+    page = tab.open("/workers")
+    expect(page.locator(f'[data-other-pid="{pid}"]')).to_have_text("busy")
+    others = page.locator("section[aria-labelledby=others-title]")
+    expect(others).to_contain_text(b_id)
+    expect(others.locator(f'a[href="#/jobs/{job["id"]}"]')).to_have_count(1)
+    expect(page.locator(f'[data-node-workers="{b_id}"]')).to_have_text("1 busy of 1")
+    expect(page.locator("[data-cluster]")).to_contain_text("2 live nodes: 1 of 3 workers busy")
+    no_sideways_scroll(page, viewport)
+    tab.shot("workers-cluster")
+    assert b.delete(f"/jobs/{job['id']}?force=true").status == 200
