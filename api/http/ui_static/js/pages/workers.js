@@ -74,10 +74,10 @@ export default {
       { label: "Node", lead: true, cell: (n) => h("span", { class: "mono" }, n.node_id, n.this ? h("span", { class: "muted" }, " (this one)") : null) },
       { label: "State", cell: (n) => badge(n.live ? "live" : "lost") },
       { label: "Last heartbeat", cell: (n) => h("time", { datetime: n.heartbeat_at, title: n.heartbeat_at }, relative(n.heartbeat_at)) },
-      { label: "Started", cell: (n) => when(n.started_at) },
+      { label: "Started", class: "nowrap", cell: (n) => when(n.started_at) },
       {
         label: "Workers",
-        class: "r num",
+        class: "r num nowrap",
         cell: (n) => (n.report
           ? h("span", { "data-node-workers": n.node_id }, `${n.report.workers.filter((w) => w.state === "busy").length} busy of ${n.report.workers.length}`)
           : h("span", { class: "faint" }, "—")),
