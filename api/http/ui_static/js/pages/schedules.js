@@ -42,7 +42,7 @@ export default {
         label: "Schedule",
         lead: true,
         cell: (s) => h("span", { class: "idcell" }, h("span", { class: "mono", "data-schedule": s.name }, s.name),
-          h("a", { href: `#/jobs?type=${encodeURIComponent(s.type)}` }, s.type)),
+          h("span", { class: "muted" }, "enqueues ", h("a", { href: `#/jobs?type=${encodeURIComponent(s.type)}`, class: "mono" }, s.type))),
       },
       { label: "State", cell: (s) => h("span", { "data-state": s.name }, badge(s.enabled ? "active" : "paused", { label: s.enabled ? "enabled" : "disabled" })) },
       { label: "Runs", cell: (s) => h("span", { class: "mono" }, timetable(s)) },
