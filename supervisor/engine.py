@@ -46,11 +46,14 @@ from goqueue.supervisor.observe.history import History, Window
 from goqueue.supervisor.observe.metrics import Metrics
 from goqueue.supervisor.observe.shared_reads import Coalesced
 from goqueue.supervisor.observe.summaries import (
+    REPORT_WORKERS,
     DeadFilter,
     LiveStats,
+    NodeReport,
     NodeSummary,
     QueueDepth,
     QueueSummary,
+    TypeStats,
     WorkerSummary,
     rss_kb,
 )
@@ -249,8 +252,10 @@ class Engine:
     async def cancel(self, job_id: str, force: bool) -> Job:
         """Cancel a job; a running one (with `force`) has its worker killed, no retry."""
         job, token = await self.store.cancel(job_id, force)
-        if token is not None:
-            self.kill(token)
+        if token is not None and not self.kill(token):
+            # another node holds the lease (behind a load balancer, the usual case): it
+            # hears at once instead of at its next lease check
+            await self.store.cancel_elsewhere(job.id, token)
         self.hooks.after_cancel(job, force)
         return job
 
@@ -391,6 +396,11 @@ class Engine:
         """Every queue with work or paused, at most `QUEUES_TTL` old."""
         return await self._queues.get()
 
+    def node_report(self) -> NodeReport:
+        """What this node publishes with its heartbeat: its workers, its last minute."""
+        done, failed = self.history.recent(60)
+        return NodeReport(self.worker_summaries()[:REPORT_WORKERS], done, failed)
+
     def worker_summaries(self) -> list[WorkerSummary]:
         """This node's worker processes by slot, with the attempt each is running."""
         now = time.monotonic()
@@ -419,6 +429,10 @@ class Engine:
     async def nodes(self) -> list[NodeSummary]:
         """The nodes sharing the store (just this one in memory)."""
         return await self.store.nodes()
+
+    async def type_stats(self) -> list[TypeStats]:
+        """Per-type counts, run times and failure rates, from the store."""
+        return await self.store.type_stats()
 
     async def job_briefs(self, filters: JobFilter, limit: int, offset: int, preview: int) -> Page:
         """Jobs newest first as list rows with previews."""

@@ -40,7 +40,13 @@ from goqueue.supervisor.jobs import (
     Replayed,
     Stats,
 )
-from goqueue.supervisor.observe.summaries import DeadFilter, NodeSummary, QueueSummary
+from goqueue.supervisor.observe.summaries import (
+    DeadFilter,
+    NodeReport,
+    NodeSummary,
+    QueueSummary,
+    TypeStats,
+)
 from goqueue.supervisor.schedules.schedule import Fired, ScheduleState
 
 LATE_OUTCOME = "the outcome arrived after its lease was reaped"  # its event's detail
@@ -230,6 +236,19 @@ class Store(Protocol):
         """Give the store the dispatcher's wake-up, to call when work may be claimable
         (a job enqueued or made due, here or — through LISTEN/NOTIFY — on another node)."""
 
+    def set_reporter(self, report: Callable[[], NodeReport]) -> None:
+        """Give the store what this node publishes with each heartbeat (its workers, its
+        last minute), which `nodes` answers for every node (PostgreSQL: the nodes row)."""
+
+    def set_canceller(self, stop: Callable[[str], bool]) -> None:
+        """Give the store the dispatcher's `cancel_lease`, to call when another node
+        cancelled a job whose attempt holds that lease token here (PostgreSQL: a NOTIFY)."""
+
+    async def cancel_elsewhere(self, job_id: str, token: str) -> None:
+        """Tell the other nodes that `job_id`, whose lease `token` no attempt here holds,
+        was cancelled, so its holder kills the worker now rather than at its next lease
+        check. A store no other node shares does nothing."""
+
     # -- rate limits -------------------------------------------------------------------
 
     async def take_starts(self, job_type: str, rate: Rate, want: int) -> Taken:
@@ -270,6 +289,10 @@ class Store(Protocol):
     async def nodes(self) -> list[NodeSummary]:
         """The nodes sharing this store that heartbeated within the last hour (this node
         alone for the memory store), by id."""
+
+    async def type_stats(self) -> list[TypeStats]:
+        """Every job type among the jobs kept: counts by status, p50/p95 run time of the
+        finished ones, failure rate (the dashboard's Types page)."""
 
     async def job_briefs(self, filters: JobFilter, limit: int, offset: int, preview: int) -> Page:
         """Like `list_jobs`, as `JobBrief` rows whose payload, result and error are cut to

@@ -15,6 +15,7 @@ from datetime import datetime
 from goqueue.supervisor.dispatch.rates import StartTimes
 from goqueue.supervisor.enums import TERMINAL, EventKind, Status
 from goqueue.supervisor.jobs import STATUSES, Event, Job, Lease, utcnow
+from goqueue.supervisor.observe.summaries import NodeReport
 from goqueue.supervisor.store.memory.dead import DeadLetters
 from goqueue.supervisor.store.memory.heaps import OldestByQueue, PendingHeaps
 from goqueue.supervisor.store.memory.schedules import ScheduleBook
@@ -62,6 +63,7 @@ class MemoryState:
         self._limits: dict[str, int | None] = {}
         self._seq = itertools.count(1)
         self._wake: Callable[[], None] = lambda: None
+        self._report: Callable[[], NodeReport] | None = None  # see set_reporter
         self._opened_at = self.clock()
         self._schedules = ScheduleBook()
         self._starts = StartTimes()

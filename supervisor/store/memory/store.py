@@ -34,7 +34,7 @@ from goqueue.supervisor.jobs import (
     Replayed,
     new_id,
 )
-from goqueue.supervisor.observe.summaries import DeadFilter
+from goqueue.supervisor.observe.summaries import DeadFilter, NodeReport
 from goqueue.supervisor.schedules.schedule import Fired, ScheduleState, fire_detail
 from goqueue.supervisor.store.base import LATE_OUTCOME, NewJob
 from goqueue.supervisor.store.memory.reads import MemoryReads
@@ -63,6 +63,16 @@ class MemoryStore(MemoryReads):
     def set_waker(self, wake: Callable[[], None]) -> None:
         """Remember the dispatcher's wake-up callable."""
         self._wake = wake
+
+    def set_reporter(self, report: Callable[[], NodeReport]) -> None:
+        """Remember this node's report, which `nodes` answers as it is now."""
+        self._report = report
+
+    def set_canceller(self, stop: Callable[[str], bool]) -> None:
+        """Nothing to remember: no other node shares this store, so none cancels here."""
+
+    async def cancel_elsewhere(self, job_id: str, token: str) -> None:
+        """Nothing to tell: every lease of this store is held on this node."""
 
     async def register_node(self, limits: Mapping[str, int | None]) -> None:
         """Remember this node's job types and limits."""

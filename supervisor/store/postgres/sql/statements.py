@@ -85,9 +85,10 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
         Sql.LISTEN: "LISTEN {channel}",
         Sql.NOTIFY: "SELECT pg_notify(%(channel)s, %(payload)s)",
         Sql.REGISTER: """
-            INSERT INTO {s}.nodes (node_id, limits, heartbeat_at)
-            VALUES (%(node)s, %(limits)s, now())
-            ON CONFLICT (node_id) DO UPDATE SET limits = EXCLUDED.limits, heartbeat_at = now()""",
+            INSERT INTO {s}.nodes (node_id, limits, heartbeat_at, report)
+            VALUES (%(node)s, %(limits)s, now(), %(report)s)
+            ON CONFLICT (node_id) DO UPDATE SET limits = EXCLUDED.limits, heartbeat_at = now(),
+                report = EXCLUDED.report""",
         Sql.FORGET_NODE: "DELETE FROM {s}.nodes WHERE node_id = %(node)s",
         Sql.KNOWN_TYPES: """
             SELECT DISTINCT jsonb_object_keys(limits) FROM {s}.nodes WHERE {live_nodes}""",
@@ -490,5 +491,10 @@ class Statements:
     def filtered(self, name: Sql, filters: JobFilter) -> str:
         """A statement taking the job filters (`LIST_JOBS`, `COUNT_JOBS`, `JOB_BRIEFS`),
         in its variant for the filters that are set (each bound by its column's name)."""
-        used = (bool(filters.type), bool(filters.status), bool(filters.queue))
+        used = (
+            bool(filters.type),
+            bool(filters.status),
+            bool(filters.queue),
+            bool(filters.parent_id),
+        )
         return self._filtered[name, used]
