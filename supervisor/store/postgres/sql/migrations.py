@@ -474,7 +474,7 @@ $fn$;
     ),
     # Numbered 11: the operator branch's step (tracebacks in events) takes 10 at merge.
     Migration(
-        11,
+        10,
         "jobs by parent, node reports",
         """
 -- What each node publishes with its heartbeat (its workers, its last minute's jobs), so
