@@ -29,6 +29,37 @@ JobStatus = Literal["pending", "claimed", "running", "done", "failed", "cancelle
 TERMINAL_STATUSES: frozenset[str] = frozenset({"done", "failed", "cancelled"})
 
 
+class TemplateOut(msgspec.Struct, kw_only=True):
+    """A chained job's template (`on_success` / `on_failure`) as the API shows it:
+    `JobSpec`'s fields, its `payload` any JSON (raw bytes on the server, decoded Python
+    values in a client, as `JobOut.payload`); `JobSpec` itself keeps the bytes raw."""
+
+    type: str
+    queue: str | None = None
+    payload: Any = None
+    priority: int | None = None
+    max_retries: int | None = None
+    run_at: AwareTime | None = None
+    delay_seconds: float | None = None
+    timeout_seconds: float | None = None
+    dedupe_key: str | None = None
+    dedupe_window_seconds: float | None = None
+    unique_key: str | None = None
+    webhook_url: str | None = None
+    on_success: TemplateOut | None = None
+    on_failure: TemplateOut | None = None
+
+
+def template_out(spec: JobSpec | None) -> TemplateOut | None:
+    """The API view of a stored template, and of the templates it chains in turn."""
+    if spec is None:
+        return None
+    fields = msgspec.structs.asdict(spec)
+    fields["on_success"] = template_out(spec.on_success)
+    fields["on_failure"] = template_out(spec.on_failure)
+    return TemplateOut(**fields)
+
+
 class JobOut(msgspec.Struct):
     """A job as the API shows it.
 
@@ -47,8 +78,8 @@ class JobOut(msgspec.Struct):
     timeout_seconds: float | None
     dedupe_key: str | None
     webhook_url: str | None
-    on_success: JobSpec | None
-    on_failure: JobSpec | None
+    on_success: TemplateOut | None
+    on_failure: TemplateOut | None
     parent_id: Uuid | None
     result: Any
     last_error: str | None
@@ -83,6 +114,9 @@ def job_out(job: Job, progress: msgspec.Raw | None = None) -> JobOut:
     """The API view of a stored job, with a running job's progress where known (one
     `astuple` and one positional call, both in C: POST /jobs is hot)."""
     out = JobOut(*_pick_job_fields(msgspec.structs.astuple(job)))
+    if job.on_success is not None or job.on_failure is not None:  # rare: chained jobs only
+        out.on_success = template_out(job.on_success)
+        out.on_failure = template_out(job.on_failure)
     if progress is not None:
         out.progress = progress
     return out

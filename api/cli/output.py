@@ -28,12 +28,15 @@ JOB_FIELD_ORDER = (
     "unique_key",
     "webhook_url",
     "parent_id",
+    "on_success",
+    "on_failure",
     "created_at",
     "started_at",
     "finished_at",
     "updated_at",
     "last_error",
     "payload",
+    "progress",
     "result",
 )
 EVENT_COLUMNS = ("at", "event", "attempt", "node", "detail")
