@@ -188,11 +188,13 @@ def spec_problem(
 
 
 class AttemptError(msgspec.Struct, kw_only=True, gc=False):
-    """Why one attempt failed."""
+    """Why one attempt failed; `traceback` where the handler raised an unexpected
+    exception (the last frames, bounded by `--max-traceback-bytes`)."""
 
     attempt: int
     error: str
     at: datetime
+    traceback: str | None = None  # a default: errors stored before tracebacks lack it
 
 
 class Job(msgspec.Struct, kw_only=True, gc=False):
@@ -330,6 +332,7 @@ class Event(msgspec.Struct, kw_only=True):
     node: str
     attempt: int
     detail: str | None = None
+    traceback: str | None = None  # an `attempt_failed` event's, as in its AttemptError
 
 
 class Enqueued(msgspec.Struct):

@@ -39,6 +39,7 @@ from goqueue.api.cli.output import (
     page_footer,
     priority_depth,
     table,
+    without_tracebacks,
 )
 from goqueue.api.cli.schedules import add_schedules
 from goqueue.client.sync import Client
@@ -114,7 +115,10 @@ def cmd_job(client: Client, args: argparse.Namespace) -> int:
     job = client.get(args.id)
     if args.json:
         return print_json(job)
-    print(fields(plain(job), JOB_FIELD_ORDER))
+    shown, traceback = without_tracebacks(plain(job))
+    print(fields(shown, JOB_FIELD_ORDER))
+    if traceback:
+        print(traceback)
     return EXIT_OK
 
 

@@ -115,6 +115,20 @@ def fields(obj: Mapping[str, Any], order: Iterable[str] = (), indent: str = "") 
     return "\n".join(lines)
 
 
+def without_tracebacks(obj: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+    """`obj` with its attempts' `errors` cut to one line each (no traceback column), and
+    the last traceback as an indented block to print after it ("" when none)."""
+    errors = obj.get("errors") or []
+    if not isinstance(errors, list):
+        return dict(obj), ""
+    rows = [{k: v for k, v in e.items() if k != "traceback"} for e in errors]
+    last = next((e for e in reversed(errors) if e.get("traceback")), None)
+    if last is None:
+        return {**obj, "errors": rows}, ""
+    body = "\n".join("  " + line for line in last["traceback"].rstrip("\n").splitlines())
+    return {**obj, "errors": rows}, f"traceback (attempt {last['attempt']}):\n{body}"
+
+
 def page_footer(noun: str, shown: int, page: Mapping[str, Any]) -> str:
     """`showing 1-50 of 120 jobs`, from a list answer's total and offset."""
     total = page.get("total", shown)

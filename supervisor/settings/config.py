@@ -29,6 +29,7 @@ from types import MappingProxyType
 from typing import Any
 
 import msgspec
+from goqueue.actors.tracebacks import DEFAULT_MAX_TRACEBACK_BYTES
 from goqueue.supervisor.dispatch.rates import parse_rate
 from goqueue.supervisor.errors import ConfigError
 from goqueue.supervisor.schedules.schedule import ScheduleSpec
@@ -112,6 +113,7 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     webhook_allow_networks: tuple[str, ...] | None = None
     path: tuple[str, ...] | None = None
     max_result_bytes: int = 1_048_576
+    max_traceback_bytes: int = DEFAULT_MAX_TRACEBACK_BYTES
     public_reads: bool = False
     max_queues: int = 10_000
     metrics_max_queues: int = 100

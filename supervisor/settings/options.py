@@ -364,6 +364,14 @@ OPTIONS: tuple[Option, ...] = (
         metavar="BYTES",
         minimum=1,
     ),
+    Option(
+        "max_traceback_bytes",
+        "int",
+        "most of a failed attempt's traceback kept with it (the last frames and the "
+        "exception); 0 keeps none",
+        metavar="BYTES",
+        minimum=0,
+    ),
     # -- exposure and bounded cost per client: hostile networks and greedy clients --
     Option(
         "public_reads",

@@ -139,8 +139,11 @@ class Store(Protocol):
     async def complete(self, lease: Lease, result: msgspec.Raw | None) -> Outcome | None:
         """Record success and enqueue `on_success` atomically; None if the lease is stale."""
 
-    async def fail(self, lease: Lease, error: str, retry_at: datetime | None) -> Outcome | None:
-        """Record a failed attempt: pending again at `retry_at`, or (None) dead-lettered
+    async def fail(
+        self, lease: Lease, error: str, retry_at: datetime | None, traceback: str | None = None
+    ) -> Outcome | None:
+        """Record a failed attempt (its error, and `traceback` with it and in its
+        `attempt_failed` event): pending again at `retry_at`, or (None) dead-lettered
         with `on_failure` enqueued atomically. None if the lease is stale."""
 
     async def release(self, lease: Lease) -> bool:

@@ -281,10 +281,11 @@ class MemoryStore(MemoryReads):
                 touched.append(job)
                 continue
             self._event(job, EventKind.LEASE_EXPIRED, now)
+            self._record_error(job, error, None, now)
             if job.attempts > job.max_retries:
-                self._dead_letter(job, error, now)
+                self._event(job, EventKind.ATTEMPT_FAILED, now, error)
+                self._dead_letter(job, now)
             else:
-                self._record_error(job, error, now)
                 self._set_status(job, Status.PENDING, now)
                 delay = 0.0 if retry_delay is None else retry_delay(job.attempts)
                 job.run_at = now + timedelta(seconds=delay)
@@ -306,31 +307,32 @@ class MemoryStore(MemoryReads):
         self._retire(job)
         return Outcome(job, self._follow_up(job.on_success, job, now))
 
-    async def fail(self, lease: Lease, error: str, retry_at: datetime | None) -> Outcome | None:
+    async def fail(
+        self, lease: Lease, error: str, retry_at: datetime | None, traceback: str | None = None
+    ) -> Outcome | None:
         """Record a failed attempt: retry at `retry_at`, or dead-letter and chain."""
         job = self._held(lease)
         if job is None:
             return None
         now = self.clock()
         self._drop_lease(lease.token)
+        self._record_error(job, error, traceback, now)
+        self._event(job, EventKind.ATTEMPT_FAILED, now, error, traceback)
         if retry_at is None:
-            dead = self._dead_letter(job, error, now)
+            dead = self._dead_letter(job, now)
             return Outcome(job, self._follow_up(job.on_failure, job, now), dead)
-        self._record_error(job, error, now)
-        self._event(job, EventKind.ATTEMPT_FAILED, now, error)
         self._set_status(job, Status.PENDING, now)
         job.run_at = retry_at
         self._make_pending(job, now)
         self._event(job, EventKind.RETRY_SCHEDULED, now, retry_at.isoformat())
         return Outcome(job, [])
 
-    def _record_error(self, job: Job, error: str, now: datetime) -> None:
-        job.errors = (*job.errors, AttemptError(attempt=job.attempts, error=error, at=now))
+    def _record_error(self, job: Job, error: str, traceback: str | None, now: datetime) -> None:
+        failed = AttemptError(attempt=job.attempts, error=error, at=now, traceback=traceback)
+        job.errors = (*job.errors, failed)
         job.last_error = error
 
-    def _dead_letter(self, job: Job, error: str, now: datetime) -> DeadLetter:
-        self._record_error(job, error, now)
-        self._event(job, EventKind.ATTEMPT_FAILED, now, error)
+    def _dead_letter(self, job: Job, now: datetime) -> DeadLetter:
         job.finished_at = now
         self._set_status(job, Status.FAILED, now)
         dead = DeadLetter(

@@ -44,9 +44,15 @@ Answer = Outcome | Lease | None
 Trail = Sequence[tuple[EventKind, str]]  # events (kind, detail) a statement writes
 
 
-def _trail(events: Trail) -> dict[str, list[str]]:
-    """The `events` and `details` parameters of a statement writing `events`."""
-    return {"events": [k.value for k, _ in events], "details": [d for _, d in events]}
+def _trail(events: Trail, traceback: str | None = None) -> dict[str, list[Any]]:
+    """The `events`, `details` and `tracebacks` parameters of a statement writing
+    `events` (`traceback` goes with the attempt_failed one)."""
+    tracebacks = [traceback if k == EventKind.ATTEMPT_FAILED else None for k, _ in events]
+    return {
+        "events": [k.value for k, _ in events],
+        "details": [d for _, d in events],
+        "tracebacks": tracebacks,
+    }
 
 
 def _utc_iso(at: datetime) -> str:
@@ -185,6 +191,7 @@ class Outcomes:
         if retry_delay is not None:
             retry_at = datetime.now(UTC) + timedelta(seconds=retry_delay(attempts))
         params = {"id": job_id, "token": token, "error": error, "retry_at": retry_at}
+        params["traceback"] = None
         lost = (EventKind.LEASE_EXPIRED, error)
         if attempts > max_retries:
             outcome = await self._bury(conn, params, lost)
@@ -291,16 +298,20 @@ class Outcomes:
             outcomes.append(Outcome(job, followups))
         return outcomes
 
-    async def fail(self, lease: Lease, error: str, retry_at: datetime | None) -> Outcome | None:
+    async def fail(
+        self, lease: Lease, error: str, retry_at: datetime | None, traceback: str | None = None
+    ) -> Outcome | None:
         """Record a failed attempt: pending again at `retry_at`, or dead-lettered (with
         `on_failure` enqueued) in one transaction. None if the lease is stale."""
         error = pg_rows.text(error) or ""
+        traceback = pg_rows.text(traceback)
         params: dict[str, Any] = {"id": lease.job.id, "token": lease.token, "error": error}
+        params["traceback"] = traceback
         if retry_at is not None:
             failed = (EventKind.ATTEMPT_FAILED, error)
             scheduled = (EventKind.RETRY_SCHEDULED, _utc_iso(retry_at))
             params["retry_at"] = retry_at
-            params |= _trail([failed, scheduled])
+            params |= _trail([failed, scheduled], traceback)
             async with self._db.connection() as conn:
                 outcome = await self._requeue(conn, params)
             if outcome is not None:
@@ -326,7 +337,7 @@ class Outcomes:
         written are `first` (a reaped job's lease_expired), attempt_failed, dead_lettered."""
         dead_id = new_id()
         failed = (EventKind.ATTEMPT_FAILED, params["error"])
-        trail = _trail([*first, failed, (EventKind.DEAD_LETTERED, dead_id)])
+        trail = _trail([*first, failed, (EventKind.DEAD_LETTERED, dead_id)], params["traceback"])
         params = {**params, **trail, "node": self.node_id}
         row = await self._db.fetchone(conn, self._sql[Sql.BURY], params)
         if row is None:

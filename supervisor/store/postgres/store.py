@@ -291,9 +291,11 @@ class PostgresStore:
         """Record success and enqueue `on_success` atomically; None if the lease is stale."""
         return await self._outcomes.complete(lease, result)
 
-    async def fail(self, lease: Lease, error: str, retry_at: datetime | None) -> Outcome | None:
+    async def fail(
+        self, lease: Lease, error: str, retry_at: datetime | None, traceback: str | None = None
+    ) -> Outcome | None:
         """Record a failed attempt: pending at `retry_at`, or dead-lettered (None)."""
-        return await self._outcomes.fail(lease, error, retry_at)
+        return await self._outcomes.fail(lease, error, retry_at, traceback)
 
     async def release(self, lease: Lease) -> bool:
         """Hand the job back to pending without counting the attempt."""

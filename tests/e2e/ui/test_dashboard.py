@@ -450,3 +450,32 @@ def test_every_matching_dead_letter_is_replayed_or_purged_after_a_counted_confir
     dialog.get_by_role("button", name="Purge 1 dead letter").click()
     expect(page.locator(".toast").last).to_contain_text("Purged 1 dead letter.")
     assert node.get("/dlq").body["total"] == 0
+
+
+@pytest.mark.parametrize("viewport", [WIDE, PHONE], ids=["wide", "phone"])
+def test_a_failed_jobs_traceback_shows_collapsed_with_copy_on_its_pages(
+    node: Node, open_tab: Any, viewport: dict[str, int]
+) -> None:
+    job = node.enqueue(type="nested_raise", payload={"limit": "x", "depth": 1})
+    errors = node.wait_status(job["id"], "failed")["errors"]
+    (letter,) = wait_for(lambda: node.get(f"/summary/dlq?job_id={job['id']}").body["dead_letters"])
+    tab = open_tab(node.url, viewport=viewport)
+    page = tab.open(f"/jobs/{job['id']}")
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    blocks = page.locator("details.traceback")
+    expect(blocks).to_have_count(3)  # the last attempt's, under the notice, and each attempt's
+    latest = blocks.first
+    expect(latest.locator("pre")).to_be_hidden()  # collapsed
+    latest.locator("summary").click()
+    expect(latest.locator("pre")).to_be_visible()
+    expect(latest.locator("pre")).to_contain_text("return left <= right")
+    tab.shot("job-traceback")
+    latest.get_by_role("button", name="Copy traceback").click()
+    expect(page.locator(".toast")).to_contain_text("Copied the traceback")
+    assert page.evaluate("navigator.clipboard.readText()") == errors[-1]["traceback"]
+    page = tab.open(f"/dlq/{letter['id']}")
+    blocks = page.locator("details.traceback")
+    expect(blocks).to_have_count(3)
+    blocks.nth(1).locator("summary").click()
+    expect(blocks.nth(1).locator("pre")).to_contain_text("in _compare")
+    tab.shot("dead-traceback")

@@ -433,4 +433,13 @@ END
 $fn$;
 """,
     ),
+    Migration(
+        9,
+        "tracebacks in events",
+        """
+-- A failed attempt's traceback, beside its error (the errors in jobs are JSON: there
+-- it is one more key, which needs no step).
+ALTER TABLE {s}.events ADD COLUMN traceback text;
+""",
+    ),
 )

@@ -286,7 +286,7 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
                     updated_at = now(), {clear_lease}
                 WHERE {fenced}
                 RETURNING {job}),
-            {trail}
+            {failure_trail}
             SELECT {job} FROM changed""",
         Sql.BURY: """
             WITH changed AS (
@@ -295,7 +295,7 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
                 WHERE {fenced}
                 RETURNING {job}, {hooked}),
             {outbox},
-            {trail}
+            {failure_trail}
             SELECT {job} FROM changed""",
         Sql.INSERT_DEAD: """
             INSERT INTO {s}.dead_letters (id, job_id, job, errors, created_at)
