@@ -13,7 +13,15 @@ import re
 from typing import Annotated, Any, Literal
 
 import msgspec
-from goqueue.supervisor.jobs import AttemptError, AwareTime, DeadLetter, Event, Job, JobSpec
+from goqueue.supervisor.jobs import (
+    AttemptError,
+    AwareTime,
+    DeadLetter,
+    Event,
+    Job,
+    JobSpec,
+    Name,
+)
 from goqueue.supervisor.jobs import QueueStats as QueueStats
 from msgspec import UNSET, UnsetType
 
@@ -276,9 +284,47 @@ class BulkPurged(msgspec.Struct):
     remaining: int
 
 
+MAX_BULK_CANCEL = 1000
+
+
+class BulkCancelRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """`POST /jobs/cancel`: which unfinished jobs to cancel, oldest first. Filters as
+    `GET /jobs` (`queue`, `type`, `status`: only `pending` waits unstarted here; a job
+    due later is pending too), `created_before`, at least one of them or `all: true`
+    (an empty body must never empty a queue), and at most `limit` (100 unless given, at
+    most 1000). Running jobs are left alone (counted as `running`) unless `force: true`:
+    then their workers are killed, as for `DELETE /jobs/{id}?force=true`."""
+
+    queue: Name | None = None
+    type: Name | None = None
+    status: Literal["pending"] | None = None
+    created_before: AwareTime | None = None
+    limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_BULK_CANCEL)] = 100
+    force: bool = False
+    all: bool = False
+
+    @property
+    def filtered(self) -> bool:
+        """True if any filter is given."""
+        return any(v is not None for v in (self.queue, self.type, self.status, self.created_before))
+
+
+class BulkCancelled(msgspec.Struct):
+    """A bulk cancel: how many jobs were cancelled (of them, how many were running and
+    had their workers killed), how many matching are left (beyond `limit`, or being
+    changed by another request), and how many running jobs were left alone because
+    `force` was not given."""
+
+    cancelled: int
+    killed: int
+    remaining: int
+    running: int
+
+
 # Decoders are built once and reused (msgspec's advice; they hold no loop).
 SPEC_DECODER = msgspec.json.Decoder(JobSpec)
 BATCH_DECODER = msgspec.json.Decoder(BatchEnvelope)
+BULK_CANCEL_DECODER = msgspec.json.Decoder(BulkCancelRequest)
 
 _MSGSPEC_PATH = re.compile(r" - at `\$(?P<path>[^`]*)`$")
 _NAMED_FIELD = re.compile(r"(?:unknown|missing required) field `(?P<name>[^`]+)`")

@@ -323,6 +323,41 @@ class Purged(msgspec.Struct):
     remaining: int
 
 
+BULK_CANCEL = "bulk cancel"  # the detail of the `cancelled` event of a bulk cancel
+
+
+class CancelFilter(msgspec.Struct, kw_only=True, frozen=True):
+    """Which unfinished jobs a bulk cancel takes: of `statuses` (pending and claimed;
+    running too when forced), in `queue`, of `type`, created before `created_before`
+    (each None for any)."""
+
+    statuses: tuple[Status, ...] = (Status.PENDING, Status.CLAIMED)
+    queue: str | None = None
+    type: str | None = None
+    created_before: datetime | None = None
+
+    def matches(self, job: Job) -> bool:
+        """True if `job` passes the filters, whatever its status."""
+        return (
+            (self.queue is None or job.queue == self.queue)
+            and (self.type is None or job.type == self.type)
+            and (self.created_before is None or job.created_at < self.created_before)
+        )
+
+
+class Cancelled(msgspec.Struct):
+    """What a bulk cancel did: the jobs it cancelled, the lease tokens of those a node
+    held (claimed or running: to drop or kill), how many matching it left (beyond its
+    limit, or taken by another request meanwhile), how many running jobs passing the
+    filters it left alone because it was not forced, and how many it cancelled running."""
+
+    jobs: list[Job]
+    tokens: list[str]
+    remaining: int
+    running: int
+    killed: int = 0
+
+
 class Event(msgspec.Struct, kw_only=True):
     """One entry of a job's audit trail."""
 

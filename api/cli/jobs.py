@@ -14,6 +14,7 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
+from goqueue.api.cli.cancels import add_jobs_cancel, add_queues_clear
 from goqueue.api.cli.common import (
     DEFAULT_HTTP_TIMEOUT,
     DEFAULT_URL,
@@ -160,6 +161,23 @@ def cmd_stats(client: Client, args: argparse.Namespace) -> int:
     print()
     print(f"dead letters  {stats.dead_letters}")
     print(f"workers       busy {workers.get('busy', '-')}, idle {workers.get('idle', '-')}")
+    return EXIT_OK
+
+
+@command
+def cmd_queues(client: Client, args: argparse.Namespace) -> int:
+    """GET /stats: the queues with pending jobs, deepest first."""
+    stats = client.stats()
+    if args.json:
+        return print_json({"queues": stats.queues})
+    deepest = sorted(stats.queues.items(), key=lambda item: (-sum(item[1].values()), item[0]))
+    rows = [
+        {"queue": name, "pending": sum(depth.values()), "by_priority": priority_depth(depth)}
+        for name, depth in deepest
+    ]
+    if rows:
+        print(table(rows, ("queue", "pending", "by_priority")))
+    print(f"{len(rows)} queue{'' if len(rows) == 1 else 's'} with pending jobs")
     return EXIT_OK
 
 
@@ -312,12 +330,12 @@ def _add_enqueue(subparsers: Subparsers, common: argparse.ArgumentParser) -> Non
 
 def _add_jobs(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     """`goqueue jobs`, `job ID`, `events ID`, `cancel ID`."""
-    p = subparsers.add_parser("jobs", parents=[common], help="list jobs, newest first")
-    p.add_argument("--type", metavar="T", help="only this job type")
-    p.add_argument("--status", choices=STATUSES, help="only this status")
-    p.add_argument("--queue", metavar="Q", help="only this queue")
-    add_paging(p)
-    p.set_defaults(func=cmd_jobs)
+    p = subparsers.add_parser(
+        "jobs", parents=[common], help="list jobs, newest first (or cancel them in bulk)"
+    )
+    _add_listing(p)
+    listing = add_jobs_cancel(p, common)
+    _add_listing(listing.add_parser("list", parents=[common], help="list jobs, newest first"))
 
     p = subparsers.add_parser("job", parents=[common], help="show one job")
     p.add_argument("id", metavar="ID", help="the job's id")
@@ -337,6 +355,15 @@ def _add_jobs(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_cancel)
 
 
+def _add_listing(p: argparse.ArgumentParser) -> None:
+    """`goqueue jobs [list]`'s filters and paging."""
+    p.add_argument("--type", metavar="T", help="only this job type")
+    p.add_argument("--status", choices=STATUSES, help="only this status")
+    p.add_argument("--queue", metavar="Q", help="only this queue")
+    add_paging(p)
+    p.set_defaults(func=cmd_jobs)
+
+
 def _add_queues(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     """`goqueue stats`, `queue-stats NAME`, `pause QUEUE`, `resume QUEUE`."""
     p = subparsers.add_parser(
@@ -349,6 +376,14 @@ def _add_queues(subparsers: Subparsers, common: argparse.ArgumentParser) -> None
     )
     p.add_argument("name", metavar="NAME")
     p.set_defaults(func=cmd_queue_stats)
+
+    p = subparsers.add_parser(
+        "queues", parents=[common], help="queues with pending jobs; clear one (bulk cancel)"
+    )
+    p.set_defaults(func=cmd_queues)
+    actions = p.add_subparsers(dest="queues_action", metavar="ACTION", required=False)
+    actions.add_parser("list", parents=[common], help="queues with pending jobs, by depth")
+    add_queues_clear(actions, common)
 
     p = subparsers.add_parser("pause", parents=[common], help="stop dispatching from a queue")
     p.add_argument("queue", metavar="QUEUE")

@@ -17,6 +17,7 @@ from typing import Any, TypeVar, Unpack
 import aiohttp
 import yarl
 from goqueue.api.wire import (
+    BulkCancelled,
     BulkPurged,
     BulkReplayed,
     DeadLetterList,
@@ -149,6 +150,10 @@ class AsyncClient(BaseClient):
     async def cancel(self, job_id: str, force: bool = False) -> JobOut:
         """Cancel a job (see `Client.cancel`)."""
         return await self.execute(core.cancel(job_id, force))
+
+    async def cancel_many(self, **filters: Unpack[core.CancelFilters]) -> BulkCancelled:
+        """Cancel the jobs `filters` select (see `Client.cancel_many`)."""
+        return await self.execute(core.cancel_many(filters))
 
     # -- queues and stats ------------------------------------------------------------------
 

@@ -14,6 +14,8 @@ from typing import Protocol
 import msgspec
 from goqueue.supervisor.dispatch.rates import Rate, Taken
 from goqueue.supervisor.jobs import (
+    CancelFilter,
+    Cancelled,
     DeadLetter,
     Enqueued,
     Event,
@@ -157,6 +159,12 @@ class Store(Protocol):
         claimed) so the engine can kill the worker or drop the lease in hand. Raises
         NotFound, or InvalidState when terminal or when running without `force`.
         """
+
+    async def cancel_many(self, filters: CancelFilter, limit: int) -> Cancelled:
+        """Cancel up to `limit` unfinished jobs passing `filters`, oldest first, in one
+        statement (one transaction on PostgreSQL); each gets a `cancelled` event whose
+        detail says it was a bulk cancel. A job another request is changing is skipped
+        and counted as remaining."""
 
     async def get(self, job_id: str) -> Job | None:
         """One job by id."""

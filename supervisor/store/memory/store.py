@@ -22,8 +22,11 @@ from goqueue.supervisor.errors import (
     StoreFull,
 )
 from goqueue.supervisor.jobs import (
+    BULK_CANCEL,
     DEFAULT_MAX_RETRIES,
     AttemptError,
+    CancelFilter,
+    Cancelled,
     DeadLetter,
     Enqueued,
     Job,
@@ -370,17 +373,36 @@ class MemoryStore(MemoryReads):
             raise InvalidState(f"job {job_id} is already {job.status}", job.status)
         if job.status == Status.RUNNING and not force:
             raise InvalidState(f"job {job_id} is running; use force=true to kill it", job.status)
+        return job, self._cancel(job, self.clock())
+
+    async def cancel_many(self, filters: CancelFilter, limit: int) -> Cancelled:
+        """Cancel up to `limit` unfinished jobs passing `filters`, oldest first."""
+        matching = [j for j in self._jobs.values() if filters.matches(j)]
+        left_alone = () if Status.RUNNING in filters.statuses else (Status.RUNNING,)
+        running = sum(1 for j in matching if j.status in left_alone)
+        taken = sorted(
+            (j for j in matching if j.status in filters.statuses),
+            key=lambda j: (j.created_at, j.seq),
+        )
+        taken, remaining = taken[:limit], max(0, len(taken) - limit)
+        killed = sum(1 for j in taken if j.status == Status.RUNNING)
         now = self.clock()
-        token = self._tokens.get(job_id)
+        cancelled = [self._cancel(job, now, BULK_CANCEL) for job in taken]
+        tokens = [token for token in cancelled if token is not None]
+        return Cancelled(taken, tokens, remaining, running, killed)
+
+    def _cancel(self, job: Job, now: datetime, detail: str | None = None) -> str | None:
+        """Cancel an unfinished job; the token of the lease it had, if any."""
+        token = self._tokens.get(job.id)
         if token is not None:
             self._drop_lease(token)
         if job.status == Status.PENDING:
             self._pending.discard(job, now.timestamp())
         job.finished_at = now
         self._set_status(job, Status.CANCELLED, now)
-        self._event(job, EventKind.CANCELLED, now)
+        self._event(job, EventKind.CANCELLED, now, detail)
         self._retire(job)
-        return job, token
+        return token
 
     # -- queues and pruning ----------------------------------------------------------
 

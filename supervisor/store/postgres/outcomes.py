@@ -16,7 +16,16 @@ from typing import Any
 import msgspec
 from goqueue.supervisor.enums import TERMINAL, EventKind, Status
 from goqueue.supervisor.errors import InvalidState, NotFound
-from goqueue.supervisor.jobs import DeadLetter, Job, Lease, Outcome, new_id
+from goqueue.supervisor.jobs import (
+    BULK_CANCEL,
+    CancelFilter,
+    Cancelled,
+    DeadLetter,
+    Job,
+    Lease,
+    Outcome,
+    new_id,
+)
 from goqueue.supervisor.store.postgres import rows as pg_rows
 from goqueue.supervisor.store.postgres.connection import Conn, Connections
 from goqueue.supervisor.store.postgres.enqueue import Enqueuer
@@ -389,3 +398,26 @@ class Outcomes:
             return job, None
         self._wakeups.freed(job)
         return job, token
+
+    async def cancel_many(self, filters: CancelFilter, limit: int) -> Cancelled:
+        """Cancel up to `limit` matching jobs, oldest first, in one statement; a lease
+        cleared fences its holder out (the tokens are returned to kill the workers)."""
+        params = {
+            "statuses": [str(s) for s in filters.statuses],
+            "queue": filters.queue,
+            "type": filters.type,
+            "before": filters.created_before,
+            "limit": limit,
+            "node": self.node_id,
+            "detail": BULK_CANCEL,
+        }
+        rows = await self._db.execute(self._sql[Sql.CANCEL_MANY], params)
+        matching, running = rows[0][0], rows[0][1]
+        taken = [row for row in rows if row[3] is not None]
+        jobs = [pg_rows.job(row[4:]) for row in taken]
+        for job in jobs:
+            self._wakeups.freed(job)
+        tokens = [row[2] for row in taken if row[2] is not None]
+        killed = sum(1 for row in taken if row[3] == Status.RUNNING)
+        left_alone = 0 if Status.RUNNING in filters.statuses else running
+        return Cancelled(jobs, tokens, matching - len(jobs), left_alone, killed)

@@ -35,6 +35,8 @@ import msgspec
 from goqueue.supervisor.dispatch.rates import Rate, Taken
 from goqueue.supervisor.errors import StoreUnavailable
 from goqueue.supervisor.jobs import (
+    CancelFilter,
+    Cancelled,
     DeadLetter,
     Enqueued,
     Event,
@@ -304,6 +306,10 @@ class PostgresStore:
     async def cancel(self, job_id: str, force: bool) -> tuple[Job, str | None]:
         """Cancel a pending job, or a running one with `force` (its token is returned)."""
         return await self._outcomes.cancel(job_id, force)
+
+    async def cancel_many(self, filters: CancelFilter, limit: int) -> Cancelled:
+        """Cancel up to `limit` matching jobs, oldest first, in one statement."""
+        return await self._outcomes.cancel_many(filters, limit)
 
     # -- reads -----------------------------------------------------------------------
 

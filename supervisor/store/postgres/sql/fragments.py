@@ -144,6 +144,7 @@ class Sql(StrEnum):
     RELEASE = auto()
     LOCK_JOB = auto()
     CANCEL = auto()
+    CANCEL_MANY = auto()
     # reads
     GET = auto()
     LIST_JOBS = auto()
