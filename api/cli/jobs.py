@@ -18,6 +18,7 @@ from goqueue.api.cli.cancels import add_jobs_cancel, add_queues_clear
 from goqueue.api.cli.common import (
     DEFAULT_HTTP_TIMEOUT,
     DEFAULT_URL,
+    EXIT_HTTP_ERROR,
     EXIT_OK,
     EXIT_USAGE,
     Handler,
@@ -43,6 +44,7 @@ from goqueue.api.cli.output import (
     without_tracebacks,
 )
 from goqueue.api.cli.schedules import add_schedules
+from goqueue.client.errors import Conflict
 from goqueue.client.sync import Client
 from goqueue.supervisor.jobs import (
     DEFAULT_MAX_RETRIES,
@@ -136,7 +138,15 @@ def cmd_events(client: Client, args: argparse.Namespace) -> int:
 @command
 def cmd_cancel(client: Client, args: argparse.Namespace) -> int:
     """DELETE /jobs/{id}, with force=true to kill a running job."""
-    job = client.cancel(args.id, force=args.force)
+    try:
+        job = client.cancel(args.id, force=args.force)
+    except Conflict as exc:
+        if exc.details and exc.details.get("status") == "running" and not args.force:
+            print(
+                f"goqueue cancel: job {args.id} is running: add --force to kill it", file=sys.stderr
+            )
+            return EXIT_HTTP_ERROR
+        raise
     if args.json:
         return print_json(job)
     print(f"job {job.id}: {job.status}")
@@ -230,6 +240,7 @@ def add_connection_options(
     parser.add_argument(
         "--url",
         dest=f"{prefix}url",
+        metavar="URL",
         default=absent,
         help=f"the node's base URL (default: $GOQUEUE_URL, else {DEFAULT_URL})",
     )

@@ -241,15 +241,22 @@ def format_value(value: object) -> str:
     return str(value)
 
 
-def add_arguments(parser: argparse.ArgumentParser, only: Collection[str] | None = None) -> None:
+def add_arguments(
+    parser: argparse.ArgumentParser,
+    only: Collection[str] | None = None,
+    when_unset: Mapping[str, str] | None = None,
+) -> None:
     """One flag per option (or per option named in `only`), all defaulting to None so
-    `load` can tell "not given" apart; `--limit` too unless `only` leaves it out."""
+    `load` can tell "not given" apart; `--limit` too unless `only` leaves it out.
+    `when_unset` says, per option, what leaving it unset means to this command when that
+    differs from `serve` (to `migrate`, no database URL is an error, not memory)."""
     for option in OPTIONS:
         if only is not None and option.name not in only:
             continue
         envs = " or ".join(option.envs)
         repeat = "; repeatable" if option.repeatable else ""
-        text = f"{option.help}{repeat} (default: {describe_default(option)}; env {envs})"
+        default = (when_unset or {}).get(option.name) or describe_default(option)
+        text = f"{option.help}{repeat} (default: {default}; env {envs})"
         help_text = text.replace("%", "%%")  # argparse formats help with %
         if option.kind == "bool":
             parser.add_argument(

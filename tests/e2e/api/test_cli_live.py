@@ -126,3 +126,71 @@ def test_dlq_list_and_show_a_dead_chained_job(node: Node) -> None:
     assert listed["dead_letters"][0]["job"]["on_success"]["payload"] == TEMPLATE["payload"]
     shown = ok(node, "dlq", "show", dead[0]["id"])
     assert '"step":2' in shown and "bad input, do not retry" in shown
+
+
+# -- papercuts: what the command line says ------------------------------------------------
+
+
+def test_cancel_of_a_running_job_names_the_flag(node: Node, tmp_path: Path) -> None:
+    job = node.enqueue(type="spin", payload={"dir": str(tmp_path)})
+    wait_for(lambda: next(tmp_path.glob("spin-*"), None), what="the job spinning")
+    try:
+        refused = goqueue(node, "cancel", job["id"])
+        assert refused.returncode == 1
+        hint = f"goqueue cancel: job {job['id']} is running: add --force to kill it\n"
+        assert refused.stderr == hint
+        assert "cancelled" in ok(node, "cancel", job["id"], "--force")
+    finally:
+        node.delete(f"/jobs/{job['id']}?force=true")  # a spinning job would outlive the node
+
+
+def test_every_bare_group_accepts_list(node: Node) -> None:
+    assert ok(node, "schedules", "list") == ok(node, "schedules")
+    assert ok(node, "dlq", "list").startswith("no dead letters")
+    assert ok(node, "jobs", "list") == ok(node, "jobs")
+    assert ok(node, "queues", "list") == ok(node, "queues")
+
+
+def run_help(*argv: str, cwd: Path | None = None) -> str:
+    done = subprocess.run(
+        [sys.executable, "-m", "goqueue.api.cli.main", *argv, "--help"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=cwd,
+    )
+    assert done.returncode == 0, done.stderr
+    return " ".join(done.stdout.split())
+
+
+def test_help_texts_say_what_is_true() -> None:
+    top = run_help()
+    assert "--url URL" in top and "GLOBAL_URL" not in top
+    migrate = run_help("migrate")
+    assert "in-memory store" not in migrate
+    assert "(default: none: it must be given;" in migrate
+    assert "(default: the in-memory store;" in run_help("serve")
+
+
+def test_bench_is_listed_only_where_a_checkout_offers_it(tmp_path: Path) -> None:
+    show = (
+        "import argparse, pathlib, sys\n"
+        "from goqueue.api.cli.main import add_bench\n"
+        "parser = argparse.ArgumentParser(prog='goqueue')\n"
+        "commands = parser.add_subparsers(metavar='COMMAND')\n"
+        "add_bench(commands, pathlib.Path(sys.argv[1]))\n"
+        "parser.print_help()\n"
+        "sys.exit(parser.parse_args(['bench']).func(None))\n"
+    )
+    elsewhere = subprocess.run(
+        [sys.executable, "-c", show, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=tmp_path,  # no benchmarks/ here, nor on the path
+    )
+    assert "bench" not in elsewhere.stdout  # not listed...
+    assert (
+        elsewhere.returncode == 2 and "needs a source checkout" in elsewhere.stderr
+    )  # ...but says
+    assert "benchmark GoQueue" in run_help()  # this checkout offers it
