@@ -122,7 +122,7 @@ def resolve_spec(
     this rule: the engine and `goqueue.pg` both use it). With `known`, a type not in it
     raises UnknownJobType naming the field."""
     if known is not None and spec.type not in known:
-        raise UnknownJobType(spec.type, f"{path}type")
+        raise UnknownJobType(spec.type, f"{path}type", known)
     actor = declared(spec.type)
     queue, priority, retries = spec.queue, spec.priority, spec.max_retries
     if queue is None:

@@ -194,3 +194,17 @@ def test_bench_is_listed_only_where_a_checkout_offers_it(tmp_path: Path) -> None
         elsewhere.returncode == 2 and "needs a source checkout" in elsewhere.stderr
     )  # ...but says
     assert "benchmark GoQueue" in run_help()  # this checkout offers it
+
+
+def test_an_unknown_type_gets_a_suggestion(node: Node) -> None:
+    resp = node.post("/jobs", {"type": "nooop"})
+    assert resp.status == 400
+    assert resp.body["error"].endswith("no actor of that name is registered; did you mean 'noop'?")
+    assert resp.body["details"] == {"field": "type", "type": "nooop"}
+    chained = node.post("/jobs", {"type": "noop", "on_success": {"type": "echo_asnyc"}})
+    assert "did you mean 'echo_async'?" in chained.body["error"]
+    assert chained.body["details"]["field"] == "on_success.type"
+    far = node.post("/jobs", {"type": "zzzzzz"})
+    assert "did you mean" not in far.body["error"]
+    refused = goqueue(node, "enqueue", "nooop")
+    assert refused.returncode == 1 and "did you mean 'noop'?" in refused.stderr
