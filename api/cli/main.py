@@ -106,7 +106,7 @@ def _serve(args: argparse.Namespace) -> int:
     settings = _settings(args, "goqueue serve", "goqueue")
     if isinstance(settings, int):
         return settings
-    logs.configure(settings.log_level)
+    logs.configure(settings.log_level, format=settings.log_format)
     from goqueue.api.cli.serve import serve
 
     return serve(settings, args)  # a failed start is one line of the node's log

@@ -107,6 +107,7 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     retention_seconds: float = 604_800.0  # 0: keep finished jobs forever
     kill_grace: float = 0.05
     log_level: str = "info"
+    log_format: str | None = None  # None: text on a terminal, else json
     config: str | None = None
     node_id: str = msgspec.field(default_factory=default_node_id)
     limits: dict[str, int] = msgspec.field(default_factory=dict)
@@ -123,6 +124,20 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     keepalive_timeout: float = 75.0
     schedules: tuple[ScheduleSpec, ...] = ()
     rate_limits: dict[str, str] = msgspec.field(default_factory=dict)  # TYPE -> "20/s"
+
+    @property
+    def store_kind(self) -> str:
+        """Which store the node keeps its jobs in: `memory` without a database URL, else
+        the URL's scheme (`postgresql`), for the start-up log line."""
+        if self.database_url is None:
+            return "memory"
+        scheme = self.database_url.partition(":")[0].lower()
+        return "postgresql" if scheme in ("postgres", "postgresql") else scheme
+
+    @property
+    def keeps_jobs(self) -> bool:
+        """False when a restart loses every job (the in-memory store)."""
+        return self.database_url is not None
 
     def __post_init__(self) -> None:
         for option in OPTIONS:
