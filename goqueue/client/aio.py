@@ -42,8 +42,10 @@ MAX_CONNECTIONS = 32
 class AsyncClient(BaseClient):
     """A GoQueue node's API from asyncio code: `await client.enqueue("email", {...})`.
 
-    The same arguments, defaults and retries as `Client`. Use it as `async with
-    AsyncClient() as client:`, or `await client.close()` when done.
+    The same arguments, defaults and retries as `Client`. Close it: use it as `async with
+    AsyncClient() as client:`, or `await client.close()` when done. It holds an aiohttp
+    session with open connections, and one left unclosed makes Python warn
+    `ResourceWarning: Unclosed client session` (and `Unclosed connector`) at exit.
     """
 
     def __init__(
