@@ -479,3 +479,34 @@ def test_a_failed_jobs_traceback_shows_collapsed_with_copy_on_its_pages(
     blocks.nth(1).locator("summary").click()
     expect(blocks.nth(1).locator("pre")).to_contain_text("in _compare")
     tab.shot("dead-traceback")
+
+
+@pytest.mark.parametrize("viewport", [WIDE, PHONE], ids=["wide", "phone"])
+def test_clearing_a_queue_cancels_its_pending_jobs_after_a_counted_confirmation(
+    node: Node, open_tab: Any, tmp_path: Path, viewport: dict[str, int]
+) -> None:
+    waiting = [node.enqueue(type="noop", queue="mail", delay_seconds=3600)["id"] for _ in range(3)]
+    spinning = node.enqueue(type="spin", queue="mail", payload={"dir": str(tmp_path)})["id"]
+    wait_for(lambda: next(tmp_path.glob("spin-*"), None), what="the job spinning")
+    other = node.enqueue(type="noop", queue="other", delay_seconds=3600)["id"]
+    try:
+        tab = open_tab(node.url, viewport=viewport)
+        page = tab.open("/queues")
+        page.locator('[data-clear="mail"]').click()
+        dialog = page.locator("dialog#confirm")
+        expect(dialog).to_contain_text("Cancel 3 pending jobs in mail?")
+        expect(dialog).to_contain_text("Its 1 running job is left alone.")
+        tab.shot("queue-clear")
+        dialog.get_by_role("button", name="Keep it").click()  # the safe choice: nothing
+        assert [node.get(f"/jobs/{i}").body["status"] for i in waiting] == ["pending"] * 3
+        page.locator('[data-clear="mail"]').click()
+        dialog.get_by_role("button", name="Cancel 3 jobs").click()
+        expect(page.locator(".toast").last).to_contain_text(
+            "Cancelled 3 jobs in mail. 1 running job left alone."
+        )
+        assert [node.get(f"/jobs/{i}").body["status"] for i in waiting] == ["cancelled"] * 3
+        assert node.get(f"/jobs/{spinning}").body["status"] == "running"
+        assert node.get(f"/jobs/{other}").body["status"] == "pending"
+        expect(page.locator('[data-clear="mail"]')).to_have_count(0)  # nothing pending left
+    finally:
+        node.delete(f"/jobs/{spinning}?force=true")
