@@ -30,6 +30,7 @@ from goqueue.api.http.params import (
 )
 from goqueue.api.http.replies import reply
 from goqueue.api.http.state import ENGINE
+from goqueue.supervisor.enums import Status
 from goqueue.supervisor.errors import StoreUnavailable
 from goqueue.supervisor.jobs import JobFilter
 from goqueue.supervisor.observe.history import BUCKET_SECONDS, Window, WorkerExit
@@ -198,8 +199,18 @@ async def job_briefs(request: web.Request) -> web.Response:
         type=TYPE.parse(query), status=STATUS.parse(query), queue=QUEUE.parse(query)
     )
     limit, offset, cut = LIMIT.parse(query), OFFSET.parse(query), PREVIEW.parse(query)
-    page = await within(request.app[ENGINE].job_briefs(filters, limit, offset, cut))
-    return reply(JobBriefList(page.items, page.total, limit, offset))
+    engine = request.app[ENGINE]
+    page = await within(engine.job_briefs(filters, limit, offset, cut))
+    briefs = [_with_progress(brief, engine.progress(brief.id)) for brief in page.items]
+    return reply(JobBriefList(briefs, page.total, limit, offset))
+
+
+def _with_progress(brief: JobBrief, progress: msgspec.Raw | None) -> JobBrief:
+    """A running row with the progress this node knows of (a copy: rows are shared
+    between callers for a second or two)."""
+    if brief.status != Status.RUNNING or progress is None:
+        return brief
+    return msgspec.structs.replace(brief, progress=progress)
 
 
 @routes.get("/summary/dlq")

@@ -510,3 +510,36 @@ def test_clearing_a_queue_cancels_its_pending_jobs_after_a_counted_confirmation(
         expect(page.locator('[data-clear="mail"]')).to_have_count(0)  # nothing pending left
     finally:
         node.delete(f"/jobs/{spinning}?force=true")
+
+
+@pytest.mark.parametrize("viewport", [WIDE, PHONE], ids=["wide", "phone"])
+def test_a_running_jobs_progress_shows_as_a_bar_on_its_page_and_in_the_list(
+    node: Node, open_tab: Any, tmp_path: Path, viewport: dict[str, int]
+) -> None:
+    fraction = node.enqueue(type="reporter", payload={"reports": [0.4], "dir": str(tmp_path)})
+    counted = node.enqueue(
+        type="reporter", payload={"reports": [{"done": 3, "of": 4}], "dir": str(tmp_path)}
+    )
+    try:
+        for job in (fraction, counted):
+            wait_for(lambda j=job: node.get(f"/jobs/{j['id']}").body.get("progress"))
+        rows = node.get("/summary/jobs?type=reporter").body["jobs"]
+        assert sorted(str(r["progress"]) for r in rows) == ["0.4", "{'done': 3, 'of': 4}"]
+        tab = open_tab(node.url, viewport=viewport)
+        page = tab.open(f"/jobs/{fraction['id']}")
+        bar = page.locator("dl.facts [data-progress]")
+        expect(bar).to_have_attribute("data-progress", "40")
+        expect(bar).to_contain_text("40%")
+        tab.shot("job-progress")
+        page = tab.open("/jobs?type=reporter")
+        expect(
+            page.locator(f'tr:has([data-job="{counted["id"]}"]) [data-progress]')
+        ).to_contain_text("3 of 4")
+        expect(
+            page.locator(f'tr:has([data-job="{fraction["id"]}"]) [data-progress="40"]')
+        ).to_have_count(1)
+        tab.shot("jobs-progress")
+    finally:
+        (tmp_path / "go").write_text("")  # the handlers' cue to finish
+    for job in (fraction, counted):
+        node.wait_status(job["id"], "done")

@@ -5,7 +5,7 @@
 import { api } from "../api.js";
 import { absolute, duration, h, icon, prettyJson, shortId, swap, when } from "../dom.js";
 import { poll } from "../live.js";
-import { badge, callout, confirmAction, explain, pageHead, panel, toast } from "../ui.js";
+import { badge, callout, confirmAction, explain, pageHead, panel, progressBar, toast } from "../ui.js";
 
 const EVERY_MS = 2000;
 const TERMINAL = new Set(["done", "failed", "cancelled"]);
@@ -132,6 +132,9 @@ export default {
           ? fact("Finished", h("span", null, when(job.finished_at), h("span", { class: "muted" }, ` · took ${took}`)))
           : fact(job.status === "running" ? "Running for" : "Took", job.status === "running" ? took.replace(" so far", "") : took),
       );
+      if (job.status === "running" && job.progress !== undefined && job.progress !== null) {
+        facts.append(fact("Progress", progressBar(job.progress)));
+      }
       const sections = [h("section", { class: "panel facts-panel", "aria-label": "Facts" }, facts)];
       if (job.last_error && job.status !== "done") {
         const label = job.status === "failed" ? "Failed for good" : job.status === "pending" ? "The last attempt failed; it will be retried" : "The last attempt failed";
