@@ -187,9 +187,10 @@ def spec_problem(
     return None
 
 
-class AttemptError(msgspec.Struct, kw_only=True, gc=False):
+class AttemptError(msgspec.Struct, kw_only=True, gc=False, omit_defaults=True):
     """Why one attempt failed; `traceback` where the handler raised an unexpected
-    exception (the last frames, bounded by `--max-traceback-bytes`)."""
+    exception (the last frames, bounded by `--max-traceback-bytes`), left out otherwise
+    (as PostgreSQL's JSON of the errors leaves it out, so webhook bodies agree)."""
 
     attempt: int
     error: str
