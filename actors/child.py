@@ -147,7 +147,7 @@ class Worker:
             return self._failed(job, started, f"Fail: {exc}", retry=False)
         except Exception as exc:
             return self._failed(
-                job, started, _describe(exc), tb=bounded(exc, self.max_traceback_bytes)
+                job, started, _describe(exc), tb=bounded(exc, self.max_traceback_bytes, _OWN_FILES)
             )
         try:
             encoded = msgspec.json.encode(result)
@@ -188,6 +188,9 @@ class Worker:
     ) -> JobFailed:
         duration = time.monotonic() - started
         return JobFailed(job.job_id, error, duration, retry, delay, tb, _rss_kb())
+
+
+_OWN_FILES = frozenset({__file__})  # frames left out of a handler's traceback
 
 
 def _describe(exc: BaseException) -> str:

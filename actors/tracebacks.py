@@ -4,18 +4,24 @@ last frames and the exception, since the frames nearest the raise explain it."""
 from __future__ import annotations
 
 import traceback
+from collections.abc import Collection
 
 DEFAULT_MAX_TRACEBACK_BYTES = 8192
 _HEADER = "Traceback (most recent call last):\n"
 
 
-def bounded(exc: BaseException, limit: int) -> str:
-    """`exc`'s traceback in at most `limit` bytes of UTF-8 (0: none): the oldest frames
-    go first, replaced by a line saying how many; a last part too big on its own keeps
-    its end."""
+def bounded(exc: BaseException, limit: int, hide: Collection[str] = ()) -> str:
+    """`exc`'s traceback in at most `limit` bytes of UTF-8 (0: none), without the frames
+    of the files in `hide` (the worker's own loop, which every traceback would start
+    with): the oldest frames go first, replaced by a line saying how many; a last part
+    too big on its own keeps its end."""
     if limit <= 0:
         return ""
-    parts = traceback.format_exception(exc)
+    described = traceback.TracebackException.from_exception(exc)
+    if hide:
+        frames = [frame for frame in described.stack if frame.filename not in hide]
+        described.stack = traceback.StackSummary.from_list(frames)
+    parts = list(described.format())
     text = "".join(parts)
     if len(text.encode()) <= limit:
         return text

@@ -33,6 +33,7 @@ def test_each_failed_attempt_keeps_its_traceback(make_store_node: Callable[..., 
         tb = error["traceback"]
         assert tb.startswith("Traceback (most recent call last):\n"), tb
         assert "in nested_raise" in tb and tb.count("in _check_limit") == 3
+        assert "child.py" not in tb  # the worker's own frames say nothing about the job
         assert "in _compare\n    return left <= right" in tb
         assert tb.rstrip().endswith(ERROR)
     events = node.get(f"/jobs/{job['id']}/events").body["events"]

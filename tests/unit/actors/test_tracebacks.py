@@ -50,3 +50,8 @@ def test_a_last_part_too_big_alone_keeps_its_end_in_whole_characters() -> None:
 
 def test_zero_keeps_nothing() -> None:
     assert bounded(caught(1), 0) == ""
+
+
+def test_the_frames_of_hidden_files_are_left_out() -> None:
+    assert bounded(caught(1), 8192, frozenset({__file__})) == "ValueError: the real cause\n"
+    assert __file__ in bounded(caught(1), 8192, frozenset({"elsewhere.py"}))
