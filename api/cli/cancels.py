@@ -37,7 +37,9 @@ def summary(done: BulkCancelled, *, more_hint: str) -> str:
     """What a bulk cancel did, in a line or three an operator can act on."""
     noun = "job" if done.cancelled == 1 else "jobs"
     lines = [f"cancelled {done.cancelled} {noun}"]
-    if done.killed:
+    if done.killed == 1:
+        lines[0] += " (1 running: its worker is being killed)"
+    elif done.killed:
         lines[0] += f" ({done.killed} running: their workers are being killed)"
     if done.remaining:
         lines.append(f"{done.remaining} matching left: {more_hint}")
@@ -101,8 +103,11 @@ def _confirmed(args: argparse.Namespace) -> bool:
     print(f"cancel every {what} job{of_type} in queue {args.queue}? [y/N] ", end="", flush=True)
     try:
         answer = sys.stdin.readline()
-    except OSError:
-        answer = ""
+        piped = not sys.stdin.isatty()
+    except (OSError, ValueError):
+        answer, piped = "", True
+    if piped:
+        print()  # a terminal echoed the answer's newline; a pipe did not
     return answer.strip().lower() in ("y", "yes")
 
 

@@ -140,12 +140,20 @@ def test_goqueue_jobs_cancel_and_queues_clear(node: Node, tmp_path: Path) -> Non
     wait_for(lambda: next(tmp_path.glob("spin-*"), None), what="the job spinning")
     cleared = goqueue(node, "queues", "clear", "mail", stdin="y\n")
     assert cleared.returncode == 0, cleared.stderr
-    assert cleared.stdout.endswith(
+    assert cleared.stdout == (
+        "cancel every pending job in queue mail? [y/N] \n"
         "queue mail: cancelled 2 jobs\n1 running left alone: add --force to kill them\n"
     )
-    forced = goqueue(node, "queues", "clear", "mail", "--yes", "--force", "--json")
+    spinning_too = node.enqueue(type="spin", queue="mail", payload={"dir": str(tmp_path)})["id"]
+    wait_for(lambda: len(list(tmp_path.glob("spin-*"))) == 2, what="a second job spinning")
+    forced = goqueue(node, "queues", "clear", "mail", "--yes", "--force")
     assert forced.returncode == 0, forced.stderr
-    assert '"killed": 1' in forced.stdout
-    assert statuses(node, [spinning]) == ["cancelled"]
+    assert (
+        forced.stdout
+        == "queue mail: cancelled 2 jobs (2 running: their workers are being killed)\n"
+    )
+    assert statuses(node, [spinning, spinning_too]) == ["cancelled"] * 2
+    again = goqueue(node, "jobs", "cancel", "--queue", "mail", "--force", "--json")
+    assert again.returncode == 0 and '"cancelled": 0' in again.stdout
     listed = goqueue(node, "queues", "list")
     assert listed.returncode == 0 and "mail" not in listed.stdout
