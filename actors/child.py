@@ -26,6 +26,7 @@ from goqueue.actors.boot import extend_path, load
 from goqueue.actors.context import PipeLink
 from goqueue.actors.errors import Fail, Retry
 from goqueue.actors.inbox import Inbox
+from goqueue.actors.logs import JobLog
 from goqueue.actors.pipe import Pipe
 from goqueue.actors.protocol import (
     WORKER_BOOT_ERROR,
@@ -57,6 +58,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     boot = pipe.read()
     if not isinstance(boot, Boot):
         _exit(WORKER_OK)  # the supervisor went away before saying anything
+    log = JobLog.install(boot.log_level)
     extend_path(boot.paths)
     loaded = load(boot.modules)
     if isinstance(loaded, BootFailed):
@@ -65,7 +67,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     pipe.send(Ready(os.getpid(), loaded.infos()))
     inbox = Inbox(pipe)
     inbox.start()
-    Worker(pipe, inbox, loaded, max_result_bytes=boot.max_result_bytes).serve()
+    Worker(pipe, inbox, loaded, max_result_bytes=boot.max_result_bytes, log=log).serve()
     _exit(WORKER_OK)
 
 
@@ -110,8 +112,10 @@ class Worker:
         registry: Registry,
         *,
         max_result_bytes: int | None = None,
+        log: JobLog | None = None,
     ) -> None:
         self.pipe = pipe
+        self.log = log
         self.inbox = inbox
         self.registry = registry
         self.max_result_bytes = max_result_bytes
@@ -128,7 +132,16 @@ class Worker:
             self.pipe.send(outcome)
 
     def run(self, job: RunJob) -> JobDone | JobFailed:
-        """Run one attempt and describe its outcome."""
+        """Run one attempt and describe its outcome; its log lines name the job."""
+        if self.log is None:
+            return self._attempt(job)
+        self.log.begin(job.job_id, job.type, job.attempt, job.queue)
+        try:
+            return self._attempt(job)
+        finally:
+            self.log.end()
+
+    def _attempt(self, job: RunJob) -> JobDone | JobFailed:
         started = time.monotonic()
         try:
             result = self._call(job)

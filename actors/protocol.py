@@ -38,6 +38,7 @@ class Boot(msgspec.Struct, tag="boot", tag_field="msg", array_like=True, gc=Fals
     modules: list[str]
     paths: list[str] = []
     max_result_bytes: int | None = None  # a larger result fails its attempt
+    log_level: str = "info"  # the node's; the worker logs JSON lines at it
 
 
 class RunJob(msgspec.Struct, tag="run", tag_field="msg", array_like=True, gc=False):

@@ -205,7 +205,8 @@ class Pool:
         self._all_gone.clear()
         channel.attach(self.loop, launched.sock)
         self.loop.add_reader(launched.pidfd, self._on_exit, worker)
-        self._send(worker, Boot(list(config.modules), list(config.paths), config.max_result_bytes))
+        modules, paths = list(config.modules), list(config.paths)
+        self._send(worker, Boot(modules, paths, config.max_result_bytes, config.log_level))
         log.debug("worker spawned", extra={"worker_pid": worker.pid, "slot": worker.slot})
         return worker
 

@@ -40,11 +40,12 @@ _PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 @dataclass(frozen=True, slots=True)
 class WorkerConfig:
     """What a new worker boots with: the actor modules, the directories put first on its
-    import path, the largest result it may return (None: no limit)."""
+    import path, the largest result it may return (None: no limit), its log level."""
 
     modules: tuple[str, ...]
     paths: tuple[str, ...] = ()
     max_result_bytes: int | None = None
+    log_level: str = "info"
 
     @classmethod
     def of(cls, settings: Settings) -> WorkerConfig:
@@ -52,7 +53,7 @@ class WorkerConfig:
         the import path (so `cd project && goqueue serve --actors app.tasks` works)."""
         cwd = os.getcwd()
         paths = (cwd, *(os.path.join(cwd, p) for p in settings.path or ()))
-        return cls(tuple(settings.actors), paths, settings.max_result_bytes)
+        return cls(tuple(settings.actors), paths, settings.max_result_bytes, settings.log_level)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,8 +104,9 @@ def _spawn(fd: int, environ: Mapping[str, str]) -> int:
 
 
 def _argv(supervisor: int) -> list[str]:
-    # -u: a killed job's prints are not lost in a buffer; -P: nothing from the working
-    # directory shadows what the worker imports to boot (Boot.paths adds it afterwards)
+    # -u: nothing written below the worker's line capture waits in a buffer; -P: nothing
+    # from the working directory shadows what the worker imports to boot (Boot.paths
+    # adds it afterwards)
     return [
         sys.executable,
         "-u",
