@@ -27,11 +27,13 @@ from goqueue.supervisor.dispatch.catalog import Catalog
 from goqueue.supervisor.dispatch.policy import Policy
 from goqueue.supervisor.enums import RESTART_AFTER, KillReason, RestartReason, WorkerState
 from goqueue.supervisor.errors import BootError, StoreUnavailable
+from goqueue.supervisor.jobs import OTHER_QUEUES
 from goqueue.supervisor.node import Node
 from goqueue.supervisor.settings.config import Settings
 from goqueue.supervisor.shutdown import abort, drain, kill_busy
 from goqueue.supervisor.workers.handle import Worker
 from goqueue.supervisor.workers.pool import Recycle, WorkerConfig, describe_exit
+from goqueue.supervisor.workers.scaling import Bounds, Scaler
 
 log = logging.getLogger("goqueue.arbiter")
 
@@ -39,6 +41,7 @@ EXIT_OK = 0
 EXIT_FAILED = 1  # something failed that retrying would not mend (see the log)
 EXIT_BOOT_ERROR = 3
 TICK = 0.5
+SCALE_QUEUES = 100  # queues whose waits the scaling looks at (the rest are summed)
 BOOT_RETRY_BASE = 0.5  # seconds before the first retry of a boot step (store, worker)
 BOOT_RETRY_CAP = 10.0
 SPAWN_RETRY_BASE = 0.5  # seconds before retrying a worker spawn that failed (EMFILE, ...)
@@ -68,7 +71,10 @@ class Arbiter:
         self.metrics = node.metrics
         self.leases = node.leases
         self.catalog = node.dispatcher.catalog  # empty until the first worker is Ready
-        self.target = node.settings.workers
+        self.scaler = Scaler(Bounds(*node.settings.worker_bounds), node.settings.scale_down_after)
+        self.target = self.scaler.target
+        bounds = self.scaler.bounds
+        node.history.note_workers(self.target, bounds.minimum, bounds.maximum)
         self.generation = 0
         self.exit_code = EXIT_OK
         self.rng = random.Random()
@@ -287,15 +293,16 @@ class Arbiter:
             return
 
     def handle_ttin(self) -> None:
-        """One worker more."""
-        self.target += 1
-        log.info("worker count raised", extra={"workers": self.target})
+        """One worker more: both bounds up by one."""
+        self.target = self.scaler.rebound(self.scaler.bounds.raised())
+        bounds = str(self.scaler.bounds)
+        log.info("worker count raised", extra={"workers": self.target, "bounds": bounds})
 
     def handle_ttou(self) -> None:
-        """One worker fewer (never below one)."""
-        if self.target > 1:
-            self.target -= 1
-        log.info("worker count lowered", extra={"workers": self.target})
+        """One worker fewer: both bounds down by one (never below one)."""
+        self.target = self.scaler.rebound(self.scaler.bounds.lowered())
+        bounds = str(self.scaler.bounds)
+        log.info("worker count lowered", extra={"workers": self.target, "bounds": bounds})
 
     # -- workers ---------------------------------------------------------------------
 
@@ -347,6 +354,7 @@ class Arbiter:
         (the heartbeat a third of a lease apart)."""
         now = time.monotonic()
         self._refresh_gauges()
+        await self._scale()
         if now - self._last_sweep >= SWEEP:
             self._last_sweep = now
             self.dispatcher.wake()  # a safety net under notifications, never for latency
@@ -371,6 +379,49 @@ class Arbiter:
             return
         self.leases.reachable()
         self.leases.kill_lost(lost)
+
+    async def _scale(self) -> None:
+        """With --workers MIN:MAX, move the target with the load (see `scaling.py`)."""
+        if not self.scaler.bounds.fixed and self._probe is None and self._stopping is None:
+            workers = [
+                w
+                for w in self.pool
+                if w.state != WorkerState.STOPPING
+                and not w.retire
+                and w.generation >= self.generation
+            ]
+            idle = sum(1 for w in workers if w.state == WorkerState.IDLE)
+            booting = sum(1 for w in workers if w.state == WorkerState.BOOTING)
+            saturated = not idle and not booting and len(workers) < self.scaler.bounds.maximum
+            waited = await self._waited() if saturated else 0.0
+            now = time.monotonic()
+            target = self.scaler.decide(
+                now, workers=len(workers), idle=idle, booting=booting, waited=waited
+            )
+            if target != self.target:
+                extra = {
+                    "workers": target,
+                    "before": self.target,
+                    "bounds": str(self.scaler.bounds),
+                }
+                log.info("worker count scaled", extra=extra)
+                self.target = target
+                self.manage_workers()
+        bounds = self.scaler.bounds
+        self.node.history.note_workers(self.target, bounds.minimum, bounds.maximum)
+        self.metrics.set_worker_bounds(self.target, bounds.minimum, bounds.maximum)
+
+    async def _waited(self) -> float:
+        """Seconds the longest-waiting due job of a queue this node serves has waited."""
+        try:
+            depths = await self.store.queue_depths(SCALE_QUEUES)
+        except StoreUnavailable:
+            return 0.0
+        served = self.dispatcher.policy.queues
+        waits = depths.waiting
+        if served is not None:
+            waits = {q: w for q, w in waits.items() if q in served or q == OTHER_QUEUES}
+        return max(waits.values(), default=0.0)
 
     def _refresh_gauges(self) -> None:
         counts = self.node.engine.workers()
@@ -450,7 +501,8 @@ class Arbiter:
         self.pool.reconfigure(
             WorkerConfig.of(settings), Recycle.of(settings), settings.max_worker_rss_mb
         )
-        self.target = settings.workers
+        self.scaler.scale_down_after = settings.scale_down_after
+        self.target = self.scaler.rebound(Bounds(*settings.worker_bounds))
         catalog = Catalog(message.actors, settings.limits, settings.rate_limits)
         self._adopt(catalog, Policy.of(settings))
         self._tasks.append(asyncio.ensure_future(self.store.register_node(self.catalog.limits())))

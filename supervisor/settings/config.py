@@ -83,7 +83,8 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
 
     host: str = "127.0.0.1"  # containers pass 0.0.0.0 (deploy/)
     port: int = 8080
-    workers: int = msgspec.field(default_factory=cpu_count)
+    workers: int | tuple[int, int] = msgspec.field(default_factory=cpu_count)  # N, MIN:MAX
+    scale_down_after: float = 60.0
     actors: tuple[str, ...] = ("goqueue.actors.examples",)
     queues: tuple[str, ...] | None = None
     database_url: str | None = None
@@ -121,6 +122,12 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     keepalive_timeout: float = 75.0
     schedules: tuple[ScheduleSpec, ...] = ()
     rate_limits: dict[str, str] = msgspec.field(default_factory=dict)  # TYPE -> "20/s"
+
+    @property
+    def worker_bounds(self) -> tuple[int, int]:
+        """(MIN, MAX) worker processes; equal for a fixed pool."""
+        workers = self.workers
+        return workers if isinstance(workers, tuple) else (workers, workers)
 
     def __post_init__(self) -> None:
         for option in OPTIONS:
