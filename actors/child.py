@@ -43,6 +43,8 @@ from goqueue.actors.registry import Context, Registry
 if TYPE_CHECKING:
     import asyncio
 
+    from goqueue.actors.tracing import AttemptTracer
+
 _PR_SET_PDEATHSIG = 1
 _PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 
@@ -64,11 +66,24 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     if isinstance(loaded, BootFailed):
         pipe.send(loaded)
         _exit(WORKER_BOOT_ERROR)
+    tracer = _tracer(boot)
     pipe.send(Ready(os.getpid(), loaded.infos()))
     inbox = Inbox(pipe)
     inbox.start()
-    Worker(pipe, inbox, loaded, max_result_bytes=boot.max_result_bytes, log=log).serve()
+    limit = boot.max_result_bytes
+    Worker(pipe, inbox, loaded, max_result_bytes=limit, log=log, tracer=tracer).serve()
+    if tracer is not None:
+        tracer.close()
     _exit(WORKER_OK)
+
+
+def _tracer(boot: Boot) -> AttemptTracer | None:
+    """With --otel, the attempts' spans (OpenTelemetry is imported only then)."""
+    if not boot.otel:
+        return None
+    from goqueue.actors.tracing import AttemptTracer
+
+    return AttemptTracer(boot.node)
 
 
 def _tie_to(supervisor: int) -> None:
@@ -113,9 +128,12 @@ class Worker:
         *,
         max_result_bytes: int | None = None,
         log: JobLog | None = None,
+        tracer: AttemptTracer | None = None,
     ) -> None:
         self.pipe = pipe
         self.log = log
+        self.tracer = tracer
+        self.error: BaseException | None = None  # what the last attempt raised
         self.inbox = inbox
         self.registry = registry
         self.max_result_bytes = max_result_bytes
@@ -133,23 +151,36 @@ class Worker:
 
     def run(self, job: RunJob) -> JobDone | JobFailed:
         """Run one attempt and describe its outcome; its log lines name the job."""
-        if self.log is None:
-            return self._attempt(job)
-        self.log.begin(job.job_id, job.type, job.attempt, job.queue)
+        if self.log is not None:
+            self.log.begin(job.job_id, job.type, job.attempt, job.queue)
         try:
-            return self._attempt(job)
+            return self._attempt(job) if self.tracer is None else self._traced(job, self.tracer)
         finally:
-            self.log.end()
+            if self.log is not None:
+                self.log.end()
+
+    def _traced(self, job: RunJob, tracer: AttemptTracer) -> JobDone | JobFailed:
+        from goqueue.actors.tracing import ended, ids
+
+        with tracer.attempt(job) as span:
+            if self.log is not None:
+                self.log.tag(**ids(span))
+            outcome = self._attempt(job)
+            ended(span, outcome, self.error)
+        return outcome
 
     def _attempt(self, job: RunJob) -> JobDone | JobFailed:
+        self.error = None
         started = time.monotonic()
         try:
             result = self._call(job)
         except Retry as exc:
             return self._failed(job, started, str(exc), retry=True, delay=exc.delay)
         except Fail as exc:
+            self.error = exc
             return self._failed(job, started, f"Fail: {exc}", retry=False)
         except Exception as exc:
+            self.error = exc
             return self._failed(job, started, _describe(exc), tb=traceback.format_exc())
         try:
             encoded = msgspec.json.encode(result)

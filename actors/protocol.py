@@ -39,6 +39,8 @@ class Boot(msgspec.Struct, tag="boot", tag_field="msg", array_like=True, gc=Fals
     paths: list[str] = []
     max_result_bytes: int | None = None  # a larger result fails its attempt
     log_level: str = "info"  # the node's; the worker logs JSON lines at it
+    otel: bool = False  # trace each attempt (OpenTelemetry, configured by OTEL_* variables)
+    node: str = ""  # the node's id, for the spans
 
 
 class RunJob(msgspec.Struct, tag="run", tag_field="msg", array_like=True, gc=False):
@@ -54,6 +56,7 @@ class RunJob(msgspec.Struct, tag="run", tag_field="msg", array_like=True, gc=Fal
     queue: str
     payload: bytes
     allowance: float | None = None
+    trace_context: dict[str, str] | None = None  # the enqueue's (W3C trace context)
 
 
 class Extend(msgspec.Struct, tag="extend", tag_field="msg", array_like=True, gc=False):

@@ -227,6 +227,7 @@ class Job(msgspec.Struct, kw_only=True, gc=False):
     # default: dead letters stored before unique keys existed lack it
     unique_key: str | None = None
     seq: int = 0
+    trace_context: dict[str, str] | None = None  # the enqueue's, with --otel
 
     @classmethod
     def from_spec(

@@ -54,7 +54,9 @@ def create_app(engine: Engine, settings: Settings) -> web.Application:
                 guard,
                 settings.api_key,
                 settings.public_reads,
-            )
+            ),
+            # --otel: an incoming `traceparent` is the parent of the enqueue's span
+            *([engine.tracing.middleware()] if engine.tracing is not None else []),
         ],
     )
     app[ENGINE] = engine

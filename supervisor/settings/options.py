@@ -398,6 +398,12 @@ OPTIONS: tuple[Option, ...] = (
     ),
     # -- exposure and bounded cost per client: hostile networks and greedy clients --
     Option(
+        "otel",
+        "bool",
+        "OpenTelemetry traces of every enqueue and attempt, exported as the standard "
+        "OTEL_* variables say (needs `pip install 'goqueue[otel]'`)",
+    ),
+    Option(
         "public_reads",
         "bool",
         "with an API key, let reads (GET) through without it; writes still need it",

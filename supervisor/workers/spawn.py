@@ -46,6 +46,8 @@ class WorkerConfig:
     paths: tuple[str, ...] = ()
     max_result_bytes: int | None = None
     log_level: str = "info"
+    otel: bool = False
+    node: str = ""
 
     @classmethod
     def of(cls, settings: Settings) -> WorkerConfig:
@@ -53,7 +55,14 @@ class WorkerConfig:
         the import path (so `cd project && goqueue serve --actors app.tasks` works)."""
         cwd = os.getcwd()
         paths = (cwd, *(os.path.join(cwd, p) for p in settings.path or ()))
-        return cls(tuple(settings.actors), paths, settings.max_result_bytes, settings.log_level)
+        return cls(
+            tuple(settings.actors),
+            paths,
+            settings.max_result_bytes,
+            settings.log_level,
+            settings.otel,
+            settings.node_id,
+        )
 
 
 @dataclass(frozen=True, slots=True)
