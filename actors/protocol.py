@@ -163,6 +163,7 @@ class EnqueueRequest(msgspec.Struct, tag="enqueue", tag_field="msg", array_like=
     request_id: int
     job_id: str
     spec: bytes
+    trace_context: dict[str, str] | None = None  # the attempt's span, with --otel
 
 
 ToWorker = Boot | RunJob | Extend | Shutdown | EnqueueReply

@@ -11,7 +11,8 @@ unreachable collector never holds up an enqueue.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from goqueue.actors.tracing import resource
@@ -89,6 +90,16 @@ class Tracing:
         """Send what is buffered (bounded: an unreachable collector is given up on)."""
         self.provider.force_flush(timeout_millis=2000)
         self.provider.shutdown()
+
+
+@contextmanager
+def joined(carrier: Mapping[str, str]) -> Iterator[None]:
+    """Make the context in `carrier` (W3C trace context) the current one meanwhile."""
+    token = context.attach(propagate.extract(carrier))
+    try:
+        yield
+    finally:
+        context.detach(token)
 
 
 def _headers(headers: Mapping[str, str]) -> dict[str, str]:

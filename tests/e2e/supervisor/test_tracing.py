@@ -161,3 +161,26 @@ def test_otel_without_the_packages_stops_the_node_with_one_line(tmp_path: Path) 
     lines = done.stderr.decode().strip().splitlines()
     assert len(lines) == 1, lines
     assert "pip install 'goqueue[otel]'" in lines[0] and "opentelemetry-sdk" in lines[0]
+
+
+def test_a_job_a_handler_enqueues_is_in_the_handlers_trace(
+    make_node: Any, receiver: Receiver
+) -> None:
+    node = make_node("--otel", env=otel_env(receiver.url))
+    header, trace_id, _ = traceparent()
+    children = [{"type": "noop", "payload": 1}]
+    resp = node.post(
+        "/jobs",
+        {"type": "parent", "payload": {"children": children}},
+        headers={"traceparent": header},
+    )
+    parent = node.wait_status(resp.body["id"], "done")
+    node.wait_status(parent["result"][0]["id"], "done")
+    spans = spans_of(receiver, trace_id, 4, "parent's and child's enqueues and attempts")
+    print("\n" + tree(spans))
+    process_parent, process_child = one(spans, "process parent"), one(spans, "process noop")
+    sends = {s.span_id: s for s in spans if s.name == "send default"}
+    assert len(sends) == 2
+    child_send = sends[process_child.parent_id]
+    assert child_send.parent_id == process_parent.span_id
+    assert child_send.attributes["goqueue.job.parent_id"] == parent["id"]
