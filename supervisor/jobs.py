@@ -277,9 +277,9 @@ class Job(msgspec.Struct, kw_only=True, gc=False):
 
 
 # The fields of a job as the API shows it (`GET /jobs/{id}`, webhook bodies): all but the
-# store's FIFO tie-breaker `seq`.
+# store's FIFO tie-breaker `seq` and the tracing context (the node's plumbing, --otel).
 SHOWN_FIELDS: tuple[str, ...] = tuple(
-    f.name for f in msgspec.structs.fields(Job) if f.name != "seq"
+    f.name for f in msgspec.structs.fields(Job) if f.name not in ("seq", "trace_context")
 )
 
 

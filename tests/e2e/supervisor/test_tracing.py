@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import ROOT, free_port, wait_for
+from tests.conftest import ROOT, free_port, postgres_dsn, stop_node, wait_for
 from tests.e2e.otlp import Receiver, Span, tree
 
 pytestmark = pytest.mark.timeout(90)
@@ -184,3 +184,41 @@ def test_a_job_a_handler_enqueues_is_in_the_handlers_trace(
     child_send = sends[process_child.parent_id]
     assert child_send.parent_id == process_parent.span_id
     assert child_send.attributes["goqueue.job.parent_id"] == parent["id"]
+
+
+@pytest.mark.postgres
+def test_with_postgresql_the_attempt_joins_the_enqueues_trace(
+    make_node: Any, receiver: Receiver
+) -> None:
+    import uuid
+
+    import psycopg
+
+    dsn, schema = postgres_dsn(), f"gq_otel_{uuid.uuid4().hex[:10]}"
+    node = None
+    try:
+        node = make_node(
+            "--otel", "--database-url", dsn, "--database-schema", schema, env=otel_env(receiver.url)
+        )
+        header, trace_id, _ = traceparent()
+        for body in ({"type": "noop", "payload": 1}, {"type": "noop", "unique_key": "u1"}):
+            resp = node.post("/jobs", body, headers={"traceparent": header})
+            assert resp.status == 201, resp
+            node.wait_status(resp.body["id"], "done")
+        batch = node.post(
+            "/jobs/batch",
+            {"jobs": [{"type": "noop"}, {"type": "noop"}]},
+            headers={"traceparent": header},
+        )
+        assert batch.status in (200, 201, 207), batch
+        spans = spans_of(receiver, trace_id, 8, "four enqueues and their attempts")
+        print("\n" + tree(spans))
+        sends = {s.span_id for s in spans if s.kind == "producer"}
+        processes = [s for s in spans if s.kind == "consumer"]
+        assert len(sends) == 4 and len(processes) == 4
+        assert all(p.parent_id in sends for p in processes)
+    finally:
+        if node is not None:
+            stop_node(node)  # before its schema goes
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")

@@ -472,4 +472,13 @@ END
 $fn$;
 """,
     ),
+    Migration(
+        10,
+        "trace context",
+        """
+-- With --otel, the enqueue's W3C trace context (traceparent, tracestate): an attempt's span
+-- joins the enqueue's trace. NULL without tracing.
+ALTER TABLE {s}.jobs ADD COLUMN trace_context jsonb;
+""",
+    ),
 )
