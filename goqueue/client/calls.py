@@ -160,8 +160,10 @@ def headers(api_key: str | None, call: Call[Any]) -> dict[str, str]:
         sent["Content-Type"] = "application/json"
     if api_key:
         sent[API_KEY_HEADER] = api_key
-    if "opentelemetry.propagate" in sys.modules:  # the application traces: join its trace
-        sys.modules["opentelemetry.propagate"].inject(sent)
+    if "opentelemetry.trace" in sys.modules:  # the application traces: join its trace
+        from opentelemetry import propagate
+
+        propagate.inject(sent)
     return sent
 
 
