@@ -27,13 +27,12 @@ from goqueue.supervisor.dispatch.catalog import Catalog
 from goqueue.supervisor.dispatch.policy import Policy
 from goqueue.supervisor.enums import RESTART_AFTER, KillReason, RestartReason, WorkerState
 from goqueue.supervisor.errors import BootError, StoreUnavailable
-from goqueue.supervisor.jobs import OTHER_QUEUES
 from goqueue.supervisor.node import Node
 from goqueue.supervisor.settings.config import Settings
 from goqueue.supervisor.shutdown import abort, drain, kill_busy
 from goqueue.supervisor.workers.handle import Worker
 from goqueue.supervisor.workers.pool import Recycle, WorkerConfig, describe_exit
-from goqueue.supervisor.workers.scaling import Bounds, Scaler
+from goqueue.supervisor.workers.scaling import Bounds, Counts, Scaler, longest_wait
 
 log = logging.getLogger("goqueue.arbiter")
 
@@ -41,7 +40,6 @@ EXIT_OK = 0
 EXIT_FAILED = 1  # something failed that retrying would not mend (see the log)
 EXIT_BOOT_ERROR = 3
 TICK = 0.5
-SCALE_QUEUES = 100  # queues whose waits the scaling looks at (the rest are summed)
 BOOT_RETRY_BASE = 0.5  # seconds before the first retry of a boot step (store, worker)
 BOOT_RETRY_CAP = 10.0
 SPAWN_RETRY_BASE = 0.5  # seconds before retrying a worker spawn that failed (EMFILE, ...)
@@ -382,46 +380,23 @@ class Arbiter:
 
     async def _scale(self) -> None:
         """With --workers MIN:MAX, move the target with the load (see `scaling.py`)."""
-        if not self.scaler.bounds.fixed and self._probe is None and self._stopping is None:
-            workers = [
-                w
-                for w in self.pool
-                if w.state != WorkerState.STOPPING
-                and not w.retire
-                and w.generation >= self.generation
-            ]
-            idle = sum(1 for w in workers if w.state == WorkerState.IDLE)
-            booting = sum(1 for w in workers if w.state == WorkerState.BOOTING)
-            saturated = not idle and not booting and len(workers) < self.scaler.bounds.maximum
-            waited = await self._waited() if saturated else 0.0
+        bounds = self.scaler.bounds
+        if not bounds.fixed and self._probe is None and self._stopping is None:
+            n = Counts.of(w for w in self.pool if w.generation >= self.generation)
+            saturated = not n.idle and not n.booting and n.workers < bounds.maximum
+            queues = self.dispatcher.policy.queues
+            waited = await longest_wait(self.store, queues) if saturated else 0.0
             now = time.monotonic()
             target = self.scaler.decide(
-                now, workers=len(workers), idle=idle, booting=booting, waited=waited
+                now, workers=n.workers, idle=n.idle, booting=n.booting, waited=waited
             )
             if target != self.target:
-                extra = {
-                    "workers": target,
-                    "before": self.target,
-                    "bounds": str(self.scaler.bounds),
-                }
+                extra = {"workers": target, "before": self.target, "bounds": str(bounds)}
                 log.info("worker count scaled", extra=extra)
                 self.target = target
                 self.manage_workers()
-        bounds = self.scaler.bounds
         self.node.history.note_workers(self.target, bounds.minimum, bounds.maximum)
         self.metrics.set_worker_bounds(self.target, bounds.minimum, bounds.maximum)
-
-    async def _waited(self) -> float:
-        """Seconds the longest-waiting due job of a queue this node serves has waited."""
-        try:
-            depths = await self.store.queue_depths(SCALE_QUEUES)
-        except StoreUnavailable:
-            return 0.0
-        served = self.dispatcher.policy.queues
-        waits = depths.waiting
-        if served is not None:
-            waits = {q: w for q, w in waits.items() if q in served or q == OTHER_QUEUES}
-        return max(waits.values(), default=0.0)
 
     def _refresh_gauges(self) -> None:
         counts = self.node.engine.workers()

@@ -15,9 +15,20 @@ Damped both ways, so a steady load holds a steady count:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from goqueue.supervisor.enums import WorkerState
+from goqueue.supervisor.errors import StoreUnavailable
+from goqueue.supervisor.jobs import OTHER_QUEUES
+
+if TYPE_CHECKING:
+    from goqueue.supervisor.store.base import Store
+    from goqueue.supervisor.workers.handle import Worker
 
 GROW_AFTER = 0.5  # seconds a due job waits, with every worker busy, before one more starts
+SCALE_QUEUES = 100  # queues whose waits are looked at one by one (the rest are summed)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,3 +96,32 @@ class Scaler:
             self._spare_since.clear()  # the next shrink waits a whole window again
             self.target = target
         return target
+
+
+@dataclass(frozen=True, slots=True)
+class Counts:
+    """The workers that count for scaling (serving or booting, of the current code)."""
+
+    workers: int
+    idle: int
+    booting: int
+
+    @classmethod
+    def of(cls, workers: Iterable[Worker]) -> Counts:
+        counted = [w for w in workers if w.state != WorkerState.STOPPING and not w.retire]
+        idle = sum(1 for w in counted if w.state == WorkerState.IDLE)
+        booting = sum(1 for w in counted if w.state == WorkerState.BOOTING)
+        return cls(len(counted), idle, booting)
+
+
+async def longest_wait(store: Store, served: frozenset[str] | None) -> float:
+    """Seconds the longest-waiting due job of a queue in `served` (None: any) has
+    waited; 0 when the store does not answer (no growth on a guess)."""
+    try:
+        depths = await store.queue_depths(SCALE_QUEUES)
+    except StoreUnavailable:
+        return 0.0
+    waits = depths.waiting
+    if served is not None:
+        waits = {q: w for q, w in waits.items() if q in served or q == OTHER_QUEUES}
+    return max(waits.values(), default=0.0)

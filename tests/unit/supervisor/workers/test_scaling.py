@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import pytest
+from goqueue.supervisor.enums import WorkerState
 from goqueue.supervisor.errors import ConfigError
 from goqueue.supervisor.settings.config import load
-from goqueue.supervisor.workers.scaling import Bounds, Scaler
+from goqueue.supervisor.workers.scaling import Bounds, Counts, Scaler
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -130,3 +131,20 @@ def test_a_bad_range_is_refused_naming_the_option(raw: str, says: str) -> None:
 def test_scale_down_after_must_be_positive() -> None:
     with pytest.raises(ConfigError, match="scale_down_after"):
         load(None, {"GOQUEUE_SCALE_DOWN_AFTER": "0"})
+
+
+class FakeWorker:
+    def __init__(self, state: WorkerState, retire: bool = False) -> None:
+        self.state, self.retire = state, retire
+
+
+def test_counts_leave_out_stopping_and_retiring_workers() -> None:
+    workers = [
+        FakeWorker(WorkerState.IDLE),
+        FakeWorker(WorkerState.BUSY),
+        FakeWorker(WorkerState.BOOTING),
+        FakeWorker(WorkerState.STOPPING),
+        FakeWorker(WorkerState.IDLE, retire=True),
+    ]
+    # a stand-in for the pool's Worker, which needs a process: only these two are read
+    assert Counts.of(workers) == Counts(workers=3, idle=1, booting=1)  # type: ignore[arg-type]
