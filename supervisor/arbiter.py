@@ -453,6 +453,10 @@ class Arbiter:
         if not self._booted:
             return  # the node is not up (a failed boot): nothing to replace
         self.node.history.worker_exited(worker)
+        tracing = self.node.engine.tracing
+        if tracing is not None and worker.lease is not None:  # its span died with it
+            ran = time.monotonic() - worker.attempt_started
+            tracing.killed(worker.lease.job, worker.kill_reason, ran)
         restart = RESTART_AFTER.get(worker.kill_reason)
         if restart is not None:
             self.metrics.worker_restart(restart)

@@ -11,6 +11,7 @@ unreachable collector never holds up an enqueue.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
@@ -19,10 +20,11 @@ from goqueue.actors.tracing import resource
 from opentelemetry import context, propagate
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
-from opentelemetry.trace import SpanKind
+from opentelemetry.trace import SpanKind, Status, StatusCode
 
 if TYPE_CHECKING:
     from aiohttp import web
+    from goqueue.supervisor.jobs import Job
     from goqueue.supervisor.store.base import NewJob
 
 SYSTEM = "goqueue"
@@ -66,6 +68,32 @@ class Tracing:
             carrier: dict[str, str] = {}
             propagate.inject(carrier)
         new.trace_context = carrier or None
+
+    def killed(self, job: Job, reason: str | None, ran: float) -> None:
+        """An attempt whose worker died under it (killed: timeout, cancel, lost lease,
+        memory; or crashed) never ends its own span: record one here, saying why."""
+        parent = propagate.extract(job.trace_context) if job.trace_context else None
+        end = time.time_ns()
+        why = f"the attempt was killed: {reason}" if reason else "the worker crashed"
+        span = self.tracer.start_span(
+            f"process {job.type}",
+            context=parent,
+            kind=SpanKind.CONSUMER,
+            attributes={
+                "messaging.system": SYSTEM,
+                "messaging.operation.type": "process",
+                "messaging.operation.name": "process",
+                "messaging.destination.name": job.queue,
+                "messaging.message.id": job.id,
+                "goqueue.job.type": job.type,
+                "goqueue.attempt": job.attempts,
+                "goqueue.node": self.node,
+                "goqueue.killed": reason or "crash",
+            },
+            start_time=end - int(ran * 1e9),
+        )
+        span.set_status(Status(StatusCode.ERROR, why))
+        span.end(end_time=end)
 
     def middleware(self) -> Callable[..., Awaitable[web.StreamResponse]]:
         """An aiohttp middleware making a request's `traceparent` the current context."""

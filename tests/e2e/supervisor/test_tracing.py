@@ -222,3 +222,23 @@ def test_with_postgresql_the_attempt_joins_the_enqueues_trace(
             stop_node(node)  # before its schema goes
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+def test_a_killed_or_crashed_attempt_has_a_span_saying_why(
+    make_node: Any, receiver: Receiver, tmp_path: Path
+) -> None:
+    node = make_node("--otel", env=otel_env(receiver.url))
+    header, trace_id, _ = traceparent()
+    hung = {"type": "spin", "payload": {"dir": str(tmp_path)}, "timeout_seconds": 1}
+    for body in (hung, {"type": "segfault"}):
+        resp = node.post("/jobs", body, headers={"traceparent": header})
+        node.wait_status(resp.body["id"], "failed", timeout=20)
+    spans = spans_of(receiver, trace_id, 4, "two enqueues and two killed attempts")
+    print("\n" + tree(spans))
+    timed_out, crashed = one(spans, "process spin"), one(spans, "process segfault")
+    assert timed_out.status == "error" and timed_out.attributes["goqueue.killed"] == "timeout"
+    assert timed_out.status_message == "the attempt was killed: timeout"
+    assert (timed_out.end_ns - timed_out.start_ns) / 1e9 >= 0.9  # it ran its second
+    assert crashed.status == "error" and crashed.attributes["goqueue.killed"] == "crash"
+    sends = {s.span_id for s in spans if s.kind == "producer"}
+    assert {timed_out.parent_id, crashed.parent_id} <= sends
