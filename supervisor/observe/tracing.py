@@ -16,7 +16,7 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from goqueue.actors.tracing import resource
+from goqueue.actors.tracing import AttemptIds, previous_attempt, resource
 from opentelemetry import context, propagate
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
@@ -30,11 +30,11 @@ if TYPE_CHECKING:
 SYSTEM = "goqueue"
 
 
-def provider(node: str) -> TracerProvider:
+def provider(node: str, ids: AttemptIds) -> TracerProvider:
     """A tracer provider exporting over OTLP/HTTP in batches, as the OTEL_* variables say."""
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-    made = TracerProvider(resource=resource(node))
+    made = TracerProvider(resource=resource(node), id_generator=ids)
     made.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
     return made
 
@@ -44,7 +44,8 @@ class Tracing:
 
     def __init__(self, node: str, tracer_provider: TracerProvider | None = None) -> None:
         self.node = node
-        self.provider = tracer_provider or provider(node)
+        self.ids = AttemptIds()  # a killed attempt's span gets the id its retry links to
+        self.provider = tracer_provider or provider(node, self.ids)
         self.tracer = self.provider.get_tracer("goqueue")
 
     def produced(self, new: NewJob) -> None:
@@ -75,6 +76,7 @@ class Tracing:
         parent = propagate.extract(job.trace_context) if job.trace_context else None
         end = time.time_ns()
         why = f"the attempt was killed: {reason}" if reason else "the worker crashed"
+        self.ids.attempt_next(job.id, job.attempts)
         span = self.tracer.start_span(
             f"process {job.type}",
             context=parent,
@@ -90,6 +92,7 @@ class Tracing:
                 "goqueue.node": self.node,
                 "goqueue.killed": reason or "crash",
             },
+            links=previous_attempt(parent, job.id, job.attempts),
             start_time=end - int(ran * 1e9),
         )
         span.set_status(Status(StatusCode.ERROR, why))

@@ -104,6 +104,7 @@ def test_a_failed_attempt_has_an_error_status_and_its_logs_the_trace(
         key=lambda s: s.attributes["goqueue.attempt"],
     )
     assert [s.status for s in attempts] == ["error", "ok"]
+    assert attempts[0].links == [] and attempts[1].links == [attempts[0].span_id]
     assert "first attempt fails" in attempts[0].status_message
     assert attempts[0].events == ["exception"]
     # the handler's log line names the attempt's span
