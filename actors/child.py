@@ -26,6 +26,7 @@ from goqueue.actors.context import PipeLink
 from goqueue.actors.errors import Fail, Retry
 from goqueue.actors.inbox import Inbox
 from goqueue.actors.lease_alarm import KernelAlarm
+from goqueue.actors.logs import JobLog
 from goqueue.actors.pipe import Pipe
 from goqueue.actors.protocol import (
     WORKER_BOOT_ERROR,
@@ -43,6 +44,8 @@ from goqueue.actors.tracebacks import DEFAULT_MAX_TRACEBACK_BYTES, bounded
 if TYPE_CHECKING:
     import asyncio
 
+    from goqueue.actors.tracing import AttemptTracer
+
 _PR_SET_PDEATHSIG = 1
 _PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 
@@ -58,11 +61,13 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     boot = pipe.read()
     if not isinstance(boot, Boot):
         _exit(WORKER_OK)  # the supervisor went away before saying anything
+    log = JobLog.install(boot.log_level)
     extend_path(boot.paths)
     loaded = load(boot.modules)
     if isinstance(loaded, BootFailed):
         pipe.send(loaded)
         _exit(WORKER_BOOT_ERROR)
+    tracer = _tracer(boot)
     pipe.send(Ready(os.getpid(), loaded.infos()))
     inbox = Inbox(pipe, KernelAlarm())
     inbox.start()
@@ -72,9 +77,22 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         loaded,
         max_result_bytes=boot.max_result_bytes,
         max_traceback_bytes=boot.max_traceback_bytes,
+        log=log,
+        tracer=tracer,
     )
     worker.serve()
+    if tracer is not None:
+        tracer.close()
     _exit(WORKER_OK)
+
+
+def _tracer(boot: Boot) -> AttemptTracer | None:
+    """With --otel, the attempts' spans (OpenTelemetry is imported only then)."""
+    if not boot.otel:
+        return None
+    from goqueue.actors.tracing import AttemptTracer
+
+    return AttemptTracer(boot.node)
 
 
 def _tie_to(supervisor: int) -> None:
@@ -119,8 +137,13 @@ class Worker:
         *,
         max_result_bytes: int | None = None,
         max_traceback_bytes: int = DEFAULT_MAX_TRACEBACK_BYTES,
+        log: JobLog | None = None,
+        tracer: AttemptTracer | None = None,
     ) -> None:
         self.pipe = pipe
+        self.log = log
+        self.tracer = tracer
+        self.error: BaseException | None = None  # what the last attempt raised
         self.inbox = inbox
         self.registry = registry
         self.max_result_bytes = max_result_bytes
@@ -138,15 +161,37 @@ class Worker:
             self.pipe.send(outcome)
 
     def run(self, job: RunJob) -> JobDone | JobFailed:
-        """Run one attempt and describe its outcome."""
+        """Run one attempt and describe its outcome; its log lines name the job."""
+        if self.log is not None:
+            self.log.begin(job.job_id, job.type, job.attempt, job.queue)
+        try:
+            return self._attempt(job) if self.tracer is None else self._traced(job, self.tracer)
+        finally:
+            if self.log is not None:
+                self.log.end()
+
+    def _traced(self, job: RunJob, tracer: AttemptTracer) -> JobDone | JobFailed:
+        from goqueue.actors.tracing import ended, ids
+
+        with tracer.attempt(job) as span:
+            if self.log is not None:
+                self.log.tag(**ids(span))
+            outcome = self._attempt(job)
+            ended(span, outcome, self.error)
+        return outcome
+
+    def _attempt(self, job: RunJob) -> JobDone | JobFailed:
+        self.error = None
         started = time.monotonic()
         try:
             result = self._call(job)
         except Retry as exc:
             return self._failed(job, started, str(exc), retry=True, delay=exc.delay)
         except Fail as exc:
+            self.error = exc
             return self._failed(job, started, f"Fail: {exc}", retry=False)
         except Exception as exc:
+            self.error = exc
             return self._failed(
                 job, started, _describe(exc), tb=bounded(exc, self.max_traceback_bytes, _OWN_FILES)
             )

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import math
+import sys
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -105,7 +106,7 @@ class PipeLink:
             raise TypeError(f"ctx.enqueue: the job is not JSON: {exc}") from None
         request_id = next(self._ids)
         reply = self.inbox.expect(request_id)
-        self.pipe.send(EnqueueRequest(request_id, parent_id, body))
+        self.pipe.send(EnqueueRequest(request_id, parent_id, body, _trace_context()))
         answer = reply.wait(self.reply_timeout)
         if answer is None:
             self.inbox.forget(request_id)
@@ -134,3 +135,14 @@ class PipeLink:
         """The job's outcome goes next: a report still waiting is moot."""
         if self._courier is not None:
             self._courier.drop()
+
+
+def _trace_context() -> dict[str, str] | None:
+    """The current span's context, when this worker traces (`--otel`): a child job's
+    enqueue then joins the attempt's trace."""
+    propagate = sys.modules.get("opentelemetry.propagate")
+    if propagate is None:
+        return None
+    carrier: dict[str, str] = {}
+    propagate.inject(carrier)
+    return carrier or None

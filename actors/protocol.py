@@ -43,6 +43,9 @@ class Boot(msgspec.Struct, tag="boot", tag_field="msg", array_like=True, gc=Fals
     max_traceback_bytes: int = (
         DEFAULT_MAX_TRACEBACK_BYTES  # a failed attempt's traceback is cut to this (0: none)
     )
+    log_level: str = "info"  # the node's; the worker logs JSON lines at it
+    otel: bool = False  # trace each attempt (OpenTelemetry, configured by OTEL_* variables)
+    node: str = ""  # the node's id, for the spans
 
 
 class RunJob(msgspec.Struct, tag="run", tag_field="msg", array_like=True, gc=False):
@@ -58,6 +61,7 @@ class RunJob(msgspec.Struct, tag="run", tag_field="msg", array_like=True, gc=Fal
     queue: str
     payload: bytes
     allowance: float | None = None
+    trace_context: dict[str, str] | None = None  # the enqueue's (W3C trace context)
 
 
 class Extend(msgspec.Struct, tag="extend", tag_field="msg", array_like=True, gc=False):
@@ -157,6 +161,7 @@ class EnqueueRequest(msgspec.Struct, tag="enqueue", tag_field="msg", array_like=
     request_id: int
     job_id: str
     spec: bytes
+    trace_context: dict[str, str] | None = None  # the attempt's span, with --otel
 
 
 ToWorker = Boot | RunJob | Extend | Shutdown | EnqueueReply

@@ -28,7 +28,7 @@ import uvloop
 
 from benchmarks import cost
 from benchmarks.loadgen import LoadClient
-from benchmarks.nodes import close, with_node
+from benchmarks.nodes import close, otel_sink, with_node
 from benchmarks.report import print_table
 
 NOOP = b'{"type":"bench.noop"}'
@@ -74,6 +74,12 @@ def add_bench_command(commands: argparse._SubParsersAction) -> None:
         default="latency,e2e,timeout,memory",
         help="which phases to run (default: latency,e2e,timeout,memory)",
     )
+    bench.add_argument(
+        "--otel",
+        action="store_true",
+        help="run the nodes with --otel, exporting to OTEL_EXPORTER_OTLP_ENDPOINT or, "
+        "unset, to a sink on loopback that answers every export and keeps nothing",
+    )
     bench.add_argument("--output", default="bench-results.json", help="JSON results file")
     bench.set_defaults(func=_run)
 
@@ -84,6 +90,10 @@ def _run(args: argparse.Namespace) -> int:
     if os.geteuid() == 0:
         os.setpriority(os.PRIO_PROCESS, 0, 10)
     results = {"machine": _machine(args.database_url), "stores": {}}
+    if args.otel:
+        results["machine"]["otel"] = os.environ.setdefault(
+            "OTEL_EXPORTER_OTLP_ENDPOINT", otel_sink()
+        )
     for store in [s.strip() for s in args.stores.split(",") if s.strip()]:
         if store == "postgres" and not args.database_url:
             print("skipping postgres: no --database-url / TEST_DATABASE_URL", file=sys.stderr)

@@ -118,6 +118,8 @@ async def with_node(args: argparse.Namespace, dsn: str | None, *flags: str):
     """Start a node in a fresh schema; returns (node, client, schema context)."""
     ctx = schema_of(dsn)
     schema = ctx.__enter__()
+    if getattr(args, "otel", False):
+        flags = ("--otel", *flags)
     node = BenchNode("--workers", str(args.workers), *flags, dsn=dsn, schema=schema)
     client = LoadClient("127.0.0.1", node.port)
     try:
@@ -134,3 +136,24 @@ async def close(node: BenchNode, client: LoadClient, ctx: Any) -> None:
     client.close()
     node.stop()
     ctx.__exit__(None, None, None)
+
+
+def otel_sink() -> str:
+    """An OTLP/HTTP endpoint on loopback that answers every export with 200 and keeps
+    nothing (what a fast collector costs the node, without one); its URL."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Sink(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(200)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Sink)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return f"http://127.0.0.1:{server.server_address[1]}"

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import sys
 from collections.abc import Mapping
 from datetime import UTC, datetime
 from functools import lru_cache
@@ -189,6 +190,7 @@ class _Enqueue:
             max_retries=spec.max_retries if spec.max_retries is not None else DEFAULT_MAX_RETRIES,
             idempotency_key=self.key,
             request_hash=self.request_hash,
+            trace_context=_sent(spec),
         )
         enqueued = yield from pg_steps.keyed_enqueue(
             self.sql, new, node=PRODUCER, idempotency_ttl=IDEMPOTENCY_TTL
@@ -241,3 +243,27 @@ def _refused(exc: errors.GoQueueError) -> ClientError:
         case errors.StoreUnavailable():
             return Unavailable(str(exc))
     return ClientError(str(exc))
+
+
+def _sent(spec: JobSpec) -> dict[str, str] | None:
+    """With OpenTelemetry in the application (its API already imported), this enqueue
+    as a PRODUCER span of the current trace, its context kept with the job; else None."""
+    if "opentelemetry.trace" not in sys.modules:
+        return None
+    from opentelemetry import propagate, trace
+
+    queue = spec.queue_name
+    attributes = {
+        "messaging.system": "goqueue",
+        "messaging.operation.type": "send",
+        "messaging.operation.name": "send",
+        "messaging.destination.name": queue,
+        "goqueue.job.type": spec.type,
+    }
+    tracer = trace.get_tracer("goqueue")
+    with tracer.start_as_current_span(
+        f"send {queue}", kind=trace.SpanKind.PRODUCER, attributes=attributes
+    ):
+        carrier: dict[str, str] = {}
+        propagate.inject(carrier)
+    return carrier or None

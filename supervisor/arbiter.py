@@ -32,6 +32,7 @@ from goqueue.supervisor.settings.config import Settings
 from goqueue.supervisor.shutdown import abort, drain, kill_busy
 from goqueue.supervisor.workers.handle import Worker
 from goqueue.supervisor.workers.pool import Recycle, WorkerConfig, describe_exit
+from goqueue.supervisor.workers.scaling import Bounds, Counts, Scaler, longest_wait
 
 log = logging.getLogger("goqueue.arbiter")
 
@@ -71,7 +72,10 @@ class Arbiter:
         self.metrics = node.metrics
         self.leases = node.leases
         self.catalog = node.dispatcher.catalog  # empty until the first worker is Ready
-        self.target = node.settings.workers
+        self.scaler = Scaler(Bounds(*node.settings.worker_bounds), node.settings.scale_down_after)
+        self.target = self.scaler.target
+        bounds = self.scaler.bounds
+        node.history.note_workers(self.target, bounds.minimum, bounds.maximum)
         self.generation = 0
         self.exit_code = EXIT_OK
         self.rng = random.Random()
@@ -302,15 +306,16 @@ class Arbiter:
             return
 
     def handle_ttin(self) -> None:
-        """One worker more."""
-        self.target += 1
-        log.info("worker count raised", extra={"workers": self.target})
+        """One worker more: both bounds up by one."""
+        self.target = self.scaler.rebound(self.scaler.bounds.raised())
+        bounds = str(self.scaler.bounds)
+        log.info("worker count raised", extra={"workers": self.target, "bounds": bounds})
 
     def handle_ttou(self) -> None:
-        """One worker fewer (never below one)."""
-        if self.target > 1:
-            self.target -= 1
-        log.info("worker count lowered", extra={"workers": self.target})
+        """One worker fewer: both bounds down by one (never below one)."""
+        self.target = self.scaler.rebound(self.scaler.bounds.lowered())
+        bounds = str(self.scaler.bounds)
+        log.info("worker count lowered", extra={"workers": self.target, "bounds": bounds})
 
     # -- workers ---------------------------------------------------------------------
 
@@ -362,6 +367,7 @@ class Arbiter:
         (the heartbeat a third of a lease apart)."""
         now = time.monotonic()
         self._refresh_gauges()
+        await self._scale()
         if now - self._last_sweep >= SWEEP:
             self._last_sweep = now
             self.dispatcher.wake()  # a safety net under notifications, never for latency
@@ -386,6 +392,26 @@ class Arbiter:
             return
         self.leases.reachable()
         self.leases.kill_lost(lost)
+
+    async def _scale(self) -> None:
+        """With --workers MIN:MAX, move the target with the load (see `scaling.py`)."""
+        bounds = self.scaler.bounds
+        if not bounds.fixed and self._probe is None and self._stopping is None:
+            n = Counts.of(w for w in self.pool if w.generation >= self.generation)
+            saturated = not n.idle and not n.booting and n.workers < bounds.maximum
+            queues = self.dispatcher.policy.queues
+            waited = await longest_wait(self.store, queues) if saturated else 0.0
+            now = time.monotonic()
+            target = self.scaler.decide(
+                now, workers=n.workers, idle=n.idle, booting=n.booting, waited=waited
+            )
+            if target != self.target:
+                extra = {"workers": target, "before": self.target, "bounds": str(bounds)}
+                log.info("worker count scaled", extra=extra)
+                self.target = target
+                self.manage_workers()
+        self.node.history.note_workers(self.target, bounds.minimum, bounds.maximum)
+        self.metrics.set_worker_bounds(self.target, bounds.minimum, bounds.maximum)
 
     def _refresh_gauges(self) -> None:
         counts = self.node.engine.workers()
@@ -442,6 +468,10 @@ class Arbiter:
         if not self._booted:
             return  # the node is not up (a failed boot): nothing to replace
         self.node.history.worker_exited(worker)
+        tracing = self.node.engine.tracing
+        if tracing is not None and worker.lease is not None:  # its span died with it
+            ran = time.monotonic() - worker.attempt_started
+            tracing.killed(worker.lease.job, worker.kill_reason, ran)
         restart = RESTART_AFTER.get(worker.kill_reason)
         if restart is not None:
             self.metrics.worker_restart(restart)
@@ -465,7 +495,8 @@ class Arbiter:
         self.pool.reconfigure(
             WorkerConfig.of(settings), Recycle.of(settings), settings.max_worker_rss_mb
         )
-        self.target = settings.workers
+        self.scaler.scale_down_after = settings.scale_down_after
+        self.target = self.scaler.rebound(Bounds(*settings.worker_bounds))
         catalog = Catalog(message.actors, settings.limits, settings.rate_limits)
         self._adopt(catalog, Policy.of(settings))
         self._tasks.append(asyncio.ensure_future(self.store.register_node(self.catalog.limits())))

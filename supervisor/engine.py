@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 import msgspec
 from goqueue.supervisor.dispatch.catalog import Catalog
@@ -64,6 +65,9 @@ from goqueue.supervisor.store.base import NewJob, Store
 from goqueue.supervisor.webhooks.delivery import Delivery, Webhooks
 from goqueue.supervisor.workers.pool import Pool
 
+if TYPE_CHECKING:  # imported only with --otel on
+    from goqueue.supervisor.observe.tracing import Tracing
+
 _TYPES_TTL = 2.0
 BOOT_WAIT = 5.0  # seconds an enqueue waits for a booting node before 503
 LIVE_STATS_TTL = 2.0  # store counts shared by every dashboard for this long
@@ -90,8 +94,10 @@ class Engine:
         start_at_enqueue: Callable[[NewJob], Callable[[Lease | None], None] | None] = (
             lambda new: None
         ),
+        tracing: Tracing | None = None,
     ) -> None:
         self.store = store
+        self.tracing = tracing  # --otel: a PRODUCER span for each enqueue
         self.pool = pool
         self.catalog = catalog
         self.hooks = hooks
@@ -201,7 +207,7 @@ class Engine:
         await self.until_started()
         known = await self._known_types() if strict else None
         resolved = resolve_spec(spec, self.catalog.actors.get, known)
-        return NewJob(
+        new = NewJob(
             spec=resolved,
             max_retries=(
                 resolved.max_retries if resolved.max_retries is not None else DEFAULT_MAX_RETRIES
@@ -210,6 +216,9 @@ class Engine:
             request_hash=request_hash,
             parent_id=parent_id,
         )
+        if self.tracing is not None:
+            self.tracing.produced(new)
+        return new
 
     @property
     def starting(self) -> bool:

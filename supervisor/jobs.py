@@ -230,6 +230,7 @@ class Job(msgspec.Struct, kw_only=True, gc=False):
     # default: dead letters stored before unique keys existed lack it
     unique_key: str | None = None
     seq: int = 0
+    trace_context: dict[str, str] | None = None  # the enqueue's, with --otel
 
     @classmethod
     def from_spec(
@@ -279,9 +280,9 @@ class Job(msgspec.Struct, kw_only=True, gc=False):
 
 
 # The fields of a job as the API shows it (`GET /jobs/{id}`, webhook bodies): all but the
-# store's FIFO tie-breaker `seq`.
+# store's FIFO tie-breaker `seq` and the tracing context (the node's plumbing, --otel).
 SHOWN_FIELDS: tuple[str, ...] = tuple(
-    f.name for f in msgspec.structs.fields(Job) if f.name != "seq"
+    f.name for f in msgspec.structs.fields(Job) if f.name not in ("seq", "trace_context")
 )
 
 

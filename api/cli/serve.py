@@ -18,7 +18,7 @@ import uvloop
 from aiohttp import web
 from goqueue.api.http.connections import handler_settings, raise_open_files_limit
 from goqueue.api.http.state import CONNECTIONS, EXPOSURE
-from goqueue.supervisor.arbiter import Arbiter
+from goqueue.supervisor.arbiter import EXIT_BOOT_ERROR, Arbiter
 from goqueue.supervisor.dispatch.catalog import Catalog
 from goqueue.supervisor.dispatch.dispatcher import Dispatcher
 from goqueue.supervisor.dispatch.hooks import Hooks, LogHook, MetricsHook, WebhookHook
@@ -29,6 +29,7 @@ from goqueue.supervisor.engine import Engine
 from goqueue.supervisor.node import Node
 from goqueue.supervisor.observe.history import History
 from goqueue.supervisor.observe.metrics import Metrics
+from goqueue.supervisor.observe.tracing_requires import INSTALL, missing_packages
 from goqueue.supervisor.schedules.scheduler import Scheduler
 from goqueue.supervisor.settings import config
 from goqueue.supervisor.settings.config import Settings
@@ -172,6 +173,11 @@ def build_node(settings: Settings, reload_settings: Callable[[], Settings]) -> N
     store.set_waker(dispatcher.wake)
     store.set_canceller(dispatcher.cancel_lease)
     scheduler = Scheduler(store, hooks, metrics)  # given its schedules with the catalog
+    tracing = None
+    if settings.otel:  # only then is OpenTelemetry imported
+        from goqueue.supervisor.observe.tracing import Tracing
+
+        tracing = Tracing(store.node_id)
     engine = Engine(
         store,
         pool,
@@ -184,6 +190,7 @@ def build_node(settings: Settings, reload_settings: Callable[[], Settings]) -> N
         waiters=waiters,
         scheduler=scheduler,
         start_at_enqueue=dispatcher.start_at_enqueue,
+        tracing=tracing,
     )
     pool.listen(children=engine.enqueue_child)  # ctx.enqueue in a running job
     store.set_reporter(engine.node_report)  # published with each heartbeat
@@ -211,12 +218,19 @@ async def serve_async(settings: Settings, args: argparse.Namespace | None) -> in
     def reload_settings() -> Settings:
         return config.reload(settings, args, os.environ)
 
-    return await Arbiter(build_node(settings, reload_settings)).run()
+    node = build_node(settings, reload_settings)
+    code = await Arbiter(node).run()
+    if node.engine.tracing is not None:
+        node.engine.tracing.close()  # the last spans, within a bound
+    return code
 
 
 def serve(settings: Settings, args: argparse.Namespace | None) -> int:
     """Run a node on uvloop (chosen once, here), with as many open files as allowed (the
     workers inherit the raised limit)."""
+    if settings.otel and (missing := missing_packages()):
+        log.error(f"cannot start: --otel needs {', '.join(missing)}: {INSTALL}")
+        return EXIT_BOOT_ERROR
     soft, hard = raise_open_files_limit()
     log.info("open files limit", extra={"soft": soft, "hard": hard})
     return uvloop.run(serve_async(settings, args))

@@ -42,7 +42,7 @@ ROUTE_TABLES = (
 def create_app(engine: Engine, settings: Settings) -> web.Application:
     """The HTTP API of one node, talking only to `engine`. Its connection guard is in
     `app[CONNECTIONS]`; `HttpServer` listens through it."""
-    cap = connection_cap(settings.max_connections, settings.workers)
+    cap = connection_cap(settings.max_connections, settings.worker_bounds[1])
     guard = ConnectionGuard(cap, settings.header_timeout, engine.metrics)
     app = web.Application(
         client_max_size=settings.max_body_bytes,
@@ -54,7 +54,9 @@ def create_app(engine: Engine, settings: Settings) -> web.Application:
                 guard,
                 settings.api_key,
                 settings.public_reads,
-            )
+            ),
+            # --otel: an incoming `traceparent` is the parent of the enqueue's span
+            *([engine.tracing.middleware()] if engine.tracing is not None else []),
         ],
     )
     app[ENGINE] = engine

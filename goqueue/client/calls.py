@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import os
 import random
+import sys
 import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
@@ -159,6 +160,10 @@ def headers(api_key: str | None, call: Call[Any]) -> dict[str, str]:
         sent["Content-Type"] = "application/json"
     if api_key:
         sent[API_KEY_HEADER] = api_key
+    if "opentelemetry.trace" in sys.modules:  # the application traces: join its trace
+        from opentelemetry import propagate
+
+        propagate.inject(sent)
     return sent
 
 

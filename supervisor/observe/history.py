@@ -65,6 +65,23 @@ class WorkerExit(msgspec.Struct):
     job_id: str | None
 
 
+class CountChange(msgspec.Struct):
+    """The worker count aimed for changed to `target` at `at`."""
+
+    at: AwareTime
+    target: int
+
+
+class WorkerCount(msgspec.Struct):
+    """The node's worker count: what it aims for now (`target`) between its bounds, and
+    its last changes, for a look at the count over time."""
+
+    target: int
+    min: int
+    max: int
+    changes: list[CountChange] = []
+
+
 class Window(msgspec.Struct):
     """Buckets of the ring buffer as columns (what a chart library wants): bucket start
     times in unix seconds, jobs done, attempts failed (retried or dead-lettered), and the
@@ -103,6 +120,8 @@ class History(Hook):
         self._end = 0.0  # when the newest bucket ends
         self._exits: deque[WorkerExit] = deque(maxlen=RECENT_EXITS)
         self._exit_counts: Counter[ExitReason] = Counter()
+        self._count = WorkerCount(0, 0, 0)
+        self._count_changes: deque[CountChange] = deque(maxlen=RECENT_EXITS)
         self._current()  # the series starts when the node does: quiet time counts as zero
 
     # -- recording -------------------------------------------------------------------
@@ -118,6 +137,12 @@ class History(Hook):
     def note_depth(self, pending: int) -> None:
         """Pending jobs in the store, as just read."""
         self._current().depth = pending
+
+    def note_workers(self, target: int, minimum: int, maximum: int) -> None:
+        """The worker count aimed for and its bounds (the arbiter, as they change)."""
+        if target != self._count.target:
+            self._count_changes.append(CountChange(utcnow(), target))
+        self._count = WorkerCount(target, minimum, maximum)
 
     def worker_exited(self, worker: Worker) -> None:
         """Remember a worker that went away, and why."""
@@ -136,6 +161,11 @@ class History(Hook):
         )
 
     # -- reading ---------------------------------------------------------------------
+
+    def worker_count(self) -> WorkerCount:
+        """The worker count aimed for, its bounds and its recent changes."""
+        count = self._count
+        return WorkerCount(count.target, count.min, count.max, list(self._count_changes))
 
     def window(self, since: int = 0) -> Window:
         """The buckets that start at or after `since` (unix seconds), oldest first; the

@@ -4,67 +4,23 @@ terminal one readable line (`--log-format text`, the default on a TTY).
 Context travels as `extra=`: `log.info("attempt failed", extra={"job_id": ..., "attempt": 2})`
 becomes `{"ts": ..., "level": "info", "logger": ..., "msg": ..., "job_id": ..., "attempt": 2}`,
 or `2024-05-01T12:00:00.123Z info  goqueue.jobs: attempt failed  job_id=... attempt=2`.
+The line's format lives in `goqueue.actors.logs`, which worker processes share (they may
+not import the supervisor), so a handler's log lines read exactly as the node's own.
 """
 
 from __future__ import annotations
 
 import logging
 import sys
-from datetime import UTC, datetime
 from enum import StrEnum
-from typing import Any, TextIO
+from typing import TextIO
 
-import msgspec
+from goqueue.actors.logs import JsonFormatter, rfc3339
 from goqueue.supervisor.errors import ConfigError
 
+__all__ = ["LEVELS", "JsonFormatter", "configure", "rfc3339"]
+
 LEVELS = ("debug", "info", "warning", "error", "critical")
-
-# Every attribute a bare LogRecord carries; whatever else a record holds came from `extra=`.
-_RECORD_FIELDS = frozenset(
-    {*vars(logging.LogRecord("", 0, "", 0, "", None, None)), "message", "asctime", "taskName"}
-)
-_BASE_KEYS = ("ts", "level", "logger", "msg")
-
-
-def _to_str(value: object) -> str:
-    """msgspec's fallback for values it cannot encode (exceptions, paths, custom objects)."""
-    return str(value)
-
-
-class JsonFormatter(logging.Formatter):
-    """Formats a record as one line of JSON: ts, level, logger, msg, extras, and exc if any."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._encoder = msgspec.json.Encoder(enc_hook=_to_str)
-
-    def format(self, record: logging.LogRecord) -> str:
-        entry = self._fields(record)
-        try:
-            return self._encoder.encode(entry).decode()
-        except (TypeError, ValueError, OverflowError, RecursionError):
-            # e.g. a self-referencing extra: degrade to str() values rather than lose the line
-            return self._encoder.encode(
-                {key: _plain(value) for key, value in entry.items()}
-            ).decode()
-
-    def _fields(self, record: logging.LogRecord) -> dict[str, Any]:
-        entry: dict[str, Any] = {
-            "ts": rfc3339(record.created),
-            "level": record.levelname.lower(),
-            "logger": record.name,
-            "msg": _message(record),
-        }
-        for key, value in vars(record).items():
-            if key not in _RECORD_FIELDS and not key.startswith("_"):
-                entry[f"extra_{key}" if key in _BASE_KEYS else key] = value
-        if record.exc_info:
-            entry["exc"] = self.formatException(record.exc_info)
-        elif record.exc_text:
-            entry["exc"] = record.exc_text
-        if record.stack_info:
-            entry["stack"] = self.formatStack(record.stack_info)
-        return entry
 
 
 class LogFormat(StrEnum):
@@ -143,23 +99,3 @@ def _format(name: str | None, stream: TextIO) -> LogFormat:
         return LogFormat.TEXT if stream.isatty() else LogFormat.JSON
     except (AttributeError, ValueError):  # a closed or odd stream: the collector's format
         return LogFormat.JSON
-
-
-def rfc3339(timestamp: float) -> str:
-    """A POSIX timestamp as RFC 3339 UTC with milliseconds: `2024-05-01T12:00:00.123Z`."""
-    moment = datetime.fromtimestamp(timestamp, UTC)
-    return moment.isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def _message(record: logging.LogRecord) -> str:
-    try:
-        return record.getMessage()
-    except (TypeError, ValueError):
-        # a %-format that does not match its args: keep both rather than lose the record
-        return f"{record.msg!r} % {record.args!r}"
-
-
-def _plain(value: object) -> object:
-    if value is None or isinstance(value, str | int | float | bool):
-        return value
-    return str(value)

@@ -212,6 +212,12 @@ class Metrics:
         self.workers = Gauge(
             "goqueue_workers", "Worker processes by state.", ["state"], registry=reg
         )
+        self.worker_bounds = Gauge(
+            "goqueue_worker_bounds",
+            "Worker processes aimed for now (target) and the bounds, min and max.",
+            ["bound"],
+            registry=reg,
+        )
         self.restarts = Counter(
             "goqueue_worker_restarts_total",
             "Workers replaced, by reason.",
@@ -334,6 +340,11 @@ class Metrics:
         """Workers by state; known states missing from `counts` are set to 0."""
         for state in {*WorkerState, *counts}:
             self.workers.labels(state).set(counts.get(state, 0))
+
+    def set_worker_bounds(self, target: int, minimum: int, maximum: int) -> None:
+        """The worker count aimed for and its bounds (`--workers MIN:MAX`, TTIN/TTOU)."""
+        for bound, value in (("target", target), ("min", minimum), ("max", maximum)):
+            self.worker_bounds.labels(bound).set(value)
 
     def set_depth(self, depths: QueueDepths) -> None:
         """Pending jobs by priority of the deepest queues, the rest summed under

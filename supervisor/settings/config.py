@@ -84,7 +84,8 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
 
     host: str = "127.0.0.1"  # containers pass 0.0.0.0 (deploy/)
     port: int = 8080
-    workers: int = msgspec.field(default_factory=cpu_count)
+    workers: int | tuple[int, int] = msgspec.field(default_factory=cpu_count)  # N, MIN:MAX
+    scale_down_after: float = 60.0
     actors: tuple[str, ...] = ("goqueue.actors.examples",)
     queues: tuple[str, ...] | None = None
     database_url: str | None = None
@@ -116,6 +117,7 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     max_result_bytes: int = 1_048_576
     max_traceback_bytes: int = DEFAULT_MAX_TRACEBACK_BYTES
     public_reads: bool = False
+    otel: bool = False
     max_queues: int = 10_000
     metrics_max_queues: int = 100
     max_connections: int = 10_000
@@ -138,6 +140,12 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     def keeps_jobs(self) -> bool:
         """False when a restart loses every job (the in-memory store)."""
         return self.database_url is not None
+
+    @property
+    def worker_bounds(self) -> tuple[int, int]:
+        """(MIN, MAX) worker processes; equal for a fixed pool."""
+        workers = self.workers
+        return workers if isinstance(workers, tuple) else (workers, workers)
 
     def __post_init__(self) -> None:
         for option in OPTIONS:

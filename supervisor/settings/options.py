@@ -20,7 +20,7 @@ LOG_FORMATS = ("json", "text")  # `LogFormat`'s values (goqueue.supervisor.obser
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
 
-Kind = Literal["str", "int", "float", "bool", "list"]
+Kind = Literal["str", "int", "float", "bool", "list", "bounds"]
 EXPECTED: Mapping[str, str] = MappingProxyType(
     {
         "str": "a string",
@@ -28,6 +28,7 @@ EXPECTED: Mapping[str, str] = MappingProxyType(
         "float": "a number",
         "bool": "a boolean (1/true/yes or 0/false/no)",
         "list": "a comma-separated list",
+        "bounds": "an integer N or a range MIN:MAX",
     }
 )
 TomlValue = str | int | float | bool | tuple[str, ...]
@@ -77,6 +78,11 @@ class Option:
             return None if self.optional else "must be set"
         if isinstance(value, int | float) and not isinstance(value, bool):
             return self._check_number(value)
+        if self.kind == "bounds" and isinstance(value, tuple):
+            low, high = value
+            if low > high:
+                return f"MIN must not exceed MAX, got {low}:{high}"
+            return self._check_number(low) or self._check_number(high)
         if self.choices is not None and value not in self.choices:
             return f"must be one of {', '.join(self.choices)}, got {value!r}"
         if self.kind == "list" and not value and not self.optional:
@@ -91,6 +97,8 @@ class Option:
             return text.lower() if self.choices else text
         if self.kind == "list":
             return tuple(item.strip() for item in text.split(",") if item.strip())
+        if self.kind == "bounds":
+            return _bounds(text)
         if self.kind == "bool":
             if text.lower() in _TRUE | _FALSE:
                 return text.lower() in _TRUE
@@ -105,7 +113,7 @@ class Option:
             return raw
         if isinstance(raw, bool):
             raise ValueError
-        if self.kind == "int" and isinstance(raw, int):
+        if self.kind in ("int", "bounds") and isinstance(raw, int):
             return raw
         if self.kind == "float" and isinstance(raw, int | float) and math.isfinite(raw):
             return float(raw)
@@ -123,6 +131,15 @@ class Option:
         return None
 
 
+def _bounds(text: str) -> int | tuple[int, int]:
+    """`N` (a fixed count) or `MIN:MAX` (a range; `N:N` is the fixed count N)."""
+    low, colon, high = text.partition(":")
+    if not colon:
+        return int(text)
+    bounds = int(low), int(high)
+    return bounds[0] if bounds[0] == bounds[1] else bounds
+
+
 OPTIONS: tuple[Option, ...] = (
     Option(
         "host",
@@ -138,7 +155,22 @@ OPTIONS: tuple[Option, ...] = (
         minimum=0,
         maximum=65535,
     ),
-    Option("workers", "int", "worker processes", metavar="N", minimum=1, example=4),
+    Option(
+        "workers",
+        "bounds",
+        "worker processes: N, or MIN:MAX to scale between MIN and MAX with the queue",
+        metavar="N|MIN:MAX",
+        minimum=1,
+        example=4,
+    ),
+    Option(
+        "scale_down_after",
+        "float",
+        "with --workers MIN:MAX, seconds a worker above MIN may stay idle before it exits",
+        metavar="SECONDS",
+        minimum=0,
+        above_minimum=True,
+    ),
     Option("actors", "list", "modules holding actors", metavar="MOD[,MOD...]"),
     Option(
         "queues",
@@ -385,6 +417,12 @@ OPTIONS: tuple[Option, ...] = (
         minimum=0,
     ),
     # -- exposure and bounded cost per client: hostile networks and greedy clients --
+    Option(
+        "otel",
+        "bool",
+        "OpenTelemetry traces of every enqueue and attempt, exported as the standard "
+        "OTEL_* variables say (needs `pip install 'goqueue[otel]'`)",
+    ),
     Option(
         "public_reads",
         "bool",

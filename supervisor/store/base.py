@@ -73,6 +73,8 @@ class NewJob(msgspec.Struct, kw_only=True):
     # A worker of this node waits for it: store it already started as this node's
     # attempt (`Enqueued.lease`) when it may run now (see `Store.enqueue`).
     start: StartNow | None = None
+    # the enqueue's trace context (W3C `traceparent`...), with --otel: stored with the job
+    trace_context: dict[str, str] | None = None
 
 
 class Store(Protocol):

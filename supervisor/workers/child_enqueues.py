@@ -47,7 +47,13 @@ async def answer(enqueue: EnqueueChild, request: EnqueueRequest) -> EnqueueReply
     try:
         spec = _decode_spec(request.spec)
         async with asyncio.timeout(ENQUEUE_TIMEOUT):
-            reply.job_id = await enqueue(spec, request.job_id)
+            if request.trace_context is None:
+                reply.job_id = await enqueue(spec, request.job_id)
+            else:  # --otel: the enqueue's span is a child of the asking attempt's
+                from goqueue.supervisor.observe.tracing import joined
+
+                with joined(request.trace_context):
+                    reply.job_id = await enqueue(spec, request.job_id)
     except msgspec.ValidationError as exc:
         refuse(reply, Refusal.INVALID, f"invalid job: {exc}")
     except (msgspec.DecodeError, InvalidJob, UnknownJobType) as exc:

@@ -204,8 +204,10 @@ class Pool:
         self._all_gone.clear()
         channel.attach(self.loop, launched.sock)
         self.loop.add_reader(launched.pidfd, self._on_exit, worker)
+        modules, paths = list(config.modules), list(config.paths)
         limits = (config.max_result_bytes, config.max_traceback_bytes)
-        self._send(worker, Boot(list(config.modules), list(config.paths), *limits))
+        level = config.log_level
+        self._send(worker, Boot(modules, paths, *limits, level, config.otel, config.node))
         log.debug("worker spawned", extra={"worker_pid": worker.pid, "slot": worker.slot})
         return worker
 
@@ -216,7 +218,10 @@ class Pool:
         worker.set_deadline(self.loop, self.loop.time() + timeout, self._timed_out)
         payload = bytes(job.payload)
         allowance = self.lease_allowance
-        self._send(worker, RunJob(job.id, job.type, job.attempts, job.queue, payload, allowance))
+        context = job.trace_context
+        self._send(
+            worker, RunJob(job.id, job.type, job.attempts, job.queue, payload, allowance, context)
+        )
         self._watch()
 
     def stop(self, worker: Worker) -> None:

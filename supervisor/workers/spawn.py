@@ -42,13 +42,16 @@ _PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 @dataclass(frozen=True, slots=True)
 class WorkerConfig:
     """What a new worker boots with: the actor modules, the directories put first on its
-    import path, the largest result it may return (None: no limit), and the most of a
-    failed attempt's traceback it sends."""
+    import path, the largest result it may return (None: no limit), the most of a
+    failed attempt's traceback it sends, its log level."""
 
     modules: tuple[str, ...]
     paths: tuple[str, ...] = ()
     max_result_bytes: int | None = None
     max_traceback_bytes: int = DEFAULT_MAX_TRACEBACK_BYTES
+    log_level: str = "info"
+    otel: bool = False
+    node: str = ""
 
     @classmethod
     def of(cls, settings: Settings) -> WorkerConfig:
@@ -56,8 +59,15 @@ class WorkerConfig:
         the import path (so `cd project && goqueue serve --actors app.tasks` works)."""
         cwd = os.getcwd()
         paths = (cwd, *(os.path.join(cwd, p) for p in settings.path or ()))
-        limits = (settings.max_result_bytes, settings.max_traceback_bytes)
-        return cls(tuple(settings.actors), paths, *limits)
+        return cls(
+            tuple(settings.actors),
+            paths,
+            settings.max_result_bytes,
+            settings.max_traceback_bytes,
+            settings.log_level,
+            settings.otel,
+            settings.node_id,
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,8 +118,9 @@ def _spawn(fd: int, environ: Mapping[str, str]) -> int:
 
 
 def _argv(supervisor: int) -> list[str]:
-    # -u: a killed job's prints are not lost in a buffer; -P: nothing from the working
-    # directory shadows what the worker imports to boot (Boot.paths adds it afterwards)
+    # -u: nothing written below the worker's line capture waits in a buffer; -P: nothing
+    # from the working directory shadows what the worker imports to boot (Boot.paths
+    # adds it afterwards)
     return [
         sys.executable,
         "-u",

@@ -33,7 +33,7 @@ from goqueue.api.http.state import ENGINE
 from goqueue.supervisor.enums import Status
 from goqueue.supervisor.errors import StoreUnavailable
 from goqueue.supervisor.jobs import JobFilter
-from goqueue.supervisor.observe.history import BUCKET_SECONDS, Window, WorkerExit
+from goqueue.supervisor.observe.history import BUCKET_SECONDS, Window, WorkerCount, WorkerExit
 from goqueue.supervisor.observe.summaries import (
     DEFAULT_PREVIEW,
     MAX_PREVIEW,
@@ -121,6 +121,7 @@ class WorkersOut(msgspec.Struct):
     exits_by_reason: dict[str, int]
     recent_exits: list[WorkerExit]
     nodes: list[NodeSummary]
+    count: WorkerCount | None = None  # the count aimed for, between --workers MIN:MAX
 
 
 class JobBriefList(msgspec.Struct):
@@ -191,6 +192,7 @@ async def workers(request: web.Request) -> web.Response:
             history.exit_counts(),
             history.exits(),
             nodes,
+            history.worker_count(),
         )
     )
 

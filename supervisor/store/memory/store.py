@@ -122,6 +122,7 @@ class MemoryStore(MemoryReads):
         if self._counts[Status.PENDING] >= self.max_pending:
             raise StoreFull(f"the queue is full ({self.max_pending} pending jobs)")
         job = self._insert(spec, now, new.max_retries, new.parent_id, start=new.start is not None)
+        job.trace_context = new.trace_context
         if spec.dedupe_key is not None and spec.dedupe_window_seconds:
             self._dedupe[spec.dedupe_key] = (job.id, ts + spec.dedupe_window_seconds)
         if new.idempotency_key is not None:
@@ -166,7 +167,9 @@ class MemoryStore(MemoryReads):
         if spec is None:
             return []
         max_retries = spec.max_retries if spec.max_retries is not None else DEFAULT_MAX_RETRIES
-        return [self._insert(spec, now, max_retries, parent.id)]
+        child = self._insert(spec, now, max_retries, parent.id)
+        child.trace_context = parent.trace_context  # a chained job stays in its trace
+        return [child]
 
     # -- rate limits (this node's own) -----------------------------------------------
 

@@ -150,10 +150,7 @@ class Enqueuer:
         """Insert the jobs without keys (`news[i]` for i in `indexes`) in one statement."""
         if not indexes:
             return
-        todo = [
-            (i, pg_rows.insert_params(news[i].spec, news[i].max_retries, news[i].parent_id))
-            for i in indexes
-        ]
+        todo = [(i, _params(news[i])) for i in indexes]
         start = news[todo[0][0]].start if len(todo) == 1 else None
         if start is not None:
             i, params = todo[0]
@@ -268,3 +265,9 @@ class Enqueuer:
             left = await self._db.fetchone(conn, self._sql[Sql.COUNT_DEAD_MATCHING], params)
         self._wakeups.pending(jobs)
         return Replayed(jobs, int(left[0]) if left else 0)
+
+
+def _params(new: NewJob) -> dict[str, Any]:
+    """The insert parameters of one plain job."""
+    context = new.trace_context
+    return pg_rows.insert_params(new.spec, new.max_retries, new.parent_id, trace_context=context)

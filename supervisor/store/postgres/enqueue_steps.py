@@ -56,10 +56,11 @@ def insert(
     parent_id: str | None = None,
     job_id: str | None = None,
     events: Sequence[tuple[EventKind, str | None]] = ENQUEUED,
+    trace_context: dict[str, str] | None = None,
 ) -> Query:
     """The statement inserting a pending job with its `events` (kind, detail); it answers
     the whole job (`pg_rows.job`)."""
-    params = pg_rows.insert_params(spec, max_retries, parent_id, job_id) | {
+    params = pg_rows.insert_params(spec, max_retries, parent_id, job_id, trace_context) | {
         "node": node,
         "events": [kind.value for kind, _ in events],
         "details": [detail for _, detail in events],
@@ -104,7 +105,13 @@ def keyed_enqueue(
             raise DuplicateJob("unknown" if holder is None else str(holder[0]))
     for _ in range(3):
         row = yield insert(
-            sql, new.spec, new.max_retries, node=node, parent_id=new.parent_id, job_id=job_id
+            sql,
+            new.spec,
+            new.max_retries,
+            node=node,
+            parent_id=new.parent_id,
+            job_id=job_id,
+            trace_context=new.trace_context,
         )
         if row is not None:
             return Enqueued(pg_rows.job(row), created=True)

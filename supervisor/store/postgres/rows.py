@@ -28,6 +28,14 @@ Row = tuple[Any, ...]
 _SPEC = msgspec.json.Decoder(JobSpec)
 _ERRORS = msgspec.json.Decoder(tuple[AttemptError, ...])
 _JOB = msgspec.json.Decoder(Job)
+_CONTEXT = msgspec.json.Decoder(dict[str, str])
+
+
+def _context(value: msgspec.Raw | None) -> dict[str, str] | None:
+    """A stored trace context (JSON), decoded; None stays None."""
+    return None if value is None else _CONTEXT.decode(value)
+
+
 _ENCODE = msgspec.json.Encoder()
 
 
@@ -83,8 +91,9 @@ _COLUMNS = (
     "on_success",
     "on_failure",
     "parent_id",
+    "trace_context",
 )
-_JSON_COLUMNS = ("payload", "on_success", "on_failure")
+_JSON_COLUMNS = ("payload", "on_success", "on_failure", "trace_context")
 
 
 def columns(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[Any]]:
@@ -100,6 +109,7 @@ def insert_params(
     max_retries: int,
     parent_id: str | None = None,
     job_id: str | None = None,
+    trace_context: dict[str, str] | None = None,
 ) -> dict[str, Any]:
     """The parameters inserting a pending job from `spec` (the enqueue statements')."""
     return {
@@ -118,6 +128,7 @@ def insert_params(
         "on_success": raw(spec.on_success),
         "on_failure": raw(spec.on_failure),
         "parent_id": parent_id,
+        "trace_context": raw(trace_context),
     }
 
 
@@ -150,6 +161,7 @@ def pending(params: Mapping[str, Any], spec: JobSpec, decided: Row) -> Job:
         finished_at=None,
         updated_at=created_at,
         seq=seq,
+        trace_context=_context(params["trace_context"]),
     )
 
 
@@ -163,6 +175,7 @@ def job(row: Row) -> Job:
     if on_failure is not None:
         fields["on_failure"] = _SPEC.decode(on_failure)
     fields["errors"] = _ERRORS.decode(fields["errors"])
+    fields["trace_context"] = _context(fields.get("trace_context"))
     return Job(**fields)
 
 

@@ -493,4 +493,13 @@ CREATE INDEX jobs_parent ON {s}.jobs (parent_id) WHERE parent_id IS NOT NULL;
 ALTER TABLE {s}.events ADD COLUMN traceback text;
 """,
     ),
+    Migration(
+        12,
+        "trace context",
+        """
+-- With --otel, the enqueue's W3C trace context (traceparent, tracestate): an attempt's span
+-- joins the enqueue's trace. NULL without tracing.
+ALTER TABLE {s}.jobs ADD COLUMN trace_context jsonb;
+""",
+    ),
 )

@@ -134,12 +134,17 @@ def test_bad_environment_values_name_the_option(environ: dict, fragments: list[s
 
 
 def test_bad_flag_value_names_the_flag(flags: Flags) -> None:
-    with pytest.raises(ConfigError, match=r"workers: expected an integer, got 'abc'.*--workers"):
+    with pytest.raises(
+        ConfigError,
+        match=r"workers: expected an integer N or a range MIN:MAX, got 'abc'.*--workers",
+    ):
         config.load(flags("--workers", "abc"), {})
 
 
 def test_wrong_type_in_file_is_rejected(toml_file) -> None:
-    with pytest.raises(ConfigError, match=r"workers: expected an integer, got 2\.5"):
+    with pytest.raises(
+        ConfigError, match=r"workers: expected an integer N or a range MIN:MAX, got 2\.5"
+    ):
         config.load(None, {"GOQUEUE_CONFIG": toml_file("workers = 2.5\n")})
     with pytest.raises(ConfigError, match="public_reads"):
         config.load(None, {"GOQUEUE_CONFIG": toml_file("public_reads = 1\n")})

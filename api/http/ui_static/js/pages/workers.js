@@ -105,7 +105,9 @@ export default {
       swap(notice);
       setNode(data.node);
       const busy = data.workers.filter((w) => w.state === "busy").length;
-      sub.textContent = `Node ${data.node}: ${data.workers.length} worker processes, ${busy} busy.`;
+      const c = data.count;
+      const bounds = c && c.min !== c.max ? ` Scaling between ${c.min} and ${c.max}, aiming for ${c.target}.` : "";
+      sub.textContent = `Node ${data.node}: ${data.workers.length} worker processes, ${busy} busy.${bounds}`;
       swap(workersBox, table(workerColumns, data.workers, { empty: "No worker process is running.", caption: "Worker processes" }));
       const reasons = Object.entries(data.exits_by_reason).filter(([, n]) => n > 0);
       swap(reasonsBox, reasons.length ? reasons.map(([reason, n]) => h("span", { class: "chip", title: REASONS[reason] }, reason, " ", h("b", null, int(n)))) : h("span", { class: "muted" }, "none"));
