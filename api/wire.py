@@ -25,7 +25,7 @@ Uuid = Annotated[str, msgspec.Meta(extra_json_schema={"format": "uuid"})]
 
 # `Status`'s values, spelt out so that OpenAPI shows an inline enum of strings (a StrEnum
 # would become a named component); tests/e2e/api/test_routes.py checks the two agree.
-JobStatus = Literal["pending", "claimed", "running", "done", "failed", "cancelled"]
+JobStatus = Literal["waiting", "pending", "claimed", "running", "done", "failed", "cancelled"]
 TERMINAL_STATUSES: frozenset[str] = frozenset({"done", "failed", "cancelled"})
 
 
@@ -58,6 +58,11 @@ class JobOut(msgspec.Struct):
     finished_at: AwareTime | None
     updated_at: AwareTime
     unique_key: str | None = None  # a default: nodes before unique jobs do not send it
+    # a workflow step: its workflow, key, parents' job ids and their results by key
+    workflow_id: Uuid | None = None
+    step_key: str | None = None
+    parent_ids: list[Uuid] | None = None
+    parents: Any = None
     # what a running job last reported with ctx.progress (a number 0-1 or a small object),
     # as the node running it knows it; absent otherwise
     progress: Any | UnsetType = UNSET

@@ -37,10 +37,10 @@ from goqueue.supervisor.jobs import (
 from goqueue.supervisor.observe.summaries import DeadFilter
 from goqueue.supervisor.schedules.schedule import Fired, ScheduleState, fire_detail
 from goqueue.supervisor.store.base import NewJob
-from goqueue.supervisor.store.memory.reads import MemoryReads
+from goqueue.supervisor.store.memory.workflows import MemoryWorkflows
 
 
-class MemoryStore(MemoryReads):
+class MemoryStore(MemoryWorkflows):
     """A bounded, non-durable store for one node: the write path (enqueue, claims,
     outcomes, dead-letter replays) over the reads of `MemoryReads`."""
 
@@ -304,7 +304,8 @@ class MemoryStore(MemoryReads):
         self._set_status(job, Status.DONE, now)
         self._event(job, EventKind.SUCCEEDED, now)
         self._retire(job)
-        return Outcome(job, self._follow_up(job.on_success, job, now))
+        released = self._release_children(job, now)
+        return Outcome(job, self._follow_up(job.on_success, job, now), released=released)
 
     async def fail(self, lease: Lease, error: str, retry_at: datetime | None) -> Outcome | None:
         """Record a failed attempt: retry at `retry_at`, or dead-letter and chain."""
@@ -343,6 +344,7 @@ class MemoryStore(MemoryReads):
         self._dead.add(dead)
         self._event(job, EventKind.DEAD_LETTERED, now, dead.id)
         self._retire(job)
+        self._cancel_dependents(job, now)
         return dead
 
     async def release(self, lease: Lease) -> bool:
@@ -378,6 +380,7 @@ class MemoryStore(MemoryReads):
         self._set_status(job, Status.CANCELLED, now)
         self._event(job, EventKind.CANCELLED, now)
         self._retire(job)
+        self._cancel_dependents(job, now)
         return job, token
 
     # -- queues and pruning ----------------------------------------------------------
@@ -414,6 +417,7 @@ class MemoryStore(MemoryReads):
 
     def _replay(self, dead: DeadLetter, max_retries: int, now: datetime) -> Job:
         job = self._insert(dead.job.replay_spec(), now, max_retries, None)
+        self._resume(dead.job, job, now)
         self._dead.pop(dead.id)
         self._event(job, EventKind.REPLAYED, now, dead.job_id)
         return job
