@@ -16,8 +16,8 @@ from goqueue.supervisor.dispatch.rates import StartTimes
 from goqueue.supervisor.enums import TERMINAL, EventKind, Status
 from goqueue.supervisor.jobs import STATUSES, Event, Job, Lease, utcnow
 from goqueue.supervisor.store.memory.dead import DeadLetters
-from goqueue.supervisor.store.memory.heaps import OldestByQueue, PendingHeaps
 from goqueue.supervisor.store.memory.flows import FlowBook
+from goqueue.supervisor.store.memory.heaps import OldestByQueue, PendingHeaps
 from goqueue.supervisor.store.memory.schedules import ScheduleBook
 
 

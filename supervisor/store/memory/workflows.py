@@ -170,9 +170,7 @@ class MemoryWorkflows(MemoryReads):
         """One workflow with its steps' live statuses."""
         return self._workflow(workflow_id)
 
-    async def list_workflows(
-        self, status: WorkflowStatus | None, limit: int, offset: int
-    ) -> Page:
+    async def list_workflows(self, status: WorkflowStatus | None, limit: int, offset: int) -> Page:
         """Workflows newest first, of `status` if given."""
         newest = sorted(self._flows.flows.values(), key=lambda f: f.seq, reverse=True)
         found = [w for f in newest if (w := self._workflow(f.id)) is not None]
@@ -180,7 +178,9 @@ class MemoryWorkflows(MemoryReads):
             found = [w for w in found if w.status == status]
         return Page(found[offset : offset + limit], len(found))
 
-    async def cancel_workflow(self, workflow_id: str) -> tuple[Workflow, list[tuple[Job, str | None]]]:
+    async def cancel_workflow(
+        self, workflow_id: str
+    ) -> tuple[Workflow, list[tuple[Job, str | None]]]:
         """Cancel every unfinished step; the running ones' lease tokens come back so the
         engine can kill their workers."""
         flow = self._flows.flows.get(workflow_id)

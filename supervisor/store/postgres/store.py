@@ -33,6 +33,7 @@ from datetime import datetime
 
 import msgspec
 from goqueue.supervisor.dispatch.rates import Rate, Taken
+from goqueue.supervisor.enums import WorkflowStatus
 from goqueue.supervisor.errors import StoreUnavailable
 from goqueue.supervisor.jobs import (
     DeadLetter,
@@ -63,6 +64,8 @@ from goqueue.supervisor.store.postgres.schedules import ScheduleRows
 from goqueue.supervisor.store.postgres.sql import schema as pg_schema
 from goqueue.supervisor.store.postgres.sql.statements import Sql, Statements
 from goqueue.supervisor.store.postgres.summaries import Summaries
+from goqueue.supervisor.store.postgres.workflows import PgWorkflows
+from goqueue.supervisor.workflows import NewWorkflow, Workflow, WorkflowCreated
 
 log = logging.getLogger("goqueue.store.postgres")
 
@@ -103,11 +106,15 @@ class PostgresStore:
         )
         self._notifier = Notifier(node_id, self._send_notify)
         self._wakeups = Wakeups(self._notifier)
+        self._workflows = PgWorkflows(
+            self._db, self._sql, node_id, self._wakeups, idempotency_ttl=idempotency_ttl
+        )
         self._enqueuer = Enqueuer(
             self._db,
             self._sql,
             node_id,
             self._wakeups,
+            self._workflows,
             idempotency_ttl=idempotency_ttl,
             lease_seconds=lease_seconds,
         )
@@ -117,6 +124,7 @@ class PostgresStore:
             node_id,
             self._wakeups,
             self._enqueuer,
+            self._workflows,
             schema=schema,
             lease_seconds=lease_seconds,
         )
@@ -261,6 +269,26 @@ class PostgresStore:
     async def replay_dead(self, dead_id: str, max_retries: int) -> Job:
         """Insert a fresh job from the letter and delete the letter, in one transaction."""
         return await self._enqueuer.replay_dead(dead_id, max_retries)
+
+    # -- workflows ---------------------------------------------------------------------
+
+    async def create_workflow(self, new: NewWorkflow) -> WorkflowCreated:
+        """Store every step at once, in one transaction."""
+        return await self._workflows.create(new)
+
+    async def get_workflow(self, workflow_id: str) -> Workflow | None:
+        """One workflow with its steps' live statuses."""
+        return await self._workflows.get(workflow_id)
+
+    async def list_workflows(self, status: WorkflowStatus | None, limit: int, offset: int) -> Page:
+        """Workflows newest first, of `status` when given."""
+        return await self._workflows.page(status, limit, offset)
+
+    async def cancel_workflow(
+        self, workflow_id: str
+    ) -> tuple[Workflow, list[tuple[Job, str | None]]]:
+        """Cancel every unfinished step of a workflow, in one transaction."""
+        return await self._workflows.cancel(workflow_id)
 
     # -- leases and outcomes ---------------------------------------------------------
 

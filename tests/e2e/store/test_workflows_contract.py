@@ -165,12 +165,8 @@ async def test_cancel_stops_the_whole_workflow(open_store) -> None:
 
 async def test_idempotent_creation_and_listing(open_store) -> None:
     async with open_store() as store:
-        first = await store.create_workflow(
-            flow(("a", []), idempotency_key="k", request_hash="h1")
-        )
-        again = await store.create_workflow(
-            flow(("a", []), idempotency_key="k", request_hash="h1")
-        )
+        first = await store.create_workflow(flow(("a", []), idempotency_key="k", request_hash="h1"))
+        again = await store.create_workflow(flow(("a", []), idempotency_key="k", request_hash="h1"))
         assert not again.created and again.workflow.id == first.workflow.id
         with pytest.raises(IdempotencyMismatch):
             await store.create_workflow(flow(("a", []), idempotency_key="k", request_hash="h2"))
