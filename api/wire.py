@@ -10,11 +10,14 @@ from __future__ import annotations
 
 import operator
 import re
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, cast
 
 import msgspec
 from goqueue.supervisor.jobs import AttemptError, AwareTime, DeadLetter, Event, Job, JobSpec
 from goqueue.supervisor.jobs import QueueStats as QueueStats
+from goqueue.supervisor.steps import Workflow
+from goqueue.supervisor.steps import WorkflowRequest as WorkflowRequest
+from goqueue.supervisor.steps import WorkflowStep as WorkflowStep
 from msgspec import UNSET, UnsetType
 
 MAX_BATCH = 1000
@@ -264,3 +267,58 @@ def error_field(message: str) -> str | None:
     if named:
         path = f"{path}.{named['name']}"
     return path.lstrip(".") or None
+
+
+# -- workflows -------------------------------------------------------------------------
+
+WorkflowState = Literal["running", "done", "failed", "cancelled"]  # `WorkflowStatus`'s values
+WORKFLOW_TERMINAL: frozenset[str] = frozenset({"done", "failed", "cancelled"})
+
+
+class WorkflowJobOut(msgspec.Struct):
+    """One step of a workflow: its key, its current job (a replay's fresh one after a
+    replay), that job's status."""
+
+    key: str
+    id: Uuid
+    status: JobStatus
+
+
+class WorkflowOut(msgspec.Struct):
+    """A workflow with its steps' live statuses, in the order they were sent."""
+
+    id: Uuid
+    name: str
+    status: WorkflowState
+    created_at: AwareTime
+    jobs: list[WorkflowJobOut]
+
+    @property
+    def finished(self) -> bool:
+        """True once the workflow is done, failed or cancelled (a failed one runs again
+        when its failed step is replayed)."""
+        return self.status in WORKFLOW_TERMINAL
+
+    def job(self, key: str) -> WorkflowJobOut:
+        """The step of `key`; KeyError when there is none."""
+        for step in self.jobs:
+            if step.key == key:
+                return step
+        raise KeyError(key)
+
+
+class WorkflowList(msgspec.Struct):
+    """One page of workflows, newest first."""
+
+    workflows: list[WorkflowOut]
+    total: int
+    limit: int
+    offset: int
+
+
+def workflow_out(workflow: Workflow) -> WorkflowOut:
+    """The API view of a workflow."""
+    # the StrEnums' values are the Literals' (tests/e2e/api/test_routes.py checks Status's)
+    jobs = [WorkflowJobOut(s.key, s.id, cast("JobStatus", s.status.value)) for s in workflow.steps]
+    state = cast("WorkflowState", workflow.status.value)
+    return WorkflowOut(workflow.id, workflow.name, state, workflow.created_at, jobs)

@@ -7,101 +7,43 @@ it pending in the same atomic step (a counter of unfinished parents, decremented
 each parent's success). A step dead-lettered cancels every step depending on it; its
 replay puts a fresh job in its place and makes those wait again.
 
-This module holds what every store shares: the request, its validation (`plan`), the
-records, and the one rule for a workflow's status.
+The request, its validation and the records are in `steps.py`; this module holds what
+the engine hands a store (`NewWorkflow`) and how it builds it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
-from datetime import datetime
-from typing import Annotated
+from collections.abc import Awaitable, Callable
 
 import msgspec
-from goqueue.supervisor.enums import Status, WorkflowStatus
-from goqueue.supervisor.jobs import JobSpec, Name
+from goqueue.supervisor.errors import UnknownJobType
+from goqueue.supervisor.jobs import JobSpec
+from goqueue.supervisor.steps import (
+    WORKFLOW_CANCELLED,
+    StepState,
+    Workflow,
+    WorkflowRequest,
+    WorkflowStep,
+    dependent_error,
+    plan,
+    workflow_status,
+)
 from goqueue.supervisor.store.base import NewJob
 
-DEFAULT_MAX_WORKFLOW_JOBS = 10_000
-MAX_PARENTS = 1_000  # keys one step may wait for
-
-StepKey = Name
-
-
-class WorkflowStep(JobSpec, kw_only=True, forbid_unknown_fields=True, gc=False):
-    """One step as a client sends it: a job spec, its key, the keys it waits for."""
-
-    key: StepKey
-    after: Annotated[list[StepKey], msgspec.Meta(max_length=MAX_PARENTS)] = msgspec.field(
-        default_factory=list
-    )
-
-    def job_spec(self) -> JobSpec:
-        """The step's job alone (without `key` and `after`)."""
-        fields = {f: getattr(self, f) for f in JobSpec.__struct_fields__}
-        return JobSpec(**fields)
-
-
-class WorkflowRequest(msgspec.Struct, forbid_unknown_fields=True, gc=False):
-    """`POST /workflows`: a name and the steps (any order; `after` names the parents)."""
-
-    name: Name
-    jobs: list[WorkflowStep]
-
-
-class InvalidWorkflow(ValueError):
-    """The steps do not form a workflow; `field` names the place to fix."""
-
-    def __init__(self, message: str, field: str) -> None:
-        super().__init__(message)
-        self.field = field
-
-
-def plan(steps: Sequence[WorkflowStep]) -> list[int]:
-    """The steps' indexes, parents before children; raises InvalidWorkflow naming the
-    problem: no steps, a duplicate key, an unknown key in `after`, a cycle (its keys)."""
-    if not steps:
-        raise InvalidWorkflow("a workflow needs at least one step", "jobs")
-    index: dict[str, int] = {}
-    for i, step in enumerate(steps):
-        if step.key in index:
-            raise InvalidWorkflow(
-                f"duplicate key {step.key!r} (also jobs[{index[step.key]}])", f"jobs[{i}].key"
-            )
-        index[step.key] = i
-    children: list[list[int]] = [[] for _ in steps]
-    unfinished = [0] * len(steps)
-    for i, step in enumerate(steps):
-        for n, parent in enumerate(dict.fromkeys(step.after)):
-            if parent not in index:
-                raise InvalidWorkflow(
-                    f"after names unknown key {parent!r}", f"jobs[{i}].after[{n}]"
-                )
-            children[index[parent]].append(i)
-            unfinished[i] += 1
-    order = [i for i, n in enumerate(unfinished) if n == 0]
-    for i in order:  # grows as it goes: Kahn's algorithm
-        for child in children[i]:
-            unfinished[child] -= 1
-            if unfinished[child] == 0:
-                order.append(child)
-    if len(order) < len(steps):
-        cycle = _a_cycle(steps, index, {i for i, n in enumerate(unfinished) if n})
-        raise InvalidWorkflow(f"the steps form a cycle: {' -> '.join(cycle)}", "jobs")
-    return order
-
-
-def _a_cycle(steps: Sequence[WorkflowStep], index: dict[str, int], stuck: set[int]) -> list[str]:
-    """The keys of one cycle among the `stuck` steps (each waits for another stuck one)."""
-    seen: dict[int, int] = {}
-    path: list[int] = []
-    at = min(stuck)
-    while at not in seen:
-        seen[at] = len(path)
-        path.append(at)
-        at = next(index[k] for k in steps[at].after if index[k] in stuck)
-    loop = path[seen[at] :]
-    return [steps[i].key for i in reversed(loop)] + [steps[loop[-1]].key]
+__all__ = [
+    "WORKFLOW_CANCELLED",
+    "NewStep",
+    "NewWorkflow",
+    "StepState",
+    "Workflow",
+    "WorkflowCreated",
+    "WorkflowRequest",
+    "WorkflowStep",
+    "dependent_error",
+    "plan",
+    "prepare_workflow",
+    "workflow_status",
+]
 
 
 class NewStep(msgspec.Struct, kw_only=True, gc=False):
@@ -123,24 +65,6 @@ class NewWorkflow(msgspec.Struct, kw_only=True, gc=False):
     request_hash: str | None = None
 
 
-class StepState(msgspec.Struct, gc=False):
-    """One step of a workflow as it is now: its key, its current job, that job's status."""
-
-    key: str
-    id: str
-    status: Status
-
-
-class Workflow(msgspec.Struct, kw_only=True, gc=False):
-    """A stored workflow with its steps' live statuses (in creation order)."""
-
-    id: str
-    name: str
-    status: WorkflowStatus
-    created_at: datetime
-    steps: list[StepState]
-
-
 class WorkflowCreated(msgspec.Struct, gc=False):
     """What storing a workflow did: the workflow, and whether this call created it (an
     Idempotency-Key repeated with the same request answers the first one)."""
@@ -149,22 +73,33 @@ class WorkflowCreated(msgspec.Struct, gc=False):
     created: bool
 
 
-def workflow_status(cancelled: bool, statuses: Iterable[Status]) -> WorkflowStatus:
-    """The one rule: cancelled as a whole; else failed when a step failed or was
-    cancelled; else done when every step is done; else running."""
-    if cancelled:
-        return WorkflowStatus.CANCELLED
-    done = True
-    for status in statuses:
-        if status in (Status.FAILED, Status.CANCELLED):
-            return WorkflowStatus.FAILED
-        done = done and status == Status.DONE
-    return WorkflowStatus.DONE if done else WorkflowStatus.RUNNING
+Prepare = Callable[[JobSpec], Awaitable[NewJob]]
 
 
-def dependent_error(failed_key: str) -> str:
-    """The error of a step cancelled because one it depends on failed for good."""
-    return f"cancelled: step {failed_key!r} it depends on failed"
-
-
-WORKFLOW_CANCELLED = "cancelled: the workflow was cancelled"
+async def prepare_workflow(
+    request: WorkflowRequest,
+    prepare: Prepare,
+    *,
+    workflow_id: str,
+    idempotency_key: str | None = None,
+    request_hash: str | None = None,
+) -> NewWorkflow:
+    """The workflow to store: checked (`plan`), each step's defaults resolved by
+    `prepare` (the engine's, which checks types), in order, parents first. An unknown
+    type is named under its step (`jobs[3].type`)."""
+    order = plan(request.jobs)
+    steps: list[NewStep] = []
+    for i in order:
+        step = request.jobs[i]
+        try:
+            new = await prepare(step.job_spec())
+        except UnknownJobType as exc:
+            raise UnknownJobType(exc.job_type, f"jobs[{i}].{exc.path}") from None
+        steps.append(NewStep(key=step.key, after=list(dict.fromkeys(step.after)), new=new))
+    return NewWorkflow(
+        id=workflow_id,
+        name=request.name,
+        steps=steps,
+        idempotency_key=idempotency_key,
+        request_hash=request_hash,
+    )

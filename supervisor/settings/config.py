@@ -114,6 +114,7 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     max_result_bytes: int = 1_048_576
     public_reads: bool = False
     max_queues: int = 10_000
+    max_workflow_jobs: int = 10_000
     metrics_max_queues: int = 100
     max_connections: int = 10_000
     header_timeout: float = 15.0
