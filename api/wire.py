@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import operator
 import re
-from typing import Annotated, Any, Literal, cast
+from typing import Annotated, Any, Literal
 
 import msgspec
 from goqueue.supervisor.jobs import AttemptError, AwareTime, DeadLetter, Event, Job, JobSpec
@@ -318,7 +318,6 @@ class WorkflowList(msgspec.Struct):
 
 def workflow_out(workflow: Workflow) -> WorkflowOut:
     """The API view of a workflow."""
-    # the StrEnums' values are the Literals' (tests/e2e/api/test_routes.py checks Status's)
-    jobs = [WorkflowJobOut(s.key, s.id, cast("JobStatus", s.status.value)) for s in workflow.steps]
-    state = cast("WorkflowState", workflow.status.value)
+    jobs = [WorkflowJobOut(s.key, s.id, s.status.value) for s in workflow.steps]
+    state = workflow.status.value
     return WorkflowOut(workflow.id, workflow.name, state, workflow.created_at, jobs)
