@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import operator
 import re
-from typing import Annotated, Any, Literal, cast
+from typing import Annotated, Any, Literal
 
 import msgspec
 from goqueue.supervisor.jobs import AttemptError, AwareTime, DeadLetter, Event, Job, JobSpec
@@ -319,5 +319,4 @@ class WorkflowList(msgspec.Struct):
 def workflow_out(workflow: Workflow) -> WorkflowOut:
     """The API view of a workflow."""
     jobs = [WorkflowJobOut(s.key, s.id, s.status.value) for s in workflow.steps]
-    state = cast("WorkflowState", workflow.status.value)  # its values are the Literal's
-    return WorkflowOut(workflow.id, workflow.name, state, workflow.created_at, jobs)
+    return WorkflowOut(workflow.id, workflow.name, workflow.status.value, workflow.created_at, jobs)
