@@ -53,6 +53,7 @@ class RunJob(msgspec.Struct, tag="run", tag_field="msg", array_like=True, gc=Fal
     queue: str
     payload: bytes
     allowance: float | None = None
+    parents: bytes | None = None  # a workflow step's parents' results by key (JSON object)
 
 
 class Extend(msgspec.Struct, tag="extend", tag_field="msg", array_like=True, gc=False):

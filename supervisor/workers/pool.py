@@ -216,7 +216,11 @@ class Pool:
         worker.set_deadline(self.loop, self.loop.time() + timeout, self._timed_out)
         payload = bytes(job.payload)
         allowance = self.lease_allowance
-        self._send(worker, RunJob(job.id, job.type, job.attempts, job.queue, payload, allowance))
+        parents = None if job.parents is None else bytes(job.parents)
+        self._send(
+            worker,
+            RunJob(job.id, job.type, job.attempts, job.queue, payload, allowance, parents),
+        )
         self._watch()
 
     def stop(self, worker: Worker) -> None:
