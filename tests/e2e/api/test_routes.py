@@ -675,8 +675,9 @@ def test_openapi_describes_every_route(api_server: ApiServer) -> None:
     }
     documented = {(path, method) for path, ops in doc["paths"].items() for method in ops}
     assert documented == served
-    # 21 (deliveries, bulk dead letters) + summaries (5), dashboard (2), schedules (3)
-    assert len(served) == 31
+    # 21 (deliveries, bulk dead letters) + summaries (5), dashboard (2), schedules (3),
+    # workflows (4)
+    assert len(served) == 35
     schemas = doc["components"]["schemas"]
     refs = set(re.findall(r'"#/components/schemas/([^"]+)"', resp.body.decode()))
     assert refs <= set(schemas)
