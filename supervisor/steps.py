@@ -85,8 +85,9 @@ def _a_cycle(steps: Sequence[WorkflowStep], index: dict[str, int], stuck: set[in
         seen[at] = len(path)
         path.append(at)
         at = next(index[k] for k in steps[at].after if index[k] in stuck)
-    loop = path[seen[at] :]
-    return [steps[i].key for i in reversed(loop)] + [steps[loop[-1]].key]
+    loop = path[seen[at] :]  # each waits for the next: read backwards, parents first
+    ordered = [loop[0], *reversed(loop[1:]), loop[0]]
+    return [steps[i].key for i in ordered]
 
 
 class StepState(msgspec.Struct, gc=False):
