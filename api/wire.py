@@ -285,7 +285,8 @@ class WorkflowJobOut(msgspec.Struct):
 
 
 class WorkflowOut(msgspec.Struct):
-    """A workflow with its steps' live statuses, in the order they were sent."""
+    """A workflow with its steps' live statuses, parents before children (in the order
+    sent where that order already puts them so)."""
 
     id: Uuid
     name: str

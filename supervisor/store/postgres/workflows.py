@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from goqueue.supervisor.enums import WorkflowStatus
+from goqueue.supervisor.enums import Status, WorkflowStatus
 from goqueue.supervisor.errors import IdempotencyMismatch, InvalidState, NotFound, StoreUnavailable
 from goqueue.supervisor.jobs import Job, Page, new_id
 from goqueue.supervisor.store.postgres import rows as pg_rows
@@ -53,13 +53,21 @@ class PgWorkflows:
                 seen = await self._claim_key(conn, new)
                 if seen is not None:
                     return WorkflowCreated(seen, created=False)
-            await conn.execute(self._sql[Sql.WORKFLOW_INSERT], {"id": new.id, "name": new.name})
-            cur = await conn.execute(self._sql[Sql.WORKFLOW_STEPS], self._steps(new))
+            params = {"id": new.id, "name": new.name}
+            head = await self._db.fetchone(conn, self._sql[Sql.WORKFLOW_INSERT], params)
+            assert head is not None
+            ids, columns = self._steps(new)
+            cur = await conn.execute(self._sql[Sql.WORKFLOW_STEPS], columns)
             roots = [pg_rows.job(row) for row in await cur.fetchall()]
-            found = await self._read(conn, new.id)
-        assert found is not None
         self._wakeups.pending(roots)
-        return WorkflowCreated(found, created=True)
+        # as just stored (no read back: a large workflow is answered sooner)
+        steps = [
+            StepState(s.key, ids[s.key], Status.WAITING if s.after else Status.PENDING)
+            for s in new.steps
+        ]
+        status = workflow_status(False, (s.status for s in steps))
+        made = Workflow(id=new.id, name=new.name, status=status, created_at=head[0], steps=steps)
+        return WorkflowCreated(made, created=True)
 
     async def _claim_key(self, conn: Conn, new: NewWorkflow) -> Workflow | None:
         """Take the workflow's Idempotency-Key; the first workflow when it was taken with
@@ -82,8 +90,9 @@ class PgWorkflows:
             raise StoreUnavailable(f"idempotency key names a missing workflow {held[1]}")
         return found
 
-    def _steps(self, new: NewWorkflow) -> dict[str, Any]:
-        """The parameters of `WORKFLOW_STEPS`: one array per column, and the edges."""
+    def _steps(self, new: NewWorkflow) -> tuple[dict[str, str], dict[str, Any]]:
+        """The steps' job ids by key, and the parameters of `WORKFLOW_STEPS`: one array
+        per column, and the edges."""
         ids: dict[str, str] = {}
         rows = []
         for step in new.steps:
@@ -94,7 +103,7 @@ class PgWorkflows:
         del columns["dedupe_key"], columns["unique_key"], columns["parent_id"]
         parents = [ids[k] for step in new.steps for k in step.after]
         children = [ids[step.key] for step in new.steps for _ in step.after]
-        return columns | {
+        return ids, columns | {
             "workflow": new.id,
             "key": [step.key for step in new.steps],
             "pids": [" ".join(ids[k] for k in step.after) for step in new.steps],
@@ -158,7 +167,8 @@ class PgWorkflows:
         if head is None:
             return None
         cur = await conn.execute(self._sql[Sql.WORKFLOW_CURRENT], {"ids": [workflow_id]})
-        steps = [StepState(key, job_id, status) for key, job_id, status in await cur.fetchall()]
+        rows = await cur.fetchall()
+        steps = [StepState(key, job_id, Status(status)) for key, job_id, status in rows]
         wf_id, name, created_at, cancelled = head
         return Workflow(
             id=wf_id,

@@ -38,7 +38,8 @@ _EVENTS = """trail AS (
 WORKFLOW_SQL: Final[Mapping[Sql, str]] = MappingProxyType(
     {
         Sql.WORKFLOW_INSERT: """
-            INSERT INTO {s}.workflows (id, name, created_at) VALUES (%(id)s, %(name)s, now())""",
+            INSERT INTO {s}.workflows (id, name, created_at) VALUES (%(id)s, %(name)s, now())
+            RETURNING created_at""",
         # Every step in one statement (parameters one array per column, binary): roots
         # pending, the others waiting with their count of parents; then the edges.
         Sql.WORKFLOW_STEPS: f"""
