@@ -305,3 +305,16 @@ def test_a_40_parent_fan_in_across_two_nodes_joins_exactly_once(
     assert nodes_used == {one.proc.pid, two.proc.pid}  # both nodes completed parents
     join = one.get(f"/jobs/{by_key(done)['join']['id']}").body
     assert len(join["parents"]) == 40
+
+
+def test_a_workflow_survives_a_node_killed_mid_way(pg_nodes: NodeSet, tmp_path: Path) -> None:
+    first = pg_nodes.start("--actors", ACTORS)
+    root = step("root", tmp_path) | {"delay_seconds": 2}
+    made = create(first, root, step("next", tmp_path, ["root"]), step("last", tmp_path, ["next"]))
+    pg_nodes.kill_all()  # kill -9, before the delayed root is due
+    assert runs_of(tmp_path, made)["root"] == []
+    second = pg_nodes.start("--actors", ACTORS)
+    done = wait_workflow(second, made["id"], "done", "failed", timeout=60)
+    assert done["status"] == "done"
+    runs = runs_of(tmp_path, done)
+    assert [len(runs[k]) for k in ("root", "next", "last")] == [1, 1, 1]
