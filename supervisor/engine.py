@@ -391,6 +391,12 @@ class Engine:
             return  # the scrape still answers; depth keeps its last value
         self.metrics.set_depth(depths)
         self.history.note_depth(depths.pending)
+        try:
+            async with asyncio.timeout(5):
+                flows = await self.store.workflow_counts()
+        except (StoreError, TimeoutError):
+            return
+        self.metrics.set_workflows(flows.by_status, flows.steps_waiting)
 
     def workers(self) -> dict[str, int]:
         """Workers by state (busy, idle, booting, stopping)."""

@@ -108,6 +108,13 @@ class Workflow(msgspec.Struct, kw_only=True, gc=False):
     steps: list[StepState]
 
 
+class WorkflowCounts(msgspec.Struct, gc=False):
+    """For metrics: workflows by status (every status present), and steps waiting."""
+
+    by_status: dict[str, int]
+    steps_waiting: int
+
+
 def workflow_status(cancelled: bool, statuses: Iterable[Status]) -> WorkflowStatus:
     """The one rule: cancelled as a whole; else failed when a step failed or was
     cancelled; else done when every step is done; else running."""

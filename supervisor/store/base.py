@@ -34,6 +34,7 @@ from goqueue.supervisor.schedules.schedule import Fired, ScheduleState
 
 if TYPE_CHECKING:  # `workflows` builds on `NewJob`, defined here
     from goqueue.supervisor.enums import WorkflowStatus
+    from goqueue.supervisor.steps import WorkflowCounts
     from goqueue.supervisor.workflows import NewWorkflow, Workflow, WorkflowCreated
 
 
@@ -275,6 +276,9 @@ class Store(Protocol):
     ) -> tuple[Workflow, list[tuple[Job, str | None]]]:
         """Cancel every unfinished step (a running one too); the jobs cancelled, each with
         the lease token it had (to kill its worker). Raises NotFound, InvalidState."""
+
+    async def workflow_counts(self) -> WorkflowCounts:
+        """Workflows by status, and steps waiting (for metrics)."""
 
     # -- summaries for operators (the dashboard): compact, previews cut by the store --
 

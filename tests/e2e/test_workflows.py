@@ -95,6 +95,9 @@ def test_fan_out_then_fan_in_joins_after_every_leaf(flow_node: Node, tmp_path: P
         step("join", tmp_path, [leaf["key"] for leaf in leaves]),
     )
     assert by_key(made)["join"]["status"] == "waiting"
+    metrics = flow_node.get("/metrics").body
+    assert 'goqueue_workflows{status="running"} 1.0' in metrics
+    assert "goqueue_workflow_steps_waiting " in metrics
     done = wait_workflow(flow_node, made["id"], "done", "failed")
     assert done["status"] == "done"
     runs = runs_of(tmp_path, done)

@@ -13,6 +13,7 @@ import msgspec
 from goqueue.supervisor.enums import TERMINAL, EventKind, Status, WorkflowStatus
 from goqueue.supervisor.errors import IdempotencyMismatch, InvalidState, NotFound, StoreFull
 from goqueue.supervisor.jobs import Job, Page
+from goqueue.supervisor.steps import WorkflowCounts
 from goqueue.supervisor.store.memory.flows import FlowRecord
 from goqueue.supervisor.store.memory.reads import MemoryReads
 from goqueue.supervisor.workflows import (
@@ -177,6 +178,16 @@ class MemoryWorkflows(MemoryReads):
         if status is not None:
             found = [w for w in found if w.status == status]
         return Page(found[offset : offset + limit], len(found))
+
+    async def workflow_counts(self) -> WorkflowCounts:
+        """Workflows by status, and steps waiting."""
+        by_status = dict.fromkeys(WorkflowStatus, 0)
+        for flow_id in self._flows.flows:
+            found = self._workflow(flow_id)
+            if found is not None:
+                by_status[found.status] += 1
+        waiting = self._counts[Status.WAITING]
+        return WorkflowCounts({str(k): n for k, n in by_status.items()}, waiting)
 
     async def cancel_workflow(
         self, workflow_id: str

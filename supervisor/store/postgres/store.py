@@ -52,6 +52,7 @@ from goqueue.supervisor.jobs import (
 )
 from goqueue.supervisor.observe.summaries import DeadFilter, NodeSummary, QueueSummary
 from goqueue.supervisor.schedules.schedule import Fired, ScheduleState
+from goqueue.supervisor.steps import WorkflowCounts
 from goqueue.supervisor.store.base import NewJob
 from goqueue.supervisor.store.postgres import rows as pg_rows
 from goqueue.supervisor.store.postgres.connection import Connections
@@ -283,6 +284,10 @@ class PostgresStore:
     async def list_workflows(self, status: WorkflowStatus | None, limit: int, offset: int) -> Page:
         """Workflows newest first, of `status` when given."""
         return await self._workflows.page(status, limit, offset)
+
+    async def workflow_counts(self) -> WorkflowCounts:
+        """Workflows by status, and steps waiting."""
+        return await self._workflows.counts()
 
     async def cancel_workflow(
         self, workflow_id: str

@@ -10,6 +10,7 @@ import msgspec
 from goqueue.supervisor.enums import Status, WorkflowStatus
 from goqueue.supervisor.errors import IdempotencyMismatch, InvalidState, NotFound, StoreUnavailable
 from goqueue.supervisor.jobs import Job, Page, new_id
+from goqueue.supervisor.steps import WorkflowCounts
 from goqueue.supervisor.store.postgres import rows as pg_rows
 from goqueue.supervisor.store.postgres.connection import Conn, Connections
 from goqueue.supervisor.store.postgres.notify import Wakeups
@@ -194,6 +195,18 @@ class PgWorkflows:
         if not rows and offset:
             total = (await self.page(status, 1, 0)).total
         return Page([w for w in found if w is not None], total)
+
+    async def counts(self) -> WorkflowCounts:
+        """Workflows by status, and steps waiting."""
+        rows = await self._db.execute(self._sql[Sql.WORKFLOW_COUNTS], {})
+        by_status = {str(s): 0 for s in WorkflowStatus}
+        waiting = 0
+        for status, count in rows:
+            if status is None:
+                waiting = int(count)
+            else:
+                by_status[status] = int(count)
+        return WorkflowCounts(by_status, waiting)
 
     async def cancel(self, workflow_id: str) -> tuple[Workflow, list[tuple[Job, str | None]]]:
         """Cancel every unfinished step, in one transaction; the jobs and their tokens."""

@@ -58,6 +58,8 @@ async def test_chain_releases_each_step_once_with_parent_results(open_store) -> 
         }
         stats = await store.stats()
         assert stats.counts["waiting"] == 2 and stats.counts["pending"] == 1
+        counts = await store.workflow_counts()
+        assert counts.steps_waiting == 2 and counts.by_status["running"] == 1
         leases = await take(store)
         assert list(leases) == ["a"]
         outcome = await store.complete(leases["a"], msgspec.Raw(b'{"n": 1}'))
@@ -179,6 +181,9 @@ async def test_idempotent_creation_and_listing(open_store) -> None:
         assert [w.id for w in cancelled.items] == [other.workflow.id]
         assert await store.get_workflow(new_id()) is None
         assert await store.get_workflow("not-a-uuid") is None
+        counts = await store.workflow_counts()
+        assert counts.by_status == {"running": 1, "done": 0, "failed": 0, "cancelled": 1}
+        assert counts.steps_waiting == 0
 
 
 async def test_a_large_workflow_is_stored_quickly(open_store) -> None:

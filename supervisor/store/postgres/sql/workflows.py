@@ -91,6 +91,20 @@ WORKFLOW_SQL: Final[Mapping[Sql, str]] = MappingProxyType(
             SELECT id, count(*) OVER () FROM w
             WHERE %(status)s::text IS NULL OR status = %(status)s::text
             ORDER BY seq DESC LIMIT %(limit)s OFFSET %(offset)s""",
+        # Workflows by status (as WORKFLOW_LIST decides it), then the steps waiting.
+        Sql.WORKFLOW_COUNTS: f"""
+            WITH w AS (
+                SELECT CASE WHEN f.cancelled_at IS NOT NULL THEN 'cancelled'
+                        WHEN bool_or(c.status IN ('failed', 'cancelled')) THEN 'failed'
+                        WHEN bool_and(c.status = 'done') THEN 'done'
+                        ELSE 'running' END AS status
+                FROM {{s}}.workflows f
+                LEFT JOIN {_CURRENT.format(ids="ARRAY(SELECT id FROM {s}.workflows)")} c
+                    ON c.workflow_id = f.id
+                GROUP BY f.id)
+            SELECT status, count(*) FROM w GROUP BY status
+            UNION ALL
+            SELECT NULL, count(*) FROM {{s}}.jobs WHERE status = 'waiting'""",
         Sql.WORKFLOW_CANCEL: """
             UPDATE {s}.workflows SET cancelled_at = now()
             WHERE id = %(id)s AND cancelled_at IS NULL RETURNING id""",
