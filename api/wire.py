@@ -282,6 +282,7 @@ class WorkflowJobOut(msgspec.Struct):
     key: str
     id: Uuid
     status: JobStatus
+    after: list[str] = msgspec.field(default_factory=list)  # the keys it waits for
 
 
 class WorkflowOut(msgspec.Struct):
@@ -319,5 +320,5 @@ class WorkflowList(msgspec.Struct):
 
 def workflow_out(workflow: Workflow) -> WorkflowOut:
     """The API view of a workflow."""
-    jobs = [WorkflowJobOut(s.key, s.id, s.status.value) for s in workflow.steps]
+    jobs = [WorkflowJobOut(s.key, s.id, s.status.value, s.after) for s in workflow.steps]
     return WorkflowOut(workflow.id, workflow.name, workflow.status.value, workflow.created_at, jobs)

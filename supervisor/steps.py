@@ -91,11 +91,13 @@ def _a_cycle(steps: Sequence[WorkflowStep], index: dict[str, int], stuck: set[in
 
 
 class StepState(msgspec.Struct, gc=False):
-    """One step of a workflow as it is now: its key, its current job, that job's status."""
+    """One step of a workflow as it is now: its key, its current job, that job's status,
+    the keys it waits for."""
 
     key: str
     id: str
     status: Status
+    after: list[str] = msgspec.field(default_factory=list)
 
 
 class Workflow(msgspec.Struct, kw_only=True, gc=False):

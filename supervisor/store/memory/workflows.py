@@ -155,10 +155,13 @@ class MemoryWorkflows(MemoryReads):
         if flow is None:
             return None
         steps = []
+        keys = {job_id: key for key, job_id in flow.steps.items()}
         for key, job_id in flow.steps.items():
             job = self._jobs.get(job_id)
             # a step pruned after it finished: only finished jobs are ever pruned
-            steps.append(StepState(key, job_id, job.status if job else Status.DONE))
+            status = job.status if job else Status.DONE
+            after = [keys[p] for p in (job.parent_ids or ()) if p in keys] if job else []
+            steps.append(StepState(key, job_id, status, after))
         return Workflow(
             id=flow.id,
             name=flow.name,

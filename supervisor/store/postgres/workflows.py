@@ -63,7 +63,7 @@ class PgWorkflows:
         self._wakeups.pending(roots)
         # as just stored (no read back: a large workflow is answered sooner)
         steps = [
-            StepState(s.key, ids[s.key], Status.WAITING if s.after else Status.PENDING)
+            StepState(s.key, ids[s.key], Status.WAITING if s.after else Status.PENDING, s.after)
             for s in new.steps
         ]
         status = workflow_status(False, (s.status for s in steps))
@@ -169,7 +169,11 @@ class PgWorkflows:
             return None
         cur = await conn.execute(self._sql[Sql.WORKFLOW_CURRENT], {"ids": [workflow_id]})
         rows = await cur.fetchall()
-        steps = [StepState(key, job_id, Status(status)) for key, job_id, status in rows]
+        keys = {job_id: key for key, job_id, _, _ in rows}
+        steps = [
+            StepState(key, job_id, Status(status), [keys[p] for p in parents or () if p in keys])
+            for key, job_id, status, parents in rows
+        ]
         wf_id, name, created_at, cancelled = head
         return Workflow(
             id=wf_id,

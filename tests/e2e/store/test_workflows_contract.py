@@ -51,6 +51,7 @@ async def take(store: Store, n: int = 100) -> dict[str, Lease]:
 async def test_chain_releases_each_step_once_with_parent_results(open_store) -> None:
     async with open_store() as store:
         made = await store.create_workflow(flow(("a", []), ("b", ["a"]), ("c", ["b"])))
+        assert [s.after for s in made.workflow.steps] == [[], ["a"], ["b"]]
         assert made.created and statuses(made.workflow) == {
             "a": "pending",
             "b": "waiting",
@@ -75,6 +76,7 @@ async def test_chain_releases_each_step_once_with_parent_results(open_store) -> 
         await store.complete(leases["c"], msgspec.Raw(b"3"))
         wf = await current(store, made.workflow.id)
         assert wf.status == WorkflowStatus.DONE
+        assert [s.after for s in wf.steps] == [[], ["a"], ["b"]]
 
 
 async def test_fan_in_waits_for_every_parent(open_store) -> None:

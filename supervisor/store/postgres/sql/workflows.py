@@ -74,8 +74,9 @@ WORKFLOW_SQL: Final[Mapping[Sql, str]] = MappingProxyType(
             SELECT id, name, created_at, cancelled_at IS NOT NULL
             FROM {s}.workflows WHERE id = %(id)s""",
         Sql.WORKFLOW_CURRENT: f"""
-            SELECT step_key, id, status FROM {_CURRENT.format(ids="%(ids)s::uuid[]")} c
-            ORDER BY workflow_id, first""",
+            SELECT c.step_key, c.id, c.status, j.parent_ids
+            FROM {_CURRENT.format(ids="%(ids)s::uuid[]")} c JOIN {{s}}.jobs j ON j.id = c.id
+            ORDER BY c.workflow_id, c.first""",
         # Newest first, of a status (mirroring `workflow_status`); with the total.
         Sql.WORKFLOW_LIST: f"""
             WITH w AS (
