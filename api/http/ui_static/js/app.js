@@ -11,6 +11,8 @@ import jobs from "./pages/jobs.js";
 import overview from "./pages/overview.js";
 import queues from "./pages/queues.js";
 import workers from "./pages/workers.js";
+import workflow from "./pages/workflow.js";
+import workflows from "./pages/workflows.js";
 
 const UUID = "([0-9a-fA-F-]{36})";
 const ROUTES = [
@@ -21,11 +23,14 @@ const ROUTES = [
   [/^\/dlq$/, dlq],
   [new RegExp(`^/dlq/${UUID}$`), deadLetter],
   [/^\/workers$/, workers],
+  [/^\/workflows$/, workflows],
+  [new RegExp(`^/workflows/${UUID}$`), workflow],
 ];
 const NAV = [
   ["overview", "#/", "Overview", "activity"],
   ["queues", "#/queues", "Queues", "layers"],
   ["jobs", "#/jobs", "Jobs", "list"],
+  ["workflows", "#/workflows", "Workflows", "layers"],
   ["dlq", "#/dlq", "Dead letters", "inbox"],
   ["workers", "#/workers", "Workers", "cpu"],
 ];
