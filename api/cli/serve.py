@@ -170,6 +170,7 @@ def build_node(settings: Settings, reload_settings: Callable[[], Settings]) -> N
     )
     pool.listen(jobs=dispatcher)
     store.set_waker(dispatcher.wake)
+    store.set_canceller(dispatcher.cancel_lease)
     scheduler = Scheduler(store, hooks, metrics)  # given its schedules with the catalog
     engine = Engine(
         store,
@@ -185,6 +186,7 @@ def build_node(settings: Settings, reload_settings: Callable[[], Settings]) -> N
         start_at_enqueue=dispatcher.start_at_enqueue,
     )
     pool.listen(children=engine.enqueue_child)  # ctx.enqueue in a running job
+    store.set_reporter(engine.node_report)  # published with each heartbeat
     http = HttpServer(settings, lambda: create_app(engine, settings))
     return Node(
         settings=settings,

@@ -15,6 +15,7 @@ from datetime import datetime
 from goqueue.supervisor.dispatch.rates import StartTimes
 from goqueue.supervisor.enums import TERMINAL, EventKind, Status
 from goqueue.supervisor.jobs import STATUSES, Event, Job, Lease, utcnow
+from goqueue.supervisor.observe.summaries import NodeReport
 from goqueue.supervisor.store.memory.dead import DeadLetters
 from goqueue.supervisor.store.memory.flows import FlowBook
 from goqueue.supervisor.store.memory.heaps import OldestByQueue, PendingHeaps
@@ -48,6 +49,7 @@ class MemoryState:
         self._ages = OldestByQueue(self._jobs)  # for the metrics' longest wait by queue
         self._tokens: dict[str, str] = {}  # job id -> lease token
         self._leases: dict[str, Lease] = {}  # token -> lease
+        self._reaped: dict[str, str] = {}  # job id -> token of its attempt last reaped
         self._dedupe: dict[str, tuple[str, float]] = {}
         self._idempotency: dict[str, tuple[str, str, float]] = {}
         self._dead = DeadLetters()
@@ -62,6 +64,7 @@ class MemoryState:
         self._limits: dict[str, int | None] = {}
         self._seq = itertools.count(1)
         self._wake: Callable[[], None] = lambda: None
+        self._report: Callable[[], NodeReport] | None = None  # see set_reporter
         self._opened_at = self.clock()
         self._schedules = ScheduleBook()
         self._starts = StartTimes()
@@ -146,6 +149,7 @@ class MemoryState:
         # a workflow step cancelled, then made to wait again by a replay, is not finished
         if old is not None and old.status in TERMINAL:
             del self._jobs[job_id]
+            self._reaped.pop(job_id, None)
             self._count(old.status, -1)
             self._events.pop(old.id, None)
 

@@ -472,6 +472,19 @@ END
 $fn$;
 """,
     ),
+    # Numbered 11: the operator branch's step (tracebacks in events) takes 10 at merge.
+    Migration(
+        10,
+        "jobs by parent, node reports",
+        """
+-- What each node publishes with its heartbeat (its workers, its last minute's jobs), so
+-- any node's dashboard shows the whole cluster. NULL from nodes that publish none.
+ALTER TABLE {s}.nodes ADD COLUMN report json;
+-- The dashboard links a job to the one its template enqueued (parent_id = its id); only
+-- chained and child jobs have a parent, so the index stays small.
+CREATE INDEX jobs_parent ON {s}.jobs (parent_id) WHERE parent_id IS NOT NULL;
+""",
+    ),
     Migration(
         12,
         "workflows: waiting steps, their parents and edges",
