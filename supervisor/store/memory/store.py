@@ -317,6 +317,7 @@ class MemoryStore(MemoryWorkflows):
         if job.attempts != lease.job.attempts:
             return None
         now = self.clock()
+        was_failed = job.status == Status.FAILED
         if job.status == Status.FAILED:
             dead = self._dead.find(job.id)
             key = job.unique_key
@@ -341,6 +342,8 @@ class MemoryStore(MemoryWorkflows):
         reopened = msgspec.structs.replace(lease, expires_at=now)
         self._tokens[job.id], self._leases[lease.token] = lease.token, reopened
         self._event(job, EventKind.LATE_OUTCOME, now, LATE_OUTCOME)
+        if was_failed:  # a workflow step: the steps its dead letter cancelled wait again
+            self._resume(job, job, now)
         return job
 
     async def complete(self, lease: Lease, result: msgspec.Raw | None) -> Outcome | None:

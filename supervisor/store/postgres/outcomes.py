@@ -389,6 +389,8 @@ class Outcomes:
                     return None
             reopen = {**key, "token": lease.token, "node": self.node_id, **_trail([LATE])}
             await conn.execute(self._sql[Sql.REOPEN], reopen)
+            if status == Status.FAILED:  # the steps its dead letter cancelled wait again
+                await self._workflows.resume_below_in(conn, lease.job)
             outcome = await write(conn)
         assert outcome is not None  # reopened under the lease's token, and locked
         return outcome

@@ -159,6 +159,13 @@ class PgWorkflows:
             parents=old.parents,
         )
 
+    async def resume_below_in(self, conn: Conn, job: Job) -> None:
+        """A dead step's late outcome was salvaged: the steps its dead letter cancelled
+        wait again (for it, among their parents not done)."""
+        if job.workflow_id is not None:
+            params = {"new": job.id, "node": self.node_id}
+            await conn.execute(self._sql[Sql.STEPS_RESUME], params)
+
     # -- reads and cancel ----------------------------------------------------------------
 
     async def _read(self, conn: Conn, workflow_id: str) -> Workflow | None:

@@ -198,3 +198,21 @@ async def test_a_large_workflow_is_stored_quickly(open_store) -> None:
         assert len(made.workflow.steps) == 2000
         counted = (await store.stats()).counts
         assert counted[Status.WAITING] == 1999 and counted[Status.PENDING] == 1
+
+
+async def test_a_late_success_of_a_reaped_step_lets_its_dependents_run(open_store, clock) -> None:
+    async with open_store(lease_seconds=0.2) as store:
+        made = await store.create_workflow(flow(("a", []), ("b", ["a"]), ("c", ["b"])))
+        lease = (await take(store))["a"]
+        await clock.advance(0.35)
+        assert [j.id for j in await store.reap_expired(None)] == [lease.job.id]
+        assert statuses(await current(store, made.workflow.id)) == {
+            "a": "failed",
+            "b": "cancelled",
+            "c": "cancelled",
+        }
+        outcome = await store.complete(lease, msgspec.Raw(b'"late"'))
+        assert outcome is not None and [j.step_key for j in outcome.released] == ["b"]
+        wf = await current(store, made.workflow.id)
+        assert statuses(wf) == {"a": "done", "b": "pending", "c": "waiting"}
+        assert wf.status == WorkflowStatus.RUNNING

@@ -197,6 +197,8 @@ WORKFLOW_SQL: Final[Mapping[Sql, str]] = MappingProxyType(
                     updated_at = now()
                 FROM counts c
                 WHERE j.id = c.id AND j.status = 'cancelled' AND c.waiting > 0
+                  AND NOT EXISTS (SELECT 1 FROM {{s}}.workflows w
+                      WHERE w.id = j.workflow_id AND w.cancelled_at IS NOT NULL)
                 RETURNING j.id, j.attempts),
             {_EVENTS.format(event=EventKind.REPLAYED, detail="'waits again for ' || %(new)s")}
             SELECT count(*) FROM changed""",
