@@ -418,7 +418,8 @@ class Dispatcher:
         if message.traceback:
             self.hooks.after_error(lease.job, message.error, message.traceback)
         retry_at = self._retry_at(lease, message.retry, message.delay)
-        self.ledger.record(lease, partial(self.store.fail, lease, message.error, retry_at))
+        tb = message.traceback or None
+        self.ledger.record(lease, partial(self.store.fail, lease, message.error, retry_at, tb))
 
     def job_lost(self, lease: Lease, worker: Worker) -> None:
         """A worker died holding `lease`: timeout, crash, cancellation or shutdown."""

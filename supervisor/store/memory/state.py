@@ -123,7 +123,14 @@ class MemoryState:
             del self._depth[queue]
             self._ages.forget(queue)
 
-    def _event(self, job: Job, kind: EventKind, now: datetime, detail: str | None = None) -> None:
+    def _event(
+        self,
+        job: Job,
+        kind: EventKind,
+        now: datetime,
+        detail: str | None = None,
+        traceback: str | None = None,
+    ) -> None:
         trail = self._events.setdefault(job.id, [])
         if len(trail) < self.max_events_per_job:
             trail.append(
@@ -134,6 +141,7 @@ class MemoryState:
                     node=self.node_id,
                     attempt=job.attempts,
                     detail=detail,
+                    traceback=traceback,
                 )
             )
 
