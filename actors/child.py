@@ -210,7 +210,8 @@ class Worker:
         if handler is None:
             raise Fail(f"no actor named {job.type!r} in this worker")
         payload = msgspec.json.decode(job.payload)
-        ctx = Context(job.job_id, job.attempt, job.type, job.queue, self.link)
+        parents = {} if job.parents is None else msgspec.json.decode(job.parents)
+        ctx = Context(job.job_id, job.attempt, job.type, job.queue, self.link, parents)
         if handler.is_async:
             return self._event_loop().run_until_complete(handler.fn(payload, ctx))
         return handler.fn(payload, ctx)

@@ -62,6 +62,7 @@ class RunJob(msgspec.Struct, tag="run", tag_field="msg", array_like=True, gc=Fal
     payload: bytes
     allowance: float | None = None
     trace_context: dict[str, str] | None = None  # the enqueue's (W3C trace context)
+    parents: bytes | None = None  # a workflow step's parents' results by key (JSON object)
 
 
 class Extend(msgspec.Struct, tag="extend", tag_field="msg", array_like=True, gc=False):

@@ -61,6 +61,8 @@ class Context:
     type: str
     queue: str
     link: Link | None = field(default=None, repr=False, compare=False)
+    # A workflow step's direct parents' results, by their keys ({} for any other job).
+    parents: Mapping[str, Any] = field(default_factory=dict)
 
     def enqueue(self, job_type: str, payload: Any = None, /, **options: Any) -> str:
         """Enqueue a job of `job_type` whose `parent_id` is this job, with any POST /jobs

@@ -23,6 +23,9 @@ from goqueue.supervisor.jobs import (
     Name,
 )
 from goqueue.supervisor.jobs import QueueStats as QueueStats
+from goqueue.supervisor.steps import Workflow
+from goqueue.supervisor.steps import WorkflowRequest as WorkflowRequest
+from goqueue.supervisor.steps import WorkflowStep as WorkflowStep
 from msgspec import UNSET, UnsetType
 
 MAX_BATCH = 1000
@@ -33,7 +36,7 @@ Uuid = Annotated[str, msgspec.Meta(extra_json_schema={"format": "uuid"})]
 
 # `Status`'s values, spelt out so that OpenAPI shows an inline enum of strings (a StrEnum
 # would become a named component); tests/e2e/api/test_routes.py checks the two agree.
-JobStatus = Literal["pending", "claimed", "running", "done", "failed", "cancelled"]
+JobStatus = Literal["waiting", "pending", "claimed", "running", "done", "failed", "cancelled"]
 TERMINAL_STATUSES: frozenset[str] = frozenset({"done", "failed", "cancelled"})
 
 
@@ -105,6 +108,11 @@ class JobOut(msgspec.Struct):
     finished_at: AwareTime | None
     updated_at: AwareTime
     unique_key: str | None = None  # a default: nodes before unique jobs do not send it
+    # a workflow step: its workflow, key, parents' job ids and their results by key
+    workflow_id: Uuid | None = None
+    step_key: str | None = None
+    parent_ids: list[Uuid] | None = None
+    parents: Any = None
     # what a running job last reported with ctx.progress (a number 0-1 or a small object),
     # as the node running it knows it; absent otherwise
     progress: Any | UnsetType = UNSET
@@ -351,3 +359,58 @@ def error_field(message: str) -> str | None:
     if named:
         path = f"{path}.{named['name']}"
     return path.lstrip(".") or None
+
+
+# -- workflows -------------------------------------------------------------------------
+
+WorkflowState = Literal["running", "done", "failed", "cancelled"]  # `WorkflowStatus`'s values
+WORKFLOW_TERMINAL: frozenset[str] = frozenset({"done", "failed", "cancelled"})
+
+
+class WorkflowJobOut(msgspec.Struct):
+    """One step of a workflow: its key, its current job (a replay's fresh one after a
+    replay), that job's status."""
+
+    key: str
+    id: Uuid
+    status: JobStatus
+    after: list[str] = msgspec.field(default_factory=list)  # the keys it waits for
+
+
+class WorkflowOut(msgspec.Struct):
+    """A workflow with its steps' live statuses, parents before children (in the order
+    sent where that order already puts them so)."""
+
+    id: Uuid
+    name: str
+    status: WorkflowState
+    created_at: AwareTime
+    jobs: list[WorkflowJobOut]
+
+    @property
+    def finished(self) -> bool:
+        """True once the workflow is done, failed or cancelled (a failed one runs again
+        when its failed step is replayed)."""
+        return self.status in WORKFLOW_TERMINAL
+
+    def job(self, key: str) -> WorkflowJobOut:
+        """The step of `key`; KeyError when there is none."""
+        for step in self.jobs:
+            if step.key == key:
+                return step
+        raise KeyError(key)
+
+
+class WorkflowList(msgspec.Struct):
+    """One page of workflows, newest first."""
+
+    workflows: list[WorkflowOut]
+    total: int
+    limit: int
+    offset: int
+
+
+def workflow_out(workflow: Workflow) -> WorkflowOut:
+    """The API view of a workflow."""
+    jobs = [WorkflowJobOut(s.key, s.id, s.status.value, s.after) for s in workflow.steps]
+    return WorkflowOut(workflow.id, workflow.name, workflow.status.value, workflow.created_at, jobs)

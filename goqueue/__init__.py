@@ -53,12 +53,24 @@ if TYPE_CHECKING:
         WaitTimeout,
         configure,
     )
+    from goqueue.client.workflows import (
+        Chain,
+        Group,
+        Step,
+        Task,
+        Workflow,
+        WorkflowTimeout,
+        chain,
+        group,
+        task,
+    )
 
 __all__ = [
     "Actor",
     "ActorDefinitionError",
     "AsyncClient",
     "BadRequest",
+    "Chain",
     "Client",
     "ClientError",
     "Conflict",
@@ -67,6 +79,7 @@ __all__ = [
     "DeadLetter",
     "EnqueueError",
     "Fail",
+    "Group",
     "IdempotencyMismatch",
     "InvalidJob",
     "Job",
@@ -78,13 +91,20 @@ __all__ = [
     "RequestError",
     "Retries",
     "Retry",
+    "Step",
+    "Task",
     "Unauthorized",
     "Unavailable",
     "UnexpectedAnswer",
     "WaitTimeout",
+    "Workflow",
+    "WorkflowTimeout",
     "actor",
+    "chain",
     "configure",
+    "group",
     "pg",
+    "task",
 ]
 
 

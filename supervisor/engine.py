@@ -17,7 +17,7 @@ import msgspec
 from goqueue.supervisor.dispatch.catalog import Catalog
 from goqueue.supervisor.dispatch.hooks import Hook
 from goqueue.supervisor.dispatch.waiters import Waiters
-from goqueue.supervisor.enums import TERMINAL, Status, WorkerState
+from goqueue.supervisor.enums import TERMINAL, Status, WorkerState, WorkflowStatus
 from goqueue.supervisor.errors import (
     Draining,
     InvalidJob,
@@ -41,6 +41,7 @@ from goqueue.supervisor.jobs import (
     QueueStats,
     Replayed,
     Stats,
+    new_id,
     resolve_spec,
     spec_problem,
     utcnow,
@@ -64,6 +65,12 @@ from goqueue.supervisor.schedules.scheduler import Scheduler
 from goqueue.supervisor.store.base import NewJob, Store
 from goqueue.supervisor.webhooks.delivery import Delivery, Webhooks
 from goqueue.supervisor.workers.pool import Pool
+from goqueue.supervisor.workflows import (
+    Workflow,
+    WorkflowCreated,
+    WorkflowRequest,
+    prepare_workflow,
+)
 
 if TYPE_CHECKING:  # imported only with --otel on
     from goqueue.supervisor.observe.tracing import Tracing
@@ -260,6 +267,45 @@ class Engine:
             self._types_at = now
         return self._types | self.catalog.types
 
+    async def submit_workflow(
+        self,
+        request: WorkflowRequest,
+        *,
+        idempotency_key: str | None = None,
+        request_hash: str | None = None,
+        strict: bool = True,
+    ) -> WorkflowCreated:
+        """Validate a workflow (`supervisor/workflows.py`) and store it whole."""
+
+        async def prepare(spec: JobSpec) -> NewJob:
+            return await self._prepare(spec, None, None, strict)
+
+        new = await prepare_workflow(
+            request,
+            prepare,
+            workflow_id=new_id(),
+            idempotency_key=idempotency_key,
+            request_hash=request_hash,
+        )
+        return await self.store.create_workflow(new)
+
+    async def get_workflow(self, workflow_id: str) -> Workflow | None:
+        """One workflow with its steps' live statuses."""
+        return await self.store.get_workflow(workflow_id)
+
+    async def list_workflows(self, status: WorkflowStatus | None, limit: int, offset: int) -> Page:
+        """Workflows newest first."""
+        return await self.store.list_workflows(status, limit, offset)
+
+    async def cancel_workflow(self, workflow_id: str) -> Workflow:
+        """Cancel a workflow's unfinished steps; the running ones' workers are killed."""
+        workflow, cancelled = await self.store.cancel_workflow(workflow_id)
+        for job, token in cancelled:
+            if token is not None:
+                self.kill(token)
+            self.hooks.after_cancel(job, token is not None)
+        return workflow
+
     async def cancel(self, job_id: str, force: bool) -> Job:
         """Cancel a job; a running one (with `force`) has its worker killed, no retry."""
         job, token = await self.store.cancel(job_id, force)
@@ -376,6 +422,12 @@ class Engine:
             return  # the scrape still answers; depth keeps its last value
         self.metrics.set_depth(depths)
         self.history.note_depth(depths.pending)
+        try:
+            async with asyncio.timeout(5):
+                flows = await self.store.workflow_counts()
+        except (StoreError, TimeoutError):
+            return
+        self.metrics.set_workflows(flows.by_status, flows.steps_waiting)
 
     def workers(self) -> dict[str, int]:
         """Workers by state (busy, idle, booting, stopping)."""

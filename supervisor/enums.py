@@ -16,6 +16,7 @@ from typing import Final
 class Status(StrEnum):
     """Where a job is in its life."""
 
+    WAITING = "waiting"  # a workflow step whose parents have not all finished: not claimable
     PENDING = "pending"
     CLAIMED = "claimed"  # a node holds it under a lease; no worker has taken it yet
     RUNNING = "running"
@@ -25,6 +26,15 @@ class Status(StrEnum):
 
 
 TERMINAL: frozenset[Status] = frozenset({Status.DONE, Status.FAILED, Status.CANCELLED})
+
+
+class WorkflowStatus(StrEnum):
+    """Where a workflow is: its steps' statuses summed up."""
+
+    RUNNING = "running"
+    DONE = "done"  # every step done
+    FAILED = "failed"  # a step failed for good (its dependents are cancelled)
+    CANCELLED = "cancelled"  # cancelled as a whole
 
 
 class EventKind(StrEnum):

@@ -88,6 +88,15 @@ class InvalidJob(GoQueueError):
         self.field = field
 
 
+class InvalidWorkflow(GoQueueError):
+    """The steps do not form a workflow (no steps, a duplicate or unknown key, a cycle);
+    `field` names the place to fix."""
+
+    def __init__(self, message: str, field: str) -> None:
+        super().__init__(message)
+        self.field = field
+
+
 class Draining(GoQueueError):
     """The node is shutting down and accepts no new jobs."""
 

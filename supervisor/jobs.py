@@ -9,7 +9,7 @@ from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Protocol
 
 import msgspec
-from goqueue.supervisor.enums import Status
+from goqueue.supervisor.enums import TERMINAL, Status
 from goqueue.supervisor.errors import UnknownJobType
 
 STATUSES: tuple[Status, ...] = tuple(Status)
@@ -229,6 +229,12 @@ class Job(msgspec.Struct, kw_only=True, gc=False):
     # last among the shown fields, as in `JobOut` (webhook bodies are the API's bytes); a
     # default: dead letters stored before unique keys existed lack it
     unique_key: str | None = None
+    # A workflow step (see `supervisor/workflows.py`): its workflow, its key there, its
+    # parents' job ids, and their results by key as they finish (a JSON object).
+    workflow_id: str | None = None
+    step_key: str | None = None
+    parent_ids: list[str] | None = None
+    parents: msgspec.Raw | None = None
     seq: int = 0
     trace_context: dict[str, str] | None = None  # the enqueue's, with --otel
 
@@ -277,6 +283,11 @@ class Job(msgspec.Struct, kw_only=True, gc=False):
             on_success=self.on_success,
             on_failure=self.on_failure,
         )
+
+    @property
+    def unfinished(self) -> bool:
+        """True while the job may still run (not done, failed nor cancelled)."""
+        return self.status not in TERMINAL
 
 
 # The fields of a job as the API shows it (`GET /jobs/{id}`, webhook bodies): all but the
@@ -381,11 +392,13 @@ class Enqueued(msgspec.Struct):
 
 
 class Outcome(msgspec.Struct):
-    """What recording an attempt's outcome changed: the job now, and follow-ups created."""
+    """What recording an attempt's outcome changed: the job now, follow-ups created, and
+    the workflow steps it made pending (their last parent was this job)."""
 
     job: Job
     followups: list[Job]
     dead_letter: DeadLetter | None = None
+    released: list[Job] = msgspec.field(default_factory=list)
 
 
 class QueueStats(msgspec.Struct):

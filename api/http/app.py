@@ -9,7 +9,16 @@ from goqueue.api.http.exposure import Exposure
 from goqueue.api.http.middleware import front_middleware
 from goqueue.api.http.queue_budget import QueueBudget, reserved_queues
 from goqueue.api.http.replies import encode
-from goqueue.api.http.routes import deliveries, dlq, jobs, ops, queues, schedules, summary
+from goqueue.api.http.routes import (
+    deliveries,
+    dlq,
+    jobs,
+    ops,
+    queues,
+    schedules,
+    summary,
+    workflows,
+)
 from goqueue.api.http.scrape_gauges import GaugeRefresh
 from goqueue.api.http.state import (
     BUDGET,
@@ -29,6 +38,7 @@ __all__ = ["ENGINE", "SETTINGS", "create_app"]
 
 ROUTE_TABLES = (
     jobs.routes,
+    workflows.routes,
     deliveries.routes,
     dlq.routes,
     queues.routes,

@@ -18,6 +18,7 @@ from goqueue.supervisor.errors import (
     GoQueueError,
     IdempotencyMismatch,
     InvalidState,
+    InvalidWorkflow,
     NotFound,
     StoreFull,
     StoreUnavailable,
@@ -106,6 +107,8 @@ def from_domain(exc: GoQueueError) -> ApiError | None:
             return ApiError(409, message, {"status": exc.status})
         case UnknownJobType():
             return ApiError(400, message, {"field": exc.path, "type": exc.job_type})
+        case InvalidWorkflow():
+            return ApiError(400, message, {"field": exc.field})
         case StoreFull():
             return ApiError(503, message, headers={"Retry-After": RETRY_AFTER_FULL})
         case StoreUnavailable():

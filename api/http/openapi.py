@@ -34,14 +34,14 @@ _PATH_SCHEMAS: Mapping[str, dict[str, Any]] = {"id": UUID_SCHEMA, "name": NAME_S
 
 DESCRIPTIONS: Mapping[int, str] = {
     200: "OK",
-    201: "Created; `Location` is the new job's URL",
+    201: "Created; `Location` is the new job's (or workflow's) URL",
     308: "Moved for good; `Location` says where",
     400: "Invalid input; `details` names the field, parameter or header",
     401: "Missing or wrong X-API-Key (when the node has an API key)",
-    404: "No such job, dead letter, schedule or route",
+    404: "No such job, workflow, dead letter, schedule or route",
     408: "The request body did not arrive in time (`--body-timeout`)",
     409: "Conflict: a duplicate (with `existing_id`) or a job in the wrong state",
-    413: "Request body larger than the node's limit",
+    413: "Request body over the node's limit, or more steps than `--max-workflow-jobs`",
     422: "Idempotency-Key reused with a different job",
     429: "Too many queues (`--max-queues`); `details.field` names the queue; see `Retry-After`",
     503: "Queue full, store unavailable, or node draining; see `Retry-After`",
@@ -75,6 +75,7 @@ class Operation:
     query: Sequence[QueryParam] = ()
     headers: Sequence[Header] = ()
     strict_query: bool = True
+    links: Mapping[int, Mapping[str, Any]] | None = None
 
 
 def operation(
@@ -85,14 +86,18 @@ def operation(
     query_params: Sequence[QueryParam] = (),
     headers: Sequence[Header] = (),
     strict_query: bool = True,
+    links: Mapping[int, Mapping[str, Any]] | None = None,
 ) -> Callable[[Handler], Handler]:
     """Describe a handler for OpenAPI; with `strict_query`, unknown or repeated query
     parameters are a 400 before it runs. `responses` maps a status to its body type
-    (a msgspec type, `Text`, or None for any JSON)."""
+    (a msgspec type, `Text`, or None for any JSON); `links`, a status to its OpenAPI
+    links (the operations its answer leads to)."""
 
     def describe(handler: Handler) -> Handler:
         summary = (handler.__doc__ or handler.__name__).strip().splitlines()[0]
-        op = Operation(summary, responses, tuple(errors), body, query_params, headers, strict_query)
+        op = Operation(
+            summary, responses, tuple(errors), body, query_params, headers, strict_query, links
+        )
         handler.__dict__[_ATTR] = op
         handler.__dict__[QUERY_ATTR] = tuple(query_params) if strict_query else None
         return handler
@@ -246,6 +251,8 @@ def _responses(
         else:
             content = {JSON: {"schema": schemas[kind] if kind is not None else {}}}
         out[str(status)] = {"description": DESCRIPTIONS.get(status, "OK"), "content": content}
+        if op.links and status in op.links:
+            out[str(status)]["links"] = dict(op.links[status])
     errors = set(op.errors)
     if op.body is not None:
         errors |= {400, 413}

@@ -37,6 +37,17 @@ from goqueue.client.errors import (
     WaitTimeout,
 )
 from goqueue.client.sync import Client
+from goqueue.client.workflows import (
+    Chain,
+    Group,
+    Step,
+    Task,
+    Workflow,
+    WorkflowTimeout,
+    chain,
+    group,
+    task,
+)
 from goqueue.supervisor.jobs import Event, JobSpec
 
 if TYPE_CHECKING:
@@ -45,12 +56,14 @@ if TYPE_CHECKING:
 __all__ = [
     "AsyncClient",
     "BadRequest",
+    "Chain",
     "Client",
     "ClientError",
     "Conflict",
     "ConnectionFailed",
     "DeadLetter",
     "Event",
+    "Group",
     "IdempotencyMismatch",
     "InvalidJob",
     "Job",
@@ -64,12 +77,19 @@ __all__ = [
     "RequestError",
     "Retries",
     "Stats",
+    "Step",
     "Submitted",
+    "Task",
     "Unauthorized",
     "Unavailable",
     "UnexpectedAnswer",
     "WaitTimeout",
+    "Workflow",
+    "WorkflowTimeout",
+    "chain",
     "configure",
+    "group",
+    "task",
 ]
 
 

@@ -12,7 +12,7 @@ import asyncio
 import builtins
 from collections.abc import AsyncIterator, Iterable, Mapping
 from types import TracebackType
-from typing import Any, TypeVar, Unpack
+from typing import Any, TypeVar, Unpack, cast, overload
 
 import aiohttp
 import yarl
@@ -27,11 +27,14 @@ from goqueue.api.wire import (
     QueueStats,
     ScheduleOut,
     StatsOut,
+    WorkflowOut,
 )
 from goqueue.client import calls, core, flows
+from goqueue.client import workflows as wf_calls
 from goqueue.client.calls import DEFAULT_TIMEOUT, BaseClient, Call, Retries
 from goqueue.client.core import PAGE_SIZE, JobOptions, Submitted
 from goqueue.client.errors import ClientError, ConnectionFailed, RequestError
+from goqueue.client.workflows import Submittable
 from goqueue.supervisor.jobs import Event, JobSpec
 
 T = TypeVar("T")
@@ -85,11 +88,50 @@ class AsyncClient(BaseClient):
         """Enqueue one job (see `Client.enqueue`)."""
         return (await self.submit(type, payload, **options)).job
 
+    @overload
+    async def submit(
+        self, type: Submittable, payload: None = None, *, idempotency_key: str | None = None
+    ) -> WorkflowOut: ...
+
+    @overload
     async def submit(
         self, type: str, payload: Any = None, **options: Unpack[JobOptions]
-    ) -> Submitted:
-        """`enqueue`, also saying whether this call created the job."""
-        return await self.execute(core.submission(type, payload, options))
+    ) -> Submitted: ...
+
+    async def submit(
+        self, type: str | Submittable, payload: Any = None, **options: Any
+    ) -> Submitted | WorkflowOut:
+        """`enqueue`, also saying whether this call created the job (False: its
+        `idempotency_key` names a job enqueued before); given a `Workflow` (or a chain or
+        a group), `submit_workflow`."""
+        if not isinstance(type, str):
+            return await self.submit_workflow(type, idempotency_key=options.get("idempotency_key"))
+        return await self.execute(core.submission(type, payload, cast("JobOptions", options)))
+
+    # -- workflows -------------------------------------------------------------------------
+
+    async def submit_workflow(
+        self, workflow: Submittable, *, idempotency_key: str | None = None
+    ) -> WorkflowOut:
+        """Create a workflow (a `Workflow`, `chain(...)` or `group(...)`), every step at
+        once; checked here first as the node would. Retried with one Idempotency-Key."""
+        return await self.execute(wf_calls.create(workflow, idempotency_key))
+
+    async def get_workflow(self, workflow_id: str) -> WorkflowOut:
+        """One workflow with its steps' live statuses (NotFound if there is none)."""
+        return await self.execute(wf_calls.get(workflow_id))
+
+    async def wait_workflow(self, workflow_id: str, timeout: float | None = None) -> WorkflowOut:
+        """Wait for a workflow to be done, failed or cancelled and return it (look at its
+        `status`). Raises WorkflowTimeout (a TimeoutError) after `timeout` seconds."""
+        wait = wf_calls.WorkflowWait(timeout, asyncio.get_running_loop().time)
+        while (pause := wait.pause(seen := await self.get_workflow(workflow_id))) is not None:
+            await asyncio.sleep(pause)
+        return seen
+
+    async def cancel_workflow(self, workflow_id: str) -> WorkflowOut:
+        """Cancel a workflow: its unfinished steps end cancelled, running ones killed."""
+        return await self.execute(wf_calls.cancel(workflow_id))
 
     async def enqueue_many(
         self, jobs: Iterable[JobSpec | Mapping[str, Any]], *, strict: bool = True

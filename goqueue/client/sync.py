@@ -16,7 +16,7 @@ import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from types import TracebackType
-from typing import Any, TypeVar, Unpack
+from typing import Any, TypeVar, Unpack, cast, overload
 
 from goqueue.api.wire import (
     BulkCancelled,
@@ -27,13 +27,16 @@ from goqueue.api.wire import (
     JobList,
     JobOut,
     ScheduleOut,
+    WorkflowOut,
 )
 from goqueue.api.wire import QueueStats as QueueStats
 from goqueue.api.wire import StatsOut as StatsOut
 from goqueue.client import calls, core, flows
+from goqueue.client import workflows as wf_calls
 from goqueue.client.calls import DEFAULT_TIMEOUT, BaseClient, Call, Endpoint, Retries
 from goqueue.client.core import PAGE_SIZE, JobOptions, Submitted
 from goqueue.client.errors import ClientError, ConnectionFailed, RequestError
+from goqueue.client.workflows import Submittable
 from goqueue.supervisor.jobs import Event, JobSpec
 
 T = TypeVar("T")
@@ -139,10 +142,50 @@ class Client(BaseClient):
         connection is retried with the same Idempotency-Key, so never twice enqueued."""
         return self.submit(type, payload, **options).job
 
-    def submit(self, type: str, payload: Any = None, **options: Unpack[JobOptions]) -> Submitted:
+    @overload
+    def submit(
+        self, type: Submittable, payload: None = None, *, idempotency_key: str | None = None
+    ) -> WorkflowOut: ...
+
+    @overload
+    def submit(
+        self, type: str, payload: Any = None, **options: Unpack[JobOptions]
+    ) -> Submitted: ...
+
+    def submit(
+        self, type: str | Submittable, payload: Any = None, **options: Any
+    ) -> Submitted | WorkflowOut:
         """`enqueue`, also saying whether this call created the job (False: its
-        `idempotency_key` names a job enqueued before)."""
-        return self.execute(core.submission(type, payload, options))
+        `idempotency_key` names a job enqueued before); given a `Workflow` (or a chain or
+        a group), `submit_workflow`."""
+        if not isinstance(type, str):
+            return self.submit_workflow(type, idempotency_key=options.get("idempotency_key"))
+        return self.execute(core.submission(type, payload, cast("JobOptions", options)))
+
+    # -- workflows -------------------------------------------------------------------------
+
+    def submit_workflow(
+        self, workflow: Submittable, *, idempotency_key: str | None = None
+    ) -> WorkflowOut:
+        """Create a workflow (a `Workflow`, `chain(...)` or `group(...)`), every step at
+        once; checked here first as the node would. Retried with one Idempotency-Key."""
+        return self.execute(wf_calls.create(workflow, idempotency_key))
+
+    def get_workflow(self, workflow_id: str) -> WorkflowOut:
+        """One workflow with its steps' live statuses (NotFound if there is none)."""
+        return self.execute(wf_calls.get(workflow_id))
+
+    def wait_workflow(self, workflow_id: str, timeout: float | None = None) -> WorkflowOut:
+        """Wait for a workflow to be done, failed or cancelled and return it (look at its
+        `status`). Raises WorkflowTimeout (a TimeoutError) after `timeout` seconds."""
+        wait = wf_calls.WorkflowWait(timeout, time.monotonic)
+        while (pause := wait.pause(seen := self.get_workflow(workflow_id))) is not None:
+            time.sleep(pause)
+        return seen
+
+    def cancel_workflow(self, workflow_id: str) -> WorkflowOut:
+        """Cancel a workflow: its unfinished steps end cancelled, running ones killed."""
+        return self.execute(wf_calls.cancel(workflow_id))
 
     def enqueue_many(
         self, jobs: Iterable[JobSpec | Mapping[str, Any]], *, strict: bool = True

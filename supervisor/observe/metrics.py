@@ -209,6 +209,14 @@ class Metrics:
             registry=reg,
         )
         self.running = Gauge("goqueue_jobs_running", "Attempts running now.", registry=reg)
+        self.workflows = Gauge(
+            "goqueue_workflows", "Workflows in the store, by status.", ["status"], registry=reg
+        )
+        self.steps_waiting = Gauge(
+            "goqueue_workflow_steps_waiting",
+            "Workflow steps waiting for their parents.",
+            registry=reg,
+        )
         self.workers = Gauge(
             "goqueue_workers", "Worker processes by state.", ["state"], registry=reg
         )
@@ -365,6 +373,12 @@ class Metrics:
             self.oldest_pending.labels(queue).set(seconds)
         self._waiting_keys = set(depths.waiting)
         self.dead_letters.set(depths.dead_letters)
+
+    def set_workflows(self, by_status: Mapping[str, int], steps_waiting: int) -> None:
+        """Workflows by status, and steps waiting (read from the store at a scrape)."""
+        for status, count in by_status.items():
+            self.workflows.labels(status).set(count)
+        self.steps_waiting.set(steps_waiting)
 
     def set_connections(self, count: int) -> None:
         """HTTP connections open now."""

@@ -119,6 +119,7 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     public_reads: bool = False
     otel: bool = False
     max_queues: int = 10_000
+    max_workflow_jobs: int = 10_000
     metrics_max_queues: int = 100
     max_connections: int = 10_000
     header_timeout: float = 15.0

@@ -437,6 +437,13 @@ OPTIONS: tuple[Option, ...] = (
         minimum=1,
     ),
     Option(
+        "max_workflow_jobs",
+        "int",
+        "steps one workflow may have; POST /workflows with more answers 413",
+        metavar="N",
+        minimum=1,
+    ),
+    Option(
         "metrics_max_queues",
         "int",
         "deepest queues given their own goqueue_queue_depth series; the rest are summed "

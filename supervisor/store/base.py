@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import msgspec
 from goqueue.supervisor.dispatch.rates import Rate, Taken
@@ -52,6 +52,11 @@ from goqueue.supervisor.observe.summaries import (
 from goqueue.supervisor.schedules.schedule import Fired, ScheduleState
 
 LATE_OUTCOME = "the outcome arrived after its lease was reaped"  # its event's detail
+
+if TYPE_CHECKING:  # `workflows` builds on `NewJob`, defined here
+    from goqueue.supervisor.enums import WorkflowStatus
+    from goqueue.supervisor.steps import WorkflowCounts
+    from goqueue.supervisor.workflows import NewWorkflow, Workflow, WorkflowCreated
 
 
 class StartNow(msgspec.Struct, frozen=True, gc=False):
@@ -293,6 +298,34 @@ class Store(Protocol):
     async def set_schedule_enabled(self, name: str, enabled: bool) -> ScheduleState:
         """Enable or disable a schedule (PostgreSQL: for every node, and kept across
         restarts); returns its state."""
+
+    # -- workflows (see `supervisor/workflows.py`) --------------------------------------
+    # `complete` makes pending, in its atomic step, each waiting step whose last parent
+    # it completes (`Outcome.released`), handing it the parent's result (`Job.parents`);
+    # a dead-lettering (`fail`, `reap_expired`) or a `cancel` cancels, in its atomic step,
+    # every waiting step depending on the job, naming it; `replay_dead` of a step puts
+    # the fresh job in its place and makes the steps its failure cancelled wait again.
+
+    async def create_workflow(self, new: NewWorkflow) -> WorkflowCreated:
+        """Store every step of `new` at once or none: roots pending, the others waiting
+        with their count of unfinished parents. An Idempotency-Key repeated with the same
+        `request_hash` answers the first workflow (`created=False`), with another one
+        raises IdempotencyMismatch. Raises StoreFull, StoreUnavailable."""
+
+    async def get_workflow(self, workflow_id: str) -> Workflow | None:
+        """One workflow with its steps' live statuses."""
+
+    async def list_workflows(self, status: WorkflowStatus | None, limit: int, offset: int) -> Page:
+        """Workflows (`Workflow`) newest first, of `status` when given."""
+
+    async def cancel_workflow(
+        self, workflow_id: str
+    ) -> tuple[Workflow, list[tuple[Job, str | None]]]:
+        """Cancel every unfinished step (a running one too); the jobs cancelled, each with
+        the lease token it had (to kill its worker). Raises NotFound, InvalidState."""
+
+    async def workflow_counts(self) -> WorkflowCounts:
+        """Workflows by status, and steps waiting (for metrics)."""
 
     # -- summaries for operators (the dashboard): compact, previews cut by the store --
 

@@ -219,8 +219,10 @@ class Pool:
         payload = bytes(job.payload)
         allowance = self.lease_allowance
         context = job.trace_context
+        parents = None if job.parents is None else bytes(job.parents)
         self._send(
-            worker, RunJob(job.id, job.type, job.attempts, job.queue, payload, allowance, context)
+            worker,
+            RunJob(job.id, job.type, job.attempts, job.queue, payload, allowance, context, parents),
         )
         self._watch()
 

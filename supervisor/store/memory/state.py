@@ -17,6 +17,7 @@ from goqueue.supervisor.enums import TERMINAL, EventKind, Status
 from goqueue.supervisor.jobs import STATUSES, Event, Job, Lease, utcnow
 from goqueue.supervisor.observe.summaries import NodeReport
 from goqueue.supervisor.store.memory.dead import DeadLetters
+from goqueue.supervisor.store.memory.flows import FlowBook
 from goqueue.supervisor.store.memory.heaps import OldestByQueue, PendingHeaps
 from goqueue.supervisor.store.memory.schedules import ScheduleBook
 
@@ -67,6 +68,7 @@ class MemoryState:
         self._opened_at = self.clock()
         self._schedules = ScheduleBook()
         self._starts = StartTimes()
+        self._flows = FlowBook()
 
     # -- bookkeeping -----------------------------------------------------------------
 
@@ -151,9 +153,11 @@ class MemoryState:
         self._expire_keys(job.updated_at.timestamp())
 
     def _forget(self, job_id: str) -> None:
-        old = self._jobs.pop(job_id, None)
-        self._reaped.pop(job_id, None)
-        if old is not None:
+        old = self._jobs.get(job_id)
+        # a workflow step cancelled, then made to wait again by a replay, is not finished
+        if old is not None and old.status in TERMINAL:
+            del self._jobs[job_id]
+            self._reaped.pop(job_id, None)
             self._count(old.status, -1)
             self._events.pop(old.id, None)
 

@@ -40,10 +40,10 @@ from goqueue.supervisor.jobs import (
 from goqueue.supervisor.observe.summaries import DeadFilter, NodeReport
 from goqueue.supervisor.schedules.schedule import Fired, ScheduleState, fire_detail
 from goqueue.supervisor.store.base import LATE_OUTCOME, NewJob
-from goqueue.supervisor.store.memory.reads import MemoryReads
+from goqueue.supervisor.store.memory.workflows import MemoryWorkflows
 
 
-class MemoryStore(MemoryReads):
+class MemoryStore(MemoryWorkflows):
     """A bounded, non-durable store for one node: the write path (enqueue, claims,
     outcomes, dead-letter replays) over the reads of `MemoryReads`."""
 
@@ -324,6 +324,7 @@ class MemoryStore(MemoryReads):
         if job.attempts != lease.job.attempts:
             return None
         now = self.clock()
+        was_failed = job.status == Status.FAILED
         if job.status == Status.FAILED:
             dead = self._dead.find(job.id)
             key = job.unique_key
@@ -348,6 +349,8 @@ class MemoryStore(MemoryReads):
         reopened = msgspec.structs.replace(lease, expires_at=now)
         self._tokens[job.id], self._leases[lease.token] = lease.token, reopened
         self._event(job, EventKind.LATE_OUTCOME, now, LATE_OUTCOME)
+        if was_failed:  # a workflow step: the steps its dead letter cancelled wait again
+            self._resume(job, job, now)
         return job
 
     async def complete(self, lease: Lease, result: msgspec.Raw | None) -> Outcome | None:
@@ -362,7 +365,8 @@ class MemoryStore(MemoryReads):
         self._set_status(job, Status.DONE, now)
         self._event(job, EventKind.SUCCEEDED, now)
         self._retire(job)
-        return Outcome(job, self._follow_up(job.on_success, job, now))
+        released = self._release_children(job, now)
+        return Outcome(job, self._follow_up(job.on_success, job, now), released=released)
 
     async def fail(
         self, lease: Lease, error: str, retry_at: datetime | None, traceback: str | None = None
@@ -402,6 +406,7 @@ class MemoryStore(MemoryReads):
         self._dead.add(dead)
         self._event(job, EventKind.DEAD_LETTERED, now, dead.id)
         self._retire(job)
+        self._cancel_dependents(job, now)
         return dead
 
     async def release(self, lease: Lease) -> bool:
@@ -456,6 +461,7 @@ class MemoryStore(MemoryReads):
         self._set_status(job, Status.CANCELLED, now)
         self._event(job, EventKind.CANCELLED, now, detail)
         self._retire(job)
+        self._cancel_dependents(job, now)
         return token
 
     # -- queues and pruning ----------------------------------------------------------
@@ -492,6 +498,7 @@ class MemoryStore(MemoryReads):
 
     def _replay(self, dead: DeadLetter, max_retries: int, now: datetime) -> Job:
         job = self._insert(dead.job.replay_spec(), now, max_retries, None)
+        self._resume(dead.job, job, now)
         self._dead.pop(dead.id)
         self._event(job, EventKind.REPLAYED, now, dead.job_id)
         return job

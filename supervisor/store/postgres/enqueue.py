@@ -33,6 +33,7 @@ from goqueue.supervisor.store.postgres.connection import Conn, Connections
 from goqueue.supervisor.store.postgres.group_commit import Batcher, WriteAgain, group_or_each
 from goqueue.supervisor.store.postgres.notify import Wakeups
 from goqueue.supervisor.store.postgres.sql.statements import LIVE_LEASES, Sql, Statements
+from goqueue.supervisor.store.postgres.workflows import PgWorkflows
 
 Answer = Enqueued | Exception
 
@@ -50,6 +51,7 @@ class Enqueuer:
         sql: Statements,
         node_id: str,
         wakeups: Wakeups,
+        workflows: PgWorkflows,
         *,
         idempotency_ttl: float,
         lease_seconds: float,
@@ -58,6 +60,7 @@ class Enqueuer:
         self._sql = sql
         self.node_id = node_id
         self._wakeups = wakeups
+        self._workflows = workflows  # a replayed step takes its dead job's place
         self.idempotency_ttl = idempotency_ttl
         self.lease_seconds = lease_seconds
         self._live = LIVE_LEASES * lease_seconds  # a node's limits count meanwhile
@@ -244,6 +247,7 @@ class Enqueuer:
             dead = pg_rows.dead(row)
             events = [(EventKind.ENQUEUED, None), (EventKind.REPLAYED, dead.job_id)]
             job = await self.insert(conn, dead.job.replay_spec(), max_retries, events=events)
+            job = await self._workflows.resume_in(conn, dead.job, job)
         self._wakeups.pending([job])
         return job
 
@@ -261,7 +265,8 @@ class Enqueuer:
                 dead = pg_rows.dead(row)
                 events = [(EventKind.ENQUEUED, None), (EventKind.REPLAYED, dead.job_id)]
                 spec, retries = dead.job.replay_spec(), dead.job.max_retries
-                jobs.append(await self.insert(conn, spec, retries, events=events))
+                job = await self.insert(conn, spec, retries, events=events)
+                jobs.append(await self._workflows.resume_in(conn, dead.job, job))
             left = await self._db.fetchone(conn, self._sql[Sql.COUNT_DEAD_MATCHING], params)
         self._wakeups.pending(jobs)
         return Replayed(jobs, int(left[0]) if left else 0)

@@ -45,6 +45,7 @@ from goqueue.supervisor.store.postgres.sql.statements import (
     Sql,
     Statements,
 )
+from goqueue.supervisor.store.postgres.workflows import PgWorkflows
 
 Done = tuple[Lease, msgspec.Raw | None]  # a complete: the lease and the result
 
@@ -88,6 +89,7 @@ class Outcomes:
         node_id: str,
         wakeups: Wakeups,
         enqueuer: Enqueuer,
+        workflows: PgWorkflows,
         *,
         schema: str,
         lease_seconds: float,
@@ -97,6 +99,7 @@ class Outcomes:
         self.node_id = node_id
         self._wakeups = wakeups
         self._enqueuer = enqueuer  # for follow-ups (`on_success`, `on_failure`)
+        self._workflows = workflows  # steps released, cancelled with their parents' outcomes
         self.lease_seconds = lease_seconds
         self.live_window = LIVE_LEASES * lease_seconds  # a node's limits count meanwhile
         self._lock_ns = f"goqueue.type.{schema}."
@@ -244,7 +247,11 @@ class Outcomes:
         dones = [x for x in items if not isinstance(x, Begin)]
         begins = [x for x in items if isinstance(x, Begin)]
         async with self._db.connection("complete") as conn:
-            chains = any(lease.job.on_success is not None for lease, _ in dones)
+            # a follow-up or a workflow step's release commits with its parent's success
+            chains = any(
+                lease.job.on_success is not None or lease.job.workflow_id is not None
+                for lease, _ in dones
+            )
             if not chains and not (dones and begins):
                 outcomes = await self._complete_in(conn, dones) if dones else []
                 started = await self._start_in(conn, begins) if begins else {}
@@ -254,6 +261,7 @@ class Outcomes:
                     outcomes = await self._complete_in(conn, dones) if dones else []
         done = [outcome for outcome in outcomes if outcome is not None]
         self._wakeups.pending([job for outcome in done for job in outcome.followups])
+        self._wakeups.pending([job for outcome in done for job in outcome.released])
         for outcome in done:
             self._wakeups.freed(outcome.job)
         answers: list[Answer] = []
@@ -325,7 +333,18 @@ class Outcomes:
             )
             followups = await self._enqueuer.follow_up(conn, job.on_success, job)
             outcomes.append(Outcome(job, followups))
+        await self._release(conn, outcomes)
         return outcomes
+
+    async def _release(self, conn: Conn, outcomes: list[Outcome | None]) -> None:
+        """Release the workflow steps whose last parents these are (in their transaction),
+        each told on the outcome of a parent of its."""
+        done = {o.job.id: o for o in outcomes if o is not None and o.job.workflow_id is not None}
+        if not done:
+            return
+        for step in await self._workflows.release_in(conn, [o.job for o in done.values()]):
+            parent = next(p for p in step.parent_ids or () if p in done)
+            done[parent].released.append(step)
 
     async def fail(
         self, lease: Lease, error: str, retry_at: datetime | None, traceback: str | None = None
@@ -390,6 +409,8 @@ class Outcomes:
                     return None
             reopen = {**key, "token": lease.token, "node": self.node_id, **_trail([LATE])}
             await conn.execute(self._sql[Sql.REOPEN], reopen)
+            if status == Status.FAILED:  # the steps its dead letter cancelled wait again
+                await self._workflows.resume_below_in(conn, lease.job)
             outcome = await write(conn)
         assert outcome is not None  # reopened under the lease's token, and locked
         return outcome
@@ -425,6 +446,7 @@ class Outcomes:
             "created_at": dead.created_at,
         }
         await conn.execute(self._sql[Sql.INSERT_DEAD], letter)
+        await self._workflows.cancel_below_in(conn, job)
         followups = await self._enqueuer.follow_up(conn, job.on_failure, job)
         return Outcome(job, followups, dead)
 
@@ -453,8 +475,9 @@ class Outcomes:
                 raise InvalidState(f"job {job_id} is running; use force=true to kill it", "running")
             params = {"id": job_id, "node": self.node_id}
             row = await self._db.fetchone(conn, self._sql[Sql.CANCEL], params)
-        assert row is not None
-        job = pg_rows.job(row)
+            assert row is not None
+            job = pg_rows.job(row)
+            await self._workflows.cancel_below_in(conn, job)
         if status not in (Status.RUNNING, Status.CLAIMED):
             return job, None
         self._wakeups.freed(job)

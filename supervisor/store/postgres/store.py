@@ -33,6 +33,7 @@ from datetime import datetime
 
 import msgspec
 from goqueue.supervisor.dispatch.rates import Rate, Taken
+from goqueue.supervisor.enums import WorkflowStatus
 from goqueue.supervisor.errors import StoreUnavailable
 from goqueue.supervisor.jobs import (
     CancelFilter,
@@ -59,6 +60,7 @@ from goqueue.supervisor.observe.summaries import (
     TypeStats,
 )
 from goqueue.supervisor.schedules.schedule import Fired, ScheduleState
+from goqueue.supervisor.steps import WorkflowCounts
 from goqueue.supervisor.store.base import NewJob
 from goqueue.supervisor.store.postgres import rows as pg_rows
 from goqueue.supervisor.store.postgres.connection import Connections
@@ -71,6 +73,8 @@ from goqueue.supervisor.store.postgres.schedules import ScheduleRows
 from goqueue.supervisor.store.postgres.sql import schema as pg_schema
 from goqueue.supervisor.store.postgres.sql.statements import Sql, Statements
 from goqueue.supervisor.store.postgres.summaries import Summaries
+from goqueue.supervisor.store.postgres.workflows import PgWorkflows
+from goqueue.supervisor.workflows import NewWorkflow, Workflow, WorkflowCreated
 
 log = logging.getLogger("goqueue.store.postgres")
 
@@ -111,6 +115,9 @@ class PostgresStore:
         )
         self._notifier = Notifier(node_id, self._send_notify)
         self._wakeups = Wakeups(self._notifier)
+        self._workflows = PgWorkflows(
+            self._db, self._sql, node_id, self._wakeups, idempotency_ttl=idempotency_ttl
+        )
         self._stop: Callable[[str], bool] = lambda token: False  # see set_canceller
         self._report: Callable[[], NodeReport] | None = None  # see set_reporter
         self._enqueuer = Enqueuer(
@@ -118,6 +125,7 @@ class PostgresStore:
             self._sql,
             node_id,
             self._wakeups,
+            self._workflows,
             idempotency_ttl=idempotency_ttl,
             lease_seconds=lease_seconds,
         )
@@ -127,6 +135,7 @@ class PostgresStore:
             node_id,
             self._wakeups,
             self._enqueuer,
+            self._workflows,
             schema=schema,
             lease_seconds=lease_seconds,
         )
@@ -297,6 +306,30 @@ class PostgresStore:
     async def replay_dead(self, dead_id: str, max_retries: int) -> Job:
         """Insert a fresh job from the letter and delete the letter, in one transaction."""
         return await self._enqueuer.replay_dead(dead_id, max_retries)
+
+    # -- workflows ---------------------------------------------------------------------
+
+    async def create_workflow(self, new: NewWorkflow) -> WorkflowCreated:
+        """Store every step at once, in one transaction."""
+        return await self._workflows.create(new)
+
+    async def get_workflow(self, workflow_id: str) -> Workflow | None:
+        """One workflow with its steps' live statuses."""
+        return await self._workflows.get(workflow_id)
+
+    async def list_workflows(self, status: WorkflowStatus | None, limit: int, offset: int) -> Page:
+        """Workflows newest first, of `status` when given."""
+        return await self._workflows.page(status, limit, offset)
+
+    async def workflow_counts(self) -> WorkflowCounts:
+        """Workflows by status, and steps waiting."""
+        return await self._workflows.counts()
+
+    async def cancel_workflow(
+        self, workflow_id: str
+    ) -> tuple[Workflow, list[tuple[Job, str | None]]]:
+        """Cancel every unfinished step of a workflow, in one transaction."""
+        return await self._workflows.cancel(workflow_id)
 
     # -- leases and outcomes ---------------------------------------------------------
 

@@ -58,6 +58,8 @@ def _value(value: str, kind: msgspec.inspect.Type) -> str:
         text = f"{value}::text"
     elif all(isinstance(k, msgspec.inspect.VarTupleType) for k in kinds):
         text = _errors(value)
+    elif all(isinstance(k, msgspec.inspect.ListType) for k in kinds):
+        text = f"to_json({value})::text"  # a workflow step's parent ids (uuid[])
     elif all(isinstance(k, _SCALARS) for k in kinds):
         text = f"to_json({value})::text"
     else:

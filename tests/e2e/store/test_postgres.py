@@ -700,6 +700,7 @@ def test_concurrent_completes_share_commits_each_fenced(nodes: Nodes) -> None:
         assert len(chained) == 1 and chained[0].followups[0].type == "n"
         assert chained[0].followups[0] == await b.get(chained[0].followups[0].id)
         assert (await b.stats()).counts == {
+            "waiting": 0,
             "pending": 1,
             "claimed": 0,
             "running": 1,
@@ -1020,6 +1021,7 @@ def test_a_change_whose_event_cannot_be_written_is_not_made(nodes: Nodes) -> Non
         with pytest.raises(psycopg.errors.UndefinedTable):
             await a.fail(lease, "no", None)
         assert (await a.stats()).counts == {
+            "waiting": 0,
             "pending": 0,
             "claimed": 0,
             "running": 1,
@@ -1048,6 +1050,7 @@ def test_stats_count_every_status(nodes: Nodes) -> None:
         await a.enqueue(new(queue="q2", priority=7, delay_seconds=60))
         stats = await a.stats()
         assert stats.counts == {
+            "waiting": 0,
             "pending": 1,
             "claimed": 0,
             "running": 1,

@@ -175,7 +175,8 @@ async def test_type_stats_count_statuses_time_runs_and_rate_failures(open_store,
         assert list(by_type) == ["a", "b"]
         a, b = by_type["a"], by_type["b"]
         assert a.counts == {
-            "pending": 0, "claimed": 0, "running": 0, "done": 2, "failed": 1, "cancelled": 0
+            "waiting": 0, "pending": 0, "claimed": 0, "running": 0,
+            "done": 2, "failed": 1, "cancelled": 0,
         }  # fmt: skip
         assert a.failure_rate == pytest.approx(1 / 3)
         assert a.p50_seconds is not None and a.p95_seconds is not None

@@ -13,6 +13,8 @@ import queues from "./pages/queues.js";
 import schedules from "./pages/schedules.js";
 import types from "./pages/types.js";
 import workers from "./pages/workers.js";
+import workflow from "./pages/workflow.js";
+import workflows from "./pages/workflows.js";
 
 const UUID = "([0-9a-fA-F-]{36})";
 const ROUTES = [
@@ -25,11 +27,14 @@ const ROUTES = [
   [/^\/workers$/, workers],
   [/^\/schedules$/, schedules],
   [/^\/types$/, types],
+  [/^\/workflows$/, workflows],
+  [new RegExp(`^/workflows/${UUID}$`), workflow],
 ];
 const NAV = [
   ["overview", "#/", "Overview", "activity"],
   ["queues", "#/queues", "Queues", "layers"],
   ["jobs", "#/jobs", "Jobs", "list"],
+  ["workflows", "#/workflows", "Workflows", "layers"],
   ["dlq", "#/dlq", "Dead letters", "inbox"],
   ["types", "#/types", "Job types", "bars"],
   ["schedules", "#/schedules", "Schedules", "calendar"],

@@ -502,4 +502,34 @@ ALTER TABLE {s}.events ADD COLUMN traceback text;
 ALTER TABLE {s}.jobs ADD COLUMN trace_context jsonb;
 """,
     ),
+    Migration(
+        13,
+        "workflows: waiting steps, their parents and edges",
+        """
+-- A workflow step is a job with its workflow, its key there, its parents' job ids, their
+-- results by key as they finish (`parents`), and while it waits the count of parents not
+-- done yet (`unfinished`): the row each parent's completion decrements.
+ALTER TABLE {s}.jobs DROP CONSTRAINT jobs_status_check;
+ALTER TABLE {s}.jobs ADD CONSTRAINT jobs_status_check CHECK (status IN
+    ('waiting', 'pending', 'claimed', 'running', 'done', 'failed', 'cancelled'));
+ALTER TABLE {s}.jobs ADD COLUMN workflow_id uuid, ADD COLUMN step_key text,
+    ADD COLUMN parent_ids uuid[], ADD COLUMN parents json, ADD COLUMN unfinished integer;
+CREATE INDEX jobs_workflow ON {s}.jobs (workflow_id, step_key, seq)
+    WHERE workflow_id IS NOT NULL;
+CREATE TABLE {s}.workflows (
+    id           uuid PRIMARY KEY,
+    seq          bigserial NOT NULL,
+    name         text NOT NULL,
+    created_at   timestamptz NOT NULL,
+    cancelled_at timestamptz
+);
+CREATE INDEX workflows_newest ON {s}.workflows (seq DESC);
+CREATE TABLE {s}.workflow_edges (
+    parent uuid NOT NULL,
+    child  uuid NOT NULL,
+    PRIMARY KEY (parent, child)
+);
+CREATE INDEX workflow_edges_child ON {s}.workflow_edges (child);
+""",
+    ),
 )

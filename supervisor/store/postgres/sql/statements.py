@@ -34,6 +34,7 @@ from goqueue.supervisor.store.postgres.sql.fragments import (
 )
 from goqueue.supervisor.store.postgres.sql.reads import READS
 from goqueue.supervisor.store.postgres.sql.schema import check_schema_name
+from goqueue.supervisor.store.postgres.sql.workflows import WORKFLOW_SQL
 
 __all__ = [
     "FILTER_COLUMNS",
@@ -490,7 +491,7 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
     }
 )
 
-TEMPLATES: Final[Mapping[Sql, str]] = MappingProxyType({**_WRITES, **READS})
+TEMPLATES: Final[Mapping[Sql, str]] = MappingProxyType({**_WRITES, **READS, **WORKFLOW_SQL})
 
 
 _FILTERED: Final = (Sql.LIST_JOBS, Sql.COUNT_JOBS, Sql.JOB_BRIEFS)

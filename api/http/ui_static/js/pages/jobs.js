@@ -9,7 +9,7 @@ import { badge, callout, explain, pageHead, pager, progressBar, table } from "..
 
 const EVERY_MS = 5000;
 const LIMIT = 25;
-const STATUSES = ["pending", "claimed", "running", "done", "failed", "cancelled"];
+const STATUSES = ["waiting", "pending", "claimed", "running", "done", "failed", "cancelled"];
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 
 export function jobDuration(job) {
