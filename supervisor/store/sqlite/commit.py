@@ -1,0 +1,90 @@
+"""Group commit: the writes that arrive while one transaction is in flight go together
+in the next, so a busy node pays one transaction (one fsync when durable) for many calls.
+
+A call changes the store's memory, then awaits `commit`: the marks of everything changed
+so far go into the next transaction, and the call returns once it is committed. The
+transaction is durable (synchronous=FULL) when any call in it asked (an enqueue: its
+`201` means the job is on disk), else only written to the WAL (see `store.py` for why
+outcomes may be).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from goqueue.supervisor.errors import StoreUnavailable
+from goqueue.supervisor.store.sqlite.changes import Changes, Rows
+from goqueue.supervisor.store.sqlite.database import Database
+
+log = logging.getLogger("goqueue.store.sqlite")
+
+
+class GroupCommit:
+    """Commits the store's marks, one transaction at a time, as many calls per
+    transaction as arrived meanwhile."""
+
+    def __init__(
+        self,
+        db: Database,
+        take: Callable[[], Changes],
+        encode: Callable[[Changes], Rows],
+        give_back: Callable[[Changes], None],
+    ) -> None:
+        self._db = db
+        self._take = take
+        self._encode = encode
+        self._give_back = give_back
+        self._next: asyncio.Future[None] | None = None
+        self._durable = False
+        self._task: asyncio.Task[None] | None = None
+
+    async def commit(self, durable: bool) -> None:
+        """Return once everything changed so far is committed; with `durable`, on disk.
+        Raises StoreUnavailable when the transaction failed (nothing of it was written;
+        its changes go into the next one)."""
+        if self._next is None:
+            self._next = asyncio.get_running_loop().create_future()
+            self._next.add_done_callback(_retrieved)
+        self._durable = self._durable or durable
+        waiting = self._next
+        if self._task is None:
+            self._task = asyncio.create_task(self._drain(), name="goqueue-sqlite-commit")
+        await asyncio.shield(waiting)
+
+    async def drain(self) -> None:
+        """Wait for the transaction in flight and those queued behind it."""
+        while self._task is not None:
+            await asyncio.shield(self._task)
+
+    async def _drain(self) -> None:
+        try:
+            while self._next is not None:
+                done, durable = self._next, self._durable
+                self._next, self._durable = None, False
+                await self._write(done, durable)
+        finally:
+            self._task = None
+
+    async def _write(self, done: asyncio.Future[None], durable: bool) -> None:
+        changes = self._take()
+        durable = durable or changes.durable  # a failed durable commit's, given back
+        try:
+            if not changes.empty:
+                await self._db.write(self._encode(changes).write, durable=durable)
+        except StoreUnavailable as exc:
+            changes.durable = changes.durable or durable
+            self._give_back(changes)
+            done.set_exception(exc)
+        except Exception as exc:
+            log.exception("writing to the SQLite file failed")
+            done.set_exception(StoreUnavailable(f"writing to the SQLite file failed: {exc}"))
+        else:
+            done.set_result(None)
+
+
+def _retrieved(future: asyncio.Future[None]) -> None:
+    """Mark a failed commit's error seen: its callers may all have gone."""
+    if not future.cancelled():
+        future.exception()
