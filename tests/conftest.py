@@ -123,7 +123,11 @@ def start_node(
     session: bool = False,
     wait: bool = True,
 ) -> Node:
-    """Start `goqueue serve` with the test actors and wait until /ready answers 200."""
+    """Start `goqueue serve` with the test actors and wait until /ready answers 200.
+
+    A node given no store keeps its jobs in a SQLite file of its own (the default store,
+    but named for its port: nodes of one test never share a file, and a node started again
+    starts empty, unless the test names the file with `--database-url`)."""
     port = free_port()
     log_path = tmp_path / f"node-{port}.log"
     environ = {
@@ -146,6 +150,10 @@ def start_node(
         cmd += ["--actors", "testactors"]
     if "--workers" not in args:
         cmd += ["--workers", "2"]
+    if not any(a.startswith("--database-url") for a in args) and not (
+        {"DATABASE_URL", "GOQUEUE_DATABASE_URL"} & set(environ)
+    ):
+        cmd += ["--database-url", f"sqlite:///node-{port}.db"]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             [*cmd, *args],

@@ -15,10 +15,10 @@ from datetime import datetime
 
 import msgspec
 from goqueue.supervisor.jobs import new_id
-from goqueue.supervisor.store.postgres.outbox import Due
 from goqueue.supervisor.store.sqlite.changes import from_ts
 from goqueue.supervisor.store.sqlite.database import Database
 from goqueue.supervisor.webhooks.delivery import Answer, Delivery, DeliveryAttempt, redacted
+from goqueue.supervisor.webhooks.rows import Due
 
 _HISTORY = msgspec.json.Decoder(list[DeliveryAttempt])
 _encode = msgspec.json.Encoder().encode
