@@ -16,6 +16,7 @@ from datetime import UTC, datetime
 import msgspec
 from goqueue.supervisor.jobs import DeadLetter, Event, Job
 from goqueue.supervisor.schedules.schedule import ScheduleState
+from msgspec.structs import replace
 
 JOB = msgspec.json.Decoder(Job)
 EVENTS = msgspec.json.Decoder(list[Event])
@@ -77,7 +78,9 @@ class Changes:
                     job.seq,
                     job.status,
                     job.finished_at.isoformat() if job.finished_at else None,
-                    encode(job),
+                    # msgspec reads no `Raw | None`: the result goes in a column of its own
+                    encode(job if job.result is None else replace(job, result=None)),
+                    None if job.result is None else bytes(job.result),
                     encode(events.get(job.id, [])),
                 )
                 for job in taken.jobs.values()
@@ -131,7 +134,7 @@ class Changes:
 class Rows:
     """One commit's rows, encoded: written by the thread, in one transaction."""
 
-    jobs: list[tuple[str, int, str, str | None, bytes, bytes]]
+    jobs: list[tuple[str, int, str, str | None, bytes, bytes | None, bytes]]
     gone: list[tuple[str]]
     letters: list[tuple[str, bytes]]
     unlettered: list[tuple[str]]
@@ -146,9 +149,10 @@ class Rows:
         """Write every row (inside the caller's transaction)."""
         run = conn.executemany
         run(
-            "INSERT INTO jobs (id, seq, status, finished_at, job, events)"
-            " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET status = excluded.status,"
-            " finished_at = excluded.finished_at, job = excluded.job, events = excluded.events",
+            "INSERT INTO jobs (id, seq, status, finished_at, job, result, events)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET"
+            " status = excluded.status, finished_at = excluded.finished_at, job = excluded.job,"
+            " result = excluded.result, events = excluded.events",
             self.jobs,
         )
         run("DELETE FROM jobs WHERE id = ?", self.gone)

@@ -22,6 +22,7 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             status TEXT NOT NULL,
             finished_at TEXT,
             job BLOB NOT NULL,
+            result BLOB,
             events BLOB NOT NULL)""",
         "CREATE INDEX jobs_finished ON jobs (finished_at) WHERE finished_at IS NOT NULL",
         """CREATE TABLE dead_letters (

@@ -37,6 +37,7 @@ from functools import partial
 
 import msgspec
 from goqueue.supervisor.enums import TERMINAL, EventKind, Status
+from goqueue.supervisor.errors import StoreUnavailable
 from goqueue.supervisor.jobs import (
     DeadLetter,
     Enqueued,
@@ -97,7 +98,7 @@ class _MarkedLetters(DeadLetters):
 class _Saved:
     """Everything the file holds, read at start."""
 
-    jobs: list[tuple[bytes, bytes]]
+    jobs: list[tuple[bytes, bytes | None, bytes]]
     letters: list[bytes]
     keys: list[tuple[str, str, str, str, float]]
     paused: list[str]
@@ -106,7 +107,7 @@ class _Saved:
 
 def _read_all(conn: sqlite3.Connection) -> _Saved:
     return _Saved(
-        jobs=conn.execute("SELECT job, events FROM jobs ORDER BY seq").fetchall(),
+        jobs=conn.execute("SELECT job, result, events FROM jobs ORDER BY seq").fetchall(),
         letters=[r[0] for r in conn.execute("SELECT letter FROM dead_letters ORDER BY seq")],
         keys=conn.execute(
             "SELECT kind, key, job_id, request_hash, expires FROM job_keys ORDER BY expires"
@@ -185,8 +186,10 @@ class SqliteStore(MemoryStore):
         now = self.clock()
         finished: list[Job] = []
         last_seq = 0
-        for job_row, events_row in saved.jobs:
+        for job_row, result, events_row in saved.jobs:
             job = JOB.decode(job_row)
+            if result is not None:
+                job.result = msgspec.Raw(result)
             last_seq = max(last_seq, job.seq)
             self._jobs[job.id] = job
             self._count(job.status, +1)
@@ -277,16 +280,56 @@ class SqliteStore(MemoryStore):
     # -- enqueue ---------------------------------------------------------------------
 
     async def enqueue(self, new: NewJob) -> Enqueued:
-        """Store one job; returns once it is on disk."""
+        """Store one job; returns once it is on disk. Raises StoreUnavailable when the
+        file cannot take it (then the job is not kept)."""
         enqueued = await super().enqueue(new)
-        await self._commit(durable=True)
+        try:
+            await self._commit(durable=True)
+        except StoreUnavailable:
+            self._unstore(enqueued, new)
+            raise
         return enqueued
 
     async def enqueue_many(self, news: Sequence[NewJob]) -> list[Enqueued | Exception]:
         """Store several jobs in one transaction, on disk before the answer."""
         out = await super().enqueue_many(news)
-        await self._commit(durable=True)
+        try:
+            await self._commit(durable=True)
+        except StoreUnavailable:
+            for new, enqueued in zip(news, out, strict=True):
+                if isinstance(enqueued, Enqueued):
+                    self._unstore(enqueued, new)
+            raise
         return out
+
+    def _unstore(self, enqueued: Enqueued, new: NewJob) -> None:
+        """Forget a job whose enqueue could not be written, as if never asked: its client
+        hears 503 and may try again. A job something else moved on meanwhile stays (it is
+        written with that change)."""
+        job = enqueued.job
+        if not enqueued.created or self._jobs.get(job.id) is not job:
+            return
+        token = self._tokens.get(job.id)
+        if job.status == Status.PENDING:
+            self._pending.discard(job, self.clock().timestamp())
+            self._depth_add(job, -1)
+        elif job.status != Status.RUNNING or token is None or job.attempts != 1:
+            return
+        if token is not None:
+            self._drop_lease(token)
+        if job.unique_key is not None and self._unique.get(job.unique_key) == job.id:
+            del self._unique[job.unique_key]
+        dedupe, idempotency = new.spec.dedupe_key, new.idempotency_key
+        if dedupe is not None and self._dedupe.get(dedupe, ("",))[0] == job.id:
+            del self._dedupe[dedupe]
+            self._changes.keys.pop((DEDUPE, dedupe), None)
+        if idempotency is not None and self._idempotency.get(idempotency, ("", ""))[1] == job.id:
+            del self._idempotency[idempotency]
+            self._changes.keys.pop((IDEMPOTENCY, idempotency), None)
+        del self._jobs[job.id]
+        self._count(job.status, -1)
+        self._events.pop(job.id, None)
+        self._changes.forget(job.id)
 
     async def fire_schedule(
         self, name: str, tick: datetime, new: NewJob, *, missed: bool = False
@@ -388,7 +431,7 @@ class SqliteStore(MemoryStore):
         await self._commit(durable=False)
         if pruned:
             await self.outbox.prune(finished_before)
-            await self.db.read(_vacuum_a_little)
+            await self.db.write(_vacuum_a_little, durable=False)
         return pruned
 
     async def replay_dead(self, dead_id: str, max_retries: int) -> Job:
@@ -421,5 +464,8 @@ VACUUM_PAGES = 1000  # at most ~4 MB given back per prune: a prune never stalls 
 
 def _vacuum_a_little(conn: sqlite3.Connection) -> None:
     """Give free pages back to the filesystem, a bounded number at a time, so the file
-    does not keep the size of its busiest hour."""
-    conn.execute(f"PRAGMA incremental_vacuum({VACUUM_PAGES})").fetchall()
+    does not keep the size of its busiest hour. One page per statement: the pragma frees
+    a page per step, and Python's sqlite3 steps a statement that returns no row once."""
+    (free,) = conn.execute("PRAGMA freelist_count").fetchone()
+    for _ in range(min(free, VACUUM_PAGES)):
+        conn.execute("PRAGMA incremental_vacuum(1)")

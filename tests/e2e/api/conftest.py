@@ -205,11 +205,12 @@ def wait_until(predicate: Callable[[], Any], what: str, timeout: float = 10.0) -
 
 @pytest.fixture
 def make_api_server() -> Iterator[Callable[..., ApiServer]]:
-    """Start servers with the given settings overrides; all are stopped afterwards."""
+    """Start servers with the given settings overrides; all are stopped afterwards. Their
+    store is in memory (the tests read and drive it directly, on the server's loop)."""
     servers: list[ApiServer] = []
 
     def make(**overrides: Any) -> ApiServer:
-        server = ApiServer(Settings(workers=1, **overrides))
+        server = ApiServer(Settings(workers=1, **{"database_url": "memory://", **overrides}))
         servers.append(server)
         return server.start()
 
