@@ -65,13 +65,13 @@ class Database:
             ) from None
         self._lock_fd = fd
         try:
-            self._conn = self._connect(path)
+            self._conn, self.applied = self._connect(path)
         except BaseException:
             self._close()
             raise
 
     @staticmethod
-    def _connect(path: str) -> sqlite3.Connection:
+    def _connect(path: str) -> tuple[sqlite3.Connection, list[int]]:
         try:
             conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
         except sqlite3.Error as exc:
@@ -86,7 +86,7 @@ class Database:
             if check != "ok":
                 raise BootError(f"SQLite file {path} is corrupt: {check}")
             conn.execute("PRAGMA busy_timeout = 5000")  # a checkpointing reader, briefly
-            migrate(conn)
+            applied = migrate(conn)
         except sqlite3.DatabaseError as exc:
             conn.close()
             raise BootError(f"SQLite file {path}: {exc}") from None
@@ -96,7 +96,7 @@ class Database:
         except BaseException:
             conn.close()
             raise
-        return conn
+        return conn, applied
 
     async def close(self) -> None:
         """Close the connection, release the lock and stop the thread."""
