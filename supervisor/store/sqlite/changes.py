@@ -146,30 +146,35 @@ class Rows:
     keys_expired_before: float | None
 
     def write(self, conn: sqlite3.Connection) -> None:
-        """Write every row (inside the caller's transaction)."""
-        run = conn.executemany
-        run(
-            "INSERT INTO jobs (id, seq, status, finished_at, job, result, events)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET"
-            " status = excluded.status, finished_at = excluded.finished_at, job = excluded.job,"
-            " result = excluded.result, events = excluded.events",
-            self.jobs,
-        )
-        run("DELETE FROM jobs WHERE id = ?", self.gone)
-        run("INSERT OR REPLACE INTO dead_letters (id, letter) VALUES (?, ?)", self.letters)
-        run("DELETE FROM dead_letters WHERE id = ?", self.unlettered)
-        run("INSERT OR REPLACE INTO job_keys VALUES (?, ?, ?, ?, ?)", self.keys)
-        run("INSERT OR IGNORE INTO paused_queues (queue) VALUES (?)", self.paused)
-        run("DELETE FROM paused_queues WHERE queue = ?", self.resumed)
-        run("INSERT OR REPLACE INTO schedules (name, state) VALUES (?, ?)", self.schedules)
-        run(
-            "INSERT OR IGNORE INTO webhook_deliveries"
-            " (id, job_id, event, url, body, created_at, next_attempt_at)"
-            " VALUES (?, ?, ?, ?, ?, ?, ?)",
-            self.deliveries,
-        )
+        """Write every row (inside the caller's transaction); a statement with no rows
+        is not even prepared (most commits hold only jobs)."""
+        for statement, rows in (
+            (UPSERT_JOB, self.jobs),
+            ("DELETE FROM jobs WHERE id = ?", self.gone),
+            ("INSERT OR REPLACE INTO dead_letters (id, letter) VALUES (?, ?)", self.letters),
+            ("DELETE FROM dead_letters WHERE id = ?", self.unlettered),
+            ("INSERT OR REPLACE INTO job_keys VALUES (?, ?, ?, ?, ?)", self.keys),
+            ("INSERT OR IGNORE INTO paused_queues (queue) VALUES (?)", self.paused),
+            ("DELETE FROM paused_queues WHERE queue = ?", self.resumed),
+            ("INSERT OR REPLACE INTO schedules (name, state) VALUES (?, ?)", self.schedules),
+            (INSERT_DELIVERY, self.deliveries),
+        ):
+            if rows:
+                conn.executemany(statement, rows)
         if self.keys_expired_before is not None:
             conn.execute("DELETE FROM job_keys WHERE expires < ?", (self.keys_expired_before,))
+
+
+UPSERT_JOB = (
+    "INSERT INTO jobs (id, seq, status, finished_at, job, result, events)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET"
+    " status = excluded.status, finished_at = excluded.finished_at, job = excluded.job,"
+    " result = excluded.result, events = excluded.events"
+)
+INSERT_DELIVERY = (
+    "INSERT OR IGNORE INTO webhook_deliveries"
+    " (id, job_id, event, url, body, created_at, next_attempt_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
 
 
 def from_ts(ts: float | None) -> datetime | None:

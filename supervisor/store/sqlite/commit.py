@@ -1,11 +1,13 @@
 """Group commit: the writes that arrive while one transaction is in flight go together
-in the next, so a busy node pays one transaction (one fsync when durable) for many calls.
+in the next, and the durable ones that commit while one fsync is in flight share the
+next fsync, so a busy node pays one transaction and one fsync for many calls.
 
 A call changes the store's memory, then awaits `commit`: the marks of everything changed
-so far go into the next transaction, and the call returns once it is committed. The
-transaction is durable (synchronous=FULL) when any call in it asked (an enqueue: its
-`201` means the job is on disk), else only written to the WAL (see `store.py` for why
-outcomes may be).
+so far go into the next transaction, and the call returns once it is committed (in the
+WAL) and, when any call of it asked (`durable`: an enqueue, whose `201` means the job is
+on disk), once an fsync after it is done. The fsync runs beside the writer: claims and
+outcomes (only written to the WAL, see `store.py` for why they may be) never wait behind
+an enqueue's flush.
 """
 
 from __future__ import annotations
@@ -39,6 +41,8 @@ class GroupCommit:
         self._next: asyncio.Future[None] | None = None
         self._durable = False
         self._task: asyncio.Task[None] | None = None
+        self._unsynced: list[asyncio.Future[None]] = []  # committed, awaiting an fsync
+        self._sync_task: asyncio.Task[None] | None = None
 
     async def commit(self, durable: bool) -> None:
         """Return once everything changed so far is committed; with `durable`, on disk.
@@ -52,11 +56,6 @@ class GroupCommit:
         if self._task is None:
             self._task = asyncio.create_task(self._drain(), name="goqueue-sqlite-commit")
         await asyncio.shield(waiting)
-
-    async def drain(self) -> None:
-        """Wait for the transaction in flight and those queued behind it."""
-        while self._task is not None:
-            await asyncio.shield(self._task)
 
     async def _drain(self) -> None:
         try:
@@ -72,7 +71,7 @@ class GroupCommit:
         durable = durable or changes.durable  # a failed durable commit's, given back
         try:
             if not changes.empty:
-                await self._db.write(self._encode(changes).write, durable=durable)
+                await self._db.write(self._encode(changes).write)
         except StoreUnavailable as exc:
             changes.durable = changes.durable or durable
             self._give_back(changes)
@@ -81,7 +80,31 @@ class GroupCommit:
             log.exception("writing to the SQLite file failed")
             done.set_exception(StoreUnavailable(f"writing to the SQLite file failed: {exc}"))
         else:
-            done.set_result(None)
+            if durable:
+                self._after_sync(done)
+            else:
+                done.set_result(None)
+
+    def _after_sync(self, done: asyncio.Future[None]) -> None:
+        self._unsynced.append(done)
+        if self._sync_task is None:
+            self._sync_task = asyncio.create_task(self._sync(), name="goqueue-sqlite-fsync")
+
+    async def _sync(self) -> None:
+        """Fsync for every durable commit so far; those committed meanwhile share the next."""
+        try:
+            while self._unsynced:
+                waiting, self._unsynced = self._unsynced, []
+                try:
+                    await self._db.sync()
+                except StoreUnavailable as exc:
+                    for done in waiting:
+                        done.set_exception(exc)
+                else:
+                    for done in waiting:
+                        done.set_result(None)
+        finally:
+            self._sync_task = None
 
 
 def _retrieved(future: asyncio.Future[None]) -> None:

@@ -63,7 +63,7 @@ class SqliteOutboxRows:
             )
             return due
 
-        return await self._db.write(claim, durable=False)
+        return await self._db.write(claim)
 
     async def record(
         self, due: Due, answer: Answer, *, delay: float, max_age: float, final: bool = False
@@ -102,7 +102,7 @@ class SqliteOutboxRows:
             )
             return last
 
-        return await self._db.write(record, durable=False)
+        return await self._db.write(record)
 
     async def of_job(self, job_id: str) -> list[Delivery]:
         """A job's deliveries, oldest first."""
@@ -135,6 +135,5 @@ class SqliteOutboxRows:
             lambda conn: conn.execute(
                 "DELETE FROM webhook_deliveries WHERE next_attempt_at IS NULL AND created_at < ?",
                 (ts,),
-            ),
-            durable=False,
+            )
         )

@@ -431,7 +431,7 @@ class SqliteStore(MemoryStore):
         await self._commit(durable=False)
         if pruned:
             await self.outbox.prune(finished_before)
-            await self.db.write(_vacuum_a_little, durable=False)
+            await self.db.write(_vacuum_a_little)
         return pruned
 
     async def replay_dead(self, dead_id: str, max_retries: int) -> Job:
