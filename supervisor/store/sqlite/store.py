@@ -29,6 +29,7 @@ window starts afresh after a restart).
 from __future__ import annotations
 
 import itertools
+import logging
 import sqlite3
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -70,6 +71,7 @@ from goqueue.supervisor.store.sqlite.outbox import SqliteOutboxRows
 from goqueue.supervisor.webhooks.delivery import event_of, job_body
 
 DEDUPE, IDEMPOTENCY = "dedupe", "idempotency"
+log = logging.getLogger("goqueue.store.sqlite")
 
 
 class _MarkedLetters(DeadLetters):
@@ -168,11 +170,13 @@ class SqliteStore(MemoryStore):
         self._restore(await self.db.read(_read_all))
 
     async def close(self) -> None:
-        """Commit what is left, then close the file."""
+        """Commit what is left, then close the file (logging what writing it cost)."""
         try:
             await self._group.commit(durable=True)
         finally:
             await self.db.close()
+            counts = {"transactions": self.db.transactions, "fsyncs": self.db.syncs}
+            log.info("SQLite file closed", extra={"path": self.path, **counts})
 
     async def ping(self) -> bool:
         """True while the file answers."""
