@@ -8,19 +8,21 @@ file is read back into memory; jobs it left `running` or `claimed` hold leases t
 already run out, so the first reap gives them back: a running one's attempt is counted,
 then it is retried or dead-lettered, as on PostgreSQL.
 
-Durability, call by call:
+Durability, call by call (every commit is `synchronous=NORMAL`: see `database.py`):
 - What a client is told is stored (an enqueue's `201`, a schedule's fire, a cancel, a
-  pause, a dead letter's replay or purge) commits with `synchronous=FULL`: the WAL is
-  fsynced before the answer.
-- Claims, starts, outcomes, reaps and webhook records commit with `synchronous=NORMAL`:
-  written to the WAL (so a `kill -9` of the node loses none of them: the OS has the
-  pages) but not fsynced, so a power cut may lose the last of them. That is safe because
-  the WAL is a sequence: what a power cut drops is a suffix of commits after the last
-  fsync, never an enqueue before them. A lost `complete` or `fail` leaves the job as its
-  start left it, `running` under a lease, so it is reaped and runs again (at least
-  once, the contract); a lost start leaves it pending, so it runs again; the chained jobs
-  and webhook deliveries of a lost outcome are written with it, so they come back when
-  it runs again.
+  pause, a dead letter's replay or purge) is answered only after an fsync of the WAL that
+  follows its commit (shared by every commit before it): what `synchronous=FULL` gives,
+  without holding the writes behind it.
+- Claims, starts, outcomes, reaps and webhook records wait for their commit only: in the
+  WAL (so a `kill -9` of the node loses none of them: the OS has the pages) but not
+  fsynced, so a power cut may lose the last of them. That is safe because the WAL is a
+  sequence: what a power cut drops is a suffix of commits after the last fsync, never an
+  answered enqueue before them. A lost `complete` or `fail` leaves the job as its start
+  left it, `running` under a lease, so it is reaped and runs again (at least once, the
+  contract); a lost start leaves it pending, so it runs again; the chained jobs and
+  webhook deliveries of a lost outcome are written with it, so they come back when it
+  runs again. A job may start before its enqueue's fsync is done; a power cut in that
+  instant loses a job whose `201` was never sent.
 
 One node owns the file (`database.py`); rate limits are this node's (kept in memory, a
 window starts afresh after a restart).
