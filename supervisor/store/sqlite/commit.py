@@ -1,6 +1,6 @@
-"""Group commit: the writes that arrive while one transaction is in flight go together
-in the next, and the durable ones that commit while one fsync is in flight share the
-next fsync, so a busy node pays one transaction and one fsync for many calls.
+"""Group commit: the writes of one turn of the loop go together in one transaction, and
+the durable ones that commit while an fsync is in flight share the next fsync, so a busy
+node pays one transaction and one fsync for many calls.
 
 A call changes the store's memory, then awaits `commit`: the marks of everything changed
 so far go into the next transaction, and the call returns once it is committed (in the
@@ -24,8 +24,8 @@ log = logging.getLogger("goqueue.store.sqlite")
 
 
 class GroupCommit:
-    """Commits the store's marks, one transaction at a time, as many calls per
-    transaction as arrived meanwhile."""
+    """Commits the store's marks: one transaction for the calls of a loop turn, one fsync
+    for the durable transactions committed while the last one ran."""
 
     def __init__(
         self,
