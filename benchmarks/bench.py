@@ -53,8 +53,8 @@ def add_bench_command(commands: argparse._SubParsersAction) -> None:
     )
     bench.add_argument(
         "--stores",
-        default="memory,postgres",
-        help="which stores to measure (default: memory,postgres)",
+        default="memory,sqlite,postgres",
+        help="which stores to measure (default: memory,sqlite,postgres)",
     )
     bench.add_argument(
         "--jobs", type=int, default=20_000, help="jobs for the end-to-end phase (default 20000)"
@@ -99,6 +99,7 @@ def _run(args: argparse.Namespace) -> int:
             print("skipping postgres: no --database-url / TEST_DATABASE_URL", file=sys.stderr)
             continue
         dsn = args.database_url if store == "postgres" else None
+        args.store = store  # the nodes of this round: memory, a SQLite file, or PostgreSQL
         results["stores"][store] = uvloop.run(_bench_store(args, dsn))
     Path(args.output).write_text(json.dumps(results, indent=2))
     print_table(results)
@@ -130,7 +131,7 @@ def _machine(dsn: str | None) -> dict[str, Any]:
 
 async def _bench_store(args: argparse.Namespace, dsn: str | None) -> dict[str, Any]:
     out: dict[str, Any] = {}
-    name = "postgres" if dsn else "memory"
+    name = args.store
     phases = {p.strip() for p in args.phases.split(",")}
     if "latency" in phases:
         await _rates(args, dsn, out)
@@ -151,7 +152,7 @@ async def _bench_store(args: argparse.Namespace, dsn: str | None) -> dict[str, A
 
 
 async def _rates(args: argparse.Namespace, dsn: str | None, out: dict[str, Any]) -> None:
-    name = "postgres" if dsn else "memory"
+    name = args.store
     print(f"[{name}] enqueue latency and rates ...", file=sys.stderr)
     node, client, ctx = await with_node(args, dsn, "--queues", "default")
     try:

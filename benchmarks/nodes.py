@@ -7,6 +7,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -32,7 +33,7 @@ def normal_priority() -> None:
 class BenchNode:
     """A `goqueue serve` subprocess on a free loopback port."""
 
-    def __init__(self, *args: str, dsn: str | None, schema: str) -> None:
+    def __init__(self, *args: str, dsn: str | None, schema: str, store: str = "memory") -> None:
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))
             self.port = s.getsockname()[1]
@@ -58,8 +59,14 @@ class BenchNode:
             "1000000",
             *args,
         ]
+        # without a DSN: memory, or a SQLite file of this node's own (gone at stop)
+        self.folder = tempfile.mkdtemp(prefix="goqueue-bench-") if not dsn else None
         if dsn:
             cmd += ["--database-url", dsn, "--database-schema", schema]
+        elif store == "sqlite":
+            cmd += ["--database-url", f"sqlite:///{self.folder}/bench.db"]
+        else:
+            cmd += ["--database-url", "memory://"]
         self.log = tempfile.TemporaryFile()  # noqa: SIM115 (closed in stop())
         self.proc = subprocess.Popen(
             cmd,
@@ -99,6 +106,8 @@ class BenchNode:
                 self.proc.kill()
                 self.proc.wait()
         self.log.close()
+        if self.folder is not None:
+            shutil.rmtree(self.folder, ignore_errors=True)
 
 
 @contextmanager
@@ -120,7 +129,9 @@ async def with_node(args: argparse.Namespace, dsn: str | None, *flags: str):
     schema = ctx.__enter__()
     if getattr(args, "otel", False):
         flags = ("--otel", *flags)
-    node = BenchNode("--workers", str(args.workers), *flags, dsn=dsn, schema=schema)
+    node = BenchNode(
+        "--workers", str(args.workers), *flags, dsn=dsn, schema=schema, store=args.store
+    )
     client = LoadClient("127.0.0.1", node.port)
     try:
         await node.ready(client)

@@ -186,8 +186,14 @@ def start_node(
     env: dict[str, str] | None = None,
     session: bool = False,
     wait: bool = True,
+    default_store: bool = False,
 ) -> Node:
-    """Start `goqueue serve` with the test actors and wait until /ready answers 200."""
+    """Start `goqueue serve` with the test actors and wait until /ready answers 200.
+
+    A node given no store keeps its jobs in a SQLite file of its own (the default store,
+    but named for its port: nodes of one test never share a file, and a node started again
+    starts empty, unless the test names the file with `--database-url`). With
+    `default_store` it is given nothing, so it uses `goqueue.db` in the test's folder."""
     port = free_port()
     log_path = tmp_path / f"node-{port}.log"
     environ = {
@@ -210,6 +216,12 @@ def start_node(
         cmd += ["--actors", "testactors"]
     if "--workers" not in args:
         cmd += ["--workers", "2"]
+    if (
+        not default_store
+        and not any(a.startswith("--database-url") for a in args)
+        and not {"DATABASE_URL", "GOQUEUE_DATABASE_URL"} & set(environ)
+    ):
+        cmd += ["--database-url", f"sqlite:///node-{port}.db"]
     with open(log_path, "wb") as log:
         proc = subprocess.Popen(
             [*cmd, *args],
@@ -255,9 +267,15 @@ def make_node(tmp_path: Path) -> Iterator[Callable[..., Node]]:
     nodes: list[Node] = []
 
     def make(
-        *args: str, env: dict[str, str] | None = None, session: bool = False, wait: bool = True
+        *args: str,
+        env: dict[str, str] | None = None,
+        session: bool = False,
+        wait: bool = True,
+        default_store: bool = False,
     ) -> Node:
-        node = start_node(tmp_path, *args, env=env, session=session, wait=wait)
+        node = start_node(
+            tmp_path, *args, env=env, session=session, wait=wait, default_store=default_store
+        )
         nodes.append(node)
         return node
 

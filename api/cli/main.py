@@ -1,5 +1,5 @@
-"""The `goqueue` command: `serve` runs a node, `migrate` prepares PostgreSQL, and the
-client commands talk to a running node over HTTP."""
+"""The `goqueue` command: `serve` runs a node, `migrate` prepares PostgreSQL or a SQLite
+file, and the client commands talk to a running node over HTTP."""
 
 from __future__ import annotations
 
@@ -51,8 +51,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=_serve)
     migrate = commands.add_parser(
         "migrate",
-        help="create or upgrade the PostgreSQL schema, then exit",
-        description="Create or upgrade GoQueue's PostgreSQL schema, then exit. Optional: "
+        help="create or upgrade the PostgreSQL schema or SQLite file, then exit",
+        description="Create or upgrade GoQueue's PostgreSQL schema or SQLite file (a "
+        "sqlite:/// URL), then exit. Optional: "
         "every node does the same when it starts. Reads the database options as `serve` "
         "does: flags, then GOQUEUE_<OPTION> (or DATABASE_URL) in the environment, then "
         "the TOML file given by --config.",
@@ -123,6 +124,15 @@ def _migrate(args: argparse.Namespace) -> int:
             "or database_url in the --config file)",
             EXIT_USAGE,
         )
+    from goqueue.supervisor.store.sqlite.url import StoreKind, store_url
+
+    url = store_url(settings.database_url)
+    if url.kind == StoreKind.MEMORY:
+        return _fail(
+            "goqueue migrate", "database_url: memory:// keeps nothing to migrate", EXIT_USAGE
+        )
+    if url.kind == StoreKind.SQLITE:
+        return _migrate_sqlite(url.path)
     import psycopg
 
     schema = settings.database_schema
@@ -136,6 +146,28 @@ def _migrate(args: argparse.Namespace) -> int:
         print(f"schema {schema!r}: applied migrations {', '.join(map(str, applied))}")
     else:
         print(f"schema {schema!r} is up to date")
+    return 0
+
+
+def _migrate_sqlite(path: str) -> int:
+    """Open the file as a node does (lock, check, migrate), then close it."""
+    from goqueue.supervisor.errors import BootError
+    from goqueue.supervisor.store.sqlite.database import Database
+
+    async def run() -> list[int]:
+        db = Database(path)
+        await db.open()
+        await db.close()
+        return db.applied
+
+    try:
+        applied = asyncio.run(run())
+    except BootError as exc:
+        return _fail("goqueue migrate", exc, EXIT_FAILED)
+    if applied:
+        print(f"SQLite file {path}: applied migrations {', '.join(map(str, applied))}")
+    else:
+        print(f"SQLite file {path} is up to date")
     return 0
 
 

@@ -34,9 +34,12 @@ from goqueue.supervisor.schedules.scheduler import Scheduler
 from goqueue.supervisor.settings import config
 from goqueue.supervisor.settings.config import Settings
 from goqueue.supervisor.store.base import Store
-from goqueue.supervisor.store.memory.store import MemoryStore
+from goqueue.supervisor.store.sqlite.choose import embedded_store
+from goqueue.supervisor.store.sqlite.store import SqliteStore
+from goqueue.supervisor.store.sqlite.url import is_postgres
 from goqueue.supervisor.webhooks.delivery import Poster, Webhooks
 from goqueue.supervisor.webhooks.egress import EgressPolicy
+from goqueue.supervisor.webhooks.outbox import Outbox
 from goqueue.supervisor.webhooks.sender import WebhookSender
 from goqueue.supervisor.workers.pool import Pool, Recycle, WorkerConfig
 
@@ -52,8 +55,12 @@ ALLOWANCE_SHARE = 0.6
 
 
 def make_store(settings: Settings) -> Store:
-    """The in-memory store, or PostgreSQL when a database URL is configured."""
+    """The SQLite file (the default), the in-memory store, or PostgreSQL, as
+    `database_url` says."""
     node_id = settings.node_id or config.default_node_id()
+    embedded = embedded_store(settings, node_id)
+    if embedded is not None:
+        return embedded
     if settings.database_url:
         from goqueue.supervisor.store.postgres.store import PostgresStore
 
@@ -64,23 +71,19 @@ def make_store(settings: Settings) -> Store:
             lease_seconds=settings.lease_seconds,
             idempotency_ttl=settings.idempotency_ttl,
         )
-    return MemoryStore(
-        node_id,
-        lease_seconds=settings.lease_seconds,
-        max_pending=settings.max_pending,
-        idempotency_ttl=settings.idempotency_ttl,
-    )
+    raise AssertionError("embedded_store answers for every URL but PostgreSQL")
 
 
 def make_webhooks(settings: Settings, metrics: Metrics, store: Store) -> Webhooks:
     """The node's webhooks, counting every delivery outcome: at least once from the
-    outbox with PostgreSQL, best effort in this process with the in-memory store."""
+    outbox with PostgreSQL or SQLite, best effort in this process with the in-memory store."""
     policy = EgressPolicy.of(settings.webhook_allow_hosts, settings.webhook_allow_networks)
     poster = Poster(policy, timeout=settings.webhook_timeout, concurrency=WEBHOOK_CONCURRENCY)
     secret = settings.webhook_secret.encode() if settings.webhook_secret else None
-    if settings.database_url:
+    if isinstance(store, SqliteStore):
+        return Outbox(store.outbox, poster, secret=secret, on_outcome=metrics.webhook)
+    if is_postgres(settings.database_url):
         from goqueue.supervisor.store.postgres.store import PostgresStore
-        from goqueue.supervisor.webhooks.outbox import Outbox
 
         assert isinstance(store, PostgresStore)
         return Outbox(store.outbox, poster, secret=secret, on_outcome=metrics.webhook)
@@ -156,7 +159,9 @@ def build_node(settings: Settings, reload_settings: Callable[[], Settings]) -> N
         recycle=Recycle.of(settings),
         # with a shared database another node may take over a job whose lease ran out;
         # in memory no one else can, so a job has no such bound
-        lease_allowance=ALLOWANCE_SHARE * settings.lease_seconds if settings.database_url else None,
+        lease_allowance=(
+            ALLOWANCE_SHARE * settings.lease_seconds if is_postgres(settings.database_url) else None
+        ),
         memory_limit_mb=settings.max_worker_rss_mb,
     )
     dispatcher = Dispatcher(

@@ -169,7 +169,7 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
         _check_schedules(self.schedules)
         _check_rates(self.rate_limits)
         if self.database_url is not None:
-            _check_dsn(self.database_url)
+            _check_database_url(self.database_url)
         if problem := schema_name_problem(self.database_schema):
             raise ConfigError(f"database_schema: {problem}")
         if 0 < self.retention_seconds < self.idempotency_ttl:
@@ -203,6 +203,18 @@ def _check_schedules(schedules: tuple[ScheduleSpec, ...]) -> None:
         if spec.name in seen:
             raise ConfigError(f"{label}: the name {spec.name!r} is taken by another schedule")
         seen.add(spec.name)
+
+
+def _check_database_url(url: str) -> None:
+    """A SQLite URL names a file; anything but SQLite or memory is a PostgreSQL DSN."""
+    from goqueue.supervisor.store.sqlite.url import StoreKind, store_url
+
+    try:
+        kind = store_url(url).kind
+    except ValueError as exc:
+        raise ConfigError(f"database_url: {exc}") from None
+    if kind == StoreKind.POSTGRES:
+        _check_dsn(url)
 
 
 def _check_dsn(dsn: str) -> None:

@@ -184,10 +184,12 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "database_url",
         "str",
-        "PostgreSQL DSN; nodes sharing one database share their queues",
-        metavar="DSN",
+        "where jobs are kept: sqlite:///relative/path.db or sqlite:////absolute/path.db "
+        "(one node per file), memory:// (lost when the node stops), or a PostgreSQL DSN "
+        "(nodes sharing one database share their queues)",
+        metavar="URL",
         optional=True,
-        when_unset="the in-memory store",
+        when_unset="the SQLite file goqueue.db in the working directory",
         example="postgresql://goqueue:secret@db.internal:5432/goqueue",
         secret=True,
         legacy_env="DATABASE_URL",
@@ -265,7 +267,7 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "max_pending",
         "int",
-        "pending jobs the in-memory store holds; beyond it POST /jobs answers 503",
+        "pending jobs the SQLite and in-memory stores hold; beyond it POST /jobs answers 503",
         metavar="N",
         minimum=1,
     ),

@@ -1,4 +1,5 @@
-"""Webhooks from the PostgreSQL outbox: at least once, by whichever node is alive.
+"""Webhooks from a store's outbox (PostgreSQL's, or the SQLite file's): at least once, by
+whichever node is alive.
 
 The terminal status wrote the delivery in its own transaction (`pg_sql`'s `outbox`
 CTE); here a loop leases due deliveries (`pg_outbox.OutboxRows.claim`), makes one
@@ -21,7 +22,6 @@ from goqueue.supervisor.dispatch.backoff import Backoff
 from goqueue.supervisor.enums import WebhookOutcome
 from goqueue.supervisor.errors import StoreUnavailable
 from goqueue.supervisor.jobs import Job
-from goqueue.supervisor.store.postgres.outbox import Due, OutboxRows
 from goqueue.supervisor.webhooks.delivery import (
     Answer,
     Delivery,
@@ -33,6 +33,7 @@ from goqueue.supervisor.webhooks.delivery import (
     redacted,
     tell,
 )
+from goqueue.supervisor.webhooks.rows import DeliveryRows, Due
 
 POLL_SECONDS = 1.0
 RECORD_AT_CLOSE = 5.0  # seconds to record the attempts cut short at shutdown
@@ -40,11 +41,11 @@ INTERRUPTED = "interrupted: the node shut down during the attempt"
 
 
 class Outbox:
-    """`Webhooks` for the PostgreSQL store: delivered from the outbox table."""
+    """`Webhooks` for the PostgreSQL and SQLite stores: delivered from the outbox table."""
 
     def __init__(
         self,
-        rows: OutboxRows,
+        rows: DeliveryRows,
         poster: Poster,
         *,
         secret: bytes | None,

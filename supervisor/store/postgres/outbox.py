@@ -17,20 +17,9 @@ from goqueue.supervisor.store.postgres import rows as pg_rows
 from goqueue.supervisor.store.postgres.connection import Connections
 from goqueue.supervisor.store.postgres.sql.statements import Sql, Statements
 from goqueue.supervisor.webhooks.delivery import Answer, Delivery, DeliveryAttempt, redacted
+from goqueue.supervisor.webhooks.rows import Due
 
 _HISTORY = msgspec.json.Decoder(list[DeliveryAttempt])
-
-
-class Due(msgspec.Struct, frozen=True, kw_only=True):
-    """A delivery this node holds the lease of: what to send, and the token to record."""
-
-    id: str
-    job_id: str
-    event: str
-    url: str
-    body: bytes
-    attempts: int  # made before this one
-    token: str
 
 
 class OutboxRows:

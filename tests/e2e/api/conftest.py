@@ -16,6 +16,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any, TypeVar
 
 import pytest
@@ -205,11 +206,12 @@ def wait_until(predicate: Callable[[], Any], what: str, timeout: float = 10.0) -
 
 @pytest.fixture
 def make_api_server() -> Iterator[Callable[..., ApiServer]]:
-    """Start servers with the given settings overrides; all are stopped afterwards."""
+    """Start servers with the given settings overrides; all are stopped afterwards. Their
+    store is in memory (the tests read and drive it directly, on the server's loop)."""
     servers: list[ApiServer] = []
 
     def make(**overrides: Any) -> ApiServer:
-        server = ApiServer(Settings(workers=1, **overrides))
+        server = ApiServer(Settings(workers=1, **{"database_url": "memory://", **overrides}))
         servers.append(server)
         return server.start()
 
@@ -229,19 +231,23 @@ def api_server(make_api_server: Callable[..., ApiServer]) -> ApiServer:
 # -- live nodes on either store ----------------------------------------------------------
 
 
-@pytest.fixture(params=["memory", "postgres"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 def api_store(request: pytest.FixtureRequest) -> str:
-    """Which store a live-node test runs against (both: a rule must hold on each)."""
+    """Which store a live-node test runs against (each: a rule must hold on every one)."""
     return str(request.param)
 
 
 @pytest.fixture
 def make_store_node(make_node: Callable[..., Any], api_store: str) -> Iterator[Callable[..., Any]]:
     """`make_node` on the store under test: PostgreSQL nodes share a fresh schema of the
-    test database (dropped afterwards); memory nodes each hold their own jobs."""
+    test database (dropped afterwards); memory nodes each hold their own jobs, and SQLite
+    nodes each a file of their own (`start_node`'s default)."""
     from tests.conftest import postgres_dsn, stop_node
 
     if api_store == "memory":
+        yield partial(make_node, "--database-url", "memory://")
+        return
+    if api_store == "sqlite":
         yield make_node
         return
     dsn = postgres_dsn()

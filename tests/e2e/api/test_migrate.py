@@ -166,3 +166,24 @@ def test_plain_database_url_works_and_loses_to_the_goqueue_spelling(
     assert result.returncode == 0, result.stderr
     result = migrate(env={"DATABASE_URL": dsn, "GOQUEUE_DATABASE_SCHEMA": schema})
     assert result.returncode == 0 and "up to date" in result.stdout
+
+
+# -- SQLite -------------------------------------------------------------------------------
+
+
+def test_migrate_creates_then_finds_up_to_date_a_sqlite_file(migrate: Run, tmp_path: Path) -> None:
+    first = migrate("--database-url", "sqlite:///jobs.db")
+    assert (first.returncode, first.stdout) == (0, "SQLite file jobs.db: applied migrations 1\n")
+    assert (tmp_path / "jobs.db").exists()
+    again = migrate("--database-url", "sqlite:///jobs.db")
+    assert (again.returncode, again.stdout) == (0, "SQLite file jobs.db is up to date\n")
+
+
+def test_migrate_refuses_a_missing_folder_and_memory_in_one_line(migrate: Run) -> None:
+    missing = migrate("--database-url", "sqlite:///nowhere/jobs.db")
+    assert missing.returncode == 1
+    assert missing.stderr == (
+        "goqueue migrate: SQLite file nowhere/jobs.db: the folder nowhere does not exist\n"
+    )
+    memory = migrate("--database-url", "memory://")
+    assert memory.returncode == 2 and memory.stderr.count("\n") == 1

@@ -1,19 +1,21 @@
-"""The `open_store` factory: each contract test runs against both stores, and a `clock`
-that moves the memory store's time by hand."""
+"""The `open_store` factory: each contract test runs against every store (memory, SQLite,
+PostgreSQL), and a `clock` that moves the memory and SQLite stores' time by hand."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Iterator
 from datetime import datetime, timedelta
+from pathlib import Path
 from typing import Any
 
 import pytest
 from goqueue.supervisor.jobs import utcnow
 from goqueue.supervisor.store.base import Store
 from goqueue.supervisor.store.memory.store import MemoryStore
+from goqueue.supervisor.store.sqlite.store import SqliteStore
 
 from tests.conftest import postgres_dsn
 
@@ -21,9 +23,9 @@ OpenStore = Callable[..., contextlib.AbstractAsyncContextManager[Store]]
 
 
 class Clock:
-    """The time a contract test's store sees. The memory store is given `now`, which
-    moves only when the test calls `advance`; PostgreSQL keeps real time, so there
-    `advance` really waits."""
+    """The time a contract test's store sees. The memory and SQLite stores are given
+    `now`, which moves only when the test calls `advance`; PostgreSQL keeps real time, so
+    there `advance` really waits."""
 
     def __init__(self, manual: bool) -> None:
         self.manual = manual
@@ -41,7 +43,7 @@ class Clock:
             await asyncio.sleep(seconds)
 
 
-@pytest.fixture(params=["memory", "postgres"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 def store_kind(request: pytest.FixtureRequest) -> str:
     """Which store a contract test runs against."""
     return str(request.param)
@@ -50,23 +52,41 @@ def store_kind(request: pytest.FixtureRequest) -> str:
 @pytest.fixture
 def clock(store_kind: str) -> Clock:
     """The clock of the store under test."""
-    return Clock(manual=store_kind == "memory")
+    return Clock(manual=store_kind != "postgres")
 
 
 @pytest.fixture
-def open_store(store_kind: str, clock: Clock) -> OpenStore:
+def open_store(store_kind: str, clock: Clock, tmp_path: Path) -> Iterator[OpenStore]:
     """A factory of opened stores of one kind; several calls share one backing store
-    (as several nodes share one database)."""
+    (as several nodes share one database; one SQLite file has one node, so nested calls
+    share one store, as in memory, and a call after the last one closed reopens the
+    file, as a restarted node does)."""
     kind = store_kind
     dsn = postgres_dsn() if kind == "postgres" else ""
     schema = f"gq_test_{uuid.uuid4().hex[:12]}"
     shared: dict[str, MemoryStore] = {}
+    sqlite: dict[str, SqliteStore] = {}
+    users: list[str] = []  # the calls using the SQLite store now
 
     @contextlib.asynccontextmanager
     async def open_one(node_id: str = "node-a", **options: Any) -> AsyncIterator[Store]:
         if kind == "memory":
             store = shared.setdefault("store", MemoryStore(node_id, clock=clock.now, **options))
             yield store
+            return
+        if kind == "sqlite":
+            if not users:
+                path = str(tmp_path / "contract.db")
+                opened = SqliteStore(path, node_id, clock=clock.now, **options)
+                await opened.open()
+                sqlite["store"] = opened
+            users.append(node_id)
+            try:
+                yield sqlite["store"]
+            finally:
+                users.pop()
+                if not users:
+                    await sqlite.pop("store").close()
             return
         from goqueue.supervisor.store.postgres.store import PostgresStore
 

@@ -1,0 +1,297 @@
+"""The SQLite store's own promises, beyond the contract: what a restart finds in the
+file, what a crash leaves (jobs running at it are reaped, their attempt counted), one
+node per file, a clear line for a file that cannot be used, group commit, and a full
+disk answered as unavailable with nothing half-stored."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import msgspec
+import pytest
+from goqueue.supervisor.errors import BootError, DuplicateJob, StoreUnavailable
+from goqueue.supervisor.jobs import JobFilter, JobSpec, utcnow
+from goqueue.supervisor.observe.summaries import DeadFilter
+from goqueue.supervisor.schedules.schedule import Fired
+from goqueue.supervisor.store.base import NewJob
+from goqueue.supervisor.store.sqlite.store import SqliteStore
+from goqueue.supervisor.webhooks.delivery import Answer
+
+pytestmark = pytest.mark.timeout(30)
+
+ALL = {"a": 100, "b": 100}
+TICK = datetime(2030, 1, 31, 9, 0, tzinfo=UTC)
+
+
+class Clock:
+    """A hand-moved clock, so leases and delays run out without waiting."""
+
+    def __init__(self) -> None:
+        self.at = utcnow()
+
+    def now(self) -> datetime:
+        return self.at
+
+    def advance(self, seconds: float) -> None:
+        self.at += timedelta(seconds=seconds)
+
+
+def new(type: str = "a", *, idempotency_key: str | None = None, **fields: object) -> NewJob:
+    spec = msgspec.json.decode(msgspec.json.encode({"type": type, **fields}), type=JobSpec)
+    return NewJob(
+        spec=spec,
+        max_retries=int(spec.max_retries or 3),
+        idempotency_key=idempotency_key,
+        request_hash="h" if idempotency_key else None,
+    )
+
+
+@pytest.fixture
+def clock() -> Clock:
+    return Clock()
+
+
+@pytest.fixture
+def path(tmp_path: Path) -> str:
+    return str(tmp_path / "jobs.db")
+
+
+async def opened(path: str, clock: Clock) -> SqliteStore:
+    store = SqliteStore(path, "node-a", clock=clock.now)
+    await store.open()
+    return store
+
+
+async def crash(store: SqliteStore) -> None:
+    """Stop as a `kill -9` would: no final commit, no release of anything held."""
+    await store.db.close()
+
+
+async def test_a_restart_finds_everything_that_was_answered(path: str, clock: Clock) -> None:
+    store = await opened(path, clock)
+    later = (clock.at + timedelta(hours=1)).isoformat()
+    first = (await store.enqueue(new(priority=1))).job
+    delayed = (await store.enqueue(new(run_at=later))).job
+    await store.enqueue(new(dedupe_key="d", dedupe_window_seconds=600))
+    await store.enqueue(new(unique_key="u"))
+    keyed = (await store.enqueue(new(idempotency_key="k"))).job
+    dead_lease = (await store.claim(1, None, {"a": 1}))[0]
+    assert dead_lease.job.id == keyed.id or dead_lease.job.priority == 5
+    await store.fail(dead_lease, "boom", None)
+    await store.set_paused("slow", True)
+    assert (await store.fire_schedule("hourly", TICK, new("b")))[0] == Fired.FIRED
+    before = (await store.stats()).counts
+    await store.close()
+
+    again = await opened(path, clock)
+    assert (await again.stats()).counts == before
+    got = await again.get(first.id)
+    assert got is not None and got.status == "pending"
+    assert again.next_due_at() == delayed.run_at
+    with pytest.raises(DuplicateJob):
+        await again.enqueue(new(dedupe_key="d", dedupe_window_seconds=600))
+    with pytest.raises(DuplicateJob):
+        await again.enqueue(new(unique_key="u"))
+    repeat = await again.enqueue(new(idempotency_key="k"))
+    assert repeat.created is False and repeat.job.id == keyed.id
+    assert (await again.list_dead(10, 0)).total == 1
+    assert (await again.queue_stats("slow")).paused
+    assert (await again.fire_schedule("hourly", TICK, new("b"))) == (Fired.TAKEN, None)
+    assert (await again.schedule_states())["hourly"].last_fire == TICK
+    # enqueue order goes on after the restart: the newest is listed first
+    newest = (await again.enqueue(new())).job
+    assert (await again.list_jobs(JobFilter(), 1, 0)).items[0].id == newest.id
+    assert [e.event for e in await again.events(dead_lease.job.id)][-1] == "dead_lettered"
+    await again.close()
+
+
+async def test_a_job_running_at_a_crash_is_reaped_with_its_attempt_counted(
+    path: str, clock: Clock
+) -> None:
+    store = await opened(path, clock)
+    job = (await store.enqueue(new(max_retries=1))).job
+    (lease,) = await store.claim(1, None, ALL)
+    assert lease.job.attempts == 1
+    await crash(store)
+
+    again = await opened(path, clock)
+    left = await again.get(job.id)
+    assert left is not None and left.status == "running"
+    (reaped,) = await again.reap_expired()  # at once: the holder is gone with its node
+    assert reaped.id == job.id and reaped.status == "pending" and reaped.attempts == 1
+    (lease,) = await again.claim(1, None, ALL)
+    assert lease.job.attempts == 2
+    await crash(again)
+
+    last = await opened(path, clock)  # its last retry lost too: dead-lettered
+    (reaped,) = await last.reap_expired()
+    assert reaped.status == "failed"
+    assert (await last.get_dead(job.id)) is not None
+    await last.close()
+
+
+async def test_an_outcome_is_in_the_file_when_it_returns(path: str, clock: Clock) -> None:
+    store = await opened(path, clock)
+    job = (await store.enqueue(new(on_success={"type": "b"}))).job
+    (lease,) = await store.claim(1, None, ALL)
+    outcome = await store.complete(lease, msgspec.Raw(b'{"ok":true}'))
+    assert outcome is not None and len(outcome.followups) == 1
+    await crash(store)
+    again = await opened(path, clock)
+    done = await again.get(job.id)
+    assert done is not None and done.status == "done" and done.result is not None
+    assert bytes(done.result) == b'{"ok":true}'
+    assert (await again.get(outcome.followups[0].id)) is not None
+    assert await again.reap_expired() == []
+    await again.close()
+
+
+async def test_webhooks_owed_at_a_crash_are_due_after_the_restart(path: str, clock: Clock) -> None:
+    store = await opened(path, clock)
+    job = (await store.enqueue(new(webhook_url="http://127.0.0.1:9/hook"))).job
+    (lease,) = await store.claim(1, None, ALL)
+    await store.complete(lease, None)
+    (due,) = await store.outbox.claim(10, 30.0)  # leased, then the node dies mid-attempt
+    assert due.job_id == job.id and due.event == "job.done"
+    assert msgspec.json.decode(due.body)["status"] == "done"
+    await crash(store)
+
+    again = await opened(path, clock)
+    assert await again.outbox.claim(10, 30.0) == []  # the dead node's lease still holds
+    clock.advance(31)
+    (retry,) = await again.outbox.claim(10, 30.0)
+    assert retry.id == due.id
+    assert await again.outbox.record(due, Answer(status_code=200), delay=1, max_age=3600) is None
+    gave_up = await again.outbox.record(retry, Answer(status_code=200), delay=1, max_age=3600)
+    assert gave_up is False
+    (delivery,) = await again.outbox.of_job(job.id)
+    assert delivery.delivered_at is not None and len(delivery.attempts) == 1
+    await again.close()
+
+
+async def test_a_second_store_on_the_file_is_refused_in_one_line(path: str, clock: Clock) -> None:
+    store = await opened(path, clock)
+    with pytest.raises(BootError, match=r"jobs\.db is in use by another GoQueue node"):
+        await opened(path, clock)
+    await store.close()
+    await (await opened(path, clock)).close()  # free again once the first is closed
+
+
+def missing_folder(root: Path) -> Path:
+    return root / "missing" / "jobs.db"
+
+
+def a_directory(root: Path) -> Path:
+    (root / "adir").mkdir()
+    return root / "adir"
+
+
+def not_a_database(root: Path) -> Path:
+    (root / "junk.db").write_bytes(b"not a database" * 100)
+    return root / "junk.db"
+
+
+@pytest.mark.parametrize(
+    ("make", "says"),
+    [
+        (missing_folder, "does not exist"),
+        (a_directory, "is a directory"),
+        (not_a_database, "not a database"),
+    ],
+)
+async def test_a_file_that_cannot_be_used_is_one_line_naming_it(
+    tmp_path: Path, clock: Clock, make: Callable[[Path], Path], says: str
+) -> None:
+    target = make(tmp_path)
+    with pytest.raises(BootError) as caught:
+        await opened(str(target), clock)
+    message = str(caught.value)
+    assert str(target) in message and says in message and "\n" not in message
+
+
+async def test_a_file_from_a_newer_goqueue_is_refused(path: str, clock: Clock) -> None:
+    with sqlite3.connect(path) as conn:
+        conn.execute("PRAGMA user_version = 999")
+    with pytest.raises(BootError, match="newer"):
+        await opened(path, clock)
+
+
+async def test_enqueues_arriving_together_share_a_transaction(path: str, clock: Clock) -> None:
+    store = await opened(path, clock)
+    before = store.db.transactions
+    await asyncio.gather(*(store.enqueue(new()) for _ in range(200)))
+    assert store.db.transactions - before <= 3  # one in flight, then the rest together
+    assert store.db.syncs >= 1
+    await store.close()
+
+
+async def test_a_full_disk_refuses_the_enqueue_and_keeps_nothing(path: str, clock: Clock) -> None:
+    store = await opened(path, clock)
+    kept = (await store.enqueue(new())).job
+    pages = await store.db.read(lambda c: c.execute("PRAGMA page_count").fetchone()[0])
+    await store.db.read(lambda c: c.execute(f"PRAGMA max_page_count = {pages}").fetchone())
+    big = "x" * 200_000
+    with pytest.raises(StoreUnavailable, match="full"):
+        await store.enqueue(new(payload={"big": big}, unique_key="only"))
+    assert (await store.stats()).counts["pending"] == 1
+    assert [j.id for j in (await store.list_jobs(JobFilter(), 10, 0)).items] == [kept.id]
+    await store.db.read(lambda c: c.execute("PRAGMA max_page_count = 1073741823").fetchone())
+    again = (await store.enqueue(new(unique_key="only"))).job  # the key was not kept
+    assert again.unique_key == "only"
+    await store.close()
+
+
+async def test_an_outcome_whose_commit_failed_is_held_then_written(path: str, clock: Clock) -> None:
+    store = await opened(path, clock)
+    (await store.enqueue(new()))
+    (lease,) = await store.claim(1, None, ALL)
+    pages = await store.db.read(lambda c: c.execute("PRAGMA page_count").fetchone()[0])
+    await store.db.read(lambda c: c.execute(f"PRAGMA max_page_count = {pages}").fetchone())
+    with pytest.raises(StoreUnavailable):
+        await store.complete(lease, msgspec.Raw(msgspec.json.encode("y" * 200_000)))
+    await store.db.read(lambda c: c.execute("PRAGMA max_page_count = 1073741823").fetchone())
+    outcome = await store.complete(lease, msgspec.Raw(b"1"))  # the dispatcher's retry
+    assert outcome is not None and outcome.job.status == "done"
+    await crash(store)
+    again = await opened(path, clock)
+    done = await again.get(lease.job.id)
+    assert done is not None and done.status == "done"
+    await again.close()
+
+
+async def test_bulk_dead_letter_actions_survive_a_restart(path: str, clock: Clock) -> None:
+    store = await opened(path, clock)
+    for _ in range(3):
+        await store.enqueue(new(max_retries=0))
+    for lease in await store.claim(3, None, ALL):
+        await store.fail(lease, "boom", None)
+    replayed = await store.replay_dead_many(DeadFilter(), 2)
+    assert len(replayed.jobs) == 2 and replayed.remaining == 1
+    await crash(store)
+    again = await opened(path, clock)
+    assert (await again.list_dead(10, 0)).total == 1
+    assert (await again.stats()).counts["pending"] == 2
+    await again.close()
+
+
+async def test_prune_deletes_rows_and_gives_pages_back(path: str, clock: Clock) -> None:
+    store = await opened(path, clock)
+    payload = {"blob": "z" * 4000}
+    for _ in range(300):
+        await store.enqueue(new(payload=payload))
+    for lease in await store.claim(300, None, {"a": 300}):
+        await store.complete(lease, None)
+    await store.db.read(lambda c: c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone())
+    size = Path(path).stat().st_size
+    clock.advance(10)
+    assert await store.prune(clock.now(), 1000) == 300
+    await store.db.read(lambda c: c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone())
+    assert Path(path).stat().st_size < size / 2
+    await crash(store)
+    again = await opened(path, clock)
+    assert (await again.stats()).counts["done"] == 0
+    await again.close()
