@@ -415,7 +415,7 @@ def print_report(report: dict[str, Any]) -> None:
         ("jobs in the database", report["jobs"]),
         ("enqueues accepted / refused", f"{report['accepted']} / {report['refused']}"),
         ("statuses", report["statuses"]),
-        ("jobs lost (not terminal)", report["lost"]),
+        ("jobs not terminal when the settle ended (lost, or backlog)", report["lost"]),
         ("recorded done twice", report["recorded_done_twice"]),
         ("executions", report["executions"]),
         ("overlapping executions", report["overlapping_executions"]),
@@ -443,6 +443,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--minutes", type=float, default=30.0)
     parser.add_argument("--rate", type=float, default=170.0, help="jobs offered per second")
     parser.add_argument("--seed", type=int, default=None)
+    parser.add_argument(
+        "--settle-minutes", type=float, default=20.0, help="how long the backlog may take to drain"
+    )
     parser.add_argument("--json", type=Path, default=None, help="also write the report here")
     args = parser.parse_args(argv)
     seed = args.seed if args.seed is not None else random.SystemRandom().randrange(2**32)
@@ -465,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
             soak = Soak(nodes, database, work, receiver, random.Random(seed), args.rate)
             soak.run(args.minutes)
             with contextlib.suppress(AssertionError):  # the report counts what is left
-                soak.settle(timeout=600)
+                soak.settle(timeout=args.settle_minutes * 60)
                 wait_until(lambda: soak.undelivered() == 0, 120, "webhooks delivered", 1.0)
             report = soak.report()
     finally:
