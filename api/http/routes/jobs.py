@@ -88,8 +88,8 @@ async def enqueue(request: web.Request) -> web.Response:
     )
     job = enqueued.job
     if not enqueued.created:
-        return reply(job_out(job))
-    return reply(job_out(job), 201, {"Location": f"/jobs/{job.id}"})
+        return reply(_shown(request, job))
+    return reply(_shown(request, job), 201, {"Location": f"/jobs/{job.id}"})
 
 
 @routes.post("/jobs/batch")
@@ -189,11 +189,18 @@ async def get_job(request: web.Request) -> web.Response:
         job = await within(engine.get(job_id))
     if job is None:
         raise ApiError(404, f"job {job_id} not found")
+    return reply(_shown(request, job))
+
+
+def _shown(request: web.Request, job: Job) -> JobOut:
+    """One job as its own routes show it: with its live progress and the deadline its
+    attempts get, and where that comes from."""
+    engine = request.app[ENGINE]
     out = job_out(job, engine.progress(job.id) if job.status == Status.RUNNING else None)
     timeout = effective_timeout(job, engine.catalog, request.app[SETTINGS].default_timeout)
     if timeout is not None:
         out.timeout = timeout
-    return reply(out)
+    return out
 
 
 def effective_timeout(job: Job, catalog: Catalog, default: float) -> TimeoutOut | None:
@@ -252,4 +259,4 @@ async def cancel_job(request: web.Request) -> web.Response:
     job_id = path_id(request)
     force = FORCE.parse(request.query)
     job = await within(request.app[ENGINE].cancel(job_id, force))
-    return reply(job_out(job))
+    return reply(_shown(request, job))

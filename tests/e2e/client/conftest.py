@@ -62,5 +62,8 @@ def registered(database: Database) -> Database:
     asyncio.run(_apply_migrations(database.dsn, database.schema))
     with psycopg.connect(database.dsn, autocommit=True) as conn:
         limits = Jsonb({"email": None, "report": 2})
-        conn.execute(Statements(database.schema)[Sql.REGISTER], {"node": "n1", "limits": limits})
+        conn.execute(
+            Statements(database.schema)[Sql.REGISTER],
+            {"node": "n1", "limits": limits, "report": None},
+        )
     return database

@@ -41,7 +41,7 @@ export function progressBar(progress) {
   const pct = Math.round(Math.min(1, Math.max(0, fraction)) * 100);
   return h("span", { class: "progress", "data-progress": String(pct) },
     // a native <progress>: the page's CSP allows no inline style to size a bar with
-    h("progress", { class: "bar", role: "progressbar", value: String(pct), max: "100", "aria-label": `progress ${label}` }),
+    h("progress", { class: "bar", role: "progressbar", value: String(pct), max: "100", "aria-valuenow": String(pct), "aria-label": `progress ${label}` }),
     h("span", { class: "label" }, label));
 }
 
