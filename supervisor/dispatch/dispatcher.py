@@ -29,7 +29,7 @@ from goqueue.supervisor.dispatch.throttle import Held, Throttle
 from goqueue.supervisor.enums import AttemptOutcome, KillReason, Status
 from goqueue.supervisor.errors import StoreUnavailable
 from goqueue.supervisor.jobs import Job, Lease, utcnow
-from goqueue.supervisor.store.base import NewJob, StartNow, Store
+from goqueue.supervisor.store.base import NewJob, StartNow, Store, StoreTraits
 from goqueue.supervisor.workers.handle import Worker, death_notice
 from goqueue.supervisor.workers.pool import Pool
 
@@ -38,8 +38,26 @@ log = logging.getLogger("goqueue.dispatch")
 RETRY_CLAIM = 1.0  # seconds before claiming again after a failed pass
 
 
+class Wakeup:
+    """The dispatcher's wake-up: made before the store (which calls `wake` when work may
+    be claimable) and given to both, so neither is wired to the other afterwards."""
+
+    __slots__ = ("event", "news")
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.news = 1  # bumped by wake(): work may have arrived
+
+    def wake(self) -> None:
+        """New work may be claimable (enqueued, due, a slot freed): claim on the next pass."""
+        self.news += 1
+        self.event.set()
+
+
 class Dispatcher:
-    """Feeds idle workers and turns their reports into store writes, then hook calls."""
+    """Feeds idle workers and turns their reports into store writes, then hook calls.
+
+    `traits` say what the store is like (`StoreTraits`); they are read here, once."""
 
     def __init__(
         self,
@@ -48,6 +66,8 @@ class Dispatcher:
         catalog: Catalog,
         hooks: Hook,
         *,
+        traits: StoreTraits,
+        wakeup: Wakeup | None = None,
         policy: Policy = DEFAULT_POLICY,
         prefetch: int = 0,
         on_rate_wait: Callable[[str], None] = lambda job_type: None,  # a metric
@@ -60,7 +80,9 @@ class Dispatcher:
         self.catalog = catalog
         self.hooks = hooks
         self.policy = policy
-        self.prefetch = prefetch
+        # a store whose claims cost a round trip keeps a worker's worth in hand
+        self.prefetch = prefetch if traits.claim_ahead else 0
+        self._sees_ahead = traits.sees_ahead
         self.clock = clock
         self.monotonic = monotonic
         self._running: Counter[str] = Counter()
@@ -72,12 +94,12 @@ class Dispatcher:
         self._deep = False  # the last claim came back full: more jobs are due
         self.dispatching = True
         self.rng = random.Random()
-        self._wake = asyncio.Event()
-        self._news = 1  # bumped by wake(): work may have arrived
-        self._seen = 0  # the `_news` value as of the last claim that came back short
+        self.wakeup = wakeup or Wakeup()
+        self.wake = self.wakeup.wake
+        self._seen = 0  # the `wakeup.news` value as of the last claim that came back short
         self._due_timer: asyncio.TimerHandle | None = None
         # the writes not to be lost
-        self.ledger = Ledger(hooks, sleep=sleep, rng=self.rng, at_once=store.answers_at_once)
+        self.ledger = Ledger(hooks, sleep=sleep, rng=self.rng, at_once=traits.answers_at_once)
         self.throttle = Throttle(store, self.wake, on_rate_wait)  # rate limits
 
     def reconfigure(self, catalog: Catalog, policy: Policy) -> None:
@@ -86,23 +108,18 @@ class Dispatcher:
         self.policy = policy
         self.wake()
 
-    def wake(self) -> None:
-        """New work may be claimable (enqueued, due, a slot freed): claim on the next pass."""
-        self._news += 1
-        self._wake.set()
-
     def nudge(self) -> None:
         """A worker freed up: hand it a held lease, but only go to the store if the last
         claim did not already come back short (an empty queue costs no round trips, and
         with nothing in hand either, not even a pass: it would do nothing)."""
-        if self._hand or self._seen != self._news:
-            self._wake.set()
+        if self._hand or self._seen != self.wakeup.news:
+            self.wakeup.event.set()
 
     async def run(self) -> None:
         """The dispatch loop; cancel the task to stop it."""
         while True:
-            await self._wake.wait()
-            self._wake.clear()
+            await self.wakeup.event.wait()
+            self.wakeup.event.clear()
             if not self.dispatching:
                 continue
             try:
@@ -131,7 +148,7 @@ class Dispatcher:
                 return  # a deep queue: claim ahead again once the leases in hand ran out
             ahead = 0 if self._prefetch_paused else self.prefetch
             want = len(idle) + ahead - len(self._hand)
-            if want <= 0 or self._seen == self._news:
+            if want <= 0 or self._seen == self.wakeup.news:
                 return  # (or drained, and nothing enqueued or freed since)
             slots = self.catalog.free_slots(want, self._running, self._hand.by_type)
             types = self.catalog.types if ahead else _types_of(idle)
@@ -139,7 +156,7 @@ class Dispatcher:
                 slots = {t: n for t, n in slots.items() if t in types}
             if not slots:
                 return
-            news = self._news
+            news = self.wakeup.news
             got = await self._claim(idle, want, slots)
             if got is None:
                 return
@@ -231,11 +248,11 @@ class Dispatcher:
         must wait its turn. Only while this node holds nothing in hand, for a type without
         a limit of its own, in a queue this node serves; and so that no job the worker
         could run waits ahead of this one, only when the store checks that itself
-        (`Store.sees_ahead`, across nodes) or else this node's last claim found nothing
+        (`StoreTraits.sees_ahead`, across nodes) or else this node's last claim found nothing
         more it could take. Sets `new.start`."""
         if not self.dispatching or self._hand:
             return None
-        if self._seen != self._news and not self.store.sees_ahead:
+        if self._seen != self.wakeup.news and not self._sees_ahead:
             return None
         spec, catalog, queues = new.spec, self.catalog, self.policy.queues
         if spec.run_at is not None or spec.delay_seconds or spec.type in catalog.rates:

@@ -51,8 +51,7 @@ from goqueue.supervisor.enums import KillReason, WorkerState
 from goqueue.supervisor.jobs import Lease
 from goqueue.supervisor.workers import child_enqueues as child_jobs
 from goqueue.supervisor.workers.channel import Channel
-from goqueue.supervisor.workers.child_enqueues import EnqueueChild
-from goqueue.supervisor.workers.events import JobEvents, Unheard, WorkerEvents
+from goqueue.supervisor.workers.events import JobEvents, Listeners, WorkerEvents
 from goqueue.supervisor.workers.handle import Worker, describe_exit
 from goqueue.supervisor.workers.spawn import WorkerConfig, launch, open_statm, reap, rss_kb
 
@@ -61,6 +60,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "JobEvents",
+    "Listeners",
     "Pool",
     "Recycle",
     "WorkerConfig",
@@ -114,6 +114,7 @@ class Pool:
         recycle: Recycle = Recycle(),
         lease_allowance: float | None = None,
         memory_limit_mb: int | None = None,
+        listeners: Listeners | None = None,
     ) -> None:
         self.loop = loop
         self.config = config
@@ -121,9 +122,7 @@ class Pool:
         self.recycle = recycle
         self.lease_allowance = lease_allowance
         self.memory_limit_mb = memory_limit_mb
-        self.jobs: JobEvents = Unheard()
-        self.lifecycle: WorkerEvents = Unheard()
-        self.enqueue_child: EnqueueChild = child_jobs.unwired
+        self.listeners = listeners or Listeners()  # who hears what becomes of workers
         self.codec = SupervisorCodec()
         self.workers: dict[int, Worker] = {}
         self._statm: dict[int, int] = {}  # pid -> /proc/PID/statm descriptor
@@ -133,22 +132,6 @@ class Pool:
         self._freed = asyncio.Event()  # a worker stopped being busy
         self._extend_timer: asyncio.TimerHandle | None = None
         self._sample_timer: asyncio.TimerHandle | None = None
-
-    def listen(
-        self,
-        *,
-        jobs: JobEvents | None = None,
-        workers: WorkerEvents | None = None,
-        children: EnqueueChild | None = None,
-    ) -> None:
-        """Say who hears about attempts (the dispatcher), about workers (the arbiter), and
-        who enqueues the jobs running jobs ask for (the engine)."""
-        if jobs is not None:
-            self.jobs = jobs
-        if workers is not None:
-            self.lifecycle = workers
-        if children is not None:
-            self.enqueue_child = children
 
     def reconfigure(
         self, config: WorkerConfig, recycle: Recycle, memory_limit_mb: int | None
@@ -347,13 +330,13 @@ class Pool:
                 self._abandoned(worker, given_up)
             case Ready():
                 worker.booted(frozenset(a.name for a in message.actors))
-                self.lifecycle.worker_ready(worker, message)
+                self.listeners.workers.worker_ready(worker, message)
             case BootFailed():
-                self.lifecycle.worker_boot_failed(worker, message)
+                self.listeners.workers.worker_boot_failed(worker, message)
 
     async def _answer(self, worker: Worker, request: EnqueueRequest) -> None:
         if worker.running(request.job_id):
-            reply = await child_jobs.answer(self.enqueue_child, request)
+            reply = await child_jobs.answer(self.listeners.children, request)
         else:
             reply = EnqueueReply(request.request_id)
             child_jobs.refuse(reply, Refusal.INVALID, f"job {request.job_id} is not running here")
@@ -375,15 +358,15 @@ class Pool:
         self._freed.set()
         if lease is not None:
             if isinstance(message, JobDone):
-                self.jobs.job_done(lease, message)
+                self.listeners.jobs.job_done(lease, message)
             else:
-                self.jobs.job_failed(lease, message)
+                self.listeners.jobs.job_failed(lease, message)
         if worker.retire:
             self.stop(worker)
         elif worker.state == WorkerState.IDLE and self.recycle.due(worker):
             worker.kill_reason = KillReason.RECYCLE
             self.stop(worker)
-            self.lifecycle.worker_recycled(worker)
+            self.listeners.workers.worker_recycled(worker)
 
     def pipe_closed(self, worker: Worker) -> None:
         """`worker`'s pipe reached its end; settle it if the process is gone too."""
@@ -421,10 +404,10 @@ class Pool:
             worker.kill_reason = KillReason.BOOT
         lease = worker.lease  # kept on the worker: the arbiter notes which job it ran
         if lease is not None and worker.verdict is not None:
-            self.jobs.job_failed(lease, worker.verdict)
+            self.listeners.jobs.job_failed(lease, worker.verdict)
         elif lease is not None:
-            self.jobs.job_lost(lease, worker)
-        self.lifecycle.worker_exited(worker)
+            self.listeners.jobs.job_lost(lease, worker)
+        self.listeners.workers.worker_exited(worker)
 
     async def shutdown(self, timeout: float = 5.0) -> None:
         """Stop every child: Shutdown to the idle, SIGTERM/SIGKILL to the rest."""

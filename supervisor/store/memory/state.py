@@ -34,6 +34,7 @@ class MemoryState:
         max_finished: int = 100_000,
         max_events_per_job: int = 100,
         clock: Callable[[], datetime] = utcnow,
+        wake: Callable[[], None] = lambda: None,
     ) -> None:
         self.node_id = node_id
         self.clock = clock
@@ -60,7 +61,7 @@ class MemoryState:
         self._priority_totals: dict[int, int] = {}  # pending by priority, every queue
         self._limits: dict[str, int | None] = {}
         self._seq = itertools.count(1)
-        self._wake: Callable[[], None] = lambda: None
+        self._wake = wake  # the dispatcher's: work may be claimable
         self._opened_at = self.clock()
         self._schedules = ScheduleBook()
         self._starts = StartWindows()

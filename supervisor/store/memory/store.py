@@ -36,7 +36,7 @@ from goqueue.supervisor.jobs import (
 )
 from goqueue.supervisor.observe.summaries import DeadFilter
 from goqueue.supervisor.schedules.schedule import Fired, ScheduleState, fire_detail
-from goqueue.supervisor.store.base import NewJob
+from goqueue.supervisor.store.base import IN_PROCESS, NewJob
 from goqueue.supervisor.store.memory.reads import MemoryReads
 
 
@@ -44,9 +44,7 @@ class MemoryStore(MemoryReads):
     """A bounded, non-durable store for one node: the write path (enqueue, claims,
     outcomes, dead-letter replays) over the reads of `MemoryReads`."""
 
-    claim_ahead = False  # a claim costs no round trip: claim for idle workers only
-    answers_at_once = True  # no call waits: outcomes are written without a task
-    sees_ahead = False  # the dispatcher's last claim (in this process) tells what waits
+    traits = IN_PROCESS
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -59,10 +57,6 @@ class MemoryStore(MemoryReads):
     async def ping(self) -> bool:
         """Always reachable."""
         return True
-
-    def set_waker(self, wake: Callable[[], None]) -> None:
-        """Remember the dispatcher's wake-up callable."""
-        self._wake = wake
 
     async def register_node(self, limits: Mapping[str, int | None]) -> None:
         """Remember this node's job types and limits."""

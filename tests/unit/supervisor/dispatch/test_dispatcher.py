@@ -20,7 +20,7 @@ from goqueue.supervisor.dispatch.rates import Rate, Taken
 from goqueue.supervisor.enums import AttemptOutcome, KillReason, Status, WorkerState
 from goqueue.supervisor.errors import StoreUnavailable
 from goqueue.supervisor.jobs import Job, JobSpec, Lease, Outcome
-from goqueue.supervisor.store.base import NewJob
+from goqueue.supervisor.store.base import NewJob, StoreTraits
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -38,10 +38,6 @@ def lease(job_type: str, priority: int = 5, *, attempts: int = 1, max_retries: i
 class FakeStore:
     """Hands out the leases it holds, best first, within the slots asked for; records
     every call in the shared `log`, and fails writes while `down` counts down."""
-
-    claim_ahead = False
-    answers_at_once = False  # its writes are tasks, so a test sees them still held
-    sees_ahead = False  # the dispatcher's drained state decides a start at enqueue
 
     def __init__(self, log: list[Any], leases: list[Lease] | None = None) -> None:
         self.log = log
@@ -191,7 +187,6 @@ def rig(
         sleeps.append(seconds)
 
     store = FakeStore(log, leases)
-    store.answers_at_once = at_once
     pool = FakePool(list(workers or []))
     catalog = Catalog(actors or [ActorInfo("a"), ActorInfo("b")], {})
     dispatcher = Dispatcher(
@@ -199,6 +194,9 @@ def rig(
         pool,
         catalog,
         Hooks(hooks if hooks is not None else [Recorder("hook", log)]),
+        # claims ahead when asked to; its writes are tasks unless `at_once` (so a test
+        # sees them still held); the dispatcher's drained state decides a start at enqueue
+        traits=StoreTraits(claim_ahead=prefetch > 0, answers_at_once=at_once, sees_ahead=False),
         policy=Policy(retry_base=1.0, retry_cap=60.0, lease_seconds=3.0),
         prefetch=prefetch,
         clock=lambda: NOW,
@@ -247,7 +245,7 @@ async def test_a_freed_worker_wakes_the_dispatcher_only_when_a_pass_could_do_som
     held = lease("a")
     r = rig(leases=[held], workers=[FakeWorker(both()), FakeWorker(both())])
     await r.dispatcher.fill()  # came back short: drained as of now
-    wake = r.dispatcher._wake
+    wake = r.dispatcher.wakeup.event
     wake.clear()
     r.dispatcher.job_done(held, JobDone(held.job.id, b"1", 0.5))
     assert not wake.is_set()  # nothing in hand, nothing new: no pass
@@ -383,7 +381,7 @@ async def test_a_lease_in_hand_that_may_lapse_before_its_next_heartbeat_is_hande
     ticks[0] = 12.5  # stale: 2.5 s old, less than a heartbeat's interval left
     worker = FakeWorker(both())
     r.pool.workers.append(worker)
-    r.dispatcher._seen = r.dispatcher._news  # nothing more to claim
+    r.dispatcher._seen = r.dispatcher.wakeup.news  # nothing more to claim
     await r.dispatcher.fill()
     await r.dispatcher.flush(5)
     assert [held for _, held, _ in r.pool.runs] == [fresh]
@@ -414,7 +412,7 @@ async def test_a_claimed_lease_is_started_in_the_store_before_its_worker_gets_it
     await r.dispatcher.fill()  # no worker: kept in hand, claimed
     worker = FakeWorker(both())
     r.pool.workers.append(worker)
-    r.dispatcher._seen = r.dispatcher._news  # nothing more to claim
+    r.dispatcher._seen = r.dispatcher.wakeup.news  # nothing more to claim
     await r.dispatcher.fill()
     assert r.pool.runs == [] and r.dispatcher.held_leases() == [held]  # being started
     await r.dispatcher.flush(5)
@@ -429,7 +427,7 @@ async def test_a_worker_takes_a_lease_already_started_before_one_only_claimed() 
     await r.dispatcher.fill()
     worker = FakeWorker(both())
     r.pool.workers.append(worker)
-    r.dispatcher._seen = r.dispatcher._news
+    r.dispatcher._seen = r.dispatcher.wakeup.news
     await r.dispatcher.fill()
     assert [x for _, x, _ in r.pool.runs] == [started]  # charged: it must run first
 
@@ -444,19 +442,19 @@ async def test_a_claimed_lease_of_a_rate_limited_type_goes_back_once_its_window_
     r.store.window_left = 0.5  # the window ends at 10.5 s; the guard makes it 10.45 s
     await r.dispatcher.fill()
     r.pool.workers.append(FakeWorker(both()))
-    r.dispatcher._seen = r.dispatcher._news
+    r.dispatcher._seen = r.dispatcher.wakeup.news
     await r.dispatcher.fill()
     await r.dispatcher.flush(5)
     assert [x for _, x, _ in r.pool.runs] == [early]  # in its window: started
     ticks[0] = 10.46  # the window is over: `late` would start in the next one
     r.pool.workers.append(FakeWorker(both()))
     r.store.leases.clear()
-    before = r.dispatcher._news
+    before = r.dispatcher.wakeup.news
     r.dispatcher._hand_out()
     await r.dispatcher.flush(5)
     assert [x for _, x, _ in r.pool.runs] == [early]
     assert ("release", late.job.id) in r.log and ("start", late.job.id) not in r.log
-    assert r.dispatcher._news > before  # claims again, taking a start from the new window
+    assert r.dispatcher.wakeup.news > before  # claims again, taking a start from the new window
     assert r.dispatcher.held_leases() == [early]
 
 
