@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 
 import msgspec
 from goqueue.supervisor.dispatch.catalog import Catalog
@@ -32,7 +32,6 @@ from goqueue.supervisor.jobs import (
     Job,
     JobFilter,
     JobSpec,
-    Lease,
     Page,
     Purged,
     QueueStats,
@@ -81,10 +80,7 @@ class Engine:
         kill: Callable[[str], bool],
         webhooks: Webhooks,
         waiters: Waiters,
-        scheduler: Scheduler,
-        start_at_enqueue: Callable[[NewJob], Callable[[Lease | None], None] | None] = (
-            lambda new: None
-        ),
+        dispatch: Callable[[NewJob], Awaitable[Enqueued]] | None = None,
     ) -> None:
         self.store = store
         self.pool = pool
@@ -93,9 +89,12 @@ class Engine:
         self.metrics = metrics  # for a scrape: the gauges, and the exposition
         self.kill = kill  # ends the attempt holding a lease token; False if none here
         self.waiters = waiters  # one of the hooks: outcomes recorded here wake them
-        self.schedules = scheduler  # GET /schedules, enabling and disabling
-        # keeps a worker for a job that may start at once (the dispatcher's hand-off)
-        self.start_at_enqueue = start_at_enqueue
+        # periodic jobs (GET /schedules, enabling and disabling); the jobs they fire are
+        # told to the enqueue hooks as the engine's own are
+        self.schedules = Scheduler(store, hooks.after_enqueue, metrics)
+        # stores a new job, starting it at once on a worker that waits for it (the
+        # dispatcher's `enqueue`; the store's own without one)
+        self.dispatch = dispatch or store.enqueue
         self._draining = False
         self._started = asyncio.Event()  # set once the node has booted (see `starting`)
         self._started.set()
@@ -135,17 +134,9 @@ class Engine:
     ) -> Enqueued:
         """Validate and store one job (`strict=False`: a type no live node runs yet)."""
         new = await self._prepare(spec, idempotency_key, request_hash, strict, parent_id)
-        begin = self.start_at_enqueue(new)  # sets new.start when it keeps a worker
-        try:
-            enqueued = await self.store.enqueue(new)
-        except BaseException:
-            if begin is not None:
-                begin(None)
-            raise
+        enqueued = await self.dispatch(new)
         if enqueued.created:
             self.hooks.after_enqueue(enqueued.job)
-        if begin is not None:
-            begin(enqueued.lease)
         return enqueued
 
     async def enqueue_child(self, spec: JobSpec, parent_id: str) -> str:

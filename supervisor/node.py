@@ -141,7 +141,6 @@ def build_node(
         on_rate_wait=metrics.rate_limit_wait,
     )
     listeners.jobs = dispatcher
-    scheduler = Scheduler(store, hooks, metrics)  # given its schedules with the catalog
     engine = Engine(
         store,
         pool,
@@ -152,8 +151,7 @@ def build_node(
         kill=dispatcher.cancel_lease,
         webhooks=webhooks,
         waiters=waiters,
-        scheduler=scheduler,
-        start_at_enqueue=dispatcher.start_at_enqueue,
+        dispatch=dispatcher.enqueue,
     )
     listeners.children = engine.enqueue_child  # ctx.enqueue in a running job
     return Node(
@@ -167,7 +165,7 @@ def build_node(
         metrics=metrics,
         webhooks=webhooks,
         leases=Leases(store, dispatcher, pool),
-        scheduler=scheduler,
+        scheduler=engine.schedules,  # given its schedules with the catalog
         http=http(engine),
         reload_settings=reload_settings,
     )

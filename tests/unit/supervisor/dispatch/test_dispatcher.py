@@ -19,7 +19,7 @@ from goqueue.supervisor.dispatch.policy import Policy
 from goqueue.supervisor.dispatch.rates import Rate, Taken
 from goqueue.supervisor.enums import AttemptOutcome, KillReason, Status, WorkerState
 from goqueue.supervisor.errors import StoreUnavailable
-from goqueue.supervisor.jobs import Job, JobSpec, Lease, Outcome
+from goqueue.supervisor.jobs import Enqueued, Job, JobSpec, Lease, Outcome
 from goqueue.supervisor.store.base import NewJob, StoreTraits
 
 pytestmark = pytest.mark.timeout(10)
@@ -46,6 +46,8 @@ class FakeStore:
         self.down = 0
         self.window_left = 1.0  # seconds left of each rate window a start is taken from
         self.during_claim: list[Any] = []  # called while a claim is in flight
+        self.hold: asyncio.Event | None = None  # the next enqueue waits for it
+        self.keep_pending = False  # an enqueue to start is stored pending (a paused queue)
 
     async def take_starts(self, job_type: str, rate: Rate, want: int) -> Taken:
         return Taken(min(want, rate.limit), 0.0, self.window_left)
@@ -96,6 +98,20 @@ class FakeStore:
     async def release(self, held: Lease) -> bool:
         self.log.append(("release", held.job.id))
         return True
+
+    async def enqueue(self, new: NewJob) -> Enqueued:
+        """Stores it started when asked to (`new.start`) unless `keep_pending`; the first
+        enqueue after `hold` is set waits for it (an enqueue in flight)."""
+        hold, self.hold = self.hold, None
+        if hold is not None:
+            await hold.wait()
+        job = Job.from_spec(new.spec, now=NOW, max_retries=new.max_retries)
+        if new.start is None or self.keep_pending:
+            return Enqueued(job, True)
+        job.status, job.attempts = Status.RUNNING, 1
+        return Enqueued(
+            job, True, Lease(job=job, token=f"token-{job.id}", owner="node", expires_at=NOW)
+        )
 
 
 @dataclass(eq=False)
@@ -203,7 +219,7 @@ def rig(
         sleep=sleep,
         monotonic=(lambda: ticks[0]) if ticks else (lambda: 0.0),
     )
-    dispatcher.rng = random.Random(7)
+    dispatcher.rng = dispatcher.outcomes.rng = random.Random(7)
     return Rig(dispatcher, store, pool, log, sleeps)
 
 
@@ -302,7 +318,7 @@ async def test_a_store_that_never_waits_has_an_outcome_written_before_the_report
     r.dispatcher.job_done(held, JobDone(held.job.id, b"1", 0.5))
     assert r.log[-2:] == [("complete", held.job.id), ("hook", "outcome", held.job.id, Status.DONE)]
     assert r.dispatcher.held_leases() == []
-    assert not r.dispatcher.ledger._writes  # no task was needed
+    assert not r.dispatcher.outcomes._writes  # no task was needed
 
 
 async def test_a_write_that_must_wait_for_the_store_goes_on_in_a_task_holding_its_lease() -> None:
@@ -314,7 +330,7 @@ async def test_a_write_that_must_wait_for_the_store_goes_on_in_a_task_holding_it
         waited.append(seconds)
         await asyncio.sleep(0)
 
-    r.dispatcher.ledger.sleep = sleep
+    r.dispatcher.outcomes.sleep = sleep
     await r.dispatcher.fill()
     r.store.down = 2
     r.dispatcher.job_done(held, JobDone(held.job.id, b"1", 0.5))
@@ -463,24 +479,35 @@ async def test_a_job_may_start_at_its_enqueue_only_when_nothing_could_wait_ahead
     r = rig(actors=actors, workers=[FakeWorker(frozenset({"a"}))])
     d = r.dispatcher
     await d.fill()  # the store is empty: drained
-    assert d.start_at_enqueue(new_job("b")) is None  # a limited type waits its turn
-    assert d.start_at_enqueue(new_job("a", delay_seconds=5)) is None  # not due
-    begin = d.start_at_enqueue(new_job("a"))
-    assert begin is not None
-    assert d.start_at_enqueue(new_job("a")) is None  # its only worker is kept for it
-    started = lease("a")
-    begin(started)
+    assert (await d.enqueue(new_job("b"))).lease is None  # a limited type waits its turn
+    assert (await d.enqueue(new_job("a", delay_seconds=5))).lease is None  # not due
+    started = (await d.enqueue(new_job("a"))).lease
+    assert started is not None
     assert r.pool.runs == []  # on the next turn: the enqueue's answer goes first
     await asyncio.sleep(0)
     assert [x for _, x, _ in r.pool.runs] == [started]
+    r.pool.workers.append(FakeWorker(frozenset({"a"})))
+    hold = r.store.hold = asyncio.Event()
+    first = new_job("a")
+    in_flight = asyncio.ensure_future(d.enqueue(first))
+    await asyncio.sleep(0)
+    assert first.start is not None  # asked to start while its enqueue is in flight
+    assert (await d.enqueue(new_job("a"))).lease is None  # its only worker is kept for it
+    hold.set()
+    assert (await in_flight).lease is not None
+    await asyncio.sleep(0)
     r.pool.workers.append(FakeWorker(both()))
     d.wake()  # news since the last claim: something may wait ahead in the store
-    assert d.start_at_enqueue(new_job("a")) is None
+    assert (await d.enqueue(new_job("a"))).lease is None
     await d.fill()
-    begin = d.start_at_enqueue(new_job("a"))
-    assert begin is not None
-    begin(None)  # the store kept it pending (a paused queue): the worker is free again
-    assert d.start_at_enqueue(new_job("a")) is not None
+    r.store.keep_pending = True
+    kept = new_job("a")
+    assert (await d.enqueue(kept)).lease is None
+    assert (
+        kept.start is not None
+    )  # the store kept it pending (a paused queue): the worker is free again
+    r.store.keep_pending = False
+    assert (await d.enqueue(new_job("a"))).lease is not None
 
 
 def new_job(job_type: str, **fields: object) -> NewJob:

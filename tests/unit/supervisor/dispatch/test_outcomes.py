@@ -6,8 +6,9 @@ import asyncio
 
 import pytest
 from goqueue.supervisor.dispatch.hooks import Hooks
-from goqueue.supervisor.dispatch.outcomes import Ledger
+from goqueue.supervisor.dispatch.outcomes import Outcomes
 from goqueue.supervisor.errors import StoreUnavailable
+from goqueue.supervisor.store.memory.store import MemoryStore
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -25,7 +26,7 @@ async def test_a_held_write_tries_again_as_soon_as_the_store_is_back() -> None:
     async def never(seconds: float) -> None:  # a backoff that would outlast the test
         await asyncio.Event().wait()
 
-    ledger = Ledger(Hooks([]), sleep=never)
+    ledger = Outcomes(MemoryStore(), Hooks([]), sleep=never)
     done = ledger.write(write)
     await asyncio.sleep(0.05)
     assert len(tries) == 1 and not done.done()  # held, asleep in its backoff
