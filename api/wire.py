@@ -13,6 +13,7 @@ import re
 from typing import Annotated, Any, Literal
 
 import msgspec
+from goqueue.supervisor.enums import TERMINAL, Status
 from goqueue.supervisor.jobs import AttemptError, AwareTime, DeadLetter, Event, Job, JobSpec
 from goqueue.supervisor.jobs import QueueStats as QueueStats
 from msgspec import UNSET, UnsetType
@@ -22,11 +23,6 @@ MAX_WAIT_SECONDS = 60.0  # GET /jobs/{id}?wait= answers within this many seconds
 
 # Annotations for the OpenAPI document only; encoding is unaffected.
 Uuid = Annotated[str, msgspec.Meta(extra_json_schema={"format": "uuid"})]
-
-# `Status`'s values, spelt out so that OpenAPI shows an inline enum of strings (a StrEnum
-# would become a named component); tests/e2e/api/test_routes.py checks the two agree.
-JobStatus = Literal["pending", "claimed", "running", "done", "failed", "cancelled"]
-TERMINAL_STATUSES: frozenset[str] = frozenset({"done", "failed", "cancelled"})
 
 
 class JobOut(msgspec.Struct):
@@ -40,7 +36,7 @@ class JobOut(msgspec.Struct):
     queue: str
     payload: Any
     priority: int
-    status: JobStatus
+    status: Status  # encoded as its value; OpenAPI shows the `Status` enum of strings
     attempts: int
     max_retries: int
     run_at: AwareTime
@@ -65,7 +61,7 @@ class JobOut(msgspec.Struct):
     @property
     def finished(self) -> bool:
         """True once the job is done, failed or cancelled."""
-        return self.status in TERMINAL_STATUSES
+        return self.status in TERMINAL
 
 
 HIDDEN_JOB_FIELDS = frozenset({"seq"})

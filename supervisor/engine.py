@@ -391,7 +391,7 @@ class Engine:
                     pid=worker.pid,
                     slot=worker.slot,
                     generation=worker.generation,
-                    state=worker.state,  # type: ignore[arg-type]
+                    state=worker.state,
                     retiring=worker.retire,
                     job_id=job.id if job is not None else None,
                     job_type=job.type if job is not None else None,

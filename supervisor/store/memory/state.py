@@ -15,6 +15,7 @@ from datetime import datetime
 from goqueue.supervisor.dispatch.rates import StartWindows
 from goqueue.supervisor.enums import TERMINAL, EventKind, Status
 from goqueue.supervisor.jobs import STATUSES, Event, Job, Lease, utcnow
+from goqueue.supervisor.settings.config import DEFAULTS
 from goqueue.supervisor.store.memory.dead import DeadLetters
 from goqueue.supervisor.store.memory.heaps import OldestByQueue, PendingHeaps
 from goqueue.supervisor.store.memory.schedules import ScheduleBook
@@ -28,9 +29,9 @@ class MemoryState:
         self,
         node_id: str = "local",
         *,
-        lease_seconds: float = 30.0,
-        max_pending: int = 100_000,
-        idempotency_ttl: float = 86_400.0,
+        lease_seconds: float = DEFAULTS.lease_seconds,
+        max_pending: int = DEFAULTS.max_pending,
+        idempotency_ttl: float = DEFAULTS.idempotency_ttl,
         max_finished: int = 100_000,
         max_events_per_job: int = 100,
         clock: Callable[[], datetime] = utcnow,

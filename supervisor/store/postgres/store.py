@@ -51,6 +51,7 @@ from goqueue.supervisor.jobs import (
 )
 from goqueue.supervisor.observe.summaries import DeadFilter, NodeSummary, QueueSummary
 from goqueue.supervisor.schedules.schedule import Fired, ScheduleState
+from goqueue.supervisor.settings.config import DEFAULTS
 from goqueue.supervisor.store.base import SHARED, NewJob
 from goqueue.supervisor.store.postgres import rows as pg_rows
 from goqueue.supervisor.store.postgres.connection import Connections
@@ -78,8 +79,8 @@ class PostgresStore:
         node_id: str,
         *,
         schema: str = "goqueue",
-        lease_seconds: float = 30.0,
-        idempotency_ttl: float = 86400.0,
+        lease_seconds: float = DEFAULTS.lease_seconds,
+        idempotency_ttl: float = DEFAULTS.idempotency_ttl,
         min_pool: int = 4,
         max_pool: int = 10,
         command_timeout: float = 10.0,
