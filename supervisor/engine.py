@@ -181,9 +181,10 @@ class Engine:
         parent_id: str | None = None,
     ) -> NewJob:
         """Check types (templates too) and resolve the defaults."""
-        if self.draining:
+        if self._draining:
             raise Draining("the node is shutting down and accepts no new jobs")
-        await self.until_started()
+        if not self._started.is_set():
+            await self.until_started()
         known = await self._known_types() if strict else None
         resolved = resolve_spec(spec, self.catalog.actors.get, known)
         return NewJob(
@@ -212,7 +213,7 @@ class Engine:
     async def until_started(self) -> None:
         """Return once the node has booted: at once if it has, else within `BOOT_WAIT`
         seconds, or raise StoreUnavailable (503)."""
-        if not self.starting:
+        if self._started.is_set():
             return
         try:
             async with asyncio.timeout(BOOT_WAIT):

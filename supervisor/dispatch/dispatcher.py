@@ -118,7 +118,7 @@ class Dispatcher:
         """A worker freed up: hand it a held lease, but only go to the store if the last
         claim did not already come back short (an empty queue costs no round trips, and
         with nothing in hand either, not even a pass: it would do nothing)."""
-        if self._hand or self._seen != self.wakeup.news:
+        if self._hand.leases or self._seen != self.wakeup.news:
             self.wakeup.event.set()
 
     async def run(self) -> None:
@@ -150,7 +150,7 @@ class Dispatcher:
         while self.dispatching:
             self._hand_out()
             idle = self._idle()
-            if not idle and self._hand and self._deep:
+            if not idle and self._hand.leases and self._deep:
                 return  # a deep queue: claim ahead again once the leases in hand ran out
             ahead = 0 if self._prefetch_paused else self.prefetch
             want = len(idle) + ahead - len(self._hand)
@@ -216,7 +216,7 @@ class Dispatcher:
         is handed back (fenced by its token, so one already taken over costs nothing).
         Nor is one of a rate-limited type whose window ended: its start would count in
         the next window, where other nodes may have used every start already."""
-        if not self.dispatching or not self._hand:  # nothing in hand: the usual case
+        if not self.dispatching or not self._hand.leases:  # nothing in hand: the usual case
             return
         for worker in self._idle():
             while True:
@@ -276,7 +276,7 @@ class Dispatcher:
         this node serves; and so that no job the worker could run waits ahead of this
         one, only when the store checks that itself (`StoreTraits.sees_ahead`, across
         nodes) or else this node's last claim found nothing more it could take."""
-        if not self.dispatching or self._hand:
+        if not self.dispatching or self._hand.leases:
             return None
         if self._seen != self.wakeup.news and not self._sees_ahead:
             return None
@@ -287,7 +287,7 @@ class Dispatcher:
             return None
         if queues is not None and spec.queue_name not in queues:
             return None
-        worker = next((w for w in self._idle() if spec.type in w.types), None)
+        worker = self.pool.idle_for(spec.type, self._reserved)
         if worker is None:
             return None
         self._reserved.add(id(worker))
@@ -298,7 +298,7 @@ class Dispatcher:
         """Run a job started at its enqueue on the worker kept for it (on the next idle
         one if that one is gone)."""
         self._reserved.discard(id(worker))
-        if self.dispatching and any(w is worker for w in self.pool.idle()):
+        if self.dispatching and self.pool.is_idle(worker):
             self._start(lease, worker)
         else:
             self._hand.add(lease, self.monotonic(), first=True)
@@ -346,7 +346,7 @@ class Dispatcher:
             log.warning("lease lost before the job started", extra={"job_id": lease.job.id})
         elif not self.dispatching or self.monotonic() - renewed >= self._fresh_for:
             self.outcomes.released(held)  # it may lapse while running
-        elif held.job.status == Status.RUNNING and any(w is worker for w in self.pool.idle()):
+        elif held.job.status == Status.RUNNING and self.pool.is_idle(worker):
             self._start(held, worker)
         else:  # the worker is gone: the next idle one takes it
             self._hand.add(held, renewed, window_end, first=True)
@@ -477,7 +477,7 @@ class Dispatcher:
         self._prefetch_paused = False  # a worker freed up: claiming ahead pays again
         # Hand out on the next turn (once the pool has retired the worker if it must):
         # a claimed job's start then shares the group commit of this attempt's outcome.
-        if self._hand:  # else a lease claimed meanwhile is handed out by its claim
+        if self._hand.leases:  # else a lease claimed meanwhile is handed out by its claim
             asyncio.get_running_loop().call_soon(self._hand_out)
         if self.catalog.limit(job_type) is not None:
             self.wake()  # a limited slot opened: jobs of that type may now be claimable

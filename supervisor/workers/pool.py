@@ -159,6 +159,23 @@ class Pool:
             idle.sort(key=_newest_first)  # only a reload mixes generations
         return idle
 
+    def idle_for(self, job_type: str, skip: set[int]) -> Worker | None:
+        """The idle worker `idle()` would list first among those that run `job_type`,
+        leaving out those whose id is in `skip`; None if there is none."""
+        best: Worker | None = None
+        for worker in self.workers.values():
+            if worker.state != WorkerState.IDLE or job_type not in worker.types:
+                continue
+            if skip and id(worker) in skip:
+                continue
+            if best is None or worker.generation > best.generation:
+                best = worker
+        return best
+
+    def is_idle(self, worker: Worker) -> bool:
+        """True while `worker` is one of this pool's and ready for a job."""
+        return worker.state == WorkerState.IDLE and self.workers.get(worker.pid) is worker
+
     def holding(self, token: str) -> Worker | None:
         """The worker running the attempt with lease `token`."""
         for worker in self.workers.values():

@@ -90,16 +90,14 @@ class MemoryState:
     def _set_status(self, job: Job, status: Status, now: datetime) -> None:
         if job.status == Status.PENDING:
             self._depth_add(job, -1)
-        self._count(job.status, -1)
-        self._count(status, +1)
+        counts = self._counts
+        counts[job.status] -= 1
+        counts[status] += 1
         job.status = status
         job.updated_at = now
         key = job.unique_key
         if key is not None and status in TERMINAL and self._unique.get(key) == job.id:
             del self._unique[key]  # the key is free again
-
-    def _count(self, status: str, delta: int) -> None:
-        self._counts[status] += delta
 
     def _depth_add(self, job: Job, delta: int) -> None:
         """Pending jobs by queue and priority, by queue and by priority; an emptied queue is
@@ -144,12 +142,14 @@ class MemoryState:
     def _forget(self, job_id: str) -> None:
         old = self._jobs.pop(job_id, None)
         if old is not None:
-            self._count(old.status, -1)
+            self._counts[old.status] -= 1
             self._events.pop(old.id, None)
 
     def _expire_keys(self, now_ts: float) -> None:
         """Drop expired dedupe and idempotency keys, a few at a time (oldest first)."""
         for table in (self._dedupe, self._idempotency):
+            if not table:
+                continue
             for _ in range(4):
                 key = next(iter(table), None)
                 if key is None or table[key][-1] > now_ts:

@@ -128,7 +128,7 @@ class MemoryStore(MemoryReads):
         self._jobs[job.id] = job
         if job.unique_key is not None:
             self._unique[job.unique_key] = job.id
-        self._count(job.status, +1)
+        self._counts[job.status] += 1
         self._event(job, EventKind.ENQUEUED, now)
         if (
             start

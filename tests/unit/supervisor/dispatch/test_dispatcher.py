@@ -142,6 +142,12 @@ class FakePool:
         worker.state, worker.lease = WorkerState.BUSY, held
         self.runs.append((worker, held, timeout))
 
+    def idle_for(self, job_type: str, skip: set[int]) -> FakeWorker | None:
+        return next((w for w in self.idle() if job_type in w.types and id(w) not in skip), None)
+
+    def is_idle(self, worker: FakeWorker) -> bool:
+        return any(w is worker for w in self.idle())
+
     def holding(self, token: str) -> FakeWorker | None:
         return next((w for w in self.workers if w.lease and w.lease.token == token), None)
 
