@@ -12,16 +12,16 @@ from __future__ import annotations
 from collections.abc import Coroutine, Generator
 from typing import Any, Generic, TypeVar
 
+import msgspec
+
 T = TypeVar("T")
 
 
-class Done(Generic[T]):
-    """A coroutine that finished without waiting, and what it returned."""
+class Done(msgspec.Struct, Generic[T]):
+    """A coroutine that finished without waiting, and what it returned (a Struct: made
+    without a Python-level call, on every request and every outcome)."""
 
-    __slots__ = ("value",)
-
-    def __init__(self, value: T) -> None:
-        self.value = value
+    value: T
 
 
 class Waiting(Generic[T]):

@@ -119,18 +119,21 @@ class MemoryState:
             self._ages.forget(queue)
 
     def _event(self, job: Job, kind: EventKind, now: datetime, detail: str | None = None) -> None:
-        trail = self._events.setdefault(job.id, [])
-        if len(trail) < self.max_events_per_job:
-            trail.append(
-                Event(
-                    job_id=job.id,
-                    event=kind,
-                    at=now,
-                    node=self.node_id,
-                    attempt=job.attempts,
-                    detail=detail,
-                )
-            )
+        trail = self._events.get(job.id)
+        if trail is not None and len(trail) >= self.max_events_per_job:
+            return
+        event = Event(
+            job_id=job.id,
+            event=kind,
+            at=now,
+            node=self.node_id,
+            attempt=job.attempts,
+            detail=detail,
+        )
+        if trail is None:
+            self._events[job.id] = [event]
+        else:
+            trail.append(event)
 
     def _retire(self, job: Job) -> None:
         """Forget the oldest finished jobs beyond `max_finished` (bounded memory)."""
