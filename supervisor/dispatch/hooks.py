@@ -169,10 +169,12 @@ class WebhookHook(Hook):
         self.webhooks = webhooks
 
     def after_outcome(self, outcome: Outcome) -> None:
-        self.webhooks.notify(outcome.job)
+        if outcome.job.webhook_url:  # most jobs have none: no call to find that out
+            self.webhooks.notify(outcome.job)
 
     def after_cancel(self, job: Job, force: bool) -> None:
-        self.webhooks.notify(job)
+        if job.webhook_url:
+            self.webhooks.notify(job)
 
 
 def _fields(job: Job) -> dict[str, object]:
