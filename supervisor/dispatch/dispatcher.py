@@ -441,39 +441,35 @@ class Dispatcher:
 
     def job_done(self, lease: Lease, message: JobDone) -> None:
         """Record a success."""
-        self._finish(lease, AttemptOutcome.SUCCEEDED, message.duration)
-        self.outcomes.succeeded(lease, message.result)
+        self._finish(lease)
+        self.outcomes.succeeded(lease, message.result, message.duration)
 
     def job_failed(self, lease: Lease, message: JobFailed) -> None:
         """Record a failed attempt; retry unless the handler said Fail or retries ran out."""
-        self._finish(lease, AttemptOutcome.FAILED, message.duration)
-        self.outcomes.failed(lease, message.error, message.traceback, message.retry, message.delay)
+        self._finish(lease)
+        self.outcomes.failed(lease, message)
 
     def job_lost(self, lease: Lease, worker: Worker) -> None:
         """A worker died holding `lease`: timeout, crash, cancellation or shutdown."""
+        self._finish(lease)
         reason = worker.kill_reason
-        duration = time.monotonic() - worker.attempt_started
-        if reason == KillReason.TIMEOUT:
-            self._finish(lease, AttemptOutcome.TIMEOUT, duration)
-        elif reason is None:
-            self._finish(lease, AttemptOutcome.CRASHED, duration)
-        else:  # an attempt we ended on purpose is not counted as an attempt outcome
-            self._finish(lease, None, duration)
         if reason in (KillReason.CANCEL, KillReason.LEASE_LOST):
             return  # the store already moved on; any write would be fenced anyway
         if reason == KillReason.SHUTDOWN:
             self.outcomes.released(lease)
             return
-        self.outcomes.died(lease, death_notice(worker, self.timeout_of(lease.job)))
+        # an attempt we ended on purpose (a memory kill, ...) is not counted as an outcome
+        counted = {KillReason.TIMEOUT: AttemptOutcome.TIMEOUT, None: AttemptOutcome.CRASHED}
+        error = death_notice(worker, self.timeout_of(lease.job))
+        duration = time.monotonic() - worker.attempt_started
+        self.outcomes.died(lease, error, counted.get(reason), duration)
 
-    def _finish(self, lease: Lease, outcome: AttemptOutcome | None, duration: float) -> None:
+    def _finish(self, lease: Lease) -> None:
         job_type = lease.job.type
         self._started.pop(lease.token, None)
         self._running[job_type] -= 1
         if self._running[job_type] <= 0:
             del self._running[job_type]
-        if outcome is not None:
-            self.outcomes.ended(job_type, outcome, duration)
         self._prefetch_paused = False  # a worker freed up: claiming ahead pays again
         # Hand out on the next turn (once the pool has retired the worker if it must):
         # a claimed job's start then shares the group commit of this attempt's outcome.

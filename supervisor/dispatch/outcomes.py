@@ -19,6 +19,7 @@ from functools import partial
 from typing import TypeVar
 
 import msgspec
+from goqueue.actors.protocol import JobFailed
 from goqueue.supervisor.dispatch import eager
 from goqueue.supervisor.dispatch.backoff import Backoff, backoff
 from goqueue.supervisor.dispatch.hooks import Hook
@@ -79,32 +80,34 @@ class Outcomes:
         """An attempt of `job` was handed to a worker."""
         self.hooks.after_start(job)
 
-    def succeeded(self, lease: Lease, result: bytes) -> None:
-        """An attempt succeeded: its result written."""
+    def succeeded(self, lease: Lease, result: bytes, duration: float) -> None:
+        """An attempt succeeded: counted, then its result written."""
+        self.hooks.after_attempt(lease.job.type, AttemptOutcome.SUCCEEDED, duration)
         self.record(lease, partial(self.store.complete, lease, msgspec.Raw(result)))
 
-    def failed(
-        self, lease: Lease, error: str, traceback: str, retry: bool, delay: float | None
-    ) -> None:
-        """An attempt raised (or the supervisor failed it): an unexpected error told (one
-        with a traceback), then the job retried (after `delay`, else the policy's
-        backoff) or dead-lettered when not `retry` or out of retries."""
-        if traceback:
-            self.hooks.after_error(lease.job, error, traceback)
-        retry_at = self.retry_at(lease.job, retry, delay)
-        self.record(lease, partial(self.store.fail, lease, error, retry_at))
+    def failed(self, lease: Lease, message: JobFailed) -> None:
+        """An attempt raised (or the supervisor failed it): counted, an unexpected error
+        told (one with a traceback), then the job retried (after the handler's delay,
+        else the policy's backoff) or dead-lettered when the handler said Fail or
+        retries ran out."""
+        job = lease.job
+        self.hooks.after_attempt(job.type, AttemptOutcome.FAILED, message.duration)
+        if message.traceback:
+            self.hooks.after_error(job, message.error, message.traceback)
+        retry_at = self.retry_at(job, message.retry, message.delay)
+        self.record(lease, partial(self.store.fail, lease, message.error, retry_at))
 
-    def died(self, lease: Lease, error: str) -> None:
-        """The worker running the attempt died (timeout, crash, memory): told as an
-        error, then the job retried with the backoff or dead-lettered."""
+    def died(
+        self, lease: Lease, error: str, counted: AttemptOutcome | None, duration: float
+    ) -> None:
+        """The worker running the attempt died (timeout, crash, memory): counted as
+        `counted` (None: ended on purpose, not counted), told as an error, then the job
+        retried with the backoff or dead-lettered."""
+        if counted is not None:
+            self.hooks.after_attempt(lease.job.type, counted, duration)
         self.hooks.after_error(lease.job, error, "")
         retry_at = self.retry_at(lease.job, True, None)
         self.record(lease, partial(self.store.fail, lease, error, retry_at))
-
-    def ended(self, job_type: str, outcome: AttemptOutcome, duration: float) -> None:
-        """An attempt ended (counted before its outcome is decided or written); those
-        ended on purpose (cancel, lost lease, shutdown) are not reported."""
-        self.hooks.after_attempt(job_type, outcome, duration)
 
     def released(self, lease: Lease) -> asyncio.Future[object]:
         """Hand `lease` back to the store uncounted (shutdown, a stale or unstarted lease)."""
