@@ -70,7 +70,7 @@ def main() -> None:
         for n in (small, large):
             out = Path(tmp) / f"{n}.prof"
             asyncio.run(profiled_run(n, args.workers, out))
-            calls[n] = pstats.Stats(str(out)).total_calls  # type: ignore[attr-defined]
+            calls[n] = pstats.Stats(str(out)).total_calls  # type: ignore[attr-defined]  # untyped in typeshed
             if args.keep and n == large:
                 Path(args.keep).write_bytes(out.read_bytes())
     per_job = (calls[large] - calls[small]) / (large - small)
