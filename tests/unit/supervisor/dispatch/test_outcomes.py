@@ -1,4 +1,4 @@
-"""The ledger on its own: writes held while the store is unavailable, and retried."""
+"""Outcomes' held writes on their own: retried while the store is unavailable."""
 
 from __future__ import annotations
 
