@@ -26,6 +26,7 @@ from goqueue.actors.boot import extend_path, load
 from goqueue.actors.context import PipeLink
 from goqueue.actors.errors import Fail, Retry
 from goqueue.actors.inbox import Inbox
+from goqueue.actors.lease_alarm import KernelAlarm
 from goqueue.actors.pipe import Pipe
 from goqueue.actors.protocol import (
     WORKER_BOOT_ERROR,
@@ -63,7 +64,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         pipe.send(loaded)
         _exit(WORKER_BOOT_ERROR)
     pipe.send(Ready(os.getpid(), loaded.infos()))
-    inbox = Inbox(pipe)
+    inbox = Inbox(pipe, KernelAlarm())
     inbox.start()
     Worker(pipe, inbox, loaded, max_result_bytes=boot.max_result_bytes).serve()
     _exit(WORKER_OK)

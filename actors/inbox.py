@@ -1,26 +1,24 @@
 """The worker's reader thread: the only reader of the pipe once the worker has booted.
 
 It hands `RunJob` and `Shutdown` to the main thread, routes `EnqueueReply` to the
-handler waiting for it, and keeps the running job's allowance, which every `Extend`
-moves forward. It is also how a worker never outlives its supervisor: at the pipe's end
-(the supervisor is gone, whatever killed it) the worker kills itself at once, and when
-the allowance runs out mid-job (the supervisor is frozen, so the job's lease is no longer
-being renewed) it tells the supervisor why, if the pipe takes it, and kills itself.
+handler waiting for it, and keeps the running job's allowance on the kernel's alarm
+(`lease_alarm.py`), which every `Extend` moves forward: when the allowance runs out
+mid-job (the supervisor is frozen, so the job's lease is no longer being renewed) the
+kernel ends the process. It is also how a worker never outlives its supervisor: at the
+pipe's end (the supervisor is gone, whatever killed it) the worker kills itself at once.
 """
 
 from __future__ import annotations
 
 import os
 import queue
-import select
 import signal
 import threading
-import time
 from collections.abc import Callable
 
+from goqueue.actors.lease_alarm import Alarm
 from goqueue.actors.pipe import READ_SIZE, Frames, Pipe
 from goqueue.actors.protocol import (
-    Abandoned,
     Boot,
     EnqueueReply,
     Extend,
@@ -49,27 +47,18 @@ class Reply:
 
 
 class Inbox(threading.Thread):
-    """Reads the pipe; keeps the running job's allowance; kills the worker when the
-    supervisor is gone or has gone silent during a job."""
+    """Reads the pipe; keeps the running job's allowance on `alarm`; kills the worker
+    when the supervisor is gone."""
 
-    def __init__(
-        self,
-        pipe: Pipe,
-        *,
-        die: Callable[[], None] = kill_self,
-        clock: Callable[[], float] = time.monotonic,
-    ) -> None:
+    def __init__(self, pipe: Pipe, alarm: Alarm, *, die: Callable[[], None] = kill_self) -> None:
         super().__init__(name="goqueue-inbox", daemon=True)
         self.pipe = pipe
+        self.alarm = alarm
         self.die = die
-        self.clock = clock
         self.jobs: queue.SimpleQueue[RunJob | None] = queue.SimpleQueue()
         self._frames = Frames(pipe.codec)
-        self._lock = threading.Lock()
-        self._job: RunJob | None = None
-        self._job_started = 0.0
-        self._heard = 0.0  # when the supervisor last extended the running job
-        self._deadline: float | None = None
+        self._lock = threading.Lock()  # the alarm is armed only while a job is running
+        self._bounded = False  # the running job has an allowance
         self._replies: dict[int, Reply] = {}
         self.ending = False
 
@@ -77,9 +66,11 @@ class Inbox(threading.Thread):
 
     def finished(self) -> bool:
         """The job's outcome is about to be sent: stop guarding its allowance. False if
-        the inbox already gave the attempt up (the worker is about to die)."""
+        the pipe is gone (the worker is about to die)."""
         with self._lock:
-            self._job, self._deadline = None, None
+            if self._bounded:
+                self.alarm.disarm()
+            self._bounded = False
             return not self.ending
 
     def expect(self, request_id: int) -> Reply:
@@ -97,14 +88,7 @@ class Inbox(threading.Thread):
     # -- the reader thread --------------------------------------------------------------
 
     def run(self) -> None:
-        poller = select.poll()
-        poller.register(self.pipe.fileno(), select.POLLIN)
         while True:
-            if not poller.poll(self._wait_ms()):
-                self.check_allowance()
-                if self.ending:
-                    return
-                continue
             try:
                 data = self.pipe.sock.recv(READ_SIZE)
             except OSError:
@@ -115,31 +99,20 @@ class Inbox(threading.Thread):
                 return
             for message in self._frames.feed(data):
                 self.handle(message)
-            self.check_allowance()
-            if self.ending:
-                return
-
-    def _wait_ms(self) -> int:
-        with self._lock:
-            deadline = self._deadline
-        if deadline is None:
-            return -1
-        return max(0, int((deadline - self.clock()) * 1000) + 1)
 
     def handle(self, message: ToWorker) -> None:
         """Act on one message from the supervisor."""
         match message:
-            case RunJob() as job:
-                now = self.clock()
+            case RunJob(allowance=allowance) as job:
                 with self._lock:
-                    self._job, self._job_started, self._heard = job, now, now
-                    self._deadline = now + job.allowance if job.allowance else None
+                    self._bounded = allowance is not None
+                    if allowance is not None:
+                        self.alarm.arm(allowance)
                 self.jobs.put(job)
             case Extend(seconds=seconds):
-                now = self.clock()
                 with self._lock:
-                    if self._job is not None and self._deadline is not None:
-                        self._heard, self._deadline = now, now + seconds
+                    if self._bounded:
+                        self.alarm.arm(seconds)
             case EnqueueReply(request_id=request_id) as answer:
                 with self._lock:
                     reply = self._replies.pop(request_id, None)
@@ -150,20 +123,3 @@ class Inbox(threading.Thread):
                 self.jobs.put(None)
             case Boot():
                 pass  # only ever the first frame, read before the inbox starts
-
-    def check_allowance(self) -> None:
-        """Kill the worker if the running job outlived its allowance."""
-        with self._lock:
-            job, deadline = self._job, self._deadline
-            now = self.clock()
-            if self.ending or job is None or deadline is None or now < deadline:
-                return
-            self.ending = True
-            silent, ran = now - self._heard, now - self._job_started
-        error = (
-            f"abandoned by worker {os.getpid()}: the supervisor sent no word for "
-            f"{silent:.1f}s, past the worker's allowance, so the worker stopped the "
-            "attempt before its lease could run out"
-        )
-        self.pipe.send_nowait(Abandoned(job.job_id, error, ran))
-        self.die()

@@ -11,8 +11,9 @@ A worker's life on the pipe: the supervisor sends `Boot` first; the worker answe
 `Ready` (or `BootFailed` and exits with WORKER_BOOT_ERROR). Then, one job at a time:
 `RunJob`, `Extend` every supervisor tick while it runs, and the worker's `JobDone` or
 `JobFailed`. While a job runs, the worker may send `Progress` and `EnqueueRequest` (each
-request answered by one `EnqueueReply`), or `Abandoned` before it kills itself because
-the supervisor stopped extending its allowance. `Shutdown` ends an idle worker.
+request answered by one `EnqueueReply`). A worker the supervisor stopped extending dies
+by SIGALRM at the end of its allowance, saying nothing (`lease_alarm.py`). `Shutdown`
+ends an idle worker.
 """
 
 from __future__ import annotations
@@ -44,8 +45,8 @@ class RunJob(msgspec.Struct, tag="run", tag_field="msg", array_like=True, gc=Fal
     """Run one attempt of a job. `payload` is the job's JSON payload, undecoded.
 
     `allowance` (seconds, None for no bound) is how long the worker may run it without
-    hearing `Extend`: past it, the supervisor is presumed frozen and the worker kills
-    itself before the job's lease can run out and another node take the job over."""
+    hearing `Extend`: past it, the supervisor is presumed frozen and the kernel ends the
+    worker before the job's lease can run out and another node take the job over."""
 
     job_id: str
     type: str
@@ -137,14 +138,6 @@ class JobFailed(msgspec.Struct, tag="failed", tag_field="msg", array_like=True, 
     rss_kb: int = 0
 
 
-class Abandoned(msgspec.Struct, tag="abandoned", tag_field="msg", array_like=True, gc=False):
-    """The worker is killing itself mid-job: no `Extend` came within its allowance."""
-
-    job_id: str
-    error: str
-    duration: float
-
-
 class Progress(msgspec.Struct, tag="progress", tag_field="msg", array_like=True, gc=False):
     """The running job's latest progress: a JSON number 0-1 or a small JSON object."""
 
@@ -162,7 +155,7 @@ class EnqueueRequest(msgspec.Struct, tag="enqueue", tag_field="msg", array_like=
 
 
 ToWorker = Boot | RunJob | Extend | Shutdown | EnqueueReply
-FromWorker = Ready | BootFailed | JobDone | JobFailed | Abandoned | Progress | EnqueueRequest
+FromWorker = Ready | BootFailed | JobDone | JobFailed | Progress | EnqueueRequest
 
 
 _LENGTH = struct.Struct("!I")

@@ -25,6 +25,14 @@ MAX_WAIT_SECONDS = 60.0  # GET /jobs/{id}?wait= answers within this many seconds
 Uuid = Annotated[str, msgspec.Meta(extra_json_schema={"format": "uuid"})]
 
 
+class TimeoutOut(msgspec.Struct):
+    """The deadline an attempt of a job gets, and where it comes from: the job's own
+    `timeout_seconds`, its actor's declared timeout, or the node's --default-timeout."""
+
+    seconds: float
+    source: Literal["job", "actor", "node"]
+
+
 class JobOut(msgspec.Struct):
     """A job as the API shows it.
 
@@ -57,6 +65,9 @@ class JobOut(msgspec.Struct):
     # what a running job last reported with ctx.progress (a number 0-1 or a small object),
     # as the node running it knows it; absent otherwise
     progress: Any | UnsetType = UNSET
+    # the effective timeout, as the answering node would apply it (absent when this node
+    # does not know the job's actor and the job names none)
+    timeout: TimeoutOut | UnsetType = UNSET
 
     @property
     def finished(self) -> bool:
@@ -65,7 +76,8 @@ class JobOut(msgspec.Struct):
 
 
 HIDDEN_JOB_FIELDS = frozenset({"seq"})
-LIVE_JOB_FIELDS = ("progress",)  # not stored: the node running the job fills them in
+# not stored: the answering node fills them in (progress: the node running the job)
+LIVE_JOB_FIELDS = ("progress", "timeout")
 
 _JOB_INDEX = {f.name: i for i, f in enumerate(msgspec.structs.fields(Job))}
 # A field dropped from Job fails here, at import; a field added to Job stays hidden until

@@ -26,7 +26,7 @@ from goqueue.supervisor.dispatch.backoff import Backoff, backoff
 from goqueue.supervisor.dispatch.catalog import Catalog
 from goqueue.supervisor.dispatch.policy import Policy
 from goqueue.supervisor.enums import RESTART_AFTER, KillReason, RestartReason, WorkerState
-from goqueue.supervisor.errors import BootError, StoreUnavailable
+from goqueue.supervisor.errors import BootError, ConfigError, StoreUnavailable
 from goqueue.supervisor.node import Node
 from goqueue.supervisor.settings.config import Settings
 from goqueue.supervisor.shutdown import abort, drain, kill_busy
@@ -37,10 +37,13 @@ log = logging.getLogger("goqueue.arbiter")
 
 EXIT_OK = 0
 EXIT_FAILED = 1  # something failed that retrying would not mend (see the log)
+EXIT_CONFIG = 2  # the settings are wrong (as for a bad command line): the store refused them
 EXIT_BOOT_ERROR = 3
 TICK = 0.5
-BOOT_RETRY_BASE = 0.5  # seconds before the first retry of a boot step (store, worker)
-BOOT_RETRY_CAP = 10.0
+BOOT_RETRY_BASE = 0.25  # seconds before the first retry of a boot step (store, worker)
+# near a second (jittered): a node booting through an outage is ready within about a
+# second of the database's return, as a running node is
+BOOT_RETRY_CAP = 1.0
 SPAWN_RETRY_BASE = 0.5  # seconds before retrying a worker spawn that failed (EMFILE, ...)
 SPAWN_RETRY_CAP = 30.0
 SWEEP = 5.0  # seconds between claims that no notification asked for
@@ -103,6 +106,10 @@ class Arbiter:
             log.error(f"cannot start: {exc}")
             await self._abort()
             return EXIT_BOOT_ERROR
+        except ConfigError as exc:
+            log.error(f"cannot start: {exc}")
+            await self._abort()
+            return EXIT_CONFIG
         except Exception:
             log.exception("the node failed; closing what it opened")
             await self._abort()

@@ -45,11 +45,14 @@ from goqueue.supervisor.observe.history import History, Window
 from goqueue.supervisor.observe.metrics import Metrics
 from goqueue.supervisor.observe.shared_reads import Coalesced
 from goqueue.supervisor.observe.summaries import (
+    REPORT_WORKERS,
     DeadFilter,
     LiveStats,
+    NodeReport,
     NodeSummary,
     QueueDepth,
     QueueSummary,
+    TypeStats,
     WorkerSummary,
     rss_kb,
 )
@@ -115,6 +118,7 @@ class Engine:
         self._draining = value
         if value:  # a long wait must not hold the HTTP server open while it stops
             self.waiters.release_all()
+            self._started.set()  # nor one for a boot that will not end (`until_started`)
 
     def set_catalog(self, catalog: Catalog) -> None:
         """Adopt the actors of a reload (and forget the cached list of known types)."""
@@ -212,7 +216,8 @@ class Engine:
 
     async def until_started(self) -> None:
         """Return once the node has booted: at once if it has, else within `BOOT_WAIT`
-        seconds, or raise StoreUnavailable (503)."""
+        seconds, or raise StoreUnavailable (503), or Draining (503) as soon as the node
+        gives its boot up."""
         if self._started.is_set():
             return
         try:
@@ -220,6 +225,8 @@ class Engine:
                 await self._started.wait()
         except TimeoutError:
             raise StoreUnavailable("the node is starting and accepts no jobs yet") from None
+        if self.draining:  # the boot failed or was stopped
+            raise Draining("the node is shutting down and accepts no new jobs")
 
     def with_defaults(self, spec: JobSpec) -> JobSpec:
         """`spec` (and its templates) with queue, priority and retries filled in as they
@@ -237,8 +244,10 @@ class Engine:
     async def cancel(self, job_id: str, force: bool) -> Job:
         """Cancel a job; a running one (with `force`) has its worker killed, no retry."""
         job, token = await self.store.cancel(job_id, force)
-        if token is not None:
-            self.kill(token)
+        if token is not None and not self.kill(token):
+            # another node holds the lease (behind a load balancer, the usual case): it
+            # hears at once instead of at its next lease check
+            await self.store.cancel_elsewhere(job.id, token)
         self.hooks.after_cancel(job, force)
         return job
 
@@ -379,6 +388,11 @@ class Engine:
         """Every queue with work or paused, at most `QUEUES_TTL` old."""
         return await self._queues.get()
 
+    def node_report(self) -> NodeReport:
+        """What this node publishes with its heartbeat: its workers, its last minute."""
+        done, failed = self.history.recent(60)
+        return NodeReport(self.worker_summaries()[:REPORT_WORKERS], done, failed)
+
     def worker_summaries(self) -> list[WorkerSummary]:
         """This node's worker processes by slot, with the attempt each is running."""
         now = time.monotonic()
@@ -407,6 +421,10 @@ class Engine:
     async def nodes(self) -> list[NodeSummary]:
         """The nodes sharing the store (just this one in memory)."""
         return await self.store.nodes()
+
+    async def type_stats(self) -> list[TypeStats]:
+        """Per-type counts, run times and failure rates, from the store."""
+        return await self.store.type_stats()
 
     async def job_briefs(self, filters: JobFilter, limit: int, offset: int, preview: int) -> Page:
         """Jobs newest first as list rows with previews."""

@@ -40,6 +40,7 @@ class EventKind(StrEnum):
     REPLAYED = "replayed"
     CANCELLED = "cancelled"
     RELEASED = "released"
+    LATE_OUTCOME = "late_outcome"  # an outcome written after its lease was reaped
 
 
 class AttemptOutcome(StrEnum):

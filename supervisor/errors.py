@@ -44,6 +44,12 @@ class StoreUnavailable(StoreError):
     """The store cannot be reached right now (database down); retry later."""
 
 
+class StoreMisconfigured(ConfigError):
+    """The store's settings are wrong, which no restart of the database would cure (a
+    database that does not exist, credentials refused, no permission on the schema): the
+    node stops instead of retrying."""
+
+
 class NotFound(StoreError):
     """No job or dead letter has that id."""
 

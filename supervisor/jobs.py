@@ -393,3 +393,4 @@ class JobFilter(msgspec.Struct, kw_only=True):
     type: str | None = None
     status: str | None = None
     queue: str | None = None
+    parent_id: str | None = None  # jobs enqueued by this one (its chain, ctx.enqueue)

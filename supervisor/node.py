@@ -141,6 +141,9 @@ def build_node(
         on_rate_wait=metrics.rate_limit_wait,
     )
     listeners.jobs = dispatcher
+    # Not yet given at construction (they came in while this builder was being written):
+    # whom the store tells of a job another node cancelled, and what it publishes.
+    store.set_canceller(dispatcher.cancel_lease)
     engine = Engine(
         store,
         pool,
@@ -154,6 +157,7 @@ def build_node(
         dispatch=dispatcher.enqueue,
     )
     listeners.children = engine.enqueue_child  # ctx.enqueue in a running job
+    store.set_reporter(engine.node_report)  # published with each heartbeat
     return Node(
         settings=settings,
         store=store,

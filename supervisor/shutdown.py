@@ -38,10 +38,12 @@ async def abort(node: Node, grace: float, tasks: Sequence[asyncio.Task[None]]) -
     for task in tasks:
         task.cancel()
     await node.scheduler.stop()
+    # HTTP first: a node that will not run must stop answering at once (a client then
+    # tries another node instead of hearing 503 while the workers stop)
     steps: list[tuple[str, Callable[[], Awaitable[None]]]] = [
+        ("stopping the HTTP server", node.http.stop),
         ("stopping the workers", partial(node.pool.shutdown, 2.0)),
         ("closing the webhook sender", partial(node.webhooks.close, 0.0)),
-        ("stopping the HTTP server", node.http.stop),
         ("closing the store", node.store.close),
     ]
     try:

@@ -51,6 +51,70 @@ def wait_for(
         time.sleep(interval)
 
 
+def stays_true(
+    predicate: Callable[[], Any],
+    for_seconds: float,
+    interval: float = 0.05,
+    what: str | Callable[[], str] = "condition held",
+) -> None:
+    """Poll `predicate` over the whole of `for_seconds` and fail as soon as it turns falsy,
+    saying `what` stopped holding (a callable `what` is asked only then). A test that
+    something does NOT happen within a time must wait that time; this checks throughout,
+    so it fails early and says what broke, instead of sleeping and looking once."""
+    start = time.monotonic()
+    deadline = start + for_seconds
+    while True:
+        now = time.monotonic()  # read before the check: the last one starts past the end
+        if not predicate():
+            said = what() if callable(what) else what
+            raise AssertionError(f"stopped holding after {now - start:.2f}s: {said}")
+        if now >= deadline:
+            return
+        time.sleep(min(interval, deadline - now))
+
+
+async def wait_for_async(
+    predicate: Callable[[], Any],
+    timeout: float = 10.0,
+    interval: float = 0.01,
+    what: str = "condition met",
+) -> Any:
+    """`wait_for` inside an event loop: poll `predicate` (its result awaited when it is
+    awaitable) without blocking the loop, until truthy; fail after `timeout`."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if inspect.isawaitable(value):
+            value = await value
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout:g}s: {what}")
+        await asyncio.sleep(interval)
+
+
+async def stays_true_async(
+    predicate: Callable[[], Any],
+    for_seconds: float,
+    interval: float = 0.01,
+    what: str = "condition held",
+) -> None:
+    """`stays_true` inside an event loop: the loop runs on while the predicate is
+    polled over the whole window."""
+    start = time.monotonic()
+    deadline = start + for_seconds
+    while True:
+        now = time.monotonic()
+        value = predicate()
+        if inspect.isawaitable(value):
+            value = await value
+        if not value:
+            raise AssertionError(f"stopped holding after {now - start:.2f}s: {what}")
+        if now >= deadline:
+            return
+        await asyncio.sleep(min(interval, deadline - now))
+
+
 @dataclass
 class Response:
     """An HTTP answer: status, parsed JSON body (or None), headers."""

@@ -1,9 +1,12 @@
 """Reading the docs as a user would: their code blocks, code spans, shell commands and
 tables, so tests can check each against the code (`tests/e2e/test_docs.py`,
-`tests/e2e/api/test_docs_api.py`)."""
+`tests/e2e/api/test_docs_api.py`, `tests/e2e/client/test_readme_python.py`).
+
+The docs are README.md, every page of the site under `docs/` and `deploy/README.md`."""
 
 from __future__ import annotations
 
+import os
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -12,7 +15,25 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
 DEPLOY_README = ROOT / "deploy" / "README.md"
-DOCS = (README, DEPLOY_README)
+SITE = ROOT / "docs"  # the MkDocs pages (mkdocs.yml)
+SITE_HOOKS = SITE / "hooks"  # the build's own code, not pages
+
+
+def site_pages() -> tuple[Path, ...]:
+    """Every Markdown page of the docs site, in path order (links are not followed)."""
+    pages = [
+        Path(folder) / name
+        for folder, _, names in os.walk(SITE)
+        if not Path(folder).is_relative_to(SITE_HOOKS)
+        for name in names
+        if name.endswith(".md")
+    ]
+    return tuple(sorted(pages))
+
+
+PAGES = site_pages()
+USER_DOCS = (README, *PAGES)  # what users read about GoQueue itself
+DOCS = (*USER_DOCS, DEPLOY_README)
 
 _FENCE = re.compile(r"^( *)```(\w*)[^\n]*\n(.*?)^\1```[ \t]*$", re.MULTILINE | re.DOTALL)
 _SPAN = re.compile(r"`([^`\n]+)`")
@@ -135,6 +156,22 @@ def table(path: Path, heading: str) -> list[list[str]]:
     if not rows:
         raise AssertionError(f"{path.name}: no table headed {heading!r}")
     return rows
+
+
+def the_table(heading: str) -> tuple[Path, list[list[str]]]:
+    """The one table of the user docs whose header row starts with `heading`, and the
+    page holding it: a second copy could drift from the one the tests check."""
+    found = [(doc, table(doc, heading)) for doc in USER_DOCS if _has_table(doc, heading)]
+    names = [str(doc.relative_to(ROOT)) for doc, _ in found]
+    assert len(found) == 1, f"expected one table headed {heading!r} in the docs, found {names}"
+    return found[0]
+
+
+def _has_table(path: Path, heading: str) -> bool:
+    return any(
+        line.startswith("|") and line.strip().strip("|").split("|")[0].strip() == heading
+        for line in prose(path).splitlines()
+    )
 
 
 def code_in(cell: str) -> list[str]:

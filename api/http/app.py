@@ -7,7 +7,7 @@ from goqueue.api.http import openapi, ui
 from goqueue.api.http.connections import ConnectionGuard, connection_cap
 from goqueue.api.http.exposure import Exposure
 from goqueue.api.http.middleware import front_middleware
-from goqueue.api.http.queue_budget import QueueBudget
+from goqueue.api.http.queue_budget import QueueBudget, reserved_queues
 from goqueue.api.http.replies import encode
 from goqueue.api.http.routes import deliveries, dlq, jobs, ops, queues, schedules, summary
 from goqueue.api.http.scrape_gauges import GaugeRefresh
@@ -62,7 +62,14 @@ def create_app(engine: Engine, settings: Settings) -> web.Application:
     app[EGRESS] = EgressPolicy.of(settings.webhook_allow_hosts, settings.webhook_allow_networks)
     app[CONNECTIONS] = guard
     app[BUDGET] = QueueBudget(
-        engine.store, settings.max_queues, engine.with_defaults, booted=engine.until_started
+        engine.store,
+        settings.max_queues,
+        engine.with_defaults,
+        booted=engine.until_started,
+        # read when asked: the catalog is filled in once the first worker is ready
+        reserved=lambda: reserved_queues(
+            settings.queues, engine.catalog.actors.values(), settings.schedules
+        ),
     )
     app[EXPOSURE] = exposure = Exposure.of(settings)
     engine.metrics.set_open_api(exposure.open)

@@ -4,7 +4,9 @@ A queue exists while it holds pending jobs or is paused. Every queue costs somet
 every claim, scrape and summary, and a queue name is free to invent, so without a bound
 one client could make a node track 100k of them. An enqueue (or a pause) that would add
 a queue beyond the bound is answered 429, naming the field; work in existing queues
-is never refused by it.
+is never refused by it, nor work in the queues the node is there for (`reserved_queues`:
+those it serves, those its actors and its schedules name), so a flood of one-off names
+cannot lock the real queues out.
 
 Counting is cheap: the names are read from the store (`Store.queue_names`) at most every
 `ttl` seconds, and only when a request names a queue not seen since; queues admitted in
@@ -15,11 +17,13 @@ admit within `ttl`: it is a guard against runaway growth, not an exact quota.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable, Container, Iterable, Iterator
 
+from goqueue.actors.protocol import ActorInfo
 from goqueue.api.http.errors import ApiError, within
-from goqueue.supervisor.jobs import JobSpec
+from goqueue.supervisor.jobs import DEFAULT_QUEUE, JobSpec
 from goqueue.supervisor.observe.shared_reads import Coalesced
+from goqueue.supervisor.schedules.schedule import ScheduleSpec
 from goqueue.supervisor.store.base import Store
 
 NAMES_TTL = 2.0
@@ -36,9 +40,11 @@ class QueueBudget:
         with_defaults: Callable[[JobSpec], JobSpec],
         ttl: float = NAMES_TTL,
         booted: Callable[[], Awaitable[None]] | None = None,
+        reserved: Callable[[], Container[str]] = frozenset,
     ) -> None:
         self.with_defaults = with_defaults  # the job's queue if it names none (its actor's)
         self.booted = booted  # waits for a booting node: its store and its actors' queues
+        self.reserved = reserved  # queues never refused (asked when the budget is full)
         self.limit = limit
         self._names = Coalesced(lambda: store.queue_names(limit + 1), ttl)
         self._known: frozenset[str] = frozenset()
@@ -67,6 +73,8 @@ class QueueBudget:
         if queue in self._known or queue in self._added:
             return
         if len(self._known) + len(self._added) >= self.limit:
+            if queue in self.reserved():
+                return  # not counted in `_added`: it never takes a one-off name's place
             raise ApiError(
                 429,
                 f"too many queues: {self.limit} queues hold pending jobs or are paused "
@@ -75,6 +83,17 @@ class QueueBudget:
                 headers={"Retry-After": RETRY_AFTER},
             )
         self._added.add(queue)
+
+
+def reserved_queues(
+    served: Iterable[str] | None, actors: Iterable[ActorInfo], schedules: Iterable[ScheduleSpec]
+) -> frozenset[str]:
+    """The queues a node is there for: those it serves (`--queues`; the default queue
+    when it serves every queue), those its actors declare, and its schedules' queues."""
+    queues = {DEFAULT_QUEUE} if served is None else set(served)
+    queues.update(actor.queue for actor in actors if actor.queue is not None)
+    queues.update(spec.queue or DEFAULT_QUEUE for spec in schedules)
+    return frozenset(queues)
 
 
 def queues_of(spec: JobSpec, prefix: str = "") -> Iterator[tuple[str, str]]:

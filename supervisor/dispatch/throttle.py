@@ -1,8 +1,8 @@
 """The dispatcher's rate limits (`supervisor/dispatch/rates.py`): before a claim, take starts
 from the store for each rate-limited type it may claim, and cap that type's slots to
-them; after it, give back what the claim did not use. A type whose window is used up
-is left out of the claim (its jobs stay pending, holding no worker; other types keep
-flowing), and the dispatcher is woken when that window ends."""
+them; after it, give back what the claim did not use. A type with no start due is left
+out of the claim (its jobs stay pending, holding no worker; other types keep flowing),
+and the dispatcher is woken when its next start is."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from goqueue.supervisor.dispatch.rates import Taken
 from goqueue.supervisor.jobs import Lease
 from goqueue.supervisor.store.base import Store
 
-WAKE_MARGIN = 0.002  # seconds past a window's end before claiming again (clocks, rounding)
+WAKE_MARGIN = 0.002  # seconds past a type's next start before claiming again (clocks, rounding)
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,11 +26,11 @@ class Held:
 
     job_type: str
     taken: Taken
-    guard: float  # the rate's guard: no start is granted in a window's last `guard` s
+    guard: float  # the rate's guard: a granted start begins this much before the next is due
 
     def last_start(self, asked: float) -> float:
         """Until when (monotonic) a job claimed with these starts may start, the claim
-        having been asked at `asked`: its window's end, less the guard."""
+        having been asked at `asked`: before the type's next start is due, less the guard."""
         return asked + self.taken.seconds_left - self.guard
 
 
@@ -55,7 +55,7 @@ class Throttle:
         self, catalog: Catalog, slots: Mapping[str, int]
     ) -> tuple[dict[str, int], list[Held]]:
         """`slots` capped by the starts each rate-limited type may still make in its
-        window, and what was taken. Raises StoreUnavailable."""
+        now, and what was taken. Raises StoreUnavailable."""
         capped = dict(slots)
         held: list[Held] = []
         for job_type, want in slots.items():
@@ -79,7 +79,7 @@ class Throttle:
         for item in held:
             unused = item.taken.granted - used[item.job_type]
             if unused > 0:
-                await self.store.return_starts(item.job_type, item.taken.window, unused)
+                await self.store.return_starts(item.job_type, item.taken.tat, unused)
 
     def _wake_in(self, seconds: float) -> None:
         """Wake the dispatcher in `seconds`, unless a wake comes sooner already."""

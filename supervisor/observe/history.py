@@ -154,6 +154,11 @@ class History(Hook):
             [b.depth for b in picked],
         )
 
+    def recent(self, seconds: int) -> tuple[int, int]:
+        """Jobs done and attempts failed in the buckets of the last `seconds`."""
+        window = self.window(int(self.clock()) - seconds)
+        return sum(window.done), sum(window.failed)
+
     def exits(self) -> list[WorkerExit]:
         """The last worker exits, newest first."""
         return list(reversed(self._exits))

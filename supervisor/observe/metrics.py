@@ -220,8 +220,8 @@ class Metrics:
         )
         self.rate_limit_waits = Counter(
             "goqueue_rate_limit_waits_total",
-            "Dispatch passes that held a type's jobs back because its rate limit's window "
-            "was used up.",
+            "Dispatch passes that held a type's jobs back because none of its rate-limited "
+            "starts was due.",
             ["type"],
             registry=reg,
         )

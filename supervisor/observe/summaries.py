@@ -66,6 +66,8 @@ class NodeSummary(msgspec.Struct):
     heartbeat_at: AwareTime
     live: bool
     types: list[str]
+    # what the node published with that heartbeat (None from nodes that publish none)
+    report: NodeReport | None = None
 
 
 class WorkerSummary(msgspec.Struct):
@@ -82,6 +84,20 @@ class WorkerSummary(msgspec.Struct):
     running_seconds: float | None  # how long the current attempt has run
     rss_kb: int | None  # resident memory now (None where /proc cannot tell)
     jobs_run: int
+
+
+# At most this many workers in a node's report: it rides on every heartbeat.
+REPORT_WORKERS = 64
+
+
+class NodeReport(msgspec.Struct):
+    """What a node publishes with each heartbeat, so any node can show the whole cluster:
+    its worker processes (at most REPORT_WORKERS) and the jobs it finished and the
+    attempts that failed on it in the last minute."""
+
+    workers: list[WorkerSummary]
+    done_last_minute: int
+    failed_last_minute: int
 
 
 class JobBrief(msgspec.Struct):
@@ -103,6 +119,9 @@ class JobBrief(msgspec.Struct):
     payload: Preview
     result: Preview | None
     last_error: Preview | None
+    # what a running job last reported with ctx.progress, when it runs on the answering
+    # node (filled in by the route: the store does not keep it)
+    progress: msgspec.Raw | None = None
 
 
 class DeadBrief(msgspec.Struct):
@@ -176,3 +195,43 @@ class LiveStats(msgspec.Struct):
     counts: dict[str, int]
     dead_letters: int
     busiest: list[QueueDepth]
+
+
+class TypeStats(msgspec.Struct):
+    """One job type over the jobs the store still keeps (finished ones until pruned): how
+    many are in each status, the run time of finished attempts and the failure rate.
+
+    Run times are those of each finished job's last attempt (finished_at - started_at);
+    `failure_rate` is failed / (done + failed), None before any finished.
+    """
+
+    type: str
+    counts: dict[str, int]  # by status, every status listed (zero included)
+    p50_seconds: float | None
+    p95_seconds: float | None
+    failure_rate: float | None
+
+
+def type_stats(
+    counts: dict[str, dict[str, int]], runs: dict[str, tuple[float | None, float | None]]
+) -> list[TypeStats]:
+    """Per-type stats from counts by (type, status) and (p50, p95) run times by type."""
+    out = []
+    for name in sorted(counts):
+        by_status = {str(status): counts[name].get(status, 0) for status in Status}
+        finished = by_status[Status.DONE] + by_status[Status.FAILED]
+        rate = by_status[Status.FAILED] / finished if finished else None
+        p50, p95 = runs.get(name, (None, None))
+        out.append(TypeStats(name, by_status, p50, p95, rate))
+    return out
+
+
+def percentile(ordered: list[float], q: float) -> float | None:
+    """The `q` quantile of `ordered` (ascending), interpolated between the two nearest
+    values as PostgreSQL's percentile_cont is, so both stores answer alike."""
+    if not ordered:
+        return None
+    at = q * (len(ordered) - 1)
+    low = int(at)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (at - low)

@@ -1,12 +1,14 @@
-"""The options documented from the code: README's options table and the example TOML file.
+"""The options documented from the code: the docs' options table and the example TOML file.
 
 Both are generated from `OPTIONS` (what each option means) and `Settings` (its default),
 so they cannot drift from what `goqueue serve` accepts; a test compares the committed
-files with this output.
+files with this output. The table sits between two markers in the configuration page of
+the docs site (`docs/operations/configuration.md`).
 
-    python -m goqueue.supervisor.settings.reference --markdown   # the README table
+    python -m goqueue.supervisor.settings.reference --markdown   # the options table
     python -m goqueue.supervisor.settings.reference --toml       # a complete config file
-    python -m goqueue.supervisor.settings.reference --update README.md deploy/goqueue.example.toml
+    python -m goqueue.supervisor.settings.reference --update \
+        docs/operations/configuration.md deploy/goqueue.example.toml
 """
 
 from __future__ import annotations
@@ -59,7 +61,7 @@ TOML_HEADER = """\
 
 
 def options_markdown() -> str:
-    """README's options table: every flag, its variables, its default and its meaning."""
+    """The docs' options table: every flag, its variables, its default and its meaning."""
     rows = ["| flag | environment | default | meaning |", "|---|---|---|---|"]
     for option in OPTIONS:
         envs = " or ".join(f"`{env}`" for env in option.envs)
@@ -146,7 +148,7 @@ def _markdown(text: str) -> str:
 
 
 def update(path: Path) -> bool:
-    """Rewrite a generated file (`.toml`) or a README's table (`.md`); True if it changed."""
+    """Rewrite a generated file (`.toml`) or a docs page's table (`.md`); True if it changed."""
     old = path.read_text(encoding="utf-8")
     new = example_toml() if path.suffix == ".toml" else replace_table(old, options_markdown())
     if new != old:

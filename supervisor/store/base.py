@@ -3,6 +3,17 @@
 Ordering (priority, then `run_at`, then enqueue order), delays and retries live in what
 `claim` returns; a retry is `fail(..., retry_at=...)` making the job due again later.
 Every write about an attempt is fenced by the lease token: a stale holder gets `None`.
+
+Except one that is late, not stale: when an outcome (`complete`, `fail`) arrives after
+its lease was reaped and no later attempt has started, the store writes it in one atomic
+step. The reaping's dead letter is removed, or its pending retry dropped (or its claim by
+a node that has not started it yet voided), the reaping's error is dropped from the job's
+errors, a `late_outcome` event (`LATE_OUTCOME`) is written, and the job then ends as the
+attempt did, as if the outcome had come in time. It is refused (None) as before when a
+later attempt has started (the job's attempts moved on), when the reaping dead-lettered
+a job that has an `on_failure` (that follow-up is already enqueued), when its dead
+letter is gone (replayed, purged), when its unique key is held by another job again, or
+when the job was cancelled. The attempt stays counted either way.
 """
 
 from __future__ import annotations
@@ -30,8 +41,16 @@ from goqueue.supervisor.jobs import (
     Replayed,
     Stats,
 )
-from goqueue.supervisor.observe.summaries import DeadFilter, NodeSummary, QueueSummary
+from goqueue.supervisor.observe.summaries import (
+    DeadFilter,
+    NodeReport,
+    NodeSummary,
+    QueueSummary,
+    TypeStats,
+)
 from goqueue.supervisor.schedules.schedule import Fired, ScheduleState
+
+LATE_OUTCOME = "the outcome arrived after its lease was reaped"  # its event's detail
 
 
 class StartNow(msgspec.Struct, frozen=True, gc=False):
@@ -157,11 +176,13 @@ class Store(Protocol):
         seconds (at once when None), or dead-lettered when that was its last retry."""
 
     async def complete(self, lease: Lease, result: msgspec.Raw | None) -> Outcome | None:
-        """Record success and enqueue `on_success` atomically; None if the lease is stale."""
+        """Record success and enqueue `on_success` atomically; None if the lease is stale
+        (a late outcome is written if it may be: see the module)."""
 
     async def fail(self, lease: Lease, error: str, retry_at: datetime | None) -> Outcome | None:
         """Record a failed attempt: pending again at `retry_at`, or (None) dead-lettered
-        with `on_failure` enqueued atomically. None if the lease is stale."""
+        with `on_failure` enqueued atomically. None if the lease is stale (a late outcome
+        is written if it may be: see the module)."""
 
     async def release(self, lease: Lease) -> bool:
         """Hand a running or claimed job back to pending in its place, without counting
@@ -231,15 +252,29 @@ class Store(Protocol):
         """When the earliest not-yet-due pending job becomes due (None if unknown/none);
         lets the dispatcher sleep instead of polling."""
 
+    def set_reporter(self, report: Callable[[], NodeReport]) -> None:
+        """Give the store what this node publishes with each heartbeat (its workers, its
+        last minute), which `nodes` answers for every node (PostgreSQL: the nodes row)."""
+
+    def set_canceller(self, stop: Callable[[str], bool]) -> None:
+        """Give the store the dispatcher's `cancel_lease`, to call when another node
+        cancelled a job whose attempt holds that lease token here (PostgreSQL: a NOTIFY)."""
+
+    async def cancel_elsewhere(self, job_id: str, token: str) -> None:
+        """Tell the other nodes that `job_id`, whose lease `token` no attempt here holds,
+        was cancelled, so its holder kills the worker now rather than at its next lease
+        check. A store no other node shares does nothing."""
+
     # -- rate limits -------------------------------------------------------------------
 
     async def take_starts(self, job_type: str, rate: Rate, want: int) -> Taken:
-        """Take up to `want` starts of `job_type` from its current window of `rate`
-        (PostgreSQL: counted across every node, on the database's clock; memory: this
-        node's). Raises StoreUnavailable."""
+        """Take up to `want` of the starts of `job_type` due now under `rate` (GCRA, see
+        `dispatch/rates.py`; PostgreSQL: across every node, on the database's clock;
+        memory: this node's). Raises StoreUnavailable."""
 
-    async def return_starts(self, job_type: str, window: float, count: int) -> None:
-        """Give back `count` starts taken from `window` and not used."""
+    async def return_starts(self, job_type: str, tat: float, count: int) -> None:
+        """Give back `count` starts a take left at TAT `tat` and did not use; nothing if
+        starts were taken since."""
 
     # -- periodic jobs -----------------------------------------------------------------
 
@@ -270,6 +305,10 @@ class Store(Protocol):
     async def nodes(self) -> list[NodeSummary]:
         """The nodes sharing this store that heartbeated within the last hour (this node
         alone for the memory store), by id."""
+
+    async def type_stats(self) -> list[TypeStats]:
+        """Every job type among the jobs kept: counts by status, p50/p95 run time of the
+        finished ones, failure rate (the dashboard's Types page)."""
 
     async def job_briefs(self, filters: JobFilter, limit: int, offset: int, preview: int) -> Page:
         """Like `list_jobs`, as `JobBrief` rows whose payload, result and error are cut to

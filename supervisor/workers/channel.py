@@ -2,8 +2,8 @@
 socket watched by the loop, decoded as they arrive and handed to whoever listens (the pool).
 
 It reads and writes the socket itself rather than through an asyncio transport: a worker
-that dies leaves its last words (an outcome, `Abandoned`) unread in the pipe, and a
-transport whose write fails (the peer is gone) closes itself before reading them. Here a
+that dies leaves its last words (an outcome) unread in the pipe, and a transport whose
+write fails (the peer is gone) closes itself before reading them. Here a
 failed write only stops the writing; reading goes on to the end of the pipe.
 """
 

@@ -30,7 +30,6 @@ from typing import TYPE_CHECKING
 import msgspec
 from goqueue.actors.protocol import (
     WORKER_BOOT_ERROR,
-    Abandoned,
     Boot,
     BootFailed,
     EnqueueReply,
@@ -101,7 +100,7 @@ class Pool:
     """The set of child processes, and the mechanics of talking to and killing them.
 
     `lease_allowance` (seconds, None for no bound) is how long a running job may go
-    without word from the supervisor before its worker kills itself; `memory_limit_mb`
+    without word from the supervisor before the kernel ends its worker; `memory_limit_mb`
     kills a worker whose job takes more than that (None: no limit during a job).
     """
 
@@ -343,8 +342,6 @@ class Pool:
                     worker.progress = msgspec.Raw(value)
             case EnqueueRequest() as request:
                 self._track(self._answer(worker, request))
-            case Abandoned() as given_up:
-                self._abandoned(worker, given_up)
             case Ready():
                 worker.booted(frozenset(a.name for a in message.actors))
                 self.listeners.workers.worker_ready(worker, message)
@@ -358,15 +355,6 @@ class Pool:
             reply = EnqueueReply(request.request_id)
             child_jobs.refuse(reply, Refusal.INVALID, f"job {request.job_id} is not running here")
         self._send(worker, reply)
-
-    def _abandoned(self, worker: Worker, message: Abandoned) -> None:
-        """The worker gave its attempt up (no `Extend` in time) and is killing itself."""
-        if not worker.running(message.job_id) or worker.verdict is not None:
-            return
-        worker.cancel_timers()
-        verdict = JobFailed(message.job_id, message.error, message.duration)
-        worker.condemn(KillReason.LEASE_LOST, verdict)
-        log.warning(message.error, extra={"job_id": message.job_id, "worker_pid": worker.pid})
 
     def _settle(self, worker: Worker, message: JobDone | JobFailed) -> None:
         """Free the worker, report the outcome, then replace the worker if it is due
@@ -420,11 +408,25 @@ class Pool:
         if worker.exitcode == WORKER_BOOT_ERROR and worker.kill_reason is None:
             worker.kill_reason = KillReason.BOOT
         lease = worker.lease  # kept on the worker: the arbiter notes which job it ran
+        if lease is not None and worker.exitcode == -signal.SIGALRM and worker.kill_reason is None:
+            self._allowance_ran_out(worker, lease)
         if lease is not None and worker.verdict is not None:
             self.listeners.jobs.job_failed(lease, worker.verdict)
         elif lease is not None:
             self.listeners.jobs.job_lost(lease, worker)
         self.listeners.workers.worker_exited(worker)
+
+    def _allowance_ran_out(self, worker: Worker, lease: Lease) -> None:
+        """The kernel ended `worker` mid-job (SIGALRM, `actors/lease_alarm.py`): no
+        `Extend` reached it within its allowance, so its job's lease may be gone."""
+        error = (
+            f"abandoned: worker {worker.pid} was killed by SIGALRM, its lease alarm: the "
+            f"supervisor sent no word for {self.lease_allowance or 0:g}s, so the attempt was "
+            "stopped before its lease could run out"
+        )
+        duration = time.monotonic() - worker.attempt_started
+        worker.condemn(KillReason.LEASE_LOST, JobFailed(lease.job.id, error, duration))
+        log.warning(error, extra={"job_id": lease.job.id, "worker_pid": worker.pid})
 
     async def shutdown(self, timeout: float = 5.0) -> None:
         """Stop every child: Shutdown to the idle, SIGTERM/SIGKILL to the rest."""

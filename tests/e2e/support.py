@@ -384,10 +384,10 @@ class PgProxy:
     the client sends but drops every answer, as when a COMMIT succeeds and its reply is
     lost; `cut()` then drops every connection."""
 
-    def __init__(self, upstream: tuple[str, int]) -> None:
+    def __init__(self, upstream: tuple[str, int], port: int = 0) -> None:
         self.upstream = upstream
         self.blackhole = False
-        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener = socket.create_server(("127.0.0.1", port))
         self.port = self._listener.getsockname()[1]
         self._pairs: list[tuple[socket.socket, socket.socket]] = []
         self._lock = threading.Lock()

@@ -1,16 +1,18 @@
 """The docs and deploy files, checked against the code as a user would follow them.
 
-The options table in README.md and `deploy/goqueue.example.toml` are generated from the
-code and must equal what the generator prints; every command, flag, path, environment
-variable and config key the docs name must exist; the compose, Kubernetes and systemd
-files must pass only options the node accepts. Routes and HTTP examples are checked
-against a real app in `tests/e2e/api/test_docs_api.py`.
+The docs are README.md, the pages of the site under `docs/` and `deploy/README.md`. The
+options table (in the configuration page) and `deploy/goqueue.example.toml` are generated
+from the code and must equal what the generator prints; every command, flag, path,
+environment variable and config key the docs name must exist; the compose, Kubernetes
+and systemd files must pass only options the node accepts. Routes and HTTP examples are
+checked against a real app in `tests/e2e/api/test_docs_api.py`.
 """
 
 from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import inspect
 import io
 import json
@@ -39,6 +41,9 @@ from tests.doctext import (
     DOCS,
     README,
     ROOT,
+    SITE,
+    USER_DOCS,
+    Block,
     Command,
     blocks,
     code_in,
@@ -47,6 +52,7 @@ from tests.doctext import (
     shell_command,
     spans,
     table,
+    the_table,
 )
 
 pytestmark = pytest.mark.timeout(60)
@@ -58,11 +64,12 @@ K8S = DEPLOY / "k8s" / "goqueue.yaml"
 UNIT = DEPLOY / "systemd" / "goqueue.service"
 DOCKERFILE = DEPLOY / "Dockerfile"
 DEPLOY_FILES = (EXAMPLE_TOML, COMPOSE, K8S, UNIT, DOCKERFILE)
-REGENERATE = "python -m goqueue.supervisor.settings.reference --update README.md " + str(
-    EXAMPLE_TOML.relative_to(ROOT)
+OPTIONS_PAGE = SITE / "operations" / "configuration.md"  # holds the generated options table
+REGENERATE = (
+    "python -m goqueue.supervisor.settings.reference --update "
+    f"{OPTIONS_PAGE.relative_to(ROOT)} {EXAMPLE_TOML.relative_to(ROOT)}"
 )
-# Folders whose every module the "where things live" table must account for.
-USER_EXAMPLE_PREFIX = "myapp/"  # the README's example of the user's own code
+USER_EXAMPLE_PREFIX = "myapp/"  # the docs' example of the user's own code
 POSTGRESQL_SETTINGS = frozenset({"synchronous_commit"})  # named in prose, not GoQueue's
 
 
@@ -70,7 +77,7 @@ POSTGRESQL_SETTINGS = frozenset({"synchronous_commit"})  # named in prose, not G
 
 
 def all_commands() -> list[Command]:
-    """Every command in the shell blocks of README.md and deploy/README.md."""
+    """Every command in the shell blocks of the docs."""
     return [cmd for doc in DOCS for block in blocks(doc, "sh") for cmd in commands(block)]
 
 
@@ -165,11 +172,14 @@ def seconds(text: str | int) -> float:
 # -- options: one source, generated docs --------------------------------------------------
 
 
-def test_readme_options_table_is_the_generated_one() -> None:
-    text = README.read_text(encoding="utf-8")
-    assert config_docs.MARKDOWN_BEGIN in text, "README.md lost its options table markers"
+def test_options_table_is_the_generated_one() -> None:
+    text = OPTIONS_PAGE.read_text(encoding="utf-8")
+    page = OPTIONS_PAGE.relative_to(ROOT)
+    assert config_docs.MARKDOWN_BEGIN in text, f"{page} lost its options table markers"
     committed = config_docs.replace_table(text, config_docs.options_markdown())
-    assert committed == text, f"README.md's options table is out of date: run `{REGENERATE}`"
+    assert committed == text, f"{page}'s options table is out of date: run `{REGENERATE}`"
+    (holder, _) = the_table("flag")  # and it is the only options table users read
+    assert holder == OPTIONS_PAGE, holder
 
 
 def test_example_config_is_the_generated_one() -> None:
@@ -237,21 +247,22 @@ def test_every_command_is_documented() -> None:
     documented |= {" ".join(cmd.argv[:2]) for cmd in goqueue_commands()}
     for path, parser in walk(cli.build_parser()):
         if path != "goqueue" and not subparsers(parser):
-            assert path in documented, f"README.md never shows `{path}`"
+            assert path in documented, f"the docs never show `{path}`"
 
 
 def test_flags_the_docs_name_exist() -> None:
     flags = all_flags()
-    named = {
-        word.split("=")[0]
-        for span in spans(README)
-        if span.startswith("--")
-        for word in span.split()
-        if re.fullmatch(r"--[a-z][a-z0-9-]*(=\S*)?", word)
-    }
-    assert named, "README names no flag?"
-    missing = sorted(named - flags)
-    assert not missing, f"README.md names flags no goqueue command has: {missing}"
+    for doc in USER_DOCS:
+        named = {
+            word.split("=")[0]
+            for span in spans(doc)
+            if span.startswith("--")
+            for word in span.split()
+            if re.fullmatch(r"--[a-z][a-z0-9-]*(=\S*)?", word)
+        }
+        missing = sorted(named - flags)
+        assert not missing, f"{doc.relative_to(ROOT)} names flags no goqueue command has: {missing}"
+    assert any(s.startswith("--") for doc in USER_DOCS for s in spans(doc)), "no flag named?"
 
 
 def test_serve_help_lists_every_flag_of_the_options_table() -> None:
@@ -262,7 +273,7 @@ def test_serve_help_lists_every_flag_of_the_options_table() -> None:
         check=True,
         timeout=30,
     ).stdout
-    rows = table(README, "flag")
+    rows = table(OPTIONS_PAGE, "flag")
     flags = {word for row in rows for code in code_in(row[0]) for word in code.split()[:1]}
     assert "--node-id" in flags and "--public-reads" in flags
     for flag in flags:
@@ -297,19 +308,37 @@ def test_pip_only_ever_installs_into_a_virtualenv() -> None:
         )
 
 
-# -- the README's actor example, run as written -------------------------------------------
+# -- the actor example, run as written ------------------------------------------------------
+
+
+def actor_examples() -> list[Block]:
+    """The docs' actor module (`# myapp/tasks.py`), wherever they show it."""
+    return [
+        block
+        for doc in USER_DOCS
+        for block in blocks(doc, "python")
+        if block.text.startswith("# " + USER_EXAMPLE_PREFIX)
+    ]
+
+
+def test_the_docs_show_one_actor_module() -> None:
+    """README's tour and the guide show the same module the other examples run against."""
+    examples = actor_examples()
+    assert {b.path for b in examples} >= {README, SITE / "guide" / "actors.md"}, examples
+    assert len({b.text for b in examples}) == 1, [b.where for b in examples]
 
 
 @pytest.mark.timeout(60)
-def test_readme_actor_example_runs_as_documented(tmp_path: Path) -> None:
-    (example,) = [b for b in blocks(README, "python") if b.text.startswith("# myapp/")]
+def test_actor_example_runs_as_documented(tmp_path: Path) -> None:
+    example = actor_examples()[0]
     first = example.text.splitlines()[0]
     assert first.startswith("# ") and first.endswith(".py")
     module_path = tmp_path / first[2:]
     module_path.parent.mkdir(parents=True)
     module_path.write_text(example.text)
     # run from the project's folder with nothing else on the import path, as users do
-    (run,) = [c for c in goqueue_commands() if "myapp.tasks" in c.argv]
+    runs = {tuple(c.argv): c for c in goqueue_commands() if "myapp.tasks" in c.argv}
+    (run,) = runs.values()  # every page starts it the same way
     goqueue = Path(sys.executable).parent / "goqueue"  # the console script, as users run it
     port = free_port()
     argv = [str(goqueue), *run.argv[1:], "--host", "127.0.0.1", "--port", str(port)]
@@ -350,10 +379,10 @@ def test_readme_actor_example_runs_as_documented(tmp_path: Path) -> None:
 
 
 def test_paths_the_docs_name_exist() -> None:
-    """Repository paths in code spans and diagrams; names inside the "where things live"
-    table are relative to their row."""
+    """Repository paths in code spans and diagrams; names inside the layout table are
+    relative to their row."""
     path_like = re.compile(r"[\w-]+(/[\w.*-]+)*/?")
-    in_map = {name for row in table(README, "folder") for name in code_in(row[1])}
+    in_map = {name for row in the_table("folder")[1] for name in code_in(row[1])}
     for doc in DOCS:
         candidates = [s for s in spans(doc) if "/" in s and s not in in_map]
         for block in blocks(doc, "mermaid"):
@@ -366,10 +395,57 @@ def test_paths_the_docs_name_exist() -> None:
             )
 
 
+def test_readme_links_lead_somewhere() -> None:
+    """README's links into the repository (the docs pages, the screenshot); the site's own
+    links are checked by `mkdocs build --strict`."""
+    targets = re.findall(r"\]\(([^)#\s]+)(?:#[^)]*)?\)", prose(README))
+    local = [t for t in targets if "://" not in t]
+    assert len(local) > 10, local
+    missing = [t for t in local if not (ROOT / t).exists()]
+    assert not missing, f"README.md links to {missing}, which do not exist"
+
+
+def test_readme_stays_short() -> None:
+    """The README is the front page; the guide, the operations and the internals are in
+    docs/."""
+    lines = README.read_text(encoding="utf-8").count("\n")
+    assert lines <= 300, f"README.md has {lines} lines: move what is not the quick start to docs/"
+
+
 def test_docs_speak_to_users_not_about_how_the_project_was_built() -> None:
-    for path in (*DOCS, *DEPLOY_FILES, DEPLOY / "prometheus.yml"):
+    for path in (*DOCS, *DEPLOY_FILES, DEPLOY / "prometheus.yml", ROOT / "mkdocs.yml"):
         for word in re.findall(r"\b(issues?|seeds?|sessions?)\b", path.read_text(), re.I):
             raise AssertionError(f"{path.relative_to(ROOT)} speaks of {word!r}")
+    for doc in DOCS:  # a year of the prose is the project's history (examples use 2030)
+        for year in re.findall(r"\b20[12]\d\b", prose(doc)):
+            raise AssertionError(f"{doc.relative_to(ROOT)} dates something: {year}")
+
+
+# -- the HTTP reference the site generates -----------------------------------------------
+
+
+def test_http_reference_covers_every_operation_and_schema() -> None:
+    """The hook behind `reference/http.md` renders every route and schema of the node's
+    OpenAPI document, with working links between them."""
+    path = SITE / "hooks" / "openapi_reference.py"
+    spec = importlib.util.spec_from_file_location("openapi_reference", path)
+    assert spec is not None and spec.loader is not None
+    hook = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hook)
+    page = (SITE / hook.PAGE).read_text(encoding="utf-8")
+    assert hook.MARKER in page, f"{hook.PAGE} lost the marker the reference replaces"
+    doc = hook.document()
+    text = hook.reference(doc)
+    for route, item in doc["paths"].items():
+        for method, op in item.items():
+            assert f"### `{method.upper()} {route}` {{#{op['operationId']}}}" in text, route
+            for param in op.get("parameters", []):
+                assert f"| `{param['name']}`" in text, (route, param["name"])
+    schemas = set(doc["components"]["schemas"])
+    anchors = set(re.findall(r"\{#schema-([\w-]+)\}", text))
+    assert anchors == {name.lower() for name in schemas}
+    linked = set(re.findall(r"\]\(#schema-([\w-]+)\)", text))
+    assert linked and linked <= anchors, sorted(linked - anchors)
 
 
 # -- what the HTTP API section says about jobs --------------------------------------------
@@ -378,8 +454,9 @@ def test_docs_speak_to_users_not_about_how_the_project_was_built() -> None:
 def test_job_fields_table_matches_the_job_schema() -> None:
     (_, schemas) = msgspec.json.schema_components([JobSpec])
     properties = schemas["JobSpec"]["properties"]
-    rows = {code_in(row[0])[0]: row for row in table(README, "field")}
-    assert set(rows) == set(properties), "README's job fields differ from what POST /jobs takes"
+    (page, fields) = the_table("field")
+    rows = {code_in(row[0])[0]: row for row in fields}
+    assert set(rows) == set(properties), f"{page.name}: job fields differ from POST /jobs's"
     # Left out, queue and priority are the actor's, else the server's default.
     assert rows["queue"][1] == f"the actor's, else `{DEFAULT_QUEUE}`"
     assert rows["priority"][1] == f"the actor's, else `{DEFAULT_PRIORITY}`"
@@ -389,11 +466,11 @@ def test_job_fields_table_matches_the_job_schema() -> None:
     )
     retries = properties["max_retries"]["anyOf"][0]
     assert f"{retries['minimum']} to {retries['maximum']}" in rows["max_retries"][2]
-    text = prose(README)
+    text = "".join(prose(doc) for doc in USER_DOCS)
     assert "existing_id" in text and '{"error": ' in text
 
 
-def test_readme_metrics_table_lists_every_series_with_its_labels() -> None:
+def test_metrics_table_lists_every_series_with_its_labels() -> None:
     from goqueue.supervisor.observe.metrics import Metrics, Tally, TallyHistogram
     from prometheus_client.metrics import MetricWrapperBase
 
@@ -408,8 +485,9 @@ def test_readme_metrics_table_lists_every_series_with_its_labels() -> None:
             # label names privately; describing them publicly needs a sample of each
             name = metric._name + ("_total" if metric._type == "counter" else "")
             exported[name] = set(metric._labelnames)
-    rows = {code_in(row[0])[0]: set(code_in(row[1])) for row in table(README, "series")}
-    assert rows == exported, "README's metrics table differs from the series /metrics shows"
+    (page, series) = the_table("series")
+    rows = {code_in(row[0])[0]: set(code_in(row[1])) for row in series}
+    assert rows == exported, f"{page.name}'s metrics table differs from the series /metrics shows"
 
 
 def event_names() -> set[str]:
@@ -417,15 +495,20 @@ def event_names() -> set[str]:
     return {kind.value for kind in EventKind}
 
 
-def test_readme_lists_every_audit_event() -> None:
+def test_docs_list_every_audit_event() -> None:
     emitted = event_names()
     assert len(emitted) >= 5, (
         f"found only {sorted(emitted)} as event names: if events became an enum, read it here"
     )
-    (paragraph,) = [p for p in prose(README).split("\n\n") if p.startswith("A job's audit trail")]
+    (paragraph,) = [
+        p
+        for doc in USER_DOCS
+        for p in prose(doc).split("\n\n")
+        if p.startswith("A job's audit trail")
+    ]
     listed = {name for name in re.findall(r"`([a-z_]+)`", paragraph)}
     assert listed == emitted, (
-        f"README's audit trail lacks {sorted(emitted - listed)}, "
+        f"the docs' audit trail lacks {sorted(emitted - listed)}, "
         f"or names what is never written: {sorted(listed - emitted)}"
     )
 

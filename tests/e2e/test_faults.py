@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
 
-from tests.conftest import Node, postgres_dsn
+from tests.conftest import Node, postgres_dsn, stays_true
 from tests.e2e.conftest import NodeSet
 from tests.e2e.support import (
     Fault,
@@ -154,20 +154,31 @@ def test_sigstop_past_the_lease_hands_out_no_expired_lease(
     resumed = time.monotonic()
     timeline.add(FaultKind.STOP_SUPERVISOR, a.proc.pid, stopped, resumed)
     wait_until(lambda: counts(b).get("done", 0) == len(ids), 40, "all 300 jobs done")
-    time.sleep(0.5)  # any run A still starts after the resume would have ended by now
-    runs = read_runs(tmp_path)
-    stale = [
-        job_runs
-        for job_runs in runs.values()
-        for late in job_runs
-        # a run A starts over 1 s into the pause can only start after the resume
-        if late.pgid == a.proc.pid and late.start > stopped + 1.0
-        if any(r.pgid == b.proc.pid and r.start < late.start for r in job_runs)
-    ]
-    assert not stale, (
-        f"after the resume A started {len(stale)} jobs that B had taken over: "
-        + " | ".join(describe_runs(r, stopped) for r in stale)
+
+    def stale(runs: dict[str, list[Run]]) -> list[list[Run]]:
+        return [
+            job_runs
+            for job_runs in runs.values()
+            for late in job_runs
+            # a run A starts over 1 s into the pause can only start after the resume
+            if late.pgid == a.proc.pid and late.start > stopped + 1.0
+            if any(r.pgid == b.proc.pid and r.start < late.start for r in job_runs)
+        ]
+
+    def took_over(found: list[list[Run]]) -> str:
+        return f"after the resume A started {len(found)} jobs that B had taken over: " + " | ".join(
+            describe_runs(r, stopped) for r in found
+        )
+
+    # any run A still starts after the resume would have ended by the end of this window
+    stays_true(
+        lambda: not stale(read_runs(tmp_path)),
+        for_seconds=0.5,
+        what=lambda: took_over(stale(read_runs(tmp_path))),
     )
+    runs = read_runs(tmp_path)
+    found = stale(runs)
+    assert not found, took_over(found)
     twice = avoidable_double_completions(runs, timeline.faults)
     assert not twice, f"{len(twice)} jobs ran to completion twice:\n" + "\n".join(
         describe_runs(r, stopped) for r in twice.values()

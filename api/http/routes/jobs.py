@@ -38,9 +38,11 @@ from goqueue.api.http.replies import (
 )
 from goqueue.api.http.state import BUDGET, EGRESS, ENGINE, SETTINGS
 from goqueue.api.http.strict import request_digest
+from goqueue.api.wire import TimeoutOut
+from goqueue.supervisor.dispatch.catalog import Catalog
 from goqueue.supervisor.enums import Status
 from goqueue.supervisor.errors import GoQueueError
-from goqueue.supervisor.jobs import Enqueued, JobFilter, JobSpec
+from goqueue.supervisor.jobs import Enqueued, Job, JobFilter, JobSpec
 
 log = logging.getLogger("goqueue.api")
 
@@ -184,7 +186,24 @@ async def get_job(request: web.Request) -> web.Response:
         job = await within(engine.get(job_id))
     if job is None:
         raise ApiError(404, f"job {job_id} not found")
-    return reply(job_out(job, engine.progress(job.id) if job.status == Status.RUNNING else None))
+    out = job_out(job, engine.progress(job.id) if job.status == Status.RUNNING else None)
+    timeout = effective_timeout(job, engine.catalog, request.app[SETTINGS].default_timeout)
+    if timeout is not None:
+        out.timeout = timeout
+    return reply(out)
+
+
+def effective_timeout(job: Job, catalog: Catalog, default: float) -> TimeoutOut | None:
+    """The deadline an attempt of `job` gets here and its source, as the dispatcher picks
+    it; None when the job names none and this node does not know its actor."""
+    if job.timeout_seconds:
+        return TimeoutOut(job.timeout_seconds, "job")
+    info = catalog.actors.get(job.type)
+    if info is None:
+        return None
+    if info.timeout:
+        return TimeoutOut(info.timeout, "actor")
+    return TimeoutOut(default, "node")
 
 
 @routes.get("/jobs/{id}/events")

@@ -30,6 +30,7 @@ from goqueue.api.http.params import (
 )
 from goqueue.api.http.replies import reply
 from goqueue.api.http.state import ENGINE
+from goqueue.supervisor.enums import Status
 from goqueue.supervisor.errors import StoreUnavailable
 from goqueue.supervisor.jobs import JobFilter
 from goqueue.supervisor.observe.history import BUCKET_SECONDS, Window, WorkerExit
@@ -42,6 +43,7 @@ from goqueue.supervisor.observe.summaries import (
     LiveStats,
     NodeSummary,
     QueueSummary,
+    TypeStats,
     WorkerSummary,
 )
 from msgspec import UNSET, UnsetType
@@ -82,6 +84,7 @@ PREVIEW = IntParam(
     "characters kept of each payload, result and error (the rest is cut)",
 )
 JOB_ID = UuidParam("job_id", "only the dead letter of this job")
+PARENT_ID = UuidParam("parent_id", "only jobs this job enqueued (its chain, ctx.enqueue)")
 
 
 class HistoryOut(msgspec.Struct):
@@ -127,6 +130,13 @@ class JobBriefList(msgspec.Struct):
     total: int
     limit: int
     offset: int
+
+
+class TypeStatsList(msgspec.Struct):
+    """Every job type among the jobs kept, by name: counts by status, the p50 and p95 run
+    time of finished jobs' last attempts (seconds), and failed / (done + failed)."""
+
+    types: list[TypeStats]
 
 
 class DeadBriefList(msgspec.Struct):
@@ -189,17 +199,32 @@ async def workers(request: web.Request) -> web.Response:
 @operation(
     responses={200: JobBriefList},
     errors=(503,),
-    query_params=(TYPE, STATUS, QUEUE, LIMIT, OFFSET, PREVIEW),
+    query_params=(TYPE, STATUS, QUEUE, PARENT_ID, LIMIT, OFFSET, PREVIEW),
 )
 async def job_briefs(request: web.Request) -> web.Response:
     """List jobs newest first, as rows with payload, result and error cut to a preview."""
     query = request.query
     filters = JobFilter(
-        type=TYPE.parse(query), status=STATUS.parse(query), queue=QUEUE.parse(query)
+        type=TYPE.parse(query),
+        status=STATUS.parse(query),
+        queue=QUEUE.parse(query),
+        parent_id=PARENT_ID.parse(query),
     )
     limit, offset, cut = LIMIT.parse(query), OFFSET.parse(query), PREVIEW.parse(query)
-    page = await within(request.app[ENGINE].job_briefs(filters, limit, offset, cut))
-    return reply(JobBriefList(page.items, page.total, limit, offset))
+    engine = request.app[ENGINE]
+    page = await within(engine.job_briefs(filters, limit, offset, cut))
+    briefs: list[JobBrief] = page.items
+    for brief in briefs:
+        if brief.status == Status.RUNNING:
+            brief.progress = engine.progress(brief.id)
+    return reply(JobBriefList(briefs, page.total, limit, offset))
+
+
+@routes.get("/summary/types")
+@operation(responses={200: TypeStatsList}, errors=(503,))
+async def type_stats(request: web.Request) -> web.Response:
+    """Per job type: counts by status, p50/p95 run time and failure rate."""
+    return reply(TypeStatsList(await within(request.app[ENGINE].type_stats())))
 
 
 @routes.get("/summary/dlq")

@@ -1,7 +1,9 @@
 """The memory store's pending jobs in claim order: one ready heap per (queue, type), best
 first (priority, then run_at, then enqueue order), and one heap of delayed jobs by due
 time. A job that stops being pending (cancelled, claimed) leaves its entry behind; the
-entry is skipped when it reaches the top."""
+entry is skipped when it reaches the top. So is the entry of a job pending again at
+another time (a late outcome's retry replacing its reaping's): an entry is live only
+while its job is pending at the entry's own time."""
 
 from __future__ import annotations
 
@@ -41,10 +43,9 @@ class PendingHeaps:
         """Move delayed jobs that are due at `now_ts` into their ready heaps."""
         delayed = self.delayed
         while delayed and delayed[0][0] <= now_ts:
-            _, _, job_id = heapq.heappop(delayed)
-            job = self.jobs.get(job_id)
-            if job is not None and job.status == Status.PENDING:
-                self._push_ready(job)
+            run_ts, _, job_id = heapq.heappop(delayed)
+            if self._is_pending(job_id, run_ts):
+                self._push_ready(self.jobs[job_id])
 
     def best(
         self, queues: frozenset[str] | None, free: Mapping[str, int], paused: Container[str]
@@ -58,7 +59,7 @@ class PendingHeaps:
                 continue
             if queues is not None and queue not in queues:
                 continue
-            while heap and not self._is_pending(heap[0][3]):
+            while heap and not self._is_pending(heap[0][3], heap[0][1]):
                 heapq.heappop(heap)  # cancelled while waiting
                 self.stale[key] -= 1
             if heap and (best is None or heap[0] < best[0]):
@@ -95,14 +96,14 @@ class PendingHeaps:
         if not heap:
             return None
         first = min(heap, key=_RUN_AT)
-        if self._is_pending(first[3]):
+        if self._is_pending(first[3], first[1]):
             return first[1]
-        live = [entry[1] for entry in heap if self._is_pending(entry[3])]
+        live = [entry[1] for entry in heap if self._is_pending(entry[3], entry[1])]
         return min(live) if live else None
 
     def next_due(self) -> datetime | None:
         """When the earliest delayed job becomes due."""
-        while self.delayed and not self._is_pending(self.delayed[0][2]):
+        while self.delayed and not self._is_pending(self.delayed[0][2], self.delayed[0][0]):
             heapq.heappop(self.delayed)
         if not self.delayed:
             return None
@@ -112,9 +113,10 @@ class PendingHeaps:
         entry = (-job.priority, job.run_at.timestamp(), job.seq, job.id)
         heapq.heappush(self.ready.setdefault((job.queue, job.type), []), entry)
 
-    def _is_pending(self, job_id: str) -> bool:
+    def _is_pending(self, job_id: str, run_ts: float) -> bool:
+        """True while the job of an entry due at `run_ts` is pending at that time."""
         job = self.jobs.get(job_id)
-        return job is not None and job.status == Status.PENDING
+        return job is not None and job.status == Status.PENDING and job.run_at.timestamp() == run_ts
 
 
 AgeEntry = tuple[float, int, str]  # (run_at, seq, job id)

@@ -8,6 +8,7 @@ import itertools
 from collections import Counter
 from datetime import UTC, datetime
 
+from goqueue.supervisor.enums import Status
 from goqueue.supervisor.jobs import (
     OTHER_QUEUES,
     STATUSES,
@@ -26,8 +27,11 @@ from goqueue.supervisor.observe.summaries import (
     JobBrief,
     NodeSummary,
     QueueSummary,
+    TypeStats,
+    percentile,
     preview,
     text_preview,
+    type_stats,
 )
 from goqueue.supervisor.store.memory.state import MemoryState
 
@@ -49,6 +53,7 @@ class MemoryReads(MemoryState):
             if (filters.type is None or job.type == filters.type)
             and (filters.status is None or job.status == filters.status)
             and (filters.queue is None or job.queue == filters.queue)
+            and (filters.parent_id is None or job.parent_id == filters.parent_id)
         ]
         return Page(matches[offset : offset + limit], len(matches))
 
@@ -142,7 +147,22 @@ class MemoryReads(MemoryState):
     async def nodes(self) -> list[NodeSummary]:
         """This node alone: it is alive for as long as it answers."""
         types = sorted(self._limits)
-        return [NodeSummary(self.node_id, self._opened_at, self.clock(), True, types)]
+        report = self._report() if self._report is not None else None
+        return [NodeSummary(self.node_id, self._opened_at, self.clock(), True, types, report)]
+
+    async def type_stats(self) -> list[TypeStats]:
+        """Counts by status, run-time percentiles and failure rate of every job type."""
+        counts: dict[str, dict[str, int]] = {}
+        runs: dict[str, list[float]] = {}
+        for job in self._jobs.values():
+            by_status = counts.setdefault(job.type, {})
+            by_status[job.status] = by_status.get(job.status, 0) + 1
+            if job.status in (Status.DONE, Status.FAILED) and job.started_at and job.finished_at:
+                seconds = (job.finished_at - job.started_at).total_seconds()
+                runs.setdefault(job.type, []).append(seconds)
+        times = {name: sorted(values) for name, values in runs.items()}
+        quantiles = {n: (percentile(v, 0.5), percentile(v, 0.95)) for n, v in times.items()}
+        return type_stats(counts, quantiles)
 
     async def job_briefs(self, filters: JobFilter, limit: int, offset: int, preview: int) -> Page:
         """A page of `list_jobs` as brief rows."""

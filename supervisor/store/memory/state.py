@@ -12,9 +12,10 @@ from collections import deque
 from collections.abc import Callable
 from datetime import datetime
 
-from goqueue.supervisor.dispatch.rates import StartWindows
+from goqueue.supervisor.dispatch.rates import StartTimes
 from goqueue.supervisor.enums import TERMINAL, EventKind, Status
 from goqueue.supervisor.jobs import STATUSES, Event, Job, Lease, utcnow
+from goqueue.supervisor.observe.summaries import NodeReport
 from goqueue.supervisor.settings.config import DEFAULTS
 from goqueue.supervisor.store.memory.dead import DeadLetters
 from goqueue.supervisor.store.memory.heaps import OldestByQueue, PendingHeaps
@@ -49,6 +50,7 @@ class MemoryState:
         self._ages = OldestByQueue(self._jobs)  # for the metrics' longest wait by queue
         self._tokens: dict[str, str] = {}  # job id -> lease token
         self._leases: dict[str, Lease] = {}  # token -> lease
+        self._reaped: dict[str, str] = {}  # job id -> token of its attempt last reaped
         self._dedupe: dict[str, tuple[str, float]] = {}
         self._idempotency: dict[str, tuple[str, str, float]] = {}
         self._dead = DeadLetters()
@@ -63,9 +65,10 @@ class MemoryState:
         self._limits: dict[str, int | None] = {}
         self._seq = itertools.count(1)
         self._wake = wake  # the dispatcher's: work may be claimable
+        self._report: Callable[[], NodeReport] | None = None  # see set_reporter
         self._opened_at = self.clock()
         self._schedules = ScheduleBook()
-        self._starts = StartWindows()
+        self._starts = StartTimes()
 
     # -- bookkeeping -----------------------------------------------------------------
 
@@ -144,6 +147,7 @@ class MemoryState:
 
     def _forget(self, job_id: str) -> None:
         old = self._jobs.pop(job_id, None)
+        self._reaped.pop(job_id, None)
         if old is not None:
             self._counts[old.status] -= 1
             self._events.pop(old.id, None)

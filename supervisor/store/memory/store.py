@@ -34,9 +34,9 @@ from goqueue.supervisor.jobs import (
     Replayed,
     new_id,
 )
-from goqueue.supervisor.observe.summaries import DeadFilter
+from goqueue.supervisor.observe.summaries import DeadFilter, NodeReport
 from goqueue.supervisor.schedules.schedule import Fired, ScheduleState, fire_detail
-from goqueue.supervisor.store.base import IN_PROCESS, NewJob
+from goqueue.supervisor.store.base import IN_PROCESS, LATE_OUTCOME, NewJob
 from goqueue.supervisor.store.memory.reads import MemoryReads
 
 
@@ -57,6 +57,16 @@ class MemoryStore(MemoryReads):
     async def ping(self) -> bool:
         """Always reachable."""
         return True
+
+    def set_reporter(self, report: Callable[[], NodeReport]) -> None:
+        """Remember this node's report, which `nodes` answers as it is now."""
+        self._report = report
+
+    def set_canceller(self, stop: Callable[[str], bool]) -> None:
+        """Nothing to remember: no other node shares this store, so none cancels here."""
+
+    async def cancel_elsewhere(self, job_id: str, token: str) -> None:
+        """Nothing to tell: every lease of this store is held on this node."""
 
     async def register_node(self, limits: Mapping[str, int | None]) -> None:
         """Remember this node's job types and limits."""
@@ -152,12 +162,12 @@ class MemoryStore(MemoryReads):
     # -- rate limits (this node's own) -----------------------------------------------
 
     async def take_starts(self, job_type: str, rate: Rate, want: int) -> Taken:
-        """Take starts from the type's current window, on this node."""
+        """Take the starts due now, on this node."""
         return self._starts.take(job_type, rate, want, self.clock().timestamp())
 
-    async def return_starts(self, job_type: str, window: float, count: int) -> None:
+    async def return_starts(self, job_type: str, tat: float, count: int) -> None:
         """Give back unused starts."""
-        self._starts.give_back(job_type, window, count)
+        self._starts.give_back(job_type, tat, count)
 
     # -- periodic jobs (this node's own) ---------------------------------------------
 
@@ -275,6 +285,7 @@ class MemoryStore(MemoryReads):
                 touched.append(job)
                 continue
             self._event(job, EventKind.LEASE_EXPIRED, now)
+            self._reaped[job.id] = token
             if job.attempts > job.max_retries:
                 self._dead_letter(job, error, now)
             else:
@@ -286,9 +297,49 @@ class MemoryStore(MemoryReads):
             touched.append(job)
         return touched
 
+    def _salvage(self, lease: Lease) -> Job | None:
+        """The job of a fenced outcome that arrived late, reopened under its lease, if
+        that attempt is the job's last one started and its lease was reaped: the
+        reaping's retry (pending, or claimed) or its dead letter gives way and its error
+        is dropped. None when refused: a later attempt started, or the reaping
+        dead-lettered a job with an `on_failure` (already enqueued), or its letter is gone
+        (replayed, purged), or its unique key is taken again (the PostgreSQL store's
+        rules, in `Outcomes.salvage`)."""
+        job = self._jobs.get(lease.job.id)
+        if job is None or self._reaped.get(job.id) != lease.token:
+            return None
+        if job.attempts != lease.job.attempts:
+            return None
+        now = self.clock()
+        if job.status == Status.FAILED:
+            dead = self._dead.find(job.id)
+            key = job.unique_key
+            if job.on_failure is not None or dead is None or dead.job_id != job.id:
+                return None
+            if key is not None and self._unique.setdefault(key, job.id) != job.id:
+                return None
+            self._dead.pop(dead.id)
+            self._finished.remove(job.id)
+        elif job.status == Status.PENDING:
+            self._pending.discard(job, now.timestamp())
+        elif job.status == Status.CLAIMED:
+            self._drop_lease(self._tokens[job.id])
+        else:
+            return None
+        del self._reaped[job.id]
+        if job.errors and job.errors[-1].attempt == job.attempts:
+            job.errors = job.errors[:-1]
+            job.last_error = job.errors[-1].error if job.errors else None
+        job.finished_at = None
+        self._set_status(job, Status.RUNNING, now)
+        reopened = msgspec.structs.replace(lease, expires_at=now)
+        self._tokens[job.id], self._leases[lease.token] = lease.token, reopened
+        self._event(job, EventKind.LATE_OUTCOME, now, LATE_OUTCOME)
+        return job
+
     async def complete(self, lease: Lease, result: msgspec.Raw | None) -> Outcome | None:
         """Record success, then chain `on_success`."""
-        job = self._held(lease)
+        job = self._held(lease) or self._salvage(lease)
         if job is None:
             return None
         now = self.clock()
@@ -302,7 +353,7 @@ class MemoryStore(MemoryReads):
 
     async def fail(self, lease: Lease, error: str, retry_at: datetime | None) -> Outcome | None:
         """Record a failed attempt: retry at `retry_at`, or dead-letter and chain."""
-        job = self._held(lease)
+        job = self._held(lease) or self._salvage(lease)
         if job is None:
             return None
         now = self.clock()

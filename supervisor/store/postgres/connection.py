@@ -2,7 +2,10 @@
 settings, and the fault policy.
 
 Every database fault (a lost or refused connection, a timeout, a closed pool) becomes
-`StoreUnavailable`, and no operation waits longer than `command_timeout` (nor over a
+`StoreUnavailable`, except, when the store opens, what only a change of the node's
+settings can cure (`misconfigured`: a database that does not exist, credentials refused,
+no permission on the schema), which becomes `StoreMisconfigured`. No operation waits
+longer than `command_timeout` (nor over a
 second for a connection while the database is known to be down, so callers answer 503
 promptly). After a fault the pool tests its idle connections, so one outage does not
 fail one request per stale connection afterwards. Errors the database answers about a
@@ -17,7 +20,7 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeAlias
 
 import psycopg
-from goqueue.supervisor.errors import StoreUnavailable
+from goqueue.supervisor.errors import StoreMisconfigured, StoreUnavailable
 from goqueue.supervisor.store.postgres import rows as pg_rows
 from goqueue.supervisor.store.postgres.rows import Row
 from goqueue.supervisor.store.postgres.sql import schema as pg_schema
@@ -27,6 +30,36 @@ from psycopg.rows import TupleRow
 from psycopg_pool import AsyncConnectionPool, PoolClosed
 
 Conn: TypeAlias = AsyncConnection[TupleRow]
+
+# What the server answers about the node's own settings: its database (3D000), its role
+# or password (class 28), its rights (42501: connect to the database, create or use the
+# schema). A restart of the database cures none of them.
+MISCONFIGURED_STATES = ("3D000", "28", "42501")
+# A refused connection carries no SQLSTATE (libpq gives only the server's text): those
+# same faults as the server words them. Anything else (refused, starting up, shutting
+# down, too many connections, a timeout) is an outage, and retried.
+MISCONFIGURED_TEXTS = (
+    "does not exist",  # database "x" / role "x"
+    "password authentication failed",
+    "no pg_hba.conf entry",
+    "permission denied",
+)
+
+
+def misconfigured(exc: psycopg.Error) -> str | None:
+    """The server's one line on what is wrong with the node's settings, if `exc` says
+    the settings are wrong; None for an outage (see `MISCONFIGURED_STATES`)."""
+    state = exc.sqlstate
+    text = str(exc)
+    if state is not None:
+        wrong = state.startswith(MISCONFIGURED_STATES)
+    else:
+        text = text.partition("FATAL:")[2] or text
+        wrong = any(marker in text for marker in MISCONFIGURED_TEXTS)
+    if not wrong:
+        return None
+    lines = [line.strip() for line in text.strip().splitlines() if line.strip()]
+    return lines[0] if lines else type(exc).__name__
 
 
 class Connections:
@@ -83,6 +116,10 @@ class Connections:
                 await self.configure(conn)
                 await pg_schema.migrate(conn, schema)
         except psycopg.Error as exc:
+            if (wrong := misconfigured(exc)) is not None:
+                raise StoreMisconfigured(
+                    f"PostgreSQL refused the node's settings: {wrong}"
+                ) from exc
             raise StoreUnavailable(f"PostgreSQL unavailable: {exc}") from exc
         pool: AsyncConnectionPool[Conn] = AsyncConnectionPool(
             self.dsn,

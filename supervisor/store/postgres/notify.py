@@ -5,7 +5,9 @@ stream of commits costs at most one NOTIFY in flight; `Listener` keeps one dedic
 connection LISTENing on the schema's channel, reconnecting forever, and hands every
 notification (the sending node, and when the work is due) on; `Wakeups` decides, after
 each commit or notification, whether to wake this node's dispatcher and the others, and
-remembers when the next scheduled job is due.
+remembers when the next scheduled job is due. The same channel carries a cancel
+("<node> cancel <token> <job id>"): the node holding that lease kills its worker at
+once, rather than at its next lease check.
 """
 
 from __future__ import annotations
@@ -26,6 +28,16 @@ from psycopg import AsyncConnection
 
 # The store's logger: these records keep the name operators already filter on.
 log = logging.getLogger("goqueue.store.postgres")
+
+
+# The word after the node in a cancel's payload. A node older than this one reads it as
+# a new-work hint with no due time: it wakes its dispatcher, harmlessly.
+CANCEL_NOTE = "cancel"
+
+
+def cancel_note(node_id: str, token: str, job_id: str) -> str:
+    """The payload telling every node that `job_id`, leased under `token`, was cancelled."""
+    return f"{node_id} {CANCEL_NOTE} {token} {job_id}"
 
 
 class Notifier:
@@ -79,8 +91,9 @@ class Notifier:
 class Listener:
     """One dedicated connection LISTENing on the schema's channel, reconnecting forever.
 
-    `on_note(node, due)` runs for every notification; `on_connect()` after every
-    (re)subscription, since notifications sent while disconnected are lost.
+    `on_note(node, due)` runs for every new-work hint, `on_cancel(node, token, job_id)`
+    for every cancel; `on_connect()` after every (re)subscription, since notifications
+    sent while disconnected are lost.
     """
 
     def __init__(
@@ -90,6 +103,7 @@ class Listener:
         connect_kwargs: dict[str, Any],
         on_note: Callable[[str, datetime | None], None],
         on_connect: Callable[[], None],
+        on_cancel: Callable[[str, str, str], None],
         *,
         keepalive: float = 10.0,
     ) -> None:
@@ -97,6 +111,7 @@ class Listener:
         self._sql = sql
         self.connect_kwargs = connect_kwargs
         self.on_note = on_note
+        self.on_cancel = on_cancel
         self.on_connect = on_connect
         self.keepalive = keepalive
         self.listening = asyncio.Event()
@@ -131,6 +146,11 @@ class Listener:
 
     def _dispatch(self, payload: str) -> None:
         node, _, epoch = payload.partition(" ")
+        kind, _, rest = epoch.partition(" ")
+        if kind == CANCEL_NOTE:
+            token, _, job_id = rest.partition(" ")
+            self.on_cancel(node, token, job_id)
+            return
         due = None
         with suppress(ValueError, OverflowError):
             due = datetime.fromtimestamp(float(epoch), UTC)

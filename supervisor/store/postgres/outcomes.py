@@ -5,18 +5,25 @@ expired leases; cancelling.
 A claim is one statement (the schema's claim function) and writes a `started` event per
 lease. Completes are group-committed like enqueues. Every state change writes its audit
 events in the statement that makes it (see `pg_sql`).
+
+A fenced outcome is not always stale: a supervisor frozen past the lease may hold a
+finished attempt's outcome while another node reaps the lease. If no later attempt has
+started, that outcome is the truth, and `salvage` writes it (see there).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
+from functools import partial
 from typing import Any
 
 import msgspec
+import psycopg
 from goqueue.supervisor.enums import TERMINAL, EventKind, Status
 from goqueue.supervisor.errors import InvalidState, NotFound
 from goqueue.supervisor.jobs import DeadLetter, Job, Lease, Outcome, new_id
+from goqueue.supervisor.store.base import LATE_OUTCOME
 from goqueue.supervisor.store.postgres import rows as pg_rows
 from goqueue.supervisor.store.postgres.connection import Conn, Connections
 from goqueue.supervisor.store.postgres.enqueue import Enqueuer
@@ -42,6 +49,8 @@ class Begin(msgspec.Struct, frozen=True):
 Write = Done | Begin  # what the group commit of attempts writes
 Answer = Outcome | Lease | None
 Trail = Sequence[tuple[EventKind, str]]  # events (kind, detail) a statement writes
+
+LATE = (EventKind.LATE_OUTCOME, LATE_OUTCOME)
 
 
 def _trail(events: Trail) -> dict[str, list[str]]:
@@ -202,6 +211,11 @@ class Outcomes:
         (group commit), one statement for all of them unless some chain a job."""
         answer = await self._completes.submit((lease, result))
         assert answer is None or isinstance(answer, Outcome)
+        if answer is None:
+            answer = await self.salvage(lease, partial(self._complete_one, lease, result))
+            if answer is not None:
+                self._wakeups.pending(answer.followups)
+                self._wakeups.freed(answer.job)
         return answer
 
     async def _write_completes(self, items: list[Write]) -> list[Answer | Exception]:
@@ -261,6 +275,12 @@ class Outcomes:
             started[begin.lease.token] = msgspec.structs.replace(begin.lease, job=job)
         return started
 
+    async def _complete_one(
+        self, lease: Lease, result: msgspec.Raw | None, conn: Conn
+    ) -> Outcome | None:
+        (outcome,) = await self._complete_in(conn, [(lease, result)])
+        return outcome
+
     async def _complete_in(self, conn: Conn, items: list[Done]) -> list[Outcome | None]:
         """Mark the group's jobs done (one statement), then chain their `on_success`."""
         if len(items) == 1:
@@ -303,14 +323,55 @@ class Outcomes:
             params |= _trail([failed, scheduled])
             async with self._db.connection() as conn:
                 outcome = await self._requeue(conn, params)
+            if outcome is None:
+                outcome = await self.salvage(lease, lambda conn: self._requeue(conn, params))
             if outcome is not None:
                 self._wakeups.pending([outcome.job])
             return outcome
         async with self._db.connection() as conn, conn.pipeline(), conn.transaction():
             outcome = await self._bury(conn, params)
+        if outcome is None:
+            outcome = await self.salvage(lease, lambda conn: self._bury(conn, params))
         if outcome is not None:
             self._wakeups.pending(outcome.followups)
             self._wakeups.freed(outcome.job)
+        return outcome
+
+    async def salvage(
+        self, lease: Lease, write: Callable[[Conn], Awaitable[Outcome | None]]
+    ) -> Outcome | None:
+        """Write a fenced outcome that arrived late, in one transaction, if the lease's
+        attempt is the job's last one started and that attempt's lease was reaped: the
+        reaping's retry (pending, or claimed by a node that has not started it) or its
+        dead letter gives way, the reaping's error is dropped, a `late_outcome` event is
+        written, then `write` records the outcome as if it had come in time. Refused
+        (None) otherwise, and when the reaping dead-lettered a job with an `on_failure`
+        (that follow-up is already enqueued), its letter is gone (replayed, purged) or
+        its unique key is held again (see `store/base.py`)."""
+        try:
+            return await self._salvage(lease, write)
+        except psycopg.errors.UniqueViolation:  # its unique key was taken meanwhile
+            return None
+
+    async def _salvage(
+        self, lease: Lease, write: Callable[[Conn], Awaitable[Outcome | None]]
+    ) -> Outcome | None:
+        key = {"id": lease.job.id}
+        async with self._db.connection() as conn, conn.transaction():
+            params = {**key, "attempt": lease.job.attempts}
+            found = await self._db.fetchone(conn, self._sql[Sql.SALVAGE_LOCK], params)
+            if found is None:
+                return None
+            status, no_follow_up = found
+            if status == Status.FAILED:
+                if not no_follow_up:
+                    return None
+                if await self._db.fetchone(conn, self._sql[Sql.SALVAGE_DEAD], key) is None:
+                    return None
+            reopen = {**key, "token": lease.token, "node": self.node_id, **_trail([LATE])}
+            await conn.execute(self._sql[Sql.REOPEN], reopen)
+            outcome = await write(conn)
+        assert outcome is not None  # reopened under the lease's token, and locked
         return outcome
 
     async def _requeue(self, conn: Conn, params: Mapping[str, Any]) -> Outcome | None:

@@ -179,7 +179,12 @@ def dead(row: Row) -> DeadLetter:
 
 def job_filter(filters: JobFilter) -> dict[str, Any]:
     """The parameters of the statements filtering jobs (`Statements.filtered`)."""
-    return {"type": filters.type, "status": filters.status, "queue": filters.queue}
+    return {
+        "type": filters.type,
+        "status": filters.status,
+        "queue": filters.queue,
+        "parent_id": filters.parent_id,
+    }
 
 
 def dead_filter(filters: DeadFilter) -> dict[str, Any]:

@@ -49,14 +49,20 @@ from goqueue.supervisor.jobs import (
     Replayed,
     Stats,
 )
-from goqueue.supervisor.observe.summaries import DeadFilter, NodeSummary, QueueSummary
+from goqueue.supervisor.observe.summaries import (
+    DeadFilter,
+    NodeReport,
+    NodeSummary,
+    QueueSummary,
+    TypeStats,
+)
 from goqueue.supervisor.schedules.schedule import Fired, ScheduleState
 from goqueue.supervisor.settings.config import DEFAULTS
 from goqueue.supervisor.store.base import SHARED, NewJob
 from goqueue.supervisor.store.postgres import rows as pg_rows
 from goqueue.supervisor.store.postgres.connection import Connections
 from goqueue.supervisor.store.postgres.enqueue import Enqueuer
-from goqueue.supervisor.store.postgres.notify import Listener, Notifier, Wakeups
+from goqueue.supervisor.store.postgres.notify import Listener, Notifier, Wakeups, cancel_note
 from goqueue.supervisor.store.postgres.outbox import OutboxRows
 from goqueue.supervisor.store.postgres.outcomes import Outcomes
 from goqueue.supervisor.store.postgres.reads import Reads
@@ -105,6 +111,8 @@ class PostgresStore:
         )
         self._notifier = Notifier(node_id, self._send_notify)
         self._wakeups = Wakeups(self._notifier, wake)
+        self._stop: Callable[[str], bool] = lambda token: False  # see set_canceller
+        self._report: Callable[[], NodeReport] | None = None  # see set_reporter
         self._enqueuer = Enqueuer(
             self._db,
             self._sql,
@@ -145,6 +153,7 @@ class PostgresStore:
             self._db.connect_kwargs(),
             self._wakeups.on_note,
             self._wakeups.wake,
+            self._on_cancel,
         )
         self._tasks = [
             asyncio.create_task(listener.run(), name="goqueue-pg-listen"),
@@ -211,6 +220,30 @@ class PostgresStore:
         """When the earliest scheduled job becomes due, as of the last claim or note."""
         return self._wakeups.next_due_at()
 
+    def set_reporter(self, report: Callable[[], NodeReport]) -> None:
+        """Publish `report()` in this node's row with every heartbeat."""
+        self._report = report
+
+    def set_canceller(self, stop: Callable[[str], bool]) -> None:
+        """Remember the dispatcher's `cancel_lease`, for cancels made on other nodes."""
+        self._stop = stop
+
+    async def cancel_elsewhere(self, job_id: str, token: str) -> None:
+        """NOTIFY every node of the cancel; the one holding `token` kills its worker. The
+        database unreachable, the holder's next lease check still finds the lease gone."""
+        try:
+            await self._send_notify(cancel_note(self.node_id, token, job_id))
+        except StoreUnavailable as exc:
+            log.warning("cancel NOTIFY failed", extra={"job_id": job_id, "err": str(exc)})
+
+    def _on_cancel(self, node: str, token: str, job_id: str) -> None:
+        if node == self.node_id or not self._stop(token):
+            return  # ours was handled where it was made; another node holds the lease
+        log.info(
+            "job cancelled on another node; killing its worker",
+            extra={"job_id": job_id, "cancelled_on": node},
+        )
+
     async def _send_notify(self, payload: str) -> None:
         params = {"channel": self.channel, "payload": payload}
         await self._db.execute(self._sql[Sql.NOTIFY], params)
@@ -224,7 +257,8 @@ class PostgresStore:
         await self._register()
 
     async def _register(self) -> None:
-        params = {"node": self.node_id, "limits": pg_rows.raw(self._limits)}
+        report = None if self._report is None else pg_rows.raw(self._report())
+        params = {"node": self.node_id, "limits": pg_rows.raw(self._limits), "report": report}
         await self._db.execute(self._sql[Sql.REGISTER], params)
 
     async def known_types(self) -> frozenset[str]:
@@ -358,20 +392,14 @@ class PostgresStore:
     # -- rate limits -------------------------------------------------------------------
 
     async def take_starts(self, job_type: str, rate: Rate, want: int) -> Taken:
-        """Take starts from the type's current window, counted across every node."""
-        params = {
-            "type": job_type,
-            "limit": rate.limit,
-            "period": rate.period,
-            "want": want,
-            "guard": rate.guard,
-        }
+        """Take the starts due now, counted across every node."""
+        params = {"type": job_type, "limit": rate.limit, "period": rate.period, "want": want}
         (row,) = await self._db.execute(self._sql[Sql.TAKE_STARTS], params)
         return Taken(int(row[0]), float(row[1]), float(row[2]))
 
-    async def return_starts(self, job_type: str, window: float, count: int) -> None:
-        """Give back unused starts (nothing once the window is over)."""
-        params = {"type": job_type, "window": window, "count": count}
+    async def return_starts(self, job_type: str, tat: float, count: int) -> None:
+        """Give back unused starts (nothing once another take moved the TAT on)."""
+        params = {"type": job_type, "tat": tat, "count": count}
         await self._db.execute(self._sql[Sql.RETURN_STARTS], params)
 
     # -- periodic jobs -----------------------------------------------------------------
@@ -399,6 +427,10 @@ class PostgresStore:
     async def nodes(self) -> list[NodeSummary]:
         """The nodes sharing this store, live or recently seen."""
         return await self._summaries.nodes()
+
+    async def type_stats(self) -> list[TypeStats]:
+        """Counts by status, run-time percentiles and failure rate of every job type."""
+        return await self._summaries.type_stats()
 
     async def job_briefs(self, filters: JobFilter, limit: int, offset: int, preview: int) -> Page:
         """Jobs newest first as list rows with previews."""

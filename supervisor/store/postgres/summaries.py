@@ -14,9 +14,12 @@ from goqueue.supervisor.observe.summaries import (
     DeadBrief,
     DeadFilter,
     JobBrief,
+    NodeReport,
     NodeSummary,
     Preview,
     QueueSummary,
+    TypeStats,
+    type_stats,
 )
 from goqueue.supervisor.store.postgres import rows as pg_rows
 from goqueue.supervisor.store.postgres.connection import Connections
@@ -54,9 +57,24 @@ class Summaries:
         """Nodes that heartbeated within the hour; `live` within the liveness window."""
         rows = await self._db.execute(self._sql[Sql.NODES], {"live": self._live})
         return [
-            NodeSummary(node, started, beat, live, sorted(msgspec.json.decode(limits)))
-            for node, started, beat, live, limits in rows
+            NodeSummary(node, started, beat, live, sorted(msgspec.json.decode(limits)), _report(r))
+            for node, started, beat, live, limits, r in rows
         ]
+
+    async def type_stats(self) -> list[TypeStats]:
+        """Counts by status, run-time percentiles and failure rate of every job type, in
+        one round trip (two grouped passes over the jobs kept)."""
+        async with self._db.connection() as conn:
+            async with conn.pipeline():
+                counted = await conn.execute(self._sql[Sql.TYPE_COUNTS])
+                timed = await conn.execute(self._sql[Sql.TYPE_RUN_TIMES])
+            count_rows = await counted.fetchall()
+            time_rows = await timed.fetchall()
+        counts: dict[str, dict[str, int]] = {}
+        for name, status, n in count_rows:
+            counts.setdefault(name, {})[status] = int(n)
+        runs = {name: (p50, p95) for name, p50, p95 in time_rows}
+        return type_stats(counts, runs)
 
     async def job_briefs(self, filters: JobFilter, limit: int, offset: int, preview: int) -> Page:
         """`list_jobs` as list rows, with payload, result and error cut in the database."""
@@ -74,6 +92,20 @@ class Summaries:
         sql = self._sql
         rows, total = await self._db.page(sql[Sql.DEAD_BRIEFS], sql[Sql.COUNT_DEAD_BRIEFS], params)
         return Page([_dead_brief(r) for r in rows], total)
+
+
+_REPORT = msgspec.json.Decoder(NodeReport)
+
+
+def _report(raw: msgspec.Raw | None) -> NodeReport | None:
+    """A node's published report; None if it published none or one this version cannot
+    read (a newer node's), rather than failing the whole list."""
+    if raw is None:
+        return None
+    try:
+        return _REPORT.decode(raw)
+    except msgspec.ValidationError:
+        return None
 
 
 def _preview(cols: Sequence[Any]) -> Preview | None:

@@ -1,5 +1,6 @@
 """A worker's loop and inbox driven in this process over a real socket pair, the test
-playing the supervisor (its death notice recorded instead of SIGKILL)."""
+playing the supervisor (its death notice recorded instead of SIGKILL, and the lease
+alarm a thread's timer recording a death instead of the kernel's SIGALRM)."""
 
 from __future__ import annotations
 
@@ -15,6 +16,28 @@ from goqueue.actors.protocol import FromWorker, Shutdown, SupervisorCodec, ToWor
 from goqueue.actors.registry import Actor, Registry
 
 
+class ThreadAlarm:
+    """The lease alarm on a thread's timer: it records a death in `deaths`, and every
+    arming is kept in `armed` (seconds)."""
+
+    def __init__(self, deaths: list[float]) -> None:
+        self.deaths = deaths
+        self.armed: list[float] = []
+        self._timer: threading.Timer | None = None
+
+    def arm(self, seconds: float) -> None:
+        self.disarm()
+        self.armed.append(seconds)
+        self._timer = threading.Timer(seconds, lambda: self.deaths.append(time.monotonic()))
+        self._timer.daemon = True
+        self._timer.start()
+
+    def disarm(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
 class Harness:
     """The supervisor's side of one in-process worker."""
 
@@ -23,7 +46,8 @@ class Harness:
         self.codec = SupervisorCodec()
         self.deaths: list[float] = []
         pipe = Pipe(theirs)
-        self.inbox = Inbox(pipe, die=lambda: self.deaths.append(time.monotonic()))
+        self.alarm = ThreadAlarm(self.deaths)
+        self.inbox = Inbox(pipe, self.alarm, die=lambda: self.deaths.append(time.monotonic()))
         registry = Registry({a.name: a for a in actors})
         self.worker = Worker(pipe, self.inbox, registry, max_result_bytes=max_result_bytes)
         self.inbox.start()

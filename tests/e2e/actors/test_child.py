@@ -10,7 +10,6 @@ import msgspec
 import pytest
 from goqueue.actors import Context, EnqueueError, Fail, Retry, actor
 from goqueue.actors.protocol import (
-    Abandoned,
     ActorInfo,
     Boot,
     BootFailed,
@@ -241,7 +240,6 @@ def test_protocol_round_trips_every_message() -> None:
         BootFailed("e", "tb", "m", "f.py:3"),
         JobDone("id", b"1", 0.5, 10),
         JobFailed("id", "e", 0.1),
-        Abandoned("id", "silent", 2.0),
         Progress("id", b"0.5"),
         EnqueueRequest(3, "id", b"{}"),
     ):

@@ -1,5 +1,6 @@
 """The worker's inbox, in this process over a real socket pair: the end of the pipe and
-a lapsed allowance end the worker (its death recorded, not carried out)."""
+a lapsed allowance end the worker (its death recorded, not carried out). The kernel's
+alarm itself is tested in a real worker process (`test_child.py`)."""
 
 from __future__ import annotations
 
@@ -7,9 +8,9 @@ import time
 
 import pytest
 from goqueue.actors import actor
-from goqueue.actors.protocol import Abandoned, Extend, JobDone, RunJob
+from goqueue.actors.protocol import Extend, JobDone, RunJob
 
-from tests.conftest import wait_for
+from tests.conftest import stays_true, wait_for
 from tests.e2e.actors.harness import Harness
 
 pytestmark = pytest.mark.timeout(20)
@@ -29,22 +30,16 @@ def test_the_end_of_the_pipe_ends_the_worker_at_once() -> None:
     assert harness.deaths[0] - closed < 0.5
 
 
-def test_a_job_past_its_allowance_is_abandoned_and_the_worker_ends() -> None:
+def test_a_job_past_its_allowance_is_ended_by_the_alarm() -> None:
     harness = Harness(nap)
     try:
         sent = time.monotonic()
-        harness.send(RunJob("j1", "nap", 1, "q", b"2", allowance=0.3))
-        given_up = harness.recv()
-        assert isinstance(given_up, Abandoned) and given_up.job_id == "j1"
-        assert "allowance" in given_up.error and given_up.duration >= 0.3
-        wait_for(lambda: harness.deaths, timeout=2)
-        assert 0.3 <= harness.deaths[0] - sent < 0.6
-        harness.thread.join(5)  # the handler finishes; its outcome is never sent
-        assert not harness.thread.is_alive()
-        with pytest.raises(TimeoutError):
-            harness.recv(timeout=0.3)
+        harness.send(RunJob("j1", "nap", 1, "q", b"0.5", allowance=0.3))
+        assert isinstance(harness.recv(), JobDone)
+        assert harness.alarm.armed == [0.3]
+        assert 0.3 <= harness.deaths[0] - sent < 0.5  # the (recorded) kernel's kill
     finally:
-        harness.sock.close()
+        harness.close()
 
 
 def test_extend_keeps_a_job_going_past_its_first_allowance() -> None:
@@ -60,6 +55,7 @@ def test_extend_keeps_a_job_going_past_its_first_allowance() -> None:
             except TimeoutError:
                 continue
         assert isinstance(done, JobDone) and harness.deaths == []
+        assert len(harness.alarm.armed) > 2 and set(harness.alarm.armed) == {0.3}
     finally:
         harness.close()
 
@@ -68,7 +64,9 @@ def test_without_an_allowance_a_job_runs_as_long_as_it_takes() -> None:
     harness = Harness(nap)
     try:
         harness.send(RunJob("j1", "nap", 1, "q", b"0.5", allowance=None))
+        harness.send(Extend(0.1))  # an Extend racing the job's end arms nothing
         assert isinstance(harness.recv(), JobDone) and harness.deaths == []
+        assert harness.alarm.armed == []
     finally:
         harness.close()
 
@@ -78,7 +76,8 @@ def test_an_allowance_ends_with_its_job() -> None:
     try:
         harness.send(RunJob("j1", "nap", 1, "q", b"0", allowance=0.2))
         assert isinstance(harness.recv(), JobDone)
-        time.sleep(0.4)  # idle well past the finished job's allowance
+        # idle well past the finished job's allowance
+        stays_true(lambda: harness.deaths == [], 0.4, what="an idle worker ended by an allowance")
         assert harness.deaths == []
     finally:
         harness.close()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
+from pathlib import Path
 
 import pytest
 from goqueue.api.http.errors import ApiError
@@ -14,6 +15,7 @@ from goqueue.supervisor.store.memory.store import MemoryStore
 
 from tests.conftest import Node, wait_for
 from tests.e2e.api.hostile import send, state
+from tests.e2e.support import batch_enqueue
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -53,6 +55,34 @@ def test_a_new_queue_beyond_max_queues_is_429_and_existing_ones_take_work(
     # ...and within a few seconds (the names are re-read every 2 s) its place is free
     wait_for(lambda: post(node, "d") == 201, timeout=15, interval=0.25)
     assert post(node, "g") == 429
+
+
+def test_a_flood_of_one_off_queues_never_locks_out_the_queues_nodes_are_there_for(
+    make_store_node: Callable[..., Node], tmp_path: Path
+) -> None:
+    """5,000 one-off queues against a budget of 1,000 (not 50,000 against the default
+    10,000: the same rule at a tenth of the cost), each job delayed an hour so its queue
+    stays; then the queue the node serves takes a job that runs at once, and so do the
+    queue an actor declares (`routed`: special) and a schedule's queue."""
+    config = tmp_path / "schedules.toml"
+    config.write_text(
+        '[[schedules]]\nname = "tick"\ntype = "noop"\ncron = "0 0 1 1 *"\nqueue = "ticks"\n'
+    )
+    node = make_store_node(
+        "--max-queues", "1000", "--queues", "served", "--workers", "1", "--config", str(config)
+    )
+    one_off = [{"type": "noop", "queue": f"once-{i}", "delay_seconds": 3600} for i in range(1000)]
+    batch_enqueue(node, one_off)
+    flood = node.post(
+        "/jobs/batch",
+        {"jobs": [{"type": "noop", "queue": f"more-{i}"} for i in range(500)]},
+    ).body["results"]
+    assert {r["status"] for r in flood} == {429}, flood[:2]  # the budget is full...
+    job = node.enqueue(type="noop", queue="served", payload=1)  # ...but not for these
+    node.wait_status(job["id"], "done", timeout=5)
+    assert post(node, "special") == 201 and post(node, "ticks") == 201
+    assert post(node, "once-7") == 201  # an existing queue, as always
+    assert post(node, "more-0") == 429
 
 
 async def test_the_budget_reads_the_store_at_most_once_per_ttl() -> None:

@@ -27,7 +27,16 @@ from goqueue.api.http.connections import (
 from goqueue.supervisor.observe.metrics import ConnectionClose, Metrics
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import FIXTURES, Node, free_port, request, stop_node, wait_for
+from tests.conftest import (
+    FIXTURES,
+    Node,
+    free_port,
+    request,
+    stays_true_async,
+    stop_node,
+    wait_for,
+    wait_for_async,
+)
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -281,13 +290,16 @@ async def test_the_header_deadline_spares_busy_connections_and_rearms_on_new_req
     busy.connection_made(busy_t)
     busy.data_received(b"GET / HTTP/1.1\r\n\r\n")
     guard.busy(busy_t)  # its handler runs longer than the header deadline
-    await asyncio.sleep(0.2)
+    await wait_for_async(lambda: slow_t.aborted, timeout=2, what="the silent one aborted")
+    spared = "a busy connection closed by the header deadline"
+    await stays_true_async(lambda: not busy_t.closing, for_seconds=0.2, what=spared)
     assert slow_t.aborted and not busy_t.closing
     guard.idle(busy_t)
-    await asyncio.sleep(0.2)
+    idle = "an idle keep-alive connection closed by the header deadline"
+    await stays_true_async(lambda: not busy_t.closing, for_seconds=0.2, what=idle)
     assert not busy_t.closing  # idle between requests: keep-alive's business, not ours
     busy.data_received(b"GET / HT")  # a new request starts, and stalls
-    await asyncio.sleep(0.2)
+    await wait_for_async(lambda: busy_t.aborted, timeout=2, what="the stalled request aborted")
     assert busy_t.aborted
 
 

@@ -1,5 +1,6 @@
-"""README's HTTP API section against a real app: the routes table matches the router (and
-so the OpenAPI document), and the curl and client examples work when run as written."""
+"""The docs' HTTP API against a real app: the routes table matches the router (and so the
+OpenAPI document), and the curl and client examples of README.md and every page under
+`docs/` work when run as written."""
 
 from __future__ import annotations
 
@@ -12,12 +13,22 @@ import pytest
 import yaml
 from goqueue.api.cli import main as cli
 
-from tests.doctext import DEPLOY_README, README, ROOT, Command, blocks, code_in, commands, table
+from tests.doctext import (
+    DEPLOY_README,
+    ROOT,
+    USER_DOCS,
+    Command,
+    blocks,
+    code_in,
+    commands,
+    prose,
+    the_table,
+)
 from tests.e2e.api.conftest import ApiServer
 
 pytestmark = pytest.mark.timeout(60)
 
-README_HOST = "localhost:8080"
+DOCUMENTED_HOST = "localhost:8080"  # the node the docs' examples talk to
 
 
 def openapi_operations(server: ApiServer) -> dict[tuple[str, str], dict]:
@@ -31,9 +42,10 @@ def openapi_operations(server: ApiServer) -> dict[tuple[str, str], dict]:
 
 
 def documented_routes() -> dict[tuple[str, str], set[str]]:
-    """(METHOD, path) -> query parameters, from README's "method, path" table."""
+    """(METHOD, path) -> query parameters, from the docs' "method, path" table."""
     routes: dict[tuple[str, str], set[str]] = {}
-    for row in table(README, "method, path"):
+    (_, rows) = the_table("method, path")
+    for row in rows:
         for code in code_in(row[0]):
             method, _, target = code.partition(" ")
             assert method.isupper() and target.startswith("/"), f"not a route: `{code}`"
@@ -48,19 +60,19 @@ def test_routes_table_matches_the_router(api_server: ApiServer) -> None:
     documented = documented_routes()
     for (method, path), params in documented.items():
         op = operations.get((method, path))
-        assert op is not None, f"README's API table names {method} {path}, which no route serves"
+        assert op is not None, f"the docs' API table names {method} {path}, which no route serves"
         query = {p["name"] for p in op["parameters"] if p["in"] == "query"}
         assert params <= query, f"{method} {path}: no query parameter {sorted(params - query)}"
     undocumented = sorted(f"{m} {p}" for m, p in set(operations) - set(documented))
-    assert not undocumented, f"README's API table lacks a row for {undocumented}"
+    assert not undocumented, f"the docs' API table lacks a row for {undocumented}"
 
 
-def test_error_shape_in_readme_matches_the_schema(api_server: ApiServer) -> None:
+def test_error_shape_in_the_docs_matches_the_schema(api_server: ApiServer) -> None:
     doc = api_server.get("/openapi.json").json
     error = doc["components"]["schemas"]["Error"]["properties"]
-    text = README.read_text()
+    text = "".join(prose(page) for page in USER_DOCS)
     for name in error:
-        assert f"`{name}`" in text or f'"{name}"' in text, f"README never mentions `{name}`"
+        assert f"`{name}`" in text or f'"{name}"' in text, f"the docs never mention `{name}`"
 
 
 def test_probe_paths_are_served(api_server: ApiServer) -> None:
@@ -93,7 +105,7 @@ def _curl(server: ApiServer, cmd: Command, ids: dict[str, str]) -> tuple[int, by
         else:
             assert url is None and not arg.startswith("-"), f"curl option {arg} not emulated"
             url = arg
-    assert url is not None and url.startswith(README_HOST), cmd.text
+    assert url is not None and url.startswith(DOCUMENTED_HOST), cmd.text
     target = urlsplit("http://" + url)
     path = target.path + (f"?{target.query}" if target.query else "")
     reply = server.request(method or ("POST" if data else "GET"), path, raw=data, headers=headers)
@@ -107,15 +119,20 @@ def _expand(arg: str, ids: dict[str, str]) -> str:
 
 
 def _ids(server: ApiServer) -> dict[str, str]:
-    """What the README's $JOB_ID and $DEAD_ID stand for: a real job, an unknown letter."""
+    """What the docs' $JOB_ID and $DEAD_ID stand for: a real job, an unknown letter."""
     job = server.post("/jobs", {"type": "report"})
     assert job.status == 201
     return {"JOB_ID": job.json["id"], "DEAD_ID": str(uuid.uuid4())}
 
 
-def test_readme_curl_examples_work(api_server: ApiServer) -> None:
+def user_doc_commands() -> list[Command]:
+    """Every command of the shell blocks in README.md and the site's pages."""
+    return [cmd for doc in USER_DOCS for block in blocks(doc, "sh") for cmd in commands(block)]
+
+
+def test_docs_curl_examples_work(api_server: ApiServer) -> None:
     ids = _ids(api_server)
-    curls = [c for b in blocks(README, "sh") for c in commands(b) if c.argv[0] == "curl"]
+    curls = [c for c in user_doc_commands() if c.argv[0] == "curl"]
     assert len(curls) >= 8
     for cmd in curls:
         status, body = _curl(api_server, cmd, ids)
@@ -125,7 +142,7 @@ def test_readme_curl_examples_work(api_server: ApiServer) -> None:
             assert 200 <= status < 300, f"{cmd.where}: `{cmd.text}` answered {status}: {body!r}"
 
 
-def test_readme_client_commands_work(
+def test_docs_client_commands_work(
     api_server: ApiServer, capsys: pytest.CaptureFixture[str]
 ) -> None:
     ids = _ids(api_server)
@@ -135,18 +152,17 @@ def test_readme_client_commands_work(
     ]
     client_commands = set(commands_action.choices) - {"serve", "migrate", "bench"}
     ran = 0
-    for block in blocks(README, "sh"):
-        for cmd in commands(block):
-            if cmd.argv[0] != "goqueue" or cmd.argv[1] not in client_commands:
-                continue
-            argv = [_expand(arg, ids) for arg in cmd.argv[1:]]
-            code = cli.main([*argv, "--url", url])
-            err = capsys.readouterr().err
-            ran += 1
-            if "$DEAD_ID" in cmd.text:
-                assert code == 1 and "not found" in err, (cmd.text, err)
-            else:
-                assert code == 0, f"{cmd.where}: `{cmd.text}` exited {code}: {err}"
+    for cmd in user_doc_commands():
+        if cmd.argv[0] != "goqueue" or cmd.argv[1] not in client_commands:
+            continue
+        argv = [_expand(arg, ids) for arg in cmd.argv[1:]]
+        code = cli.main([*argv, "--url", url])
+        err = capsys.readouterr().err
+        ran += 1
+        if "$DEAD_ID" in cmd.text:
+            assert code == 1 and "not found" in err, (cmd.text, err)
+        else:
+            assert code == 0, f"{cmd.where}: `{cmd.text}` exited {code}: {err}"
     assert ran >= 13
 
 

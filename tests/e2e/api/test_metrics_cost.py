@@ -21,7 +21,7 @@ from goqueue.supervisor.observe.metrics import OTHER_QUEUES
 from goqueue.supervisor.store.base import NewJob
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.conftest import Node, postgres_dsn, stop_node, wait_for
+from tests.conftest import Node, postgres_dsn, stop_node, wait_for, wait_for_async
 from tests.e2e.api.conftest import ApiServer
 
 pytestmark = pytest.mark.timeout(240)
@@ -156,7 +156,8 @@ async def test_a_scrape_waits_for_a_quick_store_and_never_for_a_slow_one() -> No
     started = time.perf_counter()
     await slow.fresh(0.05)  # waits its 50 ms, then answers with what it has
     assert 0.04 < time.perf_counter() - started < 0.25 and reads == []
-    await asyncio.sleep(0.4)  # the read finished in the background...
+    # the read finished in the background...
+    await wait_for_async(lambda: reads, timeout=2, what="the slow read finished")
     assert reads == [0.3]
     started = time.perf_counter()
     await slow.fresh(0.05)  # ...and was slow: the next scrape does not wait at all

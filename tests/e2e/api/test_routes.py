@@ -81,7 +81,11 @@ def test_enqueue_answers_201_with_location_and_the_job(api_server: ApiServer) ->
     assert job["timeout_seconds"] == 1.5
     assert "seq" not in job
     shown = api_server.get(f"/jobs/{job['id']}")
-    assert shown.status == 200 and shown.json == job
+    # GET adds the effective timeout, here the job's own
+    assert shown.status == 200 and shown.json == {
+        **job,
+        "timeout": {"seconds": 1.5, "source": "job"},
+    }
 
 
 def test_actor_defaults_apply_when_the_job_sets_none(api_server: ApiServer) -> None:
@@ -674,8 +678,8 @@ def test_openapi_describes_every_route(api_server: ApiServer) -> None:
     }
     documented = {(path, method) for path, ops in doc["paths"].items() for method in ops}
     assert documented == served
-    # 21 (deliveries, bulk dead letters) + summaries (5), dashboard (2), schedules (3)
-    assert len(served) == 31
+    # 21 (deliveries, bulk dead letters) + summaries (6), dashboard (2), schedules (3)
+    assert len(served) == 32
     schemas = doc["components"]["schemas"]
     refs = set(re.findall(r'"#/components/schemas/([^"]+)"', resp.body.decode()))
     assert refs <= set(schemas)
@@ -916,3 +920,19 @@ def test_fuzzed_requests_never_5xx_and_only_201_stores(
         assert 400 <= resp.status < 500, (method, path, resp.body)
         assert resp.json["error"]
     assert api_server.job_count() == before
+
+
+def test_a_job_shows_its_effective_timeout_and_where_it_comes_from(api_server: ApiServer) -> None:
+    own = enqueue(api_server, timeout_seconds=7)
+    resp = api_server.post("/jobs", {"type": "report", "payload": {}})
+    assert resp.status == 201, resp.body
+    by_actor = resp.json
+    by_node = enqueue(api_server)  # email declares no timeout
+    assert "timeout" not in own  # filled in by GET /jobs/{id} only
+    answers = {
+        job["id"]: api_server.get(f"/jobs/{job['id']}").json for job in (own, by_actor, by_node)
+    }
+    assert answers[own["id"]]["timeout"] == {"seconds": 7.0, "source": "job"}
+    assert answers[by_actor["id"]]["timeout"] == {"seconds": 60.0, "source": "actor"}
+    assert answers[by_node["id"]]["timeout"]["source"] == "node"
+    assert answers[by_node["id"]]["timeout"]["seconds"] > 0

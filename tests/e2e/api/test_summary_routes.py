@@ -202,8 +202,36 @@ def test_summary_answers_match_the_openapi_schemas(api_server: ApiServer) -> Non
     assert check("/summary/jobs", "/summary/jobs?preview=5")["jobs"]
     assert check("/summary/dlq", "/summary/dlq")["dead_letters"]
     check("/summary/dlq", "/summary/dlq?job_id=x")
-    for path in ("/stats/history", "/queues", "/workers", "/summary/jobs", "/summary/dlq"):
+    assert check("/summary/types", "/summary/types")["types"]
+    paths = ("/stats/history", "/queues", "/workers", "/summary/jobs", "/summary/dlq")
+    for path in (*paths, "/summary/types"):
         assert doc["paths"][path]["get"]["summary"], path
+
+
+def test_job_rows_filter_by_parent_and_refuse_a_parent_that_is_no_uuid(
+    api_server: ApiServer,
+) -> None:
+    enqueue(api_server)
+    assert api_server.get(f"/summary/jobs?parent_id={UNKNOWN_ID}").json["total"] == 0
+    assert api_server.get("/summary/jobs").json["total"] == 1
+    resp = api_server.get("/summary/jobs?parent_id=nope")
+    assert resp.status == 400 and "parent_id" in resp.json["error"]
+
+
+# -- GET /summary/types -----------------------------------------------------------------
+
+
+def test_type_stats_count_each_status_and_the_failures(api_server: ApiServer) -> None:
+    for _ in range(2):
+        enqueue(api_server)
+    make_dead_letter(api_server)
+    resp = api_server.get("/summary/types")
+    assert resp.status == 200, resp.body
+    (stats,) = resp.json["types"]
+    assert stats["type"] == "email"
+    assert stats["counts"]["pending"] == 2 and stats["counts"]["failed"] == 1
+    assert stats["failure_rate"] == 1.0  # the only finished job failed
+    assert stats["p50_seconds"] is not None and stats["p50_seconds"] >= 0
 
 
 # -- the dashboard's files -------------------------------------------------------------

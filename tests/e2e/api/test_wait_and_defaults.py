@@ -12,6 +12,7 @@ import pytest
 from goqueue.actors.protocol import ActorInfo
 from goqueue.supervisor.dispatch.catalog import Catalog
 
+from tests.conftest import wait_for
 from tests.e2e.api.conftest import ACTORS, ApiServer, Reply
 
 pytestmark = pytest.mark.timeout(30)
@@ -58,9 +59,8 @@ def test_a_wait_answers_when_the_job_finishes_here(api_server: ApiServer) -> Non
 
     waiter = threading.Thread(target=wait)
     waiter.start()
-    deadline = time.monotonic() + 5
-    while not len(api_server.engine.waiters) and time.monotonic() < deadline:
-        time.sleep(0.01)
+    engine = api_server.engine
+    wait_for(lambda: len(engine.waiters), timeout=5, interval=0.01, what="the request waiting")
     assert len(api_server.engine.waiters) == 1
     cancelled = api_server.delete(f"/jobs/{job['id']}")
     cancelled_at = time.monotonic()

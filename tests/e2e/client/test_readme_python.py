@@ -1,6 +1,7 @@
-"""README's "Using GoQueue from Python", run as written: its actor module served by a
-real node on PostgreSQL, each example a script run in the project folder, and every
-`print(...)  # expected` line checked against what the script printed."""
+"""The docs' Python examples, run as written: the guide's "Using GoQueue from Python" and
+README's tour, against the docs' actor module served by a real node on PostgreSQL, each
+example a script run in the project folder, and every `print(...)  # expected` line
+checked against what the script printed."""
 
 from __future__ import annotations
 
@@ -14,23 +15,28 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import Node
-from tests.doctext import README, Block, blocks
+from tests.doctext import README, SITE, USER_DOCS, Block, blocks
 from tests.e2e.client.conftest import Database
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(120)]
 
-SECTION = "## Using GoQueue from Python"
+PYTHON_GUIDE = SITE / "guide" / "python.md"
+ACTOR_MODULE = "# myapp/tasks.py"
 DOCUMENTED_URL = "http://127.0.0.1:8080"  # the examples' node; the test's own stands in
 _EXPECTED = re.compile(r"^\s*print\(.*\)\s+# (?P<out>.+)$")
 
 
+def scripts(doc: Path) -> list[Block]:
+    """The page's Python blocks that are scripts: each starts with its file name
+    (`# enqueue.py`); the actor module and snippets inside prose are not."""
+    return [
+        b for b in blocks(doc, "python") if re.fullmatch(r"# [\w-]+\.py", b.text.splitlines()[0])
+    ]
+
+
 def section_examples() -> list[Block]:
-    """The Python blocks of the section, each starting with its file name."""
-    text = README.read_text(encoding="utf-8")
-    start = text.index(SECTION)
-    end = text.index("\n## ", start + len(SECTION))
-    first, last = text.count("\n", 0, start) + 1, text.count("\n", 0, end) + 1
-    return [b for b in blocks(README, "python") if first <= b.line <= last]
+    """The scripts of the Python guide, then README's."""
+    return [*scripts(PYTHON_GUIDE), *scripts(README)]
 
 
 def expected_output(code: str) -> list[str]:
@@ -38,8 +44,9 @@ def expected_output(code: str) -> list[str]:
 
 
 def test_the_section_has_the_promised_examples() -> None:
-    names = [b.text.splitlines()[0] for b in section_examples()]
+    names = [b.text.splitlines()[0] for b in scripts(PYTHON_GUIDE)]
     assert names == ["# enqueue.py", "# send.py", "# signup.py"]
+    assert [b.text.splitlines()[0] for b in scripts(README)] == ["# tour.py"]
     for block in section_examples():
         prints = [line for line in block.text.splitlines() if "print(" in line]
         assert len(prints) == len(expected_output(block.text)), block.where  # each says
@@ -48,7 +55,10 @@ def test_the_section_has_the_promised_examples() -> None:
 def test_every_example_runs_as_documented(
     pg_node: Callable[..., Node], database: Database, tmp_path: Path
 ) -> None:
-    (actors,) = [b for b in blocks(README, "python") if b.text.startswith("# myapp/tasks.py")]
+    # tests/e2e/test_docs.py checks that every page showing the module shows the same one
+    actors = next(
+        b for doc in USER_DOCS for b in blocks(doc, "python") if b.text.startswith(ACTOR_MODULE)
+    )
     module = tmp_path / "myapp" / "tasks.py"
     module.parent.mkdir()
     module.write_text(actors.text)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 import goqueue
 import pytest
 
-from tests.conftest import Node, request, wait_for
+from tests.conftest import Node, request, stays_true, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -45,7 +45,8 @@ def test_a_draining_node_ends_its_waits(make_node: Callable[..., Node]) -> None:
 
     waiter = threading.Thread(target=wait)
     waiter.start()
-    waiter.join(timeout=1.0)
+    held = "the node holds the request: it is waiting"
+    stays_true(waiter.is_alive, for_seconds=1.0, what=f"answered early; expected {held}")
     assert waiter.is_alive()  # the node holds the request: it is waiting
     node.signal(signal.SIGTERM)
     signalled = time.monotonic()

@@ -471,3 +471,106 @@ async def test_an_enqueue_to_start_waits_behind_a_due_job_the_worker_could_run(
         await store.set_paused("default", False)
         claimed = await store.claim(5, None, ALL)
         assert [x.job.id for x in claimed] == [ahead.id, behind.job.id]
+
+
+# -- late outcomes: written after the lease was reaped, if no later attempt started --------
+
+
+async def reaped(store: Store, clock, retry_delay=None, **fields: object):
+    """A job claimed, its lease run out and reaped: its lease (the late outcome's) and id."""
+    job = (await store.enqueue(new("a", **fields))).job
+    lease = await claim_one(store)
+    await clock.advance(0.35)
+    assert [j.id for j in await store.reap_expired(retry_delay)] == [job.id]
+    return lease, job.id
+
+
+async def test_a_late_success_replaces_the_dead_letter_its_reaping_made(open_store, clock) -> None:
+    async with open_store(lease_seconds=0.2) as store:
+        lease, job_id = await reaped(store, clock, max_retries=0)
+        assert (await store.get(job_id)).status == "failed"
+        assert (await store.list_dead(10, 0)).total == 1
+        outcome = await store.complete(lease, msgspec.Raw(b'"late"'))
+        assert outcome is not None and outcome.job.status == "done"
+        job = await store.get(job_id)
+        assert job.status == "done" and msgspec.json.decode(job.result) == "late"
+        assert job.attempts == 1 and not job.errors and job.last_error is None
+        assert job.finished_at is not None
+        assert (await store.list_dead(10, 0)).total == 0
+        kinds = [e.event for e in await store.events(job_id)]
+        assert kinds[-2:] == ["late_outcome", "succeeded"]
+        assert kinds.index("lease_expired") < kinds.index("late_outcome")
+        assert await store.complete(lease, None) is None  # written once
+
+
+async def test_a_late_outcome_drops_the_retry_its_reaping_scheduled(open_store, clock) -> None:
+    async with open_store(lease_seconds=0.2) as store:
+        lease, job_id = await reaped(store, clock, max_retries=3)
+        assert (await store.get(job_id)).status == "pending"
+        outcome = await store.fail(lease, "late boom", None)
+        assert outcome is not None and outcome.job.status == "failed"
+        assert outcome.dead_letter is not None
+        job = await store.get(job_id)
+        assert [e.error for e in job.errors] == ["late boom"] and job.attempts == 1
+        assert await store.claim(1, None, ALL) == []  # the reaping's retry is gone
+
+        lease, job_id = await reaped(store, clock, max_retries=3)
+        retry_at = clock.now() + timedelta(seconds=0.2)
+        outcome = await store.fail(lease, "late retry", retry_at)
+        assert outcome is not None and outcome.job.status == "pending"
+        job = await store.get(job_id)
+        assert [e.error for e in job.errors] == ["late retry"]
+        assert await store.claim(1, None, ALL) == []  # due at the late retry's time, not before
+        await clock.advance(0.3)
+        again = await claim_one(store)
+        assert again.job.id == job_id and again.job.attempts == 2
+
+
+async def test_a_late_outcome_voids_a_claim_not_yet_started(open_store, clock) -> None:
+    async with open_store(lease_seconds=0.2) as store:
+        lease, job_id = await reaped(store, clock, max_retries=3)
+        (claimed,) = await store.claim(1, None, ALL, start=0)
+        assert claimed.job.id == job_id and claimed.job.status == "claimed"
+        assert await store.complete(lease, None) is not None
+        assert await store.start(claimed) is None  # its holder is fenced out
+        assert (await store.get(job_id)).status == "done"
+
+
+async def test_a_late_outcome_is_refused_once_a_later_attempt_started(open_store, clock) -> None:
+    async with open_store(lease_seconds=0.2) as store:
+        lease, job_id = await reaped(store, clock, max_retries=3)
+        second = await claim_one(store)
+        assert second.job.attempts == 2
+        assert await store.complete(lease, None) is None
+        assert await store.fail(lease, "late", None) is None
+        job = await store.get(job_id)
+        assert job.status == "running" and job.attempts == 2
+        assert "lease expired" in job.last_error  # the attempt stays counted, as reaped
+        assert await store.complete(second, None) is not None
+
+
+async def test_a_late_outcome_is_refused_when_the_dead_letter_moved_on(open_store, clock) -> None:
+    async with open_store(lease_seconds=0.2) as store:
+        lease, job_id = await reaped(store, clock, max_retries=0)
+        (dead,) = (await store.list_dead(10, 0)).items
+        replayed = await store.replay_dead(dead.id, 0)
+        assert await store.complete(lease, None) is None  # the replay may be running
+        assert (await store.get(job_id)).status == "failed"
+        assert (await store.get(replayed.id)).status == "pending"
+
+
+async def test_a_late_outcome_is_refused_when_on_failure_was_enqueued(open_store, clock) -> None:
+    async with open_store(lease_seconds=0.2) as store:
+        chained = {"max_retries": 0, "on_failure": {"type": "b"}}
+        lease, job_id = await reaped(store, clock, **chained)
+        assert await store.complete(lease, None) is None  # its on_failure is enqueued
+        assert (await store.get(job_id)).status == "failed"
+        assert (await store.list_dead(10, 0)).total == 1
+
+
+async def test_a_late_outcome_is_refused_after_a_cancel(open_store, clock) -> None:
+    async with open_store(lease_seconds=0.2) as store:
+        lease, job_id = await reaped(store, clock, max_retries=3)
+        await store.cancel(job_id, False)
+        assert await store.complete(lease, None) is None
+        assert (await store.get(job_id)).status == "cancelled"

@@ -19,7 +19,7 @@ from goqueue.supervisor.store.base import NewJob
 from goqueue.supervisor.store.postgres.store import PostgresStore
 from goqueue.supervisor.webhooks.delivery import Answer, job_body
 
-from tests.conftest import postgres_dsn
+from tests.conftest import postgres_dsn, wait_for_async
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(60)]
 
@@ -186,8 +186,9 @@ def test_an_expired_lease_makes_a_delivery_due_for_another_node(db: Db) -> None:
         await a.complete(lease, None)
         [due] = await a.outbox.claim(1, 0.5)  # node a dies holding it
         assert await b.outbox.claim(1, 30.0) == []
-        await asyncio.sleep(0.6)
-        [taken] = await b.outbox.claim(1, 30.0)
+        [taken] = await wait_for_async(  # free once a's 0.5 s lease ran out
+            lambda: b.outbox.claim(1, 30.0), timeout=2, what="the delivery due again"
+        )
         assert taken.id == due.id
         assert await a.outbox.record(due, Answer(200), delay=1, max_age=86400) is None
 

@@ -31,7 +31,7 @@ from goqueue.supervisor.store.postgres.group_commit import Batcher
 from goqueue.supervisor.store.postgres.sql import schema as pg_schema
 from goqueue.supervisor.store.postgres.store import PostgresStore
 
-from tests.conftest import postgres_dsn
+from tests.conftest import postgres_dsn, wait_for_async
 
 pytestmark = pytest.mark.postgres
 
@@ -764,7 +764,7 @@ def test_a_caller_gone_before_its_group_is_not_written() -> None:
 
         batcher: Batcher[int, int] = Batcher(write, limit=2)
         calls = [asyncio.ensure_future(batcher.submit(i)) for i in range(6)]
-        await asyncio.sleep(0.01)
+        await wait_for_async(lambda: written, timeout=1, what="the first write")
         assert written == [[0]]  # the first writes at once; the others wait
         calls[2].cancel()
         gate.set()

@@ -1,6 +1,6 @@
-"""The store's side of rate limits, on both stores: starts taken from a type's current
-window never pass its limit (however many nodes take), unused ones can be given back,
-and the next window starts afresh."""
+"""The store's side of rate limits, on every store: starts are paced (GCRA), so in any
+sliding window of one period at most the limit plus one are granted, however many nodes
+take; unused ones can be given back, unless others were taken since."""
 
 from __future__ import annotations
 
@@ -12,46 +12,55 @@ from goqueue.supervisor.dispatch.rates import Rate
 pytestmark = pytest.mark.timeout(30)
 
 
-async def test_starts_per_window_never_pass_the_limit(open_store, clock) -> None:
+def busiest(times: list[float], period: float) -> int:
+    """The most of `times` in any window of `period` seconds, sliding."""
+    times, most, first = sorted(times), 0, 0
+    for last, at in enumerate(times):
+        while at - times[first] > period:
+            first += 1
+        most = max(most, last - first + 1)
+    return most
+
+
+async def test_an_idle_type_may_start_up_to_its_limit_then_is_paced(open_store, clock) -> None:
     async with open_store() as store:
-        rate = Rate(5, 3600.0)  # one window for the whole test, whatever the clock
-        first = await store.take_starts("a", rate, 3)
-        assert first.granted == 3 and 0 < first.seconds_left <= 3600
-        assert (await store.take_starts("a", rate, 3)).granted == 2
-        assert (await store.take_starts("a", rate, 3)).granted == 0
+        rate = Rate(10, 1.0)  # one start every 0.1 s
+        first = await store.take_starts("a", rate, 30)
+        assert first.granted == 10 and first.seconds_left == pytest.approx(1.0, abs=0.05)
+        again = await store.take_starts("a", rate, 3)
+        assert again.granted == 0 and 0 < again.seconds_left <= 1.0
         assert (await store.take_starts("b", rate, 3)).granted == 3  # per type
-        await store.return_starts("a", first.window, 2)
-        assert (await store.take_starts("a", rate, 9)).granted == 2
 
 
-async def test_nothing_is_granted_in_a_windows_last_moments(open_store, clock) -> None:
+async def test_unused_starts_go_back_unless_others_were_taken_since(open_store, clock) -> None:
     async with open_store() as store:
-        rate = Rate(100, 1.0)  # guard: 50 ms
-        taken = await store.take_starts("a", rate, 1)
-        await clock.advance(max(0.0, taken.seconds_left - 0.03))  # 30 ms before its end
-        late = await store.take_starts("a", rate, 5)
-        if late.window == taken.window:  # PostgreSQL's clock may have run past it
-            assert late.granted == 0 and late.seconds_left < 0.05
+        rate = Rate(10, 3600.0)  # one start every 360 s: nothing comes due during the test
+        taken = await store.take_starts("a", rate, 4)
+        assert taken.granted == 4
+        await store.return_starts("a", taken.tat, 3)  # as if one start had been taken
+        after = await store.take_starts("a", rate, 1)
+        assert after.granted == 0 and after.seconds_left == pytest.approx(360, abs=5)
+        await store.return_starts("a", taken.tat, 1)  # that TAT is gone: nothing changes
+        assert (await store.take_starts("a", rate, 1)).seconds_left == pytest.approx(360, abs=5)
 
 
-async def test_two_nodes_share_a_window(open_store) -> None:
+async def test_starts_in_any_sliding_period_never_pass_the_limit_plus_one(
+    open_store, clock
+) -> None:
+    async with open_store() as store:
+        rate = Rate(10, 1.0)
+        times: list[float] = []
+        for _ in range(120):  # 1.2 s of takes, every 10 ms, each asking for more
+            taken = await store.take_starts("a", rate, 4)
+            times += [clock.now().timestamp()] * taken.granted
+            await clock.advance(0.01)
+        assert busiest(times, rate.period) <= rate.limit + 1, times
+        assert len(times) >= 10 + 1  # the idle burst, then paced starts came due
+
+
+async def test_two_nodes_take_turns_on_one_pace(open_store) -> None:
     async with open_store("node-a") as a, open_store("node-b") as b:
         rate = Rate(20, 3600.0)
         takes = [s.take_starts("t", rate, 3) for s in (a, b) * 8]
         granted = [taken.granted for taken in await asyncio.gather(*takes)]
-        assert sum(granted) == 20, granted
-
-
-async def test_a_new_window_starts_afresh(open_store, clock) -> None:
-    async with open_store() as store:
-        rate = Rate(2, 1.0)
-        taken = await store.take_starts("a", rate, 5)
-        if taken.seconds_left < 0.2:  # too near the end (PostgreSQL's real clock): next one
-            await clock.advance(taken.seconds_left + 0.01)
-            taken = await store.take_starts("a", rate, 5)
-        assert taken.granted == 2
-        await clock.advance(taken.seconds_left + 0.01)
-        again = await store.take_starts("a", rate, 5)
-        assert again.granted == 2 and again.window == taken.window + 1
-        await store.return_starts("a", taken.window, 2)  # an old window: nothing changes
-        assert (await store.take_starts("a", rate, 5)).granted == 0
+        assert sorted(granted)[-2:] == [0, 3], granted  # one take got its 3, no other any

@@ -6,7 +6,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 from goqueue.supervisor.jobs import JobFilter, utcnow
-from goqueue.supervisor.observe.summaries import DeadFilter, preview
+from goqueue.supervisor.observe.summaries import DeadFilter, NodeReport, preview
 
 from tests.e2e.store.test_contract import claim_one, new
 
@@ -154,3 +154,62 @@ def test_preview_cuts_characters_not_bytes() -> None:
     assert (whole.text, whole.truncated) == ("ééé", False)
     wide = preview(("😀" * 4 + "x").encode(), 4)  # 4-byte characters: 4 * limit bytes read
     assert wide.text == "😀" * 4 and wide.truncated
+
+
+async def test_type_stats_count_statuses_time_runs_and_rate_failures(open_store, clock) -> None:
+    async with open_store() as store:
+        await store.register_node({"a": None, "b": None})
+        assert await store.type_stats() == []
+        for _ in range(3):
+            await store.enqueue(new("a", max_retries=0))
+        await store.enqueue(new("b", queue="held"))
+        await store.set_paused("held", True)
+        for n in range(3):
+            lease = await claim_one(store, {"a": 1})  # running
+            await clock.advance(0.05 * (n + 1))
+            if n < 2:
+                await store.complete(lease, None)
+            else:
+                await store.fail(lease, "boom", None)
+        by_type = {t.type: t for t in await store.type_stats()}
+        assert list(by_type) == ["a", "b"]
+        a, b = by_type["a"], by_type["b"]
+        assert a.counts == {
+            "pending": 0, "claimed": 0, "running": 0, "done": 2, "failed": 1, "cancelled": 0
+        }  # fmt: skip
+        assert a.failure_rate == pytest.approx(1 / 3)
+        assert a.p50_seconds is not None and a.p95_seconds is not None
+        assert 0 <= a.p50_seconds <= a.p95_seconds
+        assert b.counts["pending"] == 1 and sum(b.counts.values()) == 1
+        assert b.failure_rate is None and b.p50_seconds is None and b.p95_seconds is None
+
+
+async def test_job_briefs_find_the_jobs_a_job_enqueued(open_store) -> None:
+    async with open_store() as store:
+        parent = (await store.enqueue(new("a", on_success={"type": "b", "payload": 1}))).job
+        await store.enqueue(new("b"))  # same type, no parent
+        outcome = await store.complete(await claim_one(store, {"a": 1}), None)
+        assert outcome is not None
+        (chained,) = outcome.followups
+        page = await store.job_briefs(JobFilter(parent_id=parent.id), 10, 0, 10)
+        assert [brief.id for brief in page.items] == [chained.id] and page.total == 1
+        both = JobFilter(parent_id=parent.id, type="b", status="pending")
+        assert [b.id for b in (await store.job_briefs(both, 10, 0, 10)).items] == [chained.id]
+        assert (await store.job_briefs(JobFilter(parent_id=chained.id), 10, 0, 10)).total == 0
+
+
+async def test_nodes_answer_what_each_node_published_with_its_heartbeat(
+    open_store, store_kind
+) -> None:
+    report = NodeReport([], done_last_minute=3, failed_last_minute=1)
+    async with open_store() as store:
+        store.set_reporter(lambda: report)
+        await store.register_node({"a": None})
+        (node,) = await store.nodes()
+        assert node.report == report
+        if store_kind == "postgres":  # another node reads it from the row
+            async with open_store("node-b") as other:
+                await other.register_node({"b": None})
+                by_id = {n.node_id: n for n in await other.nodes()}
+                assert by_id["node-a"].report == report
+                assert by_id["node-b"].report is None  # it publishes none

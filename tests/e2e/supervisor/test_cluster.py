@@ -1,5 +1,6 @@
 """Several nodes on one PostgreSQL: exactly-once, crash recovery, global limits, dedupe,
-and a restart of the database itself. Real processes, real database."""
+a restart of the database itself, and a cancel made on a node other than the owner.
+Real processes, real database."""
 
 from __future__ import annotations
 
@@ -198,3 +199,32 @@ def test_database_down_answers_503_holds_outcomes_and_recovers(
     assert done["attempts"] == 1
     after = node.enqueue(type="noop", payload=1)
     node.wait_status(after["id"], "done", timeout=30)
+
+
+def last_tick(path: Path) -> float | None:
+    lines = path.read_text().split() if path.exists() else []
+    return float(lines[-1]) if lines else None
+
+
+def test_a_cancel_on_another_node_kills_the_owners_worker_at_once(cluster, tmp_path: Path) -> None:
+    owner = cluster("--workers", "1")
+    job = owner.post("/jobs", {"type": "ticker", "payload": {"dir": str(tmp_path)}}).body
+    ticks = tmp_path / f"ticks-{job['id']}"
+    wait_for(lambda: last_tick(ticks), what="the handler's first tick")
+    other = cluster("--workers", "1")  # idle: nothing left for it to claim
+    resp = request("DELETE", f"{other.url}/jobs/{job['id']}?force=true")
+    answered = time.time()
+    assert resp.status == 200, resp
+    assert resp.body["status"] == "cancelled"
+
+    def stopped() -> bool:
+        tick = last_tick(ticks)
+        return tick is not None and time.time() - tick > 0.5
+
+    wait_for(stopped, timeout=5, what="the handler to stop ticking")
+    # the lease check alone would let it run on for several seconds
+    assert last_tick(ticks) - answered < 1.0, (last_tick(ticks), answered)
+    wait_for(lambda: "job cancelled on another node" in owner.logs(), timeout=5)
+    assert job["id"] in owner.logs()
+    assert "lease lost" not in owner.logs()
+    assert "job cancelled on another node" not in other.logs()

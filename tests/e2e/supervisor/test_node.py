@@ -3,12 +3,11 @@
 from __future__ import annotations
 
 import os
-import time
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import Node, wait_for
+from tests.conftest import Node, Response, stays_true, wait_for
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -180,7 +179,13 @@ def test_cancel_pending_and_force_cancel_running(node: Node, tmp_path: Path) -> 
     resp = node.delete(f"/jobs/{hung['id']}?force=true")
     assert resp.status == 200 and resp.body["status"] == "cancelled"
     wait_for(lambda: not pid_alive(pid), timeout=3)
-    time.sleep(0.3)  # give a wrong retry the chance to show itself
+
+    def still_cancelled() -> bool:
+        job = node.get(f"/jobs/{hung['id']}").body
+        return job["status"] == "cancelled" and job["attempts"] == 1
+
+    # give a wrong retry the chance to show itself, watching all the while
+    stays_true(still_cancelled, for_seconds=0.3, what="a force-cancelled job ran again")
     job = node.get(f"/jobs/{hung['id']}").body
     assert job["status"] == "cancelled" and job["attempts"] == 1
     after = node.enqueue(type="noop", payload=2)
@@ -192,8 +197,13 @@ def test_dedupe_window_rejects_then_accepts(node: Node) -> None:
     dup = node.post("/jobs", {"type": "noop", "dedupe_key": "k1", "dedupe_window_seconds": 0.5})
     assert dup.status == 409
     assert first["id"] in str(dup.body)
-    time.sleep(0.6)
-    again = node.post("/jobs", {"type": "noop", "dedupe_key": "k1", "dedupe_window_seconds": 0.5})
+
+    def enqueued_again() -> Response | None:
+        body = {"type": "noop", "dedupe_key": "k1", "dedupe_window_seconds": 0.5}
+        resp = node.post("/jobs", body)
+        return resp if resp.status != 409 else None  # still inside the window: refused
+
+    again = wait_for(enqueued_again, timeout=2, what="the key free once its 0.5 s window ended")
     assert again.status == 201
 
 

@@ -7,6 +7,7 @@ import asyncio
 import errno
 import json
 import os
+import signal
 import struct
 import time
 from datetime import UTC, datetime
@@ -34,6 +35,8 @@ from goqueue.supervisor.workers.child_enqueues import EnqueueChild
 from goqueue.supervisor.workers.events import Listeners
 from goqueue.supervisor.workers.handle import Worker
 from goqueue.supervisor.workers.pool import Pool, Recycle, WorkerConfig
+
+from tests.conftest import stays_true_async
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -284,9 +287,41 @@ async def test_a_job_whose_supervisor_falls_silent_is_abandoned(tmp_path: Path) 
                 await asyncio.sleep(0.01)
         time.sleep(1.5)  # the supervisor's loop frozen: no Extend goes out
         _, reported, message = await events.wait_for("job_failed")
-        assert reported is lease and "allowance" in message.error
+        assert reported is lease and "killed by SIGALRM, its lease alarm" in message.error
         _, gone, reason = await events.wait_for("worker_exited")
-        assert gone is worker and reason == KillReason.LEASE_LOST and worker.exitcode == -9
+        assert gone is worker and reason == KillReason.LEASE_LOST
+        assert worker.exitcode == -signal.SIGALRM
+        assert not list(tmp_path.glob("done-*"))
+    finally:
+        await pool.shutdown(5)
+
+
+async def test_a_worker_stopped_past_its_allowance_runs_no_more_of_its_job(
+    tmp_path: Path,
+) -> None:
+    """A worker SIGSTOPped past its allowance while the supervisor goes on extending:
+    on SIGCONT its `Extend` frames wait in the pipe and the job's sleep is over, but the
+    kernel's alarm is already pending, so the process ends before the job writes on."""
+    pool, events, worker = await started(lease_allowance=0.5)
+    try:
+        lease = running("hold", payload(dir=str(tmp_path), seconds=1.0))
+        pool.run(worker, lease, timeout=60)
+        async with asyncio.timeout(10):
+            while not list(tmp_path.glob("hold-*")):
+                await asyncio.sleep(0.01)
+        os.kill(worker.pid, signal.SIGSTOP)
+        try:
+            # stopped past its allowance and its job's end: nothing runs meanwhile
+            await stays_true_async(
+                lambda: not list(tmp_path.glob("done-*")), 1.5, what="a stopped job finished"
+            )
+        finally:
+            os.kill(worker.pid, signal.SIGCONT)
+        _, reported, message = await events.wait_for("job_failed")
+        assert reported is lease and "SIGALRM" in message.error
+        _, gone, reason = await events.wait_for("worker_exited")
+        assert gone is worker and reason == KillReason.LEASE_LOST
+        assert worker.exitcode == -signal.SIGALRM
         assert not list(tmp_path.glob("done-*"))
     finally:
         await pool.shutdown(5)

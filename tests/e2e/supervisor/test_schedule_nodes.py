@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Node, postgres_dsn, stop_node, wait_for
+from tests.conftest import Node, postgres_dsn, stays_true, stop_node, wait_for
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -137,10 +137,16 @@ def test_a_schedule_fires_each_tick_shows_in_the_api_and_can_be_switched_off(
 
     off = node.post("/schedules/beat/disable")
     assert off.status == 200 and not off.body["enabled"] and off.body["next_fire"] is None
-    time.sleep(0.2)  # a fire under way when it was switched off may still land
+    off_at, at_off = datetime.now().astimezone(), len(fires(node))
+
+    def still_off() -> bool:
+        """One fire under way when it was switched off may still land, for a tick before
+        `off_at`; any other would be a fire of the disabled schedule."""
+        ticks = [t for t, _ in fires(node)]
+        return len(ticks) <= at_off + 1 and all(t <= off_at for t in ticks)
+
+    stays_true(still_off, for_seconds=2.4, what="a disabled schedule fired")
     count = len(fires(node))
-    time.sleep(2.2)
-    assert len(fires(node)) == count, "a disabled schedule fired"
     on = node.post("/schedules/beat/enable")
     assert on.status == 200 and on.body["enabled"] and on.body["next_fire"]
     wait_for(lambda: len(fires(node)) > count, timeout=5)
@@ -186,16 +192,19 @@ def test_a_stalled_node_fires_no_burst_of_the_ticks_it_slept_through(
     wait_for(lambda: fires(node), timeout=10)
     node.signal(signal.SIGSTOP)
     stopped = datetime.now().astimezone()
-    time.sleep(4)
+    time.sleep(4)  # the stall itself: four ticks pass while the node is stopped
     node.signal(signal.SIGCONT)
     resumed = datetime.now().astimezone()
-    time.sleep(1.5)
-    slept = [
-        t
-        for t, _ in fires(node)
-        if stopped.timestamp() + 1 < t.timestamp() < resumed.timestamp() - 1
-    ]
-    assert slept == [], f"ticks fired for a stall: {slept}"
+
+    def slept() -> list[datetime]:
+        return [
+            t
+            for t, _ in fires(node)
+            if stopped.timestamp() + 1 < t.timestamp() < resumed.timestamp() - 1
+        ]
+
+    stays_true(lambda: not slept(), 1.5, what=lambda: f"ticks fired for a stall: {slept()}")
+    assert slept() == [], f"ticks fired for a stall: {slept()}"
 
 
 def test_sighup_adds_changes_and_removes_schedules(start_memory: Start, tmp_path: Path) -> None:
@@ -213,8 +222,17 @@ def test_sighup_adds_changes_and_removes_schedules(start_memory: Start, tmp_path
     listed = schedules(node)
     assert listed["minutely"]["source"] == "config" and listed["minutely"]["every_seconds"] == 2
     before = names_fired(node)
-    time.sleep(2.5)
-    after = names_fired(node)
+    stays_true(
+        lambda: names_fired(node)["old"] == before["old"],
+        for_seconds=2.5,
+        what="a removed schedule kept firing",
+    )
+
+    def both_fired() -> Counter[str] | None:
+        after = names_fired(node)
+        return after if after["new"] > before["new"] and after["minutely"] > 0 else None
+
+    after = wait_for(both_fired, timeout=5, what="the new and the changed schedule fired")
     assert after["old"] == before["old"], "a removed schedule kept firing"
     assert after["new"] > before["new"] and after["minutely"] > 0
 
@@ -237,12 +255,22 @@ def test_each_tick_fires_once_on_a_two_node_cluster(start_pg: Start, tmp_path: P
     path = config(tmp_path, beat())
     nodes = [start_pg("--config", str(path)) for _ in range(2)]
     both_up = datetime.now().astimezone()
-    time.sleep(4.5)
+
+    def together_so_far() -> list[datetime]:
+        return [t for t, _ in fires(nodes[0]) if t.timestamp() > both_up.timestamp() + 0.5]
+
+    wait_for(lambda: len(together_so_far()) >= 4, timeout=15, what="4 ticks with both up")
     for node in nodes:
         node.post("/schedules/beat/disable")  # ticks stop: the counts below hold still
-    time.sleep(0.3)
-    fired = fires(nodes[0])
-    by_node = [fire_count(node, "beat") for node in nodes]
+
+    def settled() -> tuple[list[tuple[datetime, bool]], list[int]] | None:
+        """The jobs and both nodes' fire counts, once a fire under way has landed in both."""
+        fired = fires(nodes[0])
+        by_node = [fire_count(node, "beat") for node in nodes]
+        return (fired, by_node) if sum(by_node) == len(fired) else None
+
+    # Still unequal at the deadline: a fire counted twice (or a job no node counted).
+    fired, by_node = wait_for(settled, timeout=5, what="every job a fire of exactly one node")
     print(f"fires by node: {by_node}, ticks: {len(fired)}")
     assert sum(by_node) == len(fired)  # every job a fire of one node, none counted twice
     ticks = Counter(tick for tick, _ in fired)
@@ -309,7 +337,11 @@ def test_disabling_holds_for_every_node_and_across_restarts(
     count = len(fires_from_db(pg_args))
     c = start_pg("--config", str(path))
     assert not schedules(c)["beat"]["enabled"] and schedules(c)["beat"]["next_fire"] is None
-    time.sleep(2.5)
+    stays_true(
+        lambda: len(fires_from_db(pg_args)) == count,
+        for_seconds=2.5,
+        what="a disabled schedule fired after a restart",
+    )
     assert len(fires_from_db(pg_args)) == count, "a disabled schedule fired after a restart"
     enabled_at = datetime.now().astimezone()
     assert c.post("/schedules/beat/enable").status == 200

@@ -27,7 +27,7 @@ from typing import Any
 
 import pytest
 
-from tests.conftest import Node, postgres_dsn, stop_node, wait_for
+from tests.conftest import Node, postgres_dsn, stays_true, stop_node, wait_for
 from tests.e2e.supervisor.test_operations import metric_samples
 
 pytestmark = pytest.mark.timeout(120)
@@ -222,7 +222,12 @@ def test_two_nodes_never_send_one_delivery_at_once(pg_nodes, receivers) -> None:
     jobs = [{"type": "noop", "webhook_url": receiver.url} for _ in range(40)]
     ids = [r["job"]["id"] for r in a.post("/jobs/batch", {"jobs": jobs}).body["results"]]
     wait_for(lambda: len(receiver.answered(200)) == 40, timeout=60, interval=0.1)
-    time.sleep(2.5)  # two more polls of each node: anything sent twice would show now
+    # two more polls of each node: anything sent twice would show meanwhile
+    stays_true(
+        lambda: len(receiver.answered(200)) == 40 and max(receiver.most_at_once.values()) == 1,
+        for_seconds=2.5,
+        what="a delivery sent twice",
+    )
     hits = receiver.answered(200)
     assert len(hits) == 40 and len({hit.delivery for hit in hits}) == 40
     assert max(receiver.most_at_once.values()) == 1

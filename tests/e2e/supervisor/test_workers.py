@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Node, postgres_dsn, stop_node, wait_for
+from tests.conftest import Node, postgres_dsn, stays_true, stop_node, wait_for
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -200,7 +200,12 @@ def test_a_worker_that_cannot_be_spawned_is_retried_with_backoff(make_node) -> N
     try:
         os.kill(worker, signal.SIGKILL)
         wait_for(lambda: node.logs().count("cannot start a worker") >= 2, timeout=10)
-        time.sleep(3)  # three more seconds of ticks (6) with the limit still in place
+        # three more seconds of ticks (6) with the limit still in place
+        stays_true(
+            lambda: node.logs().count("cannot start a worker") <= 5,
+            for_seconds=3,
+            what="a failed spawn retried on every tick, not with backoff",
+        )
         failures = node.logs().count("cannot start a worker")
     finally:
         set_soft_nofile(supervisor, soft)

@@ -191,6 +191,9 @@ def test_with_read_protection_the_dashboard_shows_nothing_until_the_key_is_given
     tab = open_tab(node.url)
     tab.allow_refusals = True
     page = tab.open("/")  # the page itself needs no key...
+    prompt = page.locator("#key-dialog")
+    expect(prompt).to_be_visible()  # ...its data does: the prompt comes at once
+    prompt.get_by_role("button", name="Cancel").click()  # dismissed, the button stays
     key_button = page.locator("#key-button")
     expect(page.locator("#live")).to_have_attribute("data-state", "key")  # ...its data does
     expect(key_button).to_have_text("Enter API key")
@@ -315,6 +318,8 @@ def test_every_page_reads_well_at_both_widths(
         ("dlq", "/dlq"),
         ("dead-letter", f"/dlq/{ids['letter']}"),
         ("workers", "/workers"),
+        ("types", "/types"),
+        ("schedules", "/schedules"),
     ]
     looks = [(WIDE, "light", pages), (PHONE, "light", pages)]
     looks += [(WIDE, "dark", pages[:4]), (PHONE, "dark", pages[:1])]

@@ -10,6 +10,8 @@ import job from "./pages/job.js";
 import jobs from "./pages/jobs.js";
 import overview from "./pages/overview.js";
 import queues from "./pages/queues.js";
+import schedules from "./pages/schedules.js";
+import types from "./pages/types.js";
 import workers from "./pages/workers.js";
 
 const UUID = "([0-9a-fA-F-]{36})";
@@ -21,12 +23,16 @@ const ROUTES = [
   [/^\/dlq$/, dlq],
   [new RegExp(`^/dlq/${UUID}$`), deadLetter],
   [/^\/workers$/, workers],
+  [/^\/schedules$/, schedules],
+  [/^\/types$/, types],
 ];
 const NAV = [
   ["overview", "#/", "Overview", "activity"],
   ["queues", "#/queues", "Queues", "layers"],
   ["jobs", "#/jobs", "Jobs", "list"],
   ["dlq", "#/dlq", "Dead letters", "inbox"],
+  ["types", "#/types", "Job types", "bars"],
+  ["schedules", "#/schedules", "Schedules", "calendar"],
   ["workers", "#/workers", "Workers", "cpu"],
 ];
 
@@ -87,7 +93,7 @@ function render({ force = false } = {}) {
   shell.moved = true;
 }
 
-const shell = { moved: false, keyWanted: false, showKey: null };
+const shell = { moved: false, keyWanted: false, showKey: null, prompted: false };
 
 function buildShell() {
   const nav = document.querySelector("nav.main");
@@ -140,6 +146,12 @@ function buildShell() {
     shell.keyWanted = true;
     keyButton.classList.add("primary");
     showKey();
+    // the node shows nothing without a key: ask at once (once per load), rather than
+    // leave the page on "Loading…" until the key button is found
+    if (!shell.prompted && !apiKey.get() && !document.getElementById("key-dialog").open) {
+      shell.prompted = true;
+      askKey("This node needs an API key to show anything.").then((ok) => ok && render({ force: true }));
+    }
   });
   shell.showKey = showKey;
 }

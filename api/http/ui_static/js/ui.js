@@ -168,3 +168,28 @@ export function explain(err) {
   if (err.status === 0) return err.message;
   return `${err.message} (HTTP ${err.status})`;
 }
+
+/**
+ * What a running job last reported with ctx.progress: a number from 0 to 1 as a bar (with
+ * its percentage in words), anything else (a small object) as its JSON; null if nothing.
+ */
+export function progressBar(progress, { compact = false } = {}) {
+  if (progress === undefined || progress === null) return null;
+  if (typeof progress !== "number" || !Number.isFinite(progress)) {
+    const text = JSON.stringify(progress);
+    return h("span", { class: "progress-note mono", "data-progress": text, title: text }, text.length > 80 ? `${text.slice(0, 80)}…` : text);
+  }
+  const share = Math.min(1, Math.max(0, progress));
+  const percent = `${Math.round(share * 100)}%`;
+  const fill = h("span", { class: "fill" });
+  fill.style.width = `${(share * 100).toFixed(1)}%`; // CSSOM: the CSP allows no style attribute
+  return h(
+    "span",
+    { class: `progress${compact ? " compact" : ""}`, "data-progress": String(progress) },
+    h("span", {
+      class: "bar", role: "progressbar", "aria-valuemin": "0", "aria-valuemax": "100",
+      "aria-valuenow": String(Math.round(share * 100)), "aria-label": `Progress ${percent}`,
+    }, fill),
+    h("span", { class: "num" }, percent),
+  );
+}

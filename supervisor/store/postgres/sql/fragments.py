@@ -21,7 +21,8 @@ from goqueue.supervisor.store.postgres.webhook_body import body_sql
 
 JOB_FIELDS: Final = tuple(field.name for field in msgspec.structs.fields(Job))
 N_JOB_FIELDS: Final = len(JOB_FIELDS)
-FILTER_COLUMNS: Final = ("type", "status", "queue")  # `JobFilter` fields: equality filters
+# `JobFilter` fields: equality filters
+FILTER_COLUMNS: Final = ("type", "status", "queue", "parent_id")
 
 
 # A CTE writing, for the one row of `changed`, the events `%(events)s` with their
@@ -132,6 +133,9 @@ class Sql(StrEnum):
     INSERT_DEAD = auto()
     RELEASE = auto()
     LOCK_JOB = auto()
+    SALVAGE_LOCK = auto()
+    SALVAGE_DEAD = auto()
+    REOPEN = auto()
     CANCEL = auto()
     # reads
     GET = auto()
@@ -157,6 +161,8 @@ class Sql(StrEnum):
     QUEUE_RUNNING = auto()
     PAUSED = auto()
     NODES = auto()
+    TYPE_COUNTS = auto()
+    TYPE_RUN_TIMES = auto()
     JOB_BRIEFS = auto()
     DEAD_BRIEFS = auto()
     COUNT_DEAD_BRIEFS = auto()

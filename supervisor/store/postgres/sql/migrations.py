@@ -433,4 +433,56 @@ END
 $fn$;
 """,
     ),
+    Migration(
+        9,
+        "smooth rate limits",
+        """
+-- GCRA (see goqueue's dispatch/rates.py): each rate-limited type's theoretical arrival
+-- time, in seconds since the epoch on the database's clock, and the seconds between
+-- starts at its rate. rate_windows and take_starts stay for nodes of older versions.
+CREATE TABLE {s}.rate_pace (
+    type text PRIMARY KEY,
+    tat  float8 NOT NULL,
+    step float8 NOT NULL
+);
+-- Grant up to p_want of the starts of p_type due now: none while its TAT is ahead,
+-- else those missed since it (one at least, p_limit at most), the TAT moved past them.
+-- Nodes take turns on the type's row, so the pace holds across all of them.
+CREATE FUNCTION {s}.take_paced_starts(p_type text, p_limit integer, p_period float8,
+    p_want integer, OUT o_granted integer, OUT o_tat float8, OUT o_left float8)
+LANGUAGE plpgsql AS $fn$
+DECLARE
+    v_now float8 := extract(epoch FROM clock_timestamp());
+    v_step float8 := p_period / p_limit;
+BEGIN
+    INSERT INTO {s}.rate_pace (type, tat, step) VALUES (p_type, 0, v_step)
+    ON CONFLICT DO NOTHING;
+    SELECT r.tat INTO o_tat FROM {s}.rate_pace r WHERE r.type = p_type FOR UPDATE;
+    IF o_tat > v_now OR p_want <= 0 THEN
+        o_granted := 0;
+        o_left := greatest(0, o_tat - v_now);
+        RETURN;
+    END IF;
+    o_granted := least(p_want::float8, p_limit::float8,
+                       1 + floor((v_now - o_tat) / v_step))::integer;
+    o_tat := v_now + o_granted * v_step;
+    o_left := o_tat - v_now;
+    UPDATE {s}.rate_pace r SET tat = o_tat, step = v_step WHERE r.type = p_type;
+END
+$fn$;
+""",
+    ),
+    # Numbered 11: the operator branch's step (tracebacks in events) takes 10 at merge.
+    Migration(
+        10,
+        "jobs by parent, node reports",
+        """
+-- What each node publishes with its heartbeat (its workers, its last minute's jobs), so
+-- any node's dashboard shows the whole cluster. NULL from nodes that publish none.
+ALTER TABLE {s}.nodes ADD COLUMN report json;
+-- The dashboard links a job to the one its template enqueued (parent_id = its id); only
+-- chained and child jobs have a parent, so the index stays small.
+CREATE INDEX jobs_parent ON {s}.jobs (parent_id) WHERE parent_id IS NOT NULL;
+""",
+    ),
 )

@@ -85,8 +85,19 @@ READS: Final[Mapping[Sql, str]] = MappingProxyType(
         Sql.PAUSED: "SELECT queue FROM {s}.paused_queues",
         Sql.NODES: """
             SELECT node_id, started_at, heartbeat_at,
-                heartbeat_at > now() - %(live)s * interval '1 second', limits
+                heartbeat_at > now() - %(live)s * interval '1 second', limits, report
             FROM {s}.nodes WHERE heartbeat_at > now() - interval '1 hour' ORDER BY node_id""",
+        # Per-type stats: a pass over the jobs kept (finished ones until pruned).
+        Sql.TYPE_COUNTS: "SELECT type, status, count(*) FROM {s}.jobs GROUP BY type, status",
+        Sql.TYPE_RUN_TIMES: """
+            SELECT type,
+                percentile_cont(0.5) WITHIN GROUP (ORDER BY t.seconds),
+                percentile_cont(0.95) WITHIN GROUP (ORDER BY t.seconds)
+            FROM {s}.jobs CROSS JOIN LATERAL
+                (SELECT extract(epoch FROM finished_at - started_at)::float8 AS seconds) t
+            WHERE status IN ('done', 'failed') AND started_at IS NOT NULL
+                AND finished_at IS NOT NULL
+            GROUP BY type""",
         Sql.JOB_BRIEFS: """
             SELECT id, type, queue, priority, status, attempts, max_retries, run_at,
                 created_at, started_at, finished_at, updated_at, parent_id, {previews}

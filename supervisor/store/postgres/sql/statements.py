@@ -85,9 +85,10 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
         Sql.LISTEN: "LISTEN {channel}",
         Sql.NOTIFY: "SELECT pg_notify(%(channel)s, %(payload)s)",
         Sql.REGISTER: """
-            INSERT INTO {s}.nodes (node_id, limits, heartbeat_at)
-            VALUES (%(node)s, %(limits)s, now())
-            ON CONFLICT (node_id) DO UPDATE SET limits = EXCLUDED.limits, heartbeat_at = now()""",
+            INSERT INTO {s}.nodes (node_id, limits, heartbeat_at, report)
+            VALUES (%(node)s, %(limits)s, now(), %(report)s)
+            ON CONFLICT (node_id) DO UPDATE SET limits = EXCLUDED.limits, heartbeat_at = now(),
+                report = EXCLUDED.report""",
         Sql.FORGET_NODE: "DELETE FROM {s}.nodes WHERE node_id = %(node)s",
         Sql.KNOWN_TYPES: """
             SELECT DISTINCT jsonb_object_keys(limits) FROM {s}.nodes WHERE {live_nodes}""",
@@ -311,6 +312,34 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
             {_trail(EventKind.RELEASED)}
             SELECT {{job}} FROM changed""",
         Sql.LOCK_JOB: "SELECT status, lease_token FROM {s}.jobs WHERE id = %(id)s FOR UPDATE",
+        # A fenced outcome that arrived late (see `Outcomes.salvage`): the job, locked, if
+        # the outcome's attempt is the last one started and its lease was reaped; then its
+        # reaping's dead letter, taken away; then the attempt reopened under its own token
+        # so the outcome's own statement writes it (the reaping's error is dropped).
+        Sql.SALVAGE_LOCK: f"""
+            SELECT j.status, j.on_failure IS NULL FROM {{s}}.jobs j
+            WHERE j.id = %(id)s AND j.attempts = %(attempt)s
+              AND j.status IN ('pending', 'claimed', 'failed')
+              AND EXISTS (SELECT 1 FROM {{s}}.events e WHERE e.job_id = j.id
+                  AND e.event = '{EventKind.LEASE_EXPIRED}' AND e.attempt = %(attempt)s)
+              AND (j.status <> 'failed' OR j.unique_key IS NULL OR NOT EXISTS (
+                  SELECT 1 FROM {{s}}.jobs o WHERE o.unique_key = j.unique_key AND o.id <> j.id
+                      AND o.status NOT IN ('done', 'failed', 'cancelled')))
+            FOR UPDATE OF j""",
+        Sql.SALVAGE_DEAD: "DELETE FROM {s}.dead_letters WHERE job_id = %(id)s RETURNING id",
+        Sql.REOPEN: """
+            WITH changed AS (
+                UPDATE {s}.jobs SET status = 'running', finished_at = NULL,
+                    updated_at = now(), lease_token = %(token)s, lease_owner = %(node)s,
+                    lease_expires_at = now(),
+                    errors = CASE WHEN (errors -> -1 ->> 'attempt')::int = attempts
+                        THEN errors - -1 ELSE errors END,
+                    last_error = CASE WHEN (errors -> -1 ->> 'attempt')::int = attempts
+                        THEN errors -> -2 ->> 'error' ELSE last_error END
+                WHERE id = %(id)s
+                RETURNING id, attempts),
+            {trail}
+            SELECT id FROM changed""",
         Sql.CANCEL: f"""
             WITH changed AS (
                 UPDATE {{s}}.jobs SET status = 'cancelled', finished_at = now(),
@@ -417,11 +446,11 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
                 updated_at = now()
             RETURNING name, enabled, last_fire, last_job_id, enabled_at""",
         Sql.TAKE_STARTS: """
-            SELECT o_granted, o_window, o_left
-            FROM {s}.take_starts(%(type)s, %(limit)s, %(period)s, %(want)s, %(guard)s)""",
+            SELECT o_granted, o_tat, o_left
+            FROM {s}.take_paced_starts(%(type)s, %(limit)s, %(period)s, %(want)s)""",
         Sql.RETURN_STARTS: """
-            UPDATE {s}.rate_windows SET used = greatest(0, used - %(count)s)
-            WHERE type = %(type)s AND window_start = to_timestamp(%(window)s)""",
+            UPDATE {s}.rate_pace SET tat = tat - %(count)s * step
+            WHERE type = %(type)s AND tat = %(tat)s""",
     }
 )
 
@@ -462,5 +491,10 @@ class Statements:
     def filtered(self, name: Sql, filters: JobFilter) -> str:
         """A statement taking the job filters (`LIST_JOBS`, `COUNT_JOBS`, `JOB_BRIEFS`),
         in its variant for the filters that are set (each bound by its column's name)."""
-        used = (bool(filters.type), bool(filters.status), bool(filters.queue))
+        used = (
+            bool(filters.type),
+            bool(filters.status),
+            bool(filters.queue),
+            bool(filters.parent_id),
+        )
         return self._filtered[name, used]

@@ -29,16 +29,18 @@ async def test_a_coroutine_that_raises_before_waiting_raises_from_the_step() -> 
 
 async def test_a_waiting_coroutine_finishes_with_its_result_across_several_waits() -> None:
     seen: list[str] = []
+    resume = asyncio.Event()  # the test, not a timer, decides when the first wait ends
 
     async def slow() -> str:
         seen.append("first part")
-        await asyncio.sleep(0.01)
+        await resume.wait()
         seen.append("second part")
         await asyncio.sleep(0)
         return "done"
 
     started = eager.step(slow())
     assert isinstance(started, eager.Waiting) and seen == ["first part"]
+    resume.set()
     assert await started == "done"
     assert seen == ["first part", "second part"]
 
@@ -56,10 +58,12 @@ async def test_a_waiting_coroutine_raises_its_own_exception_when_awaited() -> No
 
 async def test_cancelling_the_awaiting_task_cancels_the_coroutine_at_its_wait() -> None:
     cleaned: list[str] = []
+    waiting = asyncio.Event()
 
     async def hangs() -> None:
         try:
-            await asyncio.sleep(60)
+            waiting.set()
+            await asyncio.Event().wait()  # never set: only the cancellation ends it
         finally:
             cleaned.append("finally ran")
 
@@ -69,7 +73,7 @@ async def test_cancelling_the_awaiting_task_cancels_the_coroutine_at_its_wait() 
         await started
 
     task = asyncio.ensure_future(run())
-    await asyncio.sleep(0.01)
+    await asyncio.wait_for(waiting.wait(), 1)  # it stands at its wait
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
@@ -77,11 +81,17 @@ async def test_cancelling_the_awaiting_task_cancels_the_coroutine_at_its_wait() 
 
 
 async def test_a_coroutine_may_catch_the_cancellation_and_wait_again_before_it_ends() -> None:
+    waiting = asyncio.Event()
+
     async def stubborn() -> str:
         try:
-            await asyncio.sleep(60)
+            waiting.set()
+            await asyncio.Event().wait()  # never set: only the cancellation ends it
         except asyncio.CancelledError:
-            await asyncio.sleep(0.01)  # cleanup that itself waits
+            loop = asyncio.get_running_loop()
+            cleanup = loop.create_future()  # cleanup that itself waits, on a future
+            loop.call_soon(cleanup.set_result, None)
+            await cleanup
             return "cleaned up"
         return "never"
 
@@ -91,6 +101,6 @@ async def test_a_coroutine_may_catch_the_cancellation_and_wait_again_before_it_e
         return await started
 
     task = asyncio.ensure_future(run())
-    await asyncio.sleep(0.01)
+    await asyncio.wait_for(waiting.wait(), 1)  # it stands at its wait
     task.cancel()
     assert await task == "cleaned up"

@@ -12,6 +12,8 @@ from goqueue.supervisor.enums import Status
 from goqueue.supervisor.errors import StoreUnavailable
 from goqueue.supervisor.jobs import Job, JobSpec, Outcome, utcnow
 
+from tests.conftest import stays_true_async, wait_for_async
+
 pytestmark = pytest.mark.timeout(10)
 
 
@@ -67,10 +69,13 @@ async def test_the_poll_finds_outcomes_recorded_elsewhere_and_stops_when_nobody_
     pending = job()
     store.jobs[pending.id] = pending
     with waiters.watching(pending.id) as finished:
-        await asyncio.sleep(0.05)
+        await wait_for_async(lambda: store.reads >= 2, timeout=2, what="two polls")
         assert not finished.done() and store.reads >= 2
         store.down = True  # a failed read is skipped, not fatal
-        await asyncio.sleep(0.05)
+        failing_from = store.reads
+        await wait_for_async(
+            lambda: store.reads >= failing_from + 2, timeout=2, what="polls on after a failed read"
+        )
         store.down = False
         store.jobs[pending.id] = msgspec.structs.replace(pending, status=Status.FAILED)
         failed = await asyncio.wait_for(finished, 1)
@@ -79,7 +84,7 @@ async def test_the_poll_finds_outcomes_recorded_elsewhere_and_stops_when_nobody_
     assert poller is not None
     await asyncio.wait_for(poller, 1)  # no waiter left: the poll ends by itself
     reads = store.reads
-    await asyncio.sleep(0.05)
+    await stays_true_async(lambda: store.reads == reads, for_seconds=0.05, what="no more reads")
     assert store.reads == reads
 
 

@@ -13,7 +13,7 @@ import pytest
 from goqueue.actors.errors import ActorDefinitionError
 from goqueue.actors.registry import actor
 from goqueue.supervisor.dispatch.catalog import Catalog
-from goqueue.supervisor.dispatch.rates import Rate, StartWindows, parse_rate
+from goqueue.supervisor.dispatch.rates import Rate, StartTimes, parse_rate
 from goqueue.supervisor.errors import ConfigError
 from goqueue.supervisor.schedules.schedule import (
     Missed,
@@ -23,6 +23,8 @@ from goqueue.supervisor.schedules.schedule import (
     merged,
 )
 from goqueue.supervisor.settings import config
+from hypothesis import given
+from hypothesis import strategies as st
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -176,10 +178,10 @@ def test_a_fired_jobs_event_detail() -> None:
     ("text", "limit", "period"),
     [("100/s", 100, 1.0), ("6000/m", 6000, 60.0), (" 2 / h ", 2, 3600.0)],
 )
-def test_rates_read_as_starts_per_window(text: str, limit: int, period: float) -> None:
+def test_rates_read_as_starts_per_period(text: str, limit: int, period: float) -> None:
     rate = parse_rate(text)
     assert (rate.limit, rate.period) == (limit, period)
-    assert rate.guard == min(0.05, period / 20)
+    assert rate.interval == period / limit and rate.guard == min(0.05, period / limit / 5)
 
 
 @pytest.mark.parametrize("bad", ["100", "0/s", "10/d", "1.5/s", "x/s", 10, "2000000/s"])
@@ -204,13 +206,31 @@ def test_rate_limits_in_the_file_and_on_actors_the_config_winning(tmp_path: Path
         actor("x", rate_limit="5 per second")
 
 
-def test_a_memory_window_counts_starts_and_takes_back_unused_ones() -> None:
-    windows = StartWindows()
-    rate = Rate(3, 1.0)
-    taken = windows.take("a", rate, 2, now=100.2)
-    assert (taken.granted, taken.window) == (2, 100.0) and taken.seconds_left == pytest.approx(0.8)
-    assert windows.take("a", rate, 5, now=100.3).granted == 1
-    windows.give_back("a", 100.0, 1)
-    assert windows.take("a", rate, 5, now=100.4).granted == 1
-    assert windows.take("a", rate, 5, now=100.97).granted == 0  # the guard: 50 ms
-    assert windows.take("a", rate, 5, now=101.0).granted == 3  # a new window
+def test_memory_pacing_grants_missed_starts_and_takes_back_unused_ones() -> None:
+    times = StartTimes()
+    rate = Rate(4, 1.0)  # a start every 0.25 s
+    taken = times.take("a", rate, 2, now=100.0)
+    assert (taken.granted, taken.tat) == (2, 100.5) and taken.seconds_left == pytest.approx(0.5)
+    assert times.take("a", rate, 5, now=100.3).granted == 0
+    times.give_back("a", 100.5, 1)  # as if only one had been taken: the next is due at 100.25
+    assert times.take("a", rate, 5, now=100.3).granted == 1
+    assert times.take("a", rate, 5, now=101.1).granted == 3  # due at 100.55, 100.8, 101.05
+    assert times.take("a", rate, 9, now=200.0).granted == 4  # idle: the limit, never more
+
+
+@given(
+    st.lists(st.tuples(st.floats(0.0, 0.6), st.integers(0, 12), st.integers(0, 12)), max_size=80)
+)
+def test_paced_starts_in_any_sliding_period_are_at_most_the_limit_plus_one(
+    steps: list[tuple[float, int, int]],
+) -> None:
+    times, rate, now, started = StartTimes(), Rate(5, 1.0), 1000.0, []
+    for gap, want, unused in steps:
+        now += gap
+        taken = times.take("a", rate, want, now)
+        unused = min(unused, taken.granted)
+        times.give_back("a", taken.tat, unused)
+        started += [now] * (taken.granted - unused)
+    started.sort()
+    for i, at in enumerate(started):
+        assert len([t for t in started[i:] if t - at <= rate.period]) <= rate.limit + 1

@@ -304,12 +304,12 @@ def test_add_arguments_can_offer_a_subset() -> None:
 
 
 def test_update_rewrites_only_the_generated_parts(tmp_path: Path) -> None:
-    readme = tmp_path / "README.md"
+    page = tmp_path / "configuration.md"
     stale = f"{config_docs.MARKDOWN_BEGIN}\n| old |\n{config_docs.MARKDOWN_END}\n"
-    readme.write_text("# Title\n\n" + stale + "\nAfter.\n")
+    page.write_text("# Title\n\n" + stale + "\nAfter.\n")
     toml = tmp_path / "example.toml"
     toml.write_text("stale = true\n")
-    assert config_docs.update(readme) and config_docs.update(toml)
-    assert readme.read_text() == "# Title\n\n" + config_docs.options_markdown() + "\nAfter.\n"
+    assert config_docs.update(page) and config_docs.update(toml)
+    assert page.read_text() == "# Title\n\n" + config_docs.options_markdown() + "\nAfter.\n"
     assert toml.read_text() == config_docs.example_toml()
-    assert not config_docs.update(readme) and not config_docs.update(toml)
+    assert not config_docs.update(page) and not config_docs.update(toml)

@@ -5,7 +5,7 @@
 import { api } from "../api.js";
 import { absolute, duration, h, icon, prettyJson, shortId, swap, when } from "../dom.js";
 import { poll } from "../live.js";
-import { badge, callout, confirmAction, explain, pageHead, panel, toast } from "../ui.js";
+import { badge, callout, confirmAction, explain, pageHead, panel, progressBar, toast } from "../ui.js";
 
 const EVERY_MS = 2000;
 const TERMINAL = new Set(["done", "failed", "cancelled"]);
@@ -51,12 +51,51 @@ function eventDetail(event) {
   return event.detail;
 }
 
+function crumbs(queue) {
+  const jobs = h("a", { href: "#/jobs" }, "Jobs");
+  if (!queue) return [jobs];
+  return [jobs, h("span", { class: "sep", "aria-hidden": "true" }, " / "), h("a", { href: `#/jobs?queue=${encodeURIComponent(queue)}` }, `queue ${queue}`)];
+}
+
+const TIMEOUT_SOURCES = { job: "set on the job", actor: "the actor's", node: "the node's default" };
+
+function timeoutFact(job) {
+  if (job.timeout) {
+    return h("span", { "data-timeout-source": job.timeout.source }, duration(job.timeout.seconds), h("span", { class: "muted" }, ` · ${TIMEOUT_SOURCES[job.timeout.source]}`));
+  }
+  return job.timeout_seconds ? duration(job.timeout_seconds) : "actor or node default";
+}
+
+function deliveryState(d) {
+  if (d.delivered_at) return h("span", { class: "actions" }, badge("done", { label: "delivered" }), when(d.delivered_at));
+  if (d.given_up) return badge("failed", { label: "given up" });
+  return h("span", { class: "actions" }, badge("pending", { label: "retrying" }), d.next_attempt_at ? ["next ", when(d.next_attempt_at)] : null);
+}
+
+function deliveriesPanel(deliveries) {
+  return panel("Webhook deliveries", { sub: "each delivery and every attempt at it", id: "deliveries-title" },
+    deliveries.length
+      ? h("ol", { class: "timeline deliveries" }, deliveries.map((d) =>
+          h("li", { class: `tone-${d.delivered_at ? "done" : d.given_up ? "failed" : "pending"}`, "data-delivery": d.id },
+            h("span", { class: "mark" }, icon(d.delivered_at ? "check" : d.given_up ? "x" : "clock")),
+            h("span", { class: "what" }, d.event, h("span", { class: "faint" }, ` · ${d.attempts.length} ${d.attempts.length === 1 ? "attempt" : "attempts"}`)),
+            deliveryState(d),
+            h("span", { class: "detail" },
+              h("span", { class: "mono" }, d.url),
+              h("ul", { class: "attempts" }, d.attempts.map((a) =>
+                h("li", { "data-attempt-status": a.status_code ?? "none" }, when(a.at), " · ",
+                  a.status_code ? h("span", { class: a.status_code >= 300 ? "bad" : null }, `HTTP ${a.status_code}`) : "no answer",
+                  a.error && a.error !== `HTTP ${a.status_code}` ? h("span", { class: "bad" }, ` · ${a.error}`) : null,
+                  h("span", { class: "faint" }, ` · node ${a.node}`))))))))
+      : h("div", { class: "empty" }, "No delivery yet: the webhook is sent once the job finishes."));
+}
+
 export default {
   title: "Job",
   nav: "jobs",
   mount(root, { params, navigate }) {
     const id = params[0].toLowerCase();
-    const head = h("div", null, pageHead(`Job ${shortId(id)}`, { crumbs: [h("a", { href: "#/jobs" }, "Jobs"), " / "] }));
+    const head = h("div", null, pageHead(`Job ${shortId(id)}`, { crumbs: crumbs(null) }));
     const notice = h("div", { class: "banner" });
     const body = h("div", { class: "stack" }, h("div", { class: "loading" }, "Loading the job…"));
     root.append(head, notice, body);
@@ -66,6 +105,27 @@ export default {
     let lastJob = "";
     let lastEvents = "";
     let events = [];
+    let deliveries = null; // the job's webhook deliveries, once looked up (it has a webhook)
+    let chained = undefined; // the job its on_success or on_failure enqueued, once found
+
+    // the job this one's template enqueued: a job whose parent is this one, of that type
+    async function findChained() {
+      const spec = job.status === "done" ? job.on_success : job.status === "failed" ? job.on_failure : null;
+      if (!spec) {
+        chained = null;
+        return;
+      }
+      const page = await api("summary/jobs", { query: { parent_id: id, type: spec.type, limit: 1, preview: 1 }, quiet: true });
+      chained = page.jobs[0] || null;
+    }
+
+    function chainFact(spec, when) {
+      const fired = (when === "done" && job.status === "done") || (when === "failed" && job.status === "failed");
+      const link = fired && chained && chained.type === spec.type
+        ? [" → ", h("a", { href: `#/jobs/${chained.id}`, class: "mono", "data-chained": chained.id }, shortId(chained.id)), " ", badge(chained.status)]
+        : null;
+      return h("span", { class: "mono" }, `enqueues ${spec.type}`, link);
+    }
 
     async function findDeadLetter() {
       const page = await api("summary/dlq", { query: { job_id: id, limit: 1 }, quiet: true });
@@ -89,8 +149,11 @@ export default {
       job = jobData;
       events = eventData.events;
       if (job.status === "failed" && dead === undefined) await findDeadLetter().catch(() => {});
-      if (TERMINAL.has(job.status)) live.stop();
-      const a = JSON.stringify(job);
+      if (job.webhook_url) deliveries = (await api(`jobs/${id}/deliveries`, { quiet: true }).catch(() => null))?.deliveries ?? deliveries;
+      if (chained === undefined && TERMINAL.has(job.status) && (job.on_success || job.on_failure)) await findChained().catch(() => {});
+      const settled = deliveries === null || deliveries.every((d) => d.delivered_at || d.given_up);
+      if (TERMINAL.has(job.status) && settled) live.stop(); // a webhook still retrying is worth watching
+      const a = JSON.stringify([job, deliveries, chained]);
       const b = JSON.stringify(events);
       if (a === lastJob && b === lastEvents && job.status !== "running") return;
       lastJob = a;
@@ -102,7 +165,7 @@ export default {
       swap(
         head,
         pageHead(h("span", { class: "job-head" }, job.type, badge(job.status, { large: true })), {
-          crumbs: [h("a", { href: "#/jobs" }, "Jobs"), " / ", h("a", { href: `#/jobs?queue=${encodeURIComponent(job.queue)}` }, job.queue), " / "],
+          crumbs: crumbs(job.queue),
           sub: h("span", { class: "idline" }, h("span", { class: "mono", "data-job-id": job.id }, job.id), copyButton(job.id, "job id")),
           actions: actions(),
         }),
@@ -115,7 +178,7 @@ export default {
         fact("Queue", h("a", { href: `#/jobs?queue=${encodeURIComponent(job.queue)}`, class: "mono" }, job.queue)),
         fact("Priority", String(job.priority)),
         fact("Attempts", `${job.attempts} of ${job.max_retries + 1}`),
-        fact("Timeout", job.timeout_seconds ? duration(job.timeout_seconds) : "actor or node default"),
+        fact("Timeout", timeoutFact(job)),
         fact("Created", when(job.created_at)),
         fact(job.status === "pending" ? "Due" : "Due at", when(job.run_at)),
         fact("Started", when(job.started_at)),
@@ -124,6 +187,10 @@ export default {
           : fact(job.status === "running" ? "Running for" : "Took", job.status === "running" ? took.replace(" so far", "") : took),
       );
       const sections = [h("section", { class: "panel facts-panel", "aria-label": "Facts" }, facts)];
+      if (job.status === "running" && job.progress !== undefined) {
+        sections.push(h("section", { class: "panel progress-panel", "aria-label": "Progress" },
+          h("span", { class: "muted" }, "Progress (ctx.progress)"), progressBar(job.progress)));
+      }
       if (job.last_error && job.status !== "done") {
         const label = job.status === "failed" ? "Failed for good" : job.status === "pending" ? "The last attempt failed; it will be retried" : "The last attempt failed";
         sections.push(callout("bad", h("strong", null, label), h("pre", { class: "mono" }, job.last_error)));
@@ -150,11 +217,12 @@ export default {
       }
       const details = [];
       if (job.parent_id) details.push(["Parent", h("a", { href: `#/jobs/${job.parent_id}`, class: "mono" }, shortId(job.parent_id))]);
-      if (job.on_success) details.push(["On success", h("span", { class: "mono" }, `enqueues ${job.on_success.type}`)]);
-      if (job.on_failure) details.push(["On failure", h("span", { class: "mono" }, `enqueues ${job.on_failure.type}`)]);
+      if (job.on_success) details.push(["On success", chainFact(job.on_success, "done")]);
+      if (job.on_failure) details.push(["On failure", chainFact(job.on_failure, "failed")]);
       if (job.dedupe_key) details.push(["Dedupe key", h("span", { class: "mono" }, job.dedupe_key)]);
       if (job.webhook_url) details.push(["Webhook", h("span", { class: "mono" }, job.webhook_url)]);
       details.push(["Updated", when(job.updated_at)]);
+      if (deliveries !== null) left.push(deliveriesPanel(deliveries));
       const right = [
         panel("Events", { sub: "the audit trail, oldest first", id: "events-title" },
           events.length

@@ -5,7 +5,7 @@
 import { api } from "../api.js";
 import { duration, h, int, shortId, swap, when } from "../dom.js";
 import { poll } from "../live.js";
-import { badge, callout, explain, pageHead, pager, table } from "../ui.js";
+import { badge, callout, explain, pageHead, pager, progressBar, table } from "../ui.js";
 
 const EVERY_MS = 5000;
 const LIMIT = 25;
@@ -65,9 +65,21 @@ export default {
       h("button", { type: "submit" }, "Open"),
       h("label", { class: "check end", for: "live-toggle" }, liveBox, "Live (every 5 s)"),
     );
+    // On a phone the filters fold behind one button, so the first jobs show on the first
+    // screen; with a filter set the button says how many.
+    const active = [filters.status, filters.type, filters.queue].filter(Boolean).length;
+    const filterBox = h("div", { class: "filters", id: "job-filters" }, filterForm, findForm);
+    const filterToggle = h("button", {
+      type: "button", class: "small filter-toggle", "aria-expanded": "false", "aria-controls": "job-filters",
+      onclick: () => {
+        const open = !filterBox.classList.contains("open");
+        filterBox.classList.toggle("open", open);
+        filterToggle.setAttribute("aria-expanded", String(open));
+      },
+    }, `Filters${active ? ` (${active} set)` : ""}`);
     root.append(
       pageHead("Jobs", { sub: "Newest first. Long payloads and results are cut; open a job to see all of it." }),
-      h("section", { class: "panel", "aria-label": "Jobs" }, filterForm, findForm, notice, body),
+      h("section", { class: "panel", "aria-label": "Jobs" }, h("div", { class: "filter-bar" }, filterToggle), filterBox, notice, body),
     );
 
     async function find(id) {
@@ -90,7 +102,12 @@ export default {
     }
 
     const columns = [
-      { label: "Status", cell: (job) => badge(job.status) },
+      {
+        label: "Status",
+        cell: (job) => (job.status === "running" && job.progress != null
+          ? h("span", { class: "status-progress" }, badge(job.status), progressBar(job.progress, { compact: true }))
+          : badge(job.status)),
+      },
       {
         label: "Job",
         lead: true,

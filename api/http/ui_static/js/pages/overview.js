@@ -44,11 +44,11 @@ export default {
       h(
         "div",
         { class: "grid-2" },
-        panel("Last hour", { sub: "per 5 seconds", actions: rates, id: "chart-title" }, chartBox, chartNote),
+        panel(h("span", null, "Last hour", h("span", { class: "per-node", title: "done and failed: this node's attempts; pending: the whole store" }, "this node")), { sub: "per 5 seconds", actions: rates, id: "chart-title" }, chartBox, chartNote),
         h(
           "div",
           { class: "stack" },
-          panel("Workers", { actions: h("a", { href: "#/workers" }, "All workers"), id: "workers-title" }, workerBox),
+          panel(h("span", null, "Workers", h("span", { class: "per-node", title: "worker processes of the node serving this page" }, "this node")), { actions: h("a", { href: "#/workers" }, "All workers"), id: "workers-title" }, workerBox),
           panel("Busiest queues", { actions: h("a", { href: "#/queues" }, "All queues"), id: "queues-title" }, queueBox),
         ),
       ),

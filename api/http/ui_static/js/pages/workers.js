@@ -1,6 +1,7 @@
 // Workers: this node's processes (pid, state, the job each runs and for how long, memory,
-// jobs done), why workers were replaced, and the nodes sharing the store with their last
-// heartbeat. One request every 2 s: GET /workers.
+// jobs done), why workers were replaced, the nodes sharing the store with their last
+// heartbeat, and (on PostgreSQL) the other nodes' workers and the cluster's last minute,
+// as each node published them with its heartbeat. One request every 2 s: GET /workers.
 
 import { api } from "../api.js";
 import { bytes, duration, h, int, relative, shortId, swap, when } from "../dom.js";
@@ -29,6 +30,10 @@ export default {
     const exitsBox = h("div");
     const reasonsBox = h("div", { class: "chips" });
     const nodesBox = h("div");
+    const othersBox = h("div");
+    const clusterSub = h("span", null, "live while their heartbeat is recent");
+    const others = panel("Workers on the other nodes", { sub: "as each node published them with its last heartbeat", id: "others-title" }, othersBox);
+    others.hidden = true;
     const sub = h("span", null, "");
     root.append(
       pageHead("Workers", { sub }),
@@ -36,9 +41,10 @@ export default {
       h(
         "div",
         { class: "stack" },
-        panel("Processes on this node", { sub: "each runs one job at a time; a hung one is killed at its deadline", id: "procs-title" }, workersBox),
-        panel("Replaced workers", { sub: "since this node started", actions: reasonsBox, id: "exits-title" }, exitsBox),
-        panel("Nodes sharing the store", { sub: "live while their heartbeat is recent", id: "nodes-title" }, nodesBox),
+        panel(h("span", null, "Processes", h("span", { class: "per-node" }, "this node")), { sub: "each runs one job at a time; a hung one is killed at its deadline", id: "procs-title" }, workersBox),
+        panel("Nodes sharing the store", { sub: clusterSub, id: "nodes-title" }, nodesBox),
+        others,
+        panel(h("span", null, "Replaced workers", h("span", { class: "per-node" }, "this node")), { sub: "since this node started", actions: reasonsBox, id: "exits-title" }, exitsBox),
       ),
     );
 
@@ -68,8 +74,24 @@ export default {
       { label: "Node", lead: true, cell: (n) => h("span", { class: "mono" }, n.node_id, n.this ? h("span", { class: "muted" }, " (this one)") : null) },
       { label: "State", cell: (n) => badge(n.live ? "live" : "lost") },
       { label: "Last heartbeat", cell: (n) => h("time", { datetime: n.heartbeat_at, title: n.heartbeat_at }, relative(n.heartbeat_at)) },
-      { label: "Started", cell: (n) => when(n.started_at) },
-      { label: "Job types", class: "preview", cell: (n) => h("span", { class: "mono", title: n.types.join(", ") }, n.types.join(", ") || "—") },
+      { label: "Started", class: "nowrap", cell: (n) => when(n.started_at) },
+      {
+        label: "Workers",
+        class: "r num nowrap",
+        cell: (n) => (n.report
+          ? h("span", { "data-node-workers": n.node_id }, `${n.report.workers.filter((w) => w.state === "busy").length} busy of ${n.report.workers.length}`)
+          : h("span", { class: "faint" }, "—")),
+      },
+      { label: "Done / min", class: "r num", cell: (n) => (n.report ? h("span", { "data-node-done": n.node_id }, int(n.report.done_last_minute)) : h("span", { class: "faint" }, "—")) },
+      { label: "Failed / min", class: "r num", hideSm: true, cell: (n) => (n.report ? int(n.report.failed_last_minute) : h("span", { class: "faint" }, "—")) },
+      { label: "Job types", class: "preview", hideSm: true, cell: (n) => h("span", { class: "mono", title: n.types.join(", ") }, n.types.join(", ") || "—") },
+    ];
+    const otherColumns = [
+      { label: "Node", lead: true, cell: (w) => h("span", { class: "mono" }, w.node_id, h("span", { class: "muted" }, ` · pid ${w.pid}`)) },
+      { label: "State", cell: (w) => h("span", { "data-other-pid": w.pid }, badge(w.state)) },
+      workerColumns[2],
+      { label: "Running for", class: "r num", cell: (w) => (w.running_seconds == null ? h("span", { class: "faint" }, "—") : h("span", { title: "as of its node's last heartbeat" }, duration(w.running_seconds))) },
+      { label: "Jobs done", class: "r num", hideSm: true, cell: (w) => int(w.jobs_run) },
     ];
 
     async function refresh() {
@@ -90,6 +112,20 @@ export default {
       swap(exitsBox, table(exitColumns, data.recent_exits, { empty: "No worker has been replaced since the node started.", caption: "Replaced workers, newest first" }));
       const nodes = data.nodes.map((n) => ({ ...n, this: n.node_id === data.node }));
       swap(nodesBox, table(nodeColumns, nodes, { empty: "No node has heartbeated within the hour.", caption: "Nodes" }));
+      // the cluster: every live node's published report (this node's from its heartbeat too)
+      const reporting = nodes.filter((n) => n.live && n.report);
+      if (reporting.length > 1) {
+        const all = reporting.flatMap((n) => n.report.workers);
+        const done = reporting.reduce((sum, n) => sum + n.report.done_last_minute, 0);
+        const failed = reporting.reduce((sum, n) => sum + n.report.failed_last_minute, 0);
+        clusterSub.textContent = `Cluster, ${reporting.length} live nodes: ${all.filter((w) => w.state === "busy").length} of ${all.length} workers busy; ${int(done)} done and ${int(failed)} failed in the last minute.`;
+        clusterSub.dataset.cluster = "";
+      } else {
+        clusterSub.textContent = "live while their heartbeat is recent";
+      }
+      const elsewhere = nodes.filter((n) => n.live && !n.this && n.report).flatMap((n) => n.report.workers.map((w) => ({ ...w, node_id: n.node_id })));
+      others.hidden = !elsewhere.length;
+      swap(othersBox, table(otherColumns, elsewhere, { empty: "", caption: "Workers on the other nodes" }));
     }
 
     const live = poll(refresh, EVERY_MS);

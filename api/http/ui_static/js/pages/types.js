@@ -1,0 +1,72 @@
+// Job types: per type, how many jobs are in each status, the p50 and p95 run time of the
+// finished ones and their failure rate, over the jobs the store keeps (finished ones
+// until pruned). One request every 10 s: GET /summary/types.
+
+import { api } from "../api.js";
+import { duration, h, int, swap } from "../dom.js";
+import { poll } from "../live.js";
+import { callout, explain, pageHead, panel, table } from "../ui.js";
+
+const EVERY_MS = 10000;
+const SHOWN = ["pending", "running", "done", "failed", "cancelled"];
+const HIGH_FAILURE = 0.1; // worth a look
+
+function count(t, status) {
+  const n = status === "running" ? t.counts.running + t.counts.claimed : t.counts[status];
+  if (!n) return h("span", { class: "faint" }, "0");
+  return h("a", { href: `#/jobs?type=${encodeURIComponent(t.type)}&status=${status}`, "data-count": `${t.type}:${status}` }, int(n));
+}
+
+function seconds(value) {
+  return value == null ? h("span", { class: "faint" }, "—") : duration(value);
+}
+
+export function percent(rate) {
+  if (rate == null) return "—";
+  return `${(rate * 100).toFixed(rate < 0.1 && rate > 0 ? 1 : 0)}%`;
+}
+
+export default {
+  title: "Job types",
+  nav: "types",
+  mount(root) {
+    const notice = h("div", { class: "banner" });
+    const body = h("div", null, h("div", { class: "loading" }, "Loading job types…"));
+    root.append(
+      pageHead("Job types", { sub: "Every type among the jobs the store keeps, cluster-wide: finished jobs count until they are pruned." }),
+      notice,
+      panel("Per type", { sub: "run time of each finished job's last attempt; failure rate = failed / (done + failed)", id: "types-title" }, body),
+    );
+
+    const columns = [
+      { label: "Type", lead: true, cell: (t) => h("a", { href: `#/jobs?type=${encodeURIComponent(t.type)}`, class: "mono", "data-type": t.type }, t.type) },
+      ...SHOWN.map((status) => ({ label: status[0].toUpperCase() + status.slice(1), class: "r num", hideSm: status === "cancelled", cell: (t) => count(t, status) })),
+      { label: "p50", class: "r num", cell: (t) => h("span", { "data-p50": t.type }, seconds(t.p50_seconds)) },
+      { label: "p95", class: "r num", cell: (t) => h("span", { "data-p95": t.type }, seconds(t.p95_seconds)) },
+      {
+        label: "Failure rate",
+        class: "r num",
+        cell: (t) => h("span", { "data-rate": t.type, class: t.failure_rate > HIGH_FAILURE ? "bad" : null }, percent(t.failure_rate)),
+      },
+    ];
+
+    let last = "";
+    async function refresh() {
+      let data;
+      try {
+        data = await api("summary/types", { quiet: true });
+      } catch (err) {
+        swap(notice, callout("bad", explain(err)));
+        throw err;
+      }
+      swap(notice);
+      const text = JSON.stringify(data);
+      if (text === last) return;
+      last = text;
+      swap(body, table(columns, data.types, { empty: "No jobs yet.", caption: "Job types" }));
+    }
+
+    const live = poll(refresh, EVERY_MS);
+    return () => live.stop();
+  },
+};
