@@ -17,7 +17,6 @@ import signal
 import socket
 import sys
 import time
-import traceback
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -39,6 +38,7 @@ from goqueue.actors.protocol import (
     RunJob,
 )
 from goqueue.actors.registry import Context, Registry
+from goqueue.actors.tracebacks import DEFAULT_MAX_TRACEBACK_BYTES, bounded
 
 if TYPE_CHECKING:
     import asyncio
@@ -66,7 +66,14 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
     pipe.send(Ready(os.getpid(), loaded.infos()))
     inbox = Inbox(pipe, KernelAlarm())
     inbox.start()
-    Worker(pipe, inbox, loaded, max_result_bytes=boot.max_result_bytes).serve()
+    worker = Worker(
+        pipe,
+        inbox,
+        loaded,
+        max_result_bytes=boot.max_result_bytes,
+        max_traceback_bytes=boot.max_traceback_bytes,
+    )
+    worker.serve()
     _exit(WORKER_OK)
 
 
@@ -111,11 +118,13 @@ class Worker:
         registry: Registry,
         *,
         max_result_bytes: int | None = None,
+        max_traceback_bytes: int = DEFAULT_MAX_TRACEBACK_BYTES,
     ) -> None:
         self.pipe = pipe
         self.inbox = inbox
         self.registry = registry
         self.max_result_bytes = max_result_bytes
+        self.max_traceback_bytes = max_traceback_bytes
         self.link = PipeLink(pipe, inbox)
         self._loop: asyncio.AbstractEventLoop | None = None
 
@@ -138,7 +147,9 @@ class Worker:
         except Fail as exc:
             return self._failed(job, started, f"Fail: {exc}", retry=False)
         except Exception as exc:
-            return self._failed(job, started, _describe(exc), tb=traceback.format_exc())
+            return self._failed(
+                job, started, _describe(exc), tb=bounded(exc, self.max_traceback_bytes, _OWN_FILES)
+            )
         try:
             encoded = msgspec.json.encode(result)
         except (TypeError, ValueError, msgspec.EncodeError) as exc:
@@ -178,6 +189,9 @@ class Worker:
     ) -> JobFailed:
         duration = time.monotonic() - started
         return JobFailed(job.job_id, error, duration, retry, delay, tb, _rss_kb())
+
+
+_OWN_FILES = frozenset({__file__})  # frames left out of a handler's traceback
 
 
 def _describe(exc: BaseException) -> str:

@@ -22,6 +22,7 @@ import struct
 from enum import StrEnum
 
 import msgspec
+from goqueue.actors.tracebacks import DEFAULT_MAX_TRACEBACK_BYTES
 
 # Exit codes: a named contract between a worker and its supervisor.
 WORKER_OK = 0
@@ -39,6 +40,9 @@ class Boot(msgspec.Struct, tag="boot", tag_field="msg", array_like=True, gc=Fals
     modules: list[str]
     paths: list[str] = []
     max_result_bytes: int | None = None  # a larger result fails its attempt
+    max_traceback_bytes: int = (
+        DEFAULT_MAX_TRACEBACK_BYTES  # a failed attempt's traceback is cut to this (0: none)
+    )
 
 
 class RunJob(msgspec.Struct, tag="run", tag_field="msg", array_like=True, gc=False):
@@ -127,7 +131,8 @@ class JobDone(msgspec.Struct, tag="done", tag_field="msg", array_like=True, gc=F
 
 
 class JobFailed(msgspec.Struct, tag="failed", tag_field="msg", array_like=True, gc=False):
-    """An attempt raised. `retry=False` means the handler asked to fail now."""
+    """An attempt raised. `retry=False` means the handler asked to fail now; `traceback`
+    (an unexpected exception's, cut to `Boot.max_traceback_bytes`) is stored with it."""
 
     job_id: str
     error: str

@@ -14,7 +14,15 @@ from typing import Annotated, Any, Literal
 
 import msgspec
 from goqueue.supervisor.enums import TERMINAL, Status
-from goqueue.supervisor.jobs import AttemptError, AwareTime, DeadLetter, Event, Job, JobSpec
+from goqueue.supervisor.jobs import (
+    AttemptError,
+    AwareTime,
+    DeadLetter,
+    Event,
+    Job,
+    JobSpec,
+    Name,
+)
 from goqueue.supervisor.jobs import QueueStats as QueueStats
 from msgspec import UNSET, UnsetType
 
@@ -31,6 +39,37 @@ class TimeoutOut(msgspec.Struct):
 
     seconds: float
     source: Literal["job", "actor", "node"]
+
+
+class TemplateOut(msgspec.Struct, kw_only=True):
+    """A chained job's template (`on_success` / `on_failure`) as the API shows it:
+    `JobSpec`'s fields, its `payload` any JSON (raw bytes on the server, decoded Python
+    values in a client, as `JobOut.payload`); `JobSpec` itself keeps the bytes raw."""
+
+    type: str
+    queue: str | None = None
+    payload: Any = None
+    priority: int | None = None
+    max_retries: int | None = None
+    run_at: AwareTime | None = None
+    delay_seconds: float | None = None
+    timeout_seconds: float | None = None
+    dedupe_key: str | None = None
+    dedupe_window_seconds: float | None = None
+    unique_key: str | None = None
+    webhook_url: str | None = None
+    on_success: TemplateOut | None = None
+    on_failure: TemplateOut | None = None
+
+
+def template_out(spec: JobSpec | None) -> TemplateOut | None:
+    """The API view of a stored template, and of the templates it chains in turn."""
+    if spec is None:
+        return None
+    fields = msgspec.structs.asdict(spec)
+    fields["on_success"] = template_out(spec.on_success)
+    fields["on_failure"] = template_out(spec.on_failure)
+    return TemplateOut(**fields)
 
 
 class JobOut(msgspec.Struct):
@@ -51,8 +90,8 @@ class JobOut(msgspec.Struct):
     timeout_seconds: float | None
     dedupe_key: str | None
     webhook_url: str | None
-    on_success: JobSpec | None
-    on_failure: JobSpec | None
+    on_success: TemplateOut | None
+    on_failure: TemplateOut | None
     parent_id: Uuid | None
     result: Any
     last_error: str | None
@@ -91,6 +130,9 @@ def job_out(job: Job, progress: msgspec.Raw | None = None) -> JobOut:
     """The API view of a stored job, with a running job's progress where known (one
     `astuple` and one positional call, both in C: POST /jobs is hot)."""
     out = JobOut(*_pick_job_fields(msgspec.structs.astuple(job)))
+    if job.on_success is not None or job.on_failure is not None:  # rare: chained jobs only
+        out.on_success = template_out(job.on_success)
+        out.on_failure = template_out(job.on_failure)
     if progress is not None:
         out.progress = progress
     return out
@@ -250,9 +292,47 @@ class BulkPurged(msgspec.Struct):
     remaining: int
 
 
+MAX_BULK_CANCEL = 1000
+
+
+class BulkCancelRequest(msgspec.Struct, forbid_unknown_fields=True, kw_only=True):
+    """`POST /jobs/cancel`: which unfinished jobs to cancel, oldest first. Filters as
+    `GET /jobs` (`queue`, `type`, `status`: only `pending` waits unstarted here; a job
+    due later is pending too), `created_before`, at least one of them or `all: true`
+    (an empty body must never empty a queue), and at most `limit` (100 unless given, at
+    most 1000). Running jobs are left alone (counted as `running`) unless `force: true`:
+    then their workers are killed, as for `DELETE /jobs/{id}?force=true`."""
+
+    queue: Name | None = None
+    type: Name | None = None
+    status: Literal["pending"] | None = None
+    created_before: AwareTime | None = None
+    limit: Annotated[int, msgspec.Meta(ge=1, le=MAX_BULK_CANCEL)] = 100
+    force: bool = False
+    all: bool = False
+
+    @property
+    def filtered(self) -> bool:
+        """True if any filter is given."""
+        return any(v is not None for v in (self.queue, self.type, self.status, self.created_before))
+
+
+class BulkCancelled(msgspec.Struct):
+    """A bulk cancel: how many jobs were cancelled (of them, how many were running and
+    had their workers killed), how many matching are left (beyond `limit`, or being
+    changed by another request), and how many running jobs were left alone because
+    `force` was not given."""
+
+    cancelled: int
+    killed: int
+    remaining: int
+    running: int
+
+
 # Decoders are built once and reused (msgspec's advice; they hold no loop).
 SPEC_DECODER = msgspec.json.Decoder(JobSpec)
 BATCH_DECODER = msgspec.json.Decoder(BatchEnvelope)
+BULK_CANCEL_DECODER = msgspec.json.Decoder(BulkCancelRequest)
 
 _MSGSPEC_PATH = re.compile(r" - at `\$(?P<path>[^`]*)`$")
 _NAMED_FIELD = re.compile(r"(?:unknown|missing required) field `(?P<name>[^`]+)`")

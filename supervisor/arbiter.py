@@ -139,8 +139,16 @@ class Arbiter:
         self._tasks.append(asyncio.ensure_future(self.dispatcher.run()))
         self.node.scheduler.start()
         types = sorted(self.catalog.types)
+        store = self.settings.store_kind
         extra = {"workers": self.target, "node": self.store.node_id, "types": types}
-        log.info("node started", extra=extra)
+        log.info("node started", extra={**extra, "store": store})
+        if not self.settings.keeps_jobs:
+            log.warning(
+                "the in-memory store keeps nothing across a restart: jobs, dead letters and "
+                "schedules' last fires are lost when this node stops (give --database-url "
+                "to keep them in PostgreSQL)",
+                extra={"store": store},
+            )
         gc.freeze()  # boot-time objects never die: keep them out of every future collection
         self.dispatcher.wake()
         await self._main_loop()

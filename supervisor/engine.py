@@ -16,7 +16,7 @@ import msgspec
 from goqueue.supervisor.dispatch.catalog import Catalog
 from goqueue.supervisor.dispatch.hooks import Hook
 from goqueue.supervisor.dispatch.waiters import Waiters
-from goqueue.supervisor.enums import TERMINAL, WorkerState
+from goqueue.supervisor.enums import TERMINAL, Status, WorkerState
 from goqueue.supervisor.errors import (
     Draining,
     InvalidJob,
@@ -26,6 +26,8 @@ from goqueue.supervisor.errors import (
 )
 from goqueue.supervisor.jobs import (
     DEFAULT_MAX_RETRIES,
+    CancelFilter,
+    Cancelled,
     DeadLetter,
     Enqueued,
     Event,
@@ -250,6 +252,17 @@ class Engine:
             await self.store.cancel_elsewhere(job.id, token)
         self.hooks.after_cancel(job, force)
         return job
+
+    async def cancel_many(self, filters: CancelFilter, limit: int) -> Cancelled:
+        """Cancel up to `limit` matching jobs; those running (forced) have their workers
+        killed, as a single cancel's, and any lease held here is dropped."""
+        cancelled = await self.store.cancel_many(filters, limit)
+        for token in cancelled.tokens:
+            self.kill(token)
+        forced = Status.RUNNING in filters.statuses
+        for job in cancelled.jobs:
+            self.hooks.after_cancel(job, forced)
+        return cancelled
 
     async def replay(self, dead_id: str) -> Job:
         """Re-enqueue a dead letter as a fresh job."""

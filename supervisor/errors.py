@@ -3,6 +3,9 @@ node's start); the API maps those a request can meet to a status."""
 
 from __future__ import annotations
 
+import difflib
+from collections.abc import Collection
+
 
 class GoQueueError(Exception):
     """Base of every deliberate GoQueue error."""
@@ -65,10 +68,15 @@ class InvalidState(StoreError):
 class UnknownJobType(GoQueueError):
     """No actor of that name is registered (on this node, or on any live node)."""
 
-    def __init__(self, job_type: str, path: str = "type") -> None:
-        super().__init__(f"unknown job type {job_type!r}: no actor of that name is registered")
+    def __init__(self, job_type: str, path: str = "type", known: Collection[str] = ()) -> None:
+        close = difflib.get_close_matches(job_type, sorted(known), n=1)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
+        super().__init__(
+            f"unknown job type {job_type!r}: no actor of that name is registered{hint}"
+        )
         self.job_type = job_type
         self.path = path
+        self.suggestion = close[0] if close else None
 
 
 class InvalidJob(GoQueueError):

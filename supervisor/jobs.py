@@ -122,7 +122,7 @@ def resolve_spec(
     this rule: the engine and `goqueue.pg` both use it). With `known`, a type not in it
     raises UnknownJobType naming the field."""
     if known is not None and spec.type not in known:
-        raise UnknownJobType(spec.type, f"{path}type")
+        raise UnknownJobType(spec.type, f"{path}type", known)
     actor = declared(spec.type)
     queue, priority, retries = spec.queue, spec.priority, spec.max_retries
     if queue is None:
@@ -187,12 +187,15 @@ def spec_problem(
     return None
 
 
-class AttemptError(msgspec.Struct, kw_only=True, gc=False):
-    """Why one attempt failed."""
+class AttemptError(msgspec.Struct, kw_only=True, gc=False, omit_defaults=True):
+    """Why one attempt failed; `traceback` where the handler raised an unexpected
+    exception (the last frames, bounded by `--max-traceback-bytes`), left out otherwise
+    (as PostgreSQL's JSON of the errors leaves it out, so webhook bodies agree)."""
 
     attempt: int
     error: str
     at: datetime
+    traceback: str | None = None  # a default: errors stored before tracebacks lack it
 
 
 class Job(msgspec.Struct, kw_only=True, gc=False):
@@ -321,6 +324,41 @@ class Purged(msgspec.Struct):
     remaining: int
 
 
+BULK_CANCEL = "bulk cancel"  # the detail of the `cancelled` event of a bulk cancel
+
+
+class CancelFilter(msgspec.Struct, kw_only=True, frozen=True):
+    """Which unfinished jobs a bulk cancel takes: of `statuses` (pending and claimed;
+    running too when forced), in `queue`, of `type`, created before `created_before`
+    (each None for any)."""
+
+    statuses: tuple[Status, ...] = (Status.PENDING, Status.CLAIMED)
+    queue: str | None = None
+    type: str | None = None
+    created_before: datetime | None = None
+
+    def matches(self, job: Job) -> bool:
+        """True if `job` passes the filters, whatever its status."""
+        return (
+            (self.queue is None or job.queue == self.queue)
+            and (self.type is None or job.type == self.type)
+            and (self.created_before is None or job.created_at < self.created_before)
+        )
+
+
+class Cancelled(msgspec.Struct):
+    """What a bulk cancel did: the jobs it cancelled, the lease tokens of those a node
+    held (claimed or running: to drop or kill), how many matching it left (beyond its
+    limit, or taken by another request meanwhile), how many running jobs passing the
+    filters it left alone because it was not forced, and how many it cancelled running."""
+
+    jobs: list[Job]
+    tokens: list[str]
+    remaining: int
+    running: int
+    killed: int = 0
+
+
 class Event(msgspec.Struct, kw_only=True):
     """One entry of a job's audit trail."""
 
@@ -330,6 +368,7 @@ class Event(msgspec.Struct, kw_only=True):
     node: str
     attempt: int
     detail: str | None = None
+    traceback: str | None = None  # an `attempt_failed` event's, as in its AttemptError
 
 
 class Enqueued(msgspec.Struct):

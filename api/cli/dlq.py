@@ -27,6 +27,7 @@ from goqueue.api.cli.output import (
     fields,
     page_footer,
     table,
+    without_tracebacks,
 )
 from goqueue.client import core
 from goqueue.client.sync import Client
@@ -117,7 +118,10 @@ def cmd_dlq_show(client: Client, args: argparse.Namespace) -> int:
         return print_json(dead)
     data = plain(dead)
     head = {k: v for k, v in data.items() if k != "job"}
+    head, traceback = without_tracebacks(head)
     print(fields(head, ("id", "job_id", "created_at", "errors")))
+    if traceback:
+        print(traceback)
     # The snapshot's own `errors` repeat the letter's, shown just above.
     snapshot = {k: v for k, v in data["job"].items() if k != "errors"}
     print("job:")

@@ -14,9 +14,11 @@ import argparse
 import sys
 from typing import TYPE_CHECKING, Any
 
+from goqueue.api.cli.cancels import add_jobs_cancel, add_queues_clear
 from goqueue.api.cli.common import (
     DEFAULT_HTTP_TIMEOUT,
     DEFAULT_URL,
+    EXIT_HTTP_ERROR,
     EXIT_OK,
     EXIT_USAGE,
     Handler,
@@ -39,8 +41,10 @@ from goqueue.api.cli.output import (
     page_footer,
     priority_depth,
     table,
+    without_tracebacks,
 )
 from goqueue.api.cli.schedules import add_schedules
+from goqueue.client.errors import Conflict
 from goqueue.client.sync import Client
 from goqueue.supervisor.jobs import (
     DEFAULT_MAX_RETRIES,
@@ -114,7 +118,10 @@ def cmd_job(client: Client, args: argparse.Namespace) -> int:
     job = client.get(args.id)
     if args.json:
         return print_json(job)
-    print(fields(plain(job), JOB_FIELD_ORDER))
+    shown, traceback = without_tracebacks(plain(job))
+    print(fields(shown, JOB_FIELD_ORDER))
+    if traceback:
+        print(traceback)
     return EXIT_OK
 
 
@@ -131,7 +138,15 @@ def cmd_events(client: Client, args: argparse.Namespace) -> int:
 @command
 def cmd_cancel(client: Client, args: argparse.Namespace) -> int:
     """DELETE /jobs/{id}, with force=true to kill a running job."""
-    job = client.cancel(args.id, force=args.force)
+    try:
+        job = client.cancel(args.id, force=args.force)
+    except Conflict as exc:
+        if exc.details and exc.details.get("status") == "running" and not args.force:
+            print(
+                f"goqueue cancel: job {args.id} is running: add --force to kill it", file=sys.stderr
+            )
+            return EXIT_HTTP_ERROR
+        raise
     if args.json:
         return print_json(job)
     print(f"job {job.id}: {job.status}")
@@ -156,6 +171,23 @@ def cmd_stats(client: Client, args: argparse.Namespace) -> int:
     print()
     print(f"dead letters  {stats.dead_letters}")
     print(f"workers       busy {workers.get('busy', '-')}, idle {workers.get('idle', '-')}")
+    return EXIT_OK
+
+
+@command
+def cmd_queues(client: Client, args: argparse.Namespace) -> int:
+    """GET /stats: the queues with pending jobs, deepest first."""
+    stats = client.stats()
+    if args.json:
+        return print_json({"queues": stats.queues})
+    deepest = sorted(stats.queues.items(), key=lambda item: (-sum(item[1].values()), item[0]))
+    rows = [
+        {"queue": name, "pending": sum(depth.values()), "by_priority": priority_depth(depth)}
+        for name, depth in deepest
+    ]
+    if rows:
+        print(table(rows, ("queue", "pending", "by_priority")))
+    print(f"{len(rows)} queue{'' if len(rows) == 1 else 's'} with pending jobs")
     return EXIT_OK
 
 
@@ -208,6 +240,7 @@ def add_connection_options(
     parser.add_argument(
         "--url",
         dest=f"{prefix}url",
+        metavar="URL",
         default=absent,
         help=f"the node's base URL (default: $GOQUEUE_URL, else {DEFAULT_URL})",
     )
@@ -308,12 +341,12 @@ def _add_enqueue(subparsers: Subparsers, common: argparse.ArgumentParser) -> Non
 
 def _add_jobs(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     """`goqueue jobs`, `job ID`, `events ID`, `cancel ID`."""
-    p = subparsers.add_parser("jobs", parents=[common], help="list jobs, newest first")
-    p.add_argument("--type", metavar="T", help="only this job type")
-    p.add_argument("--status", choices=STATUSES, help="only this status")
-    p.add_argument("--queue", metavar="Q", help="only this queue")
-    add_paging(p)
-    p.set_defaults(func=cmd_jobs)
+    p = subparsers.add_parser(
+        "jobs", parents=[common], help="list jobs, newest first (or cancel them in bulk)"
+    )
+    _add_listing(p)
+    listing = add_jobs_cancel(p, common)
+    _add_listing(listing.add_parser("list", parents=[common], help="list jobs, newest first"))
 
     p = subparsers.add_parser("job", parents=[common], help="show one job")
     p.add_argument("id", metavar="ID", help="the job's id")
@@ -333,6 +366,15 @@ def _add_jobs(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     p.set_defaults(func=cmd_cancel)
 
 
+def _add_listing(p: argparse.ArgumentParser) -> None:
+    """`goqueue jobs [list]`'s filters and paging."""
+    p.add_argument("--type", metavar="T", help="only this job type")
+    p.add_argument("--status", choices=STATUSES, help="only this status")
+    p.add_argument("--queue", metavar="Q", help="only this queue")
+    add_paging(p)
+    p.set_defaults(func=cmd_jobs)
+
+
 def _add_queues(subparsers: Subparsers, common: argparse.ArgumentParser) -> None:
     """`goqueue stats`, `queue-stats NAME`, `pause QUEUE`, `resume QUEUE`."""
     p = subparsers.add_parser(
@@ -345,6 +387,14 @@ def _add_queues(subparsers: Subparsers, common: argparse.ArgumentParser) -> None
     )
     p.add_argument("name", metavar="NAME")
     p.set_defaults(func=cmd_queue_stats)
+
+    p = subparsers.add_parser(
+        "queues", parents=[common], help="queues with pending jobs; clear one (bulk cancel)"
+    )
+    p.set_defaults(func=cmd_queues)
+    actions = p.add_subparsers(dest="queues_action", metavar="ACTION", required=False)
+    actions.add_parser("list", parents=[common], help="queues with pending jobs, by depth")
+    add_queues_clear(actions, common)
 
     p = subparsers.add_parser("pause", parents=[common], help="stop dispatching from a queue")
     p.add_argument("queue", metavar="QUEUE")

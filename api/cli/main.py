@@ -9,11 +9,15 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from goqueue.supervisor.errors import ConfigError
 from goqueue.supervisor.observe import logs
 from goqueue.supervisor.settings import config
 from goqueue.supervisor.settings.config import Settings
+
+if TYPE_CHECKING:
+    pass
 
 # What `migrate` reads of the node's options; it loads them as `serve` does.
 MIGRATE_OPTIONS = ("config", "database_url", "database_schema")
@@ -53,24 +57,27 @@ def build_parser() -> argparse.ArgumentParser:
         "does: flags, then GOQUEUE_<OPTION> (or DATABASE_URL) in the environment, then "
         "the TOML file given by --config.",
     )
-    config.add_arguments(migrate, only=MIGRATE_OPTIONS)
+    config.add_arguments(
+        migrate, only=MIGRATE_OPTIONS, when_unset={"database_url": "none: it must be given"}
+    )
     migrate.set_defaults(func=_migrate)
     add_client_commands(commands)
-    _add_bench_command(commands)
+    add_bench(commands, Path(__file__).resolve().parents[2])
     return parser
 
 
-def _add_bench_command(commands: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_bench(
+    commands: argparse._SubParsersAction[argparse.ArgumentParser], checkout: Path
+) -> None:
     """`goqueue bench` lives in the checkout's `benchmarks/`, not in the installed package:
-    offer it when that folder is reachable (an editable install, or run from a checkout)."""
-    checkout = Path(__file__).resolve().parents[2]
+    offer it when that folder is reachable (an editable install, or run from a checkout).
+    Elsewhere it is not listed in `--help`, but still answers with what it needs."""
     if (checkout / "benchmarks" / "bench.py").is_file() and str(checkout) not in sys.path:
         sys.path.append(str(checkout))
     try:
         from benchmarks.bench import add_bench_command
     except ImportError:
-        bench = commands.add_parser("bench", help="benchmark GoQueue (needs a source checkout)")
-        bench.set_defaults(func=_no_bench)
+        commands.add_parser("bench").set_defaults(func=_no_bench)  # no help: not listed
         return
     add_bench_command(commands)
 
@@ -99,7 +106,7 @@ def _serve(args: argparse.Namespace) -> int:
     settings = _settings(args, "goqueue serve", "goqueue")
     if isinstance(settings, int):
         return settings
-    logs.configure(settings.log_level)
+    logs.configure(settings.log_level, format=settings.log_format)
     from goqueue.api.cli.serve import serve
 
     return serve(settings, args)  # a failed start is one line of the node's log

@@ -28,12 +28,15 @@ JOB_FIELD_ORDER = (
     "unique_key",
     "webhook_url",
     "parent_id",
+    "on_success",
+    "on_failure",
     "created_at",
     "started_at",
     "finished_at",
     "updated_at",
     "last_error",
     "payload",
+    "progress",
     "result",
 )
 EVENT_COLUMNS = ("at", "event", "attempt", "node", "detail")
@@ -110,6 +113,20 @@ def fields(obj: Mapping[str, Any], order: Iterable[str] = (), indent: str = "") 
             text = cell(value).replace("\n", "\n" + " " * (len(indent) + width + 2))
             lines.append(f"{indent}{key.ljust(width)}  {text}".rstrip())
     return "\n".join(lines)
+
+
+def without_tracebacks(obj: Mapping[str, Any]) -> tuple[dict[str, Any], str]:
+    """`obj` with its attempts' `errors` cut to one line each (no traceback column), and
+    the last traceback as an indented block to print after it ("" when none)."""
+    errors = obj.get("errors") or []
+    if not isinstance(errors, list):
+        return dict(obj), ""
+    rows = [{k: v for k, v in e.items() if k != "traceback"} for e in errors]
+    last = next((e for e in reversed(errors) if e.get("traceback")), None)
+    if last is None:
+        return {**obj, "errors": rows}, ""
+    body = "\n".join("  " + line for line in last["traceback"].rstrip("\n").splitlines())
+    return {**obj, "errors": rows}, f"traceback (attempt {last['attempt']}):\n{body}"
 
 
 def page_footer(noun: str, shown: int, page: Mapping[str, Any]) -> str:

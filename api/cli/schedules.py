@@ -1,4 +1,4 @@
-"""`goqueue schedules` (list), `goqueue schedules enable NAME`, `... disable NAME`: the
+"""`goqueue schedules [list]`, `goqueue schedules enable NAME`, `... disable NAME`: the
 node's periodic jobs, through `goqueue.Client.schedules`."""
 
 from __future__ import annotations
@@ -67,6 +67,7 @@ def add_schedules(subparsers: Subparsers, common: argparse.ArgumentParser) -> No
     )
     p.set_defaults(func=cmd_schedules)
     actions = p.add_subparsers(dest="schedules_action", metavar="ACTION", required=False)
+    actions.add_parser("list", parents=[common], help="list them (the same as no action)")
     for name, enabled, text in (
         ("enable", True, "enable a schedule (it fires from its next tick on)"),
         ("disable", False, "disable a schedule (its ticks enqueue nothing)"),

@@ -12,6 +12,7 @@ import msgspec
 from aiohttp import web
 from goqueue.api.wire import (
     BATCH_DECODER,
+    BULK_CANCEL_DECODER,
     HIDDEN_JOB_FIELDS,
     LIVE_JOB_FIELDS,
     MAX_BATCH,
@@ -19,6 +20,8 @@ from goqueue.api.wire import (
     BatchItem,
     BatchRequest,
     BatchResponse,
+    BulkCancelled,
+    BulkCancelRequest,
     BulkPurged,
     BulkReplayed,
     DeadLetterList,
@@ -38,6 +41,7 @@ from goqueue.api.wire import (
 
 __all__ = [
     "BATCH_DECODER",
+    "BULK_CANCEL_DECODER",
     "HIDDEN_JOB_FIELDS",
     "JSON",
     "LIVE_JOB_FIELDS",
@@ -46,6 +50,8 @@ __all__ = [
     "BatchItem",
     "BatchRequest",
     "BatchResponse",
+    "BulkCancelRequest",
+    "BulkCancelled",
     "BulkPurged",
     "BulkReplayed",
     "DeadLetterList",

@@ -17,6 +17,7 @@ from typing import Any, TypeVar, Unpack
 import aiohttp
 import yarl
 from goqueue.api.wire import (
+    BulkCancelled,
     BulkPurged,
     BulkReplayed,
     DeadLetterList,
@@ -41,8 +42,10 @@ MAX_CONNECTIONS = 32
 class AsyncClient(BaseClient):
     """A GoQueue node's API from asyncio code: `await client.enqueue("email", {...})`.
 
-    The same arguments, defaults and retries as `Client`. Use it as `async with
-    AsyncClient() as client:`, or `await client.close()` when done.
+    The same arguments, defaults and retries as `Client`. Close it: use it as `async with
+    AsyncClient() as client:`, or `await client.close()` when done. It holds an aiohttp
+    session with open connections, and one left unclosed makes Python warn
+    `ResourceWarning: Unclosed client session` (and `Unclosed connector`) at exit.
     """
 
     def __init__(
@@ -149,6 +152,10 @@ class AsyncClient(BaseClient):
     async def cancel(self, job_id: str, force: bool = False) -> JobOut:
         """Cancel a job (see `Client.cancel`)."""
         return await self.execute(core.cancel(job_id, force))
+
+    async def cancel_many(self, **filters: Unpack[core.CancelFilters]) -> BulkCancelled:
+        """Cancel the jobs `filters` select (see `Client.cancel_many`)."""
+        return await self.execute(core.cancel_many(filters))
 
     # -- queues and stats ------------------------------------------------------------------
 

@@ -21,6 +21,7 @@ from goqueue.api.wire import (
     MAX_BATCH,
     SPEC_DECODER,
     BatchResponse,
+    BulkCancelled,
     BulkPurged,
     BulkReplayed,
     DeadLetterList,
@@ -104,6 +105,7 @@ _decode_events = msgspec.json.Decoder(EventList).decode
 _decode_batch = msgspec.json.Decoder(BatchResponse).decode
 _decode_purged = msgspec.json.Decoder(Purged).decode
 _read_replayed = decoder(BulkReplayed)
+_read_cancelled = decoder(BulkCancelled)
 _read_purged_many = decoder(BulkPurged)
 _decode_schedules = msgspec.json.Decoder(ScheduleList).decode
 _read_schedule = decoder(ScheduleOut)
@@ -246,6 +248,25 @@ def cancel(job_id: str, force: bool) -> Call[JobOut]:
     """DELETE /jobs/{id} (not repeated: a second cancel of a cancelled job is a 409)."""
     path = with_query(f"/jobs/{quote(job_id)}", {"force": True if force else None})
     return Call("DELETE", path, _read_job)
+
+
+class CancelFilters(TypedDict, total=False):
+    """What `POST /jobs/cancel` takes: filters (`queue`, `type`, `status`,
+    `created_before`) or `all=True`, `limit` (100 unless given) and `force`."""
+
+    queue: str
+    type: str
+    status: str
+    created_before: datetime | str
+    limit: int
+    force: bool
+    all: bool
+
+
+def cancel_many(filters: CancelFilters) -> Call[BulkCancelled]:
+    """POST /jobs/cancel (not repeated: the answer's counts would be lost)."""
+    body = {k: v.isoformat() if isinstance(v, datetime) else v for k, v in filters.items()}
+    return Call("POST", "/jobs/cancel", _read_cancelled, msgspec.json.encode(body))
 
 
 def stats() -> Call[StatsOut]:

@@ -19,6 +19,7 @@ from types import TracebackType
 from typing import Any, TypeVar, Unpack
 
 from goqueue.api.wire import (
+    BulkCancelled,
     BulkPurged,
     BulkReplayed,
     DeadLetterList,
@@ -207,6 +208,12 @@ class Client(BaseClient):
         """Cancel a pending job; with `force` a running one too (its worker is killed).
         Conflict if it has finished, or is running and `force` is not given."""
         return self.execute(core.cancel(job_id, force))
+
+    def cancel_many(self, **filters: Unpack[core.CancelFilters]) -> BulkCancelled:
+        """Cancel the unfinished jobs `filters` select, oldest first (at most `limit`,
+        100 unless given): `queue`, `type`, `status="pending"`, `created_before`, or
+        `all=True`. Running jobs are left alone (counted) unless `force=True`."""
+        return self.execute(core.cancel_many(filters))
 
     # -- queues and stats ------------------------------------------------------------------
 

@@ -95,7 +95,8 @@ class Outcomes:
         if message.traceback:
             self.hooks.after_error(job, message.error, message.traceback)
         retry_at = self.retry_at(job, message.retry, message.delay)
-        self.record(lease, partial(self.store.fail, lease, message.error, retry_at))
+        traceback = message.traceback or None
+        self.record(lease, partial(self.store.fail, lease, message.error, retry_at, traceback))
 
     def died(
         self, lease: Lease, error: str, counted: AttemptOutcome | None, duration: float

@@ -29,6 +29,7 @@ from prometheus_client import (
     generate_latest,
 )
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 TERMINAL_STATUSES: tuple[Status, ...] = tuple(s for s in Status if s in TERMINAL)
@@ -44,6 +45,25 @@ class ConnectionClose(StrEnum):
     HEADER_TIMEOUT = "header_timeout"  # no complete request headers in time (slowloris)
     EVICTED = "evicted"  # idle the longest when a new connection needed its place
     REFUSED = "refused"  # over the cap with every connection busy: answered 503
+
+
+_WITH_CREATED = frozenset({"counter", "histogram", "summary"})
+
+
+class WithoutCreated(Collector):
+    """A registry's families without their `*_created` samples: a second series per
+    counter and histogram that dashboards rarely use. prometheus-client's own switch
+    (`disable_created_metrics`) is process-wide; this keeps the choice with the node's
+    registry."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self.registry.collect():  # fresh families on every scrape
+            if family.type in _WITH_CREATED:
+                family.samples = [s for s in family.samples if not s.name.endswith("_created")]
+            yield family
 
 
 class Tally:
@@ -130,6 +150,8 @@ class Metrics:
         self.depth_queues = depth_queues  # queues with depth series of their own
         self.registry = CollectorRegistry()
         reg = self.registry
+        self.exposed = CollectorRegistry(auto_describe=True)  # what GET /metrics shows
+        self.exposed.register(WithoutCreated(reg))
         # Series that move with every job or request are tallies: plain counts, turned
         # into Prometheus families only when scraped.
         self.jobs = Tally("goqueue_jobs", "Jobs reaching a terminal status.", ["type", "status"])
@@ -347,4 +369,4 @@ class Metrics:
 
     def render(self) -> tuple[bytes, str]:
         """The exposition body and its content type, for GET /metrics."""
-        return generate_latest(self.registry), CONTENT_TYPE_LATEST
+        return generate_latest(self.exposed), CONTENT_TYPE_LATEST

@@ -8,10 +8,12 @@ They are answered as they are by the summary routes (`api/http/routes/summary.py
 from __future__ import annotations
 
 import os
+from typing import Any
 
 import msgspec
 from goqueue.supervisor.enums import Status, WorkerState
 from goqueue.supervisor.jobs import AwareTime, DeadLetter
+from msgspec import UNSET, UnsetType
 
 DEFAULT_PREVIEW = 200  # characters of a payload, result or error shown in a list row
 MAX_PREVIEW = 10_000
@@ -119,9 +121,9 @@ class JobBrief(msgspec.Struct):
     payload: Preview
     result: Preview | None
     last_error: Preview | None
-    # what a running job last reported with ctx.progress, when it runs on the answering
-    # node (filled in by the route: the store does not keep it)
-    progress: msgspec.Raw | None = None
+    # a running job's last ctx.progress (a number 0-1 or a small object), where the node
+    # answering runs it; absent otherwise (as `JobOut.progress`)
+    progress: Any | UnsetType = UNSET
 
 
 class DeadBrief(msgspec.Struct):

@@ -29,6 +29,7 @@ from types import MappingProxyType
 from typing import Any
 
 import msgspec
+from goqueue.actors.tracebacks import DEFAULT_MAX_TRACEBACK_BYTES
 from goqueue.supervisor.dispatch.rates import parse_rate
 from goqueue.supervisor.errors import ConfigError
 from goqueue.supervisor.schedules.schedule import ScheduleSpec
@@ -106,12 +107,14 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     retention_seconds: float = 604_800.0  # 0: keep finished jobs forever
     kill_grace: float = 0.05
     log_level: str = "info"
+    log_format: str | None = None  # None: text on a terminal, else json
     config: str | None = None
     node_id: str = msgspec.field(default_factory=default_node_id)
     limits: dict[str, int] = msgspec.field(default_factory=dict)
     webhook_allow_networks: tuple[str, ...] | None = None
     path: tuple[str, ...] | None = None
     max_result_bytes: int = 1_048_576
+    max_traceback_bytes: int = DEFAULT_MAX_TRACEBACK_BYTES
     public_reads: bool = False
     max_queues: int = 10_000
     metrics_max_queues: int = 100
@@ -121,6 +124,20 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     keepalive_timeout: float = 75.0
     schedules: tuple[ScheduleSpec, ...] = ()
     rate_limits: dict[str, str] = msgspec.field(default_factory=dict)  # TYPE -> "20/s"
+
+    @property
+    def store_kind(self) -> str:
+        """Which store the node keeps its jobs in: `memory` without a database URL, else
+        the URL's scheme (`postgresql`), for the start-up log line."""
+        if self.database_url is None:
+            return "memory"
+        scheme = self.database_url.partition(":")[0].lower()
+        return "postgresql" if scheme in ("postgres", "postgresql") else scheme
+
+    @property
+    def keeps_jobs(self) -> bool:
+        """False when a restart loses every job (the in-memory store)."""
+        return self.database_url is not None
 
     def __post_init__(self) -> None:
         for option in OPTIONS:
@@ -239,15 +256,22 @@ def format_value(value: object) -> str:
     return str(value)
 
 
-def add_arguments(parser: argparse.ArgumentParser, only: Collection[str] | None = None) -> None:
+def add_arguments(
+    parser: argparse.ArgumentParser,
+    only: Collection[str] | None = None,
+    when_unset: Mapping[str, str] | None = None,
+) -> None:
     """One flag per option (or per option named in `only`), all defaulting to None so
-    `load` can tell "not given" apart; `--limit` too unless `only` leaves it out."""
+    `load` can tell "not given" apart; `--limit` too unless `only` leaves it out.
+    `when_unset` says, per option, what leaving it unset means to this command when that
+    differs from `serve` (to `migrate`, no database URL is an error, not memory)."""
     for option in OPTIONS:
         if only is not None and option.name not in only:
             continue
         envs = " or ".join(option.envs)
         repeat = "; repeatable" if option.repeatable else ""
-        text = f"{option.help}{repeat} (default: {describe_default(option)}; env {envs})"
+        default = (when_unset or {}).get(option.name) or describe_default(option)
+        text = f"{option.help}{repeat} (default: {default}; env {envs})"
         help_text = text.replace("%", "%%")  # argparse formats help with %
         if option.kind == "bool":
             parser.add_argument(

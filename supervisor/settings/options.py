@@ -16,6 +16,7 @@ from typing import Literal
 
 ENV_PREFIX = "GOQUEUE_"
 LOG_LEVELS = ("debug", "info", "warning", "error")
+LOG_FORMATS = ("json", "text")  # `LogFormat`'s values (goqueue.supervisor.observe.logs)
 _TRUE = frozenset({"1", "true", "yes", "on"})
 _FALSE = frozenset({"0", "false", "no", "off"})
 
@@ -314,9 +315,20 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "log_level",
         "str",
-        "debug, info, warning or error (JSON logs, one object a line)",
+        "debug, info, warning or error",
         metavar="LEVEL",
         choices=LOG_LEVELS,
+    ),
+    Option(
+        "log_format",
+        "str",
+        "the logs' shape: json (one object a line, for collectors) or text (a readable "
+        "line per record)",
+        metavar="FORMAT",
+        optional=True,
+        when_unset="text on a terminal, else json",
+        example="json",
+        choices=LOG_FORMATS,
     ),
     Option(
         "config",
@@ -363,6 +375,14 @@ OPTIONS: tuple[Option, ...] = (
         "without retry, and nothing of it is stored",
         metavar="BYTES",
         minimum=1,
+    ),
+    Option(
+        "max_traceback_bytes",
+        "int",
+        "most of a failed attempt's traceback kept with it (the last frames and the "
+        "exception); 0 keeps none",
+        metavar="BYTES",
+        minimum=0,
     ),
     # -- exposure and bounded cost per client: hostile networks and greedy clients --
     Option(

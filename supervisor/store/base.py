@@ -26,6 +26,8 @@ from typing import Protocol
 import msgspec
 from goqueue.supervisor.dispatch.rates import Rate, Taken
 from goqueue.supervisor.jobs import (
+    CancelFilter,
+    Cancelled,
     DeadLetter,
     Enqueued,
     Event,
@@ -179,8 +181,11 @@ class Store(Protocol):
         """Record success and enqueue `on_success` atomically; None if the lease is stale
         (a late outcome is written if it may be: see the module)."""
 
-    async def fail(self, lease: Lease, error: str, retry_at: datetime | None) -> Outcome | None:
-        """Record a failed attempt: pending again at `retry_at`, or (None) dead-lettered
+    async def fail(
+        self, lease: Lease, error: str, retry_at: datetime | None, traceback: str | None = None
+    ) -> Outcome | None:
+        """Record a failed attempt (its error, and `traceback` with it and in its
+        `attempt_failed` event): pending again at `retry_at`, or (None) dead-lettered
         with `on_failure` enqueued atomically. None if the lease is stale (a late outcome
         is written if it may be: see the module)."""
 
@@ -195,6 +200,12 @@ class Store(Protocol):
         claimed) so the engine can kill the worker or drop the lease in hand. Raises
         NotFound, or InvalidState when terminal or when running without `force`.
         """
+
+    async def cancel_many(self, filters: CancelFilter, limit: int) -> Cancelled:
+        """Cancel up to `limit` unfinished jobs passing `filters`, oldest first, in one
+        statement (one transaction on PostgreSQL); each gets a `cancelled` event whose
+        detail says it was a bulk cancel. A job another request is changing is skipped
+        and counted as remaining."""
 
     async def get(self, job_id: str) -> Job | None:
         """One job by id."""

@@ -30,6 +30,7 @@ SCHEMES = frozenset({"http", "https"})
 CGNAT = ipaddress.IPv4Network("100.64.0.0/10")
 NAT64 = ipaddress.IPv6Network("64:ff9b::/96")  # embeds an IPv4 address in its last 32 bits
 SITE_LOCAL = ipaddress.IPv6Network("fec0::/10")  # deprecated, but routed like private
+LOOPBACKS = (ipaddress.IPv4Address("127.0.0.1"), ipaddress.IPv6Address("::1"))
 
 
 class EgressRefused(OSError):
@@ -156,7 +157,15 @@ class EgressPolicy:
             return None if refusal is None else f"must not point at {refusal}"
         name = _host_key(host)
         if name == "localhost" or name.endswith(".localhost"):
-            return f"must not point at {host} (this machine)"
+            # Such a name only ever means this machine (RFC 6761): judge it as loopback,
+            # which `allow_networks` may open; each connection still checks its address.
+            if any(self.address_refusal(a) is None for a in LOOPBACKS):
+                return None
+            return (
+                f"must not point at {host} (this machine): allow it with "
+                "--webhook-allow-networks 127.0.0.0/8 (or --webhook-allow-hosts "
+                f"{name})"
+            )
         return None
 
 

@@ -204,7 +204,8 @@ class Pool:
         self._all_gone.clear()
         channel.attach(self.loop, launched.sock)
         self.loop.add_reader(launched.pidfd, self._on_exit, worker)
-        self._send(worker, Boot(list(config.modules), list(config.paths), config.max_result_bytes))
+        limits = (config.max_result_bytes, config.max_traceback_bytes)
+        self._send(worker, Boot(list(config.modules), list(config.paths), *limits))
         log.debug("worker spawned", extra={"worker_pid": worker.pid, "slot": worker.slot})
         return worker
 

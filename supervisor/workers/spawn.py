@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from goqueue.actors.tracebacks import DEFAULT_MAX_TRACEBACK_BYTES
+
 if TYPE_CHECKING:
     from goqueue.supervisor.settings.config import Settings
 
@@ -40,11 +42,13 @@ _PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 @dataclass(frozen=True, slots=True)
 class WorkerConfig:
     """What a new worker boots with: the actor modules, the directories put first on its
-    import path, the largest result it may return (None: no limit)."""
+    import path, the largest result it may return (None: no limit), and the most of a
+    failed attempt's traceback it sends."""
 
     modules: tuple[str, ...]
     paths: tuple[str, ...] = ()
     max_result_bytes: int | None = None
+    max_traceback_bytes: int = DEFAULT_MAX_TRACEBACK_BYTES
 
     @classmethod
     def of(cls, settings: Settings) -> WorkerConfig:
@@ -52,7 +56,8 @@ class WorkerConfig:
         the import path (so `cd project && goqueue serve --actors app.tasks` works)."""
         cwd = os.getcwd()
         paths = (cwd, *(os.path.join(cwd, p) for p in settings.path or ()))
-        return cls(tuple(settings.actors), paths, settings.max_result_bytes)
+        limits = (settings.max_result_bytes, settings.max_traceback_bytes)
+        return cls(tuple(settings.actors), paths, *limits)
 
 
 @dataclass(frozen=True, slots=True)

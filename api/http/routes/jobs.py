@@ -27,9 +27,12 @@ from goqueue.api.http.params import (
 )
 from goqueue.api.http.replies import (
     BATCH_DECODER,
+    BULK_CANCEL_DECODER,
     BatchItem,
     BatchRequest,
     BatchResponse,
+    BulkCancelled,
+    BulkCancelRequest,
     EventList,
     JobList,
     JobOut,
@@ -42,7 +45,7 @@ from goqueue.api.wire import TimeoutOut
 from goqueue.supervisor.dispatch.catalog import Catalog
 from goqueue.supervisor.enums import Status
 from goqueue.supervisor.errors import GoQueueError
-from goqueue.supervisor.jobs import Enqueued, Job, JobFilter, JobSpec
+from goqueue.supervisor.jobs import CancelFilter, Enqueued, Job, JobFilter, JobSpec
 
 log = logging.getLogger("goqueue.api")
 
@@ -216,6 +219,30 @@ async def job_events(request: web.Request) -> web.Response:
     if not events and await within(engine.get(job_id)) is None:
         raise ApiError(404, f"job {job_id} not found")
     return reply(EventList(events))
+
+
+@routes.post("/jobs/cancel")
+@operation(body=BulkCancelRequest, responses={200: BulkCancelled}, errors=(408, 503))
+async def cancel_matching(request: web.Request) -> web.Response:
+    """Cancel the unfinished jobs a filter selects (the oldest `limit`), running ones only
+    with force=true (their workers are killed)."""
+    settings = request.app[SETTINGS]
+    body = await read_body(request, settings.max_body_bytes, settings.body_timeout)
+    asked = decode(BULK_CANCEL_DECODER, body)
+    if not asked.filtered and not asked.all:
+        raise bad_request(
+            "give a filter (queue, type, status, created_before) or all: true to cancel "
+            "every unfinished job",
+            field="all",
+        )
+    if asked.status is not None and asked.force:
+        raise bad_request("status pending takes no running job: drop force", field="force")
+    statuses = (Status.PENDING, Status.CLAIMED, *((Status.RUNNING,) if asked.force else ()))
+    filters = CancelFilter(
+        statuses=statuses, queue=asked.queue, type=asked.type, created_before=asked.created_before
+    )
+    done = await within(request.app[ENGINE].cancel_many(filters, asked.limit))
+    return reply(BulkCancelled(len(done.jobs), done.killed, done.remaining, done.running))
 
 
 @routes.delete("/jobs/{id}")

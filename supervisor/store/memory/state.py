@@ -121,7 +121,14 @@ class MemoryState:
             del self._depth[queue]
             self._ages.forget(queue)
 
-    def _event(self, job: Job, kind: EventKind, now: datetime, detail: str | None = None) -> None:
+    def _event(
+        self,
+        job: Job,
+        kind: EventKind,
+        now: datetime,
+        detail: str | None = None,
+        traceback: str | None = None,
+    ) -> None:
         trail = self._events.get(job.id)
         if trail is not None and len(trail) >= self.max_events_per_job:
             return
@@ -132,6 +139,7 @@ class MemoryState:
             node=self.node_id,
             attempt=job.attempts,
             detail=detail,
+            traceback=traceback,
         )
         if trail is None:
             self._events[job.id] = [event]

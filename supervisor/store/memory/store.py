@@ -22,8 +22,11 @@ from goqueue.supervisor.errors import (
     StoreFull,
 )
 from goqueue.supervisor.jobs import (
+    BULK_CANCEL,
     DEFAULT_MAX_RETRIES,
     AttemptError,
+    CancelFilter,
+    Cancelled,
     DeadLetter,
     Enqueued,
     Job,
@@ -286,10 +289,11 @@ class MemoryStore(MemoryReads):
                 continue
             self._event(job, EventKind.LEASE_EXPIRED, now)
             self._reaped[job.id] = token
+            self._record_error(job, error, None, now)
             if job.attempts > job.max_retries:
-                self._dead_letter(job, error, now)
+                self._event(job, EventKind.ATTEMPT_FAILED, now, error)
+                self._dead_letter(job, now)
             else:
-                self._record_error(job, error, now)
                 self._set_status(job, Status.PENDING, now)
                 delay = 0.0 if retry_delay is None else retry_delay(job.attempts)
                 job.run_at = now + timedelta(seconds=delay)
@@ -351,31 +355,32 @@ class MemoryStore(MemoryReads):
         self._retire(job)
         return Outcome(job, self._follow_up(job.on_success, job, now))
 
-    async def fail(self, lease: Lease, error: str, retry_at: datetime | None) -> Outcome | None:
+    async def fail(
+        self, lease: Lease, error: str, retry_at: datetime | None, traceback: str | None = None
+    ) -> Outcome | None:
         """Record a failed attempt: retry at `retry_at`, or dead-letter and chain."""
         job = self._held(lease) or self._salvage(lease)
         if job is None:
             return None
         now = self.clock()
         self._drop_lease(lease.token)
+        self._record_error(job, error, traceback, now)
+        self._event(job, EventKind.ATTEMPT_FAILED, now, error, traceback)
         if retry_at is None:
-            dead = self._dead_letter(job, error, now)
+            dead = self._dead_letter(job, now)
             return Outcome(job, self._follow_up(job.on_failure, job, now), dead)
-        self._record_error(job, error, now)
-        self._event(job, EventKind.ATTEMPT_FAILED, now, error)
         self._set_status(job, Status.PENDING, now)
         job.run_at = retry_at
         self._make_pending(job, now)
         self._event(job, EventKind.RETRY_SCHEDULED, now, retry_at.isoformat())
         return Outcome(job, [])
 
-    def _record_error(self, job: Job, error: str, now: datetime) -> None:
-        job.errors = (*job.errors, AttemptError(attempt=job.attempts, error=error, at=now))
+    def _record_error(self, job: Job, error: str, traceback: str | None, now: datetime) -> None:
+        failed = AttemptError(attempt=job.attempts, error=error, at=now, traceback=traceback)
+        job.errors = (*job.errors, failed)
         job.last_error = error
 
-    def _dead_letter(self, job: Job, error: str, now: datetime) -> DeadLetter:
-        self._record_error(job, error, now)
-        self._event(job, EventKind.ATTEMPT_FAILED, now, error)
+    def _dead_letter(self, job: Job, now: datetime) -> DeadLetter:
         job.finished_at = now
         self._set_status(job, Status.FAILED, now)
         dead = DeadLetter(
@@ -413,17 +418,36 @@ class MemoryStore(MemoryReads):
             raise InvalidState(f"job {job_id} is already {job.status}", job.status)
         if job.status == Status.RUNNING and not force:
             raise InvalidState(f"job {job_id} is running; use force=true to kill it", job.status)
+        return job, self._cancel(job, self.clock())
+
+    async def cancel_many(self, filters: CancelFilter, limit: int) -> Cancelled:
+        """Cancel up to `limit` unfinished jobs passing `filters`, oldest first."""
+        matching = [j for j in self._jobs.values() if filters.matches(j)]
+        left_alone = () if Status.RUNNING in filters.statuses else (Status.RUNNING,)
+        running = sum(1 for j in matching if j.status in left_alone)
+        taken = sorted(
+            (j for j in matching if j.status in filters.statuses),
+            key=lambda j: (j.created_at, j.seq),
+        )
+        taken, remaining = taken[:limit], max(0, len(taken) - limit)
+        killed = sum(1 for j in taken if j.status == Status.RUNNING)
         now = self.clock()
-        token = self._tokens.get(job_id)
+        cancelled = [self._cancel(job, now, BULK_CANCEL) for job in taken]
+        tokens = [token for token in cancelled if token is not None]
+        return Cancelled(taken, tokens, remaining, running, killed)
+
+    def _cancel(self, job: Job, now: datetime, detail: str | None = None) -> str | None:
+        """Cancel an unfinished job; the token of the lease it had, if any."""
+        token = self._tokens.get(job.id)
         if token is not None:
             self._drop_lease(token)
         if job.status == Status.PENDING:
             self._pending.discard(job, now.timestamp())
         job.finished_at = now
         self._set_status(job, Status.CANCELLED, now)
-        self._event(job, EventKind.CANCELLED, now)
+        self._event(job, EventKind.CANCELLED, now, detail)
         self._retire(job)
-        return job, token
+        return token
 
     # -- queues and pruning ----------------------------------------------------------
 

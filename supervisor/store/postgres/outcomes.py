@@ -22,7 +22,16 @@ import msgspec
 import psycopg
 from goqueue.supervisor.enums import TERMINAL, EventKind, Status
 from goqueue.supervisor.errors import InvalidState, NotFound
-from goqueue.supervisor.jobs import DeadLetter, Job, Lease, Outcome, new_id
+from goqueue.supervisor.jobs import (
+    BULK_CANCEL,
+    CancelFilter,
+    Cancelled,
+    DeadLetter,
+    Job,
+    Lease,
+    Outcome,
+    new_id,
+)
 from goqueue.supervisor.store.base import LATE_OUTCOME
 from goqueue.supervisor.store.postgres import rows as pg_rows
 from goqueue.supervisor.store.postgres.connection import Conn, Connections
@@ -53,9 +62,15 @@ Trail = Sequence[tuple[EventKind, str]]  # events (kind, detail) a statement wri
 LATE = (EventKind.LATE_OUTCOME, LATE_OUTCOME)
 
 
-def _trail(events: Trail) -> dict[str, list[str]]:
-    """The `events` and `details` parameters of a statement writing `events`."""
-    return {"events": [k.value for k, _ in events], "details": [d for _, d in events]}
+def _trail(events: Trail, traceback: str | None = None) -> dict[str, list[Any]]:
+    """The `events`, `details` and `tracebacks` parameters of a statement writing
+    `events` (`traceback` goes with the attempt_failed one)."""
+    tracebacks = [traceback if k == EventKind.ATTEMPT_FAILED else None for k, _ in events]
+    return {
+        "events": [k.value for k, _ in events],
+        "details": [d for _, d in events],
+        "tracebacks": tracebacks,
+    }
 
 
 def _utc_iso(at: datetime) -> str:
@@ -194,6 +209,7 @@ class Outcomes:
         if retry_delay is not None:
             retry_at = datetime.now(UTC) + timedelta(seconds=retry_delay(attempts))
         params = {"id": job_id, "token": token, "error": error, "retry_at": retry_at}
+        params["traceback"] = None
         lost = (EventKind.LEASE_EXPIRED, error)
         if attempts > max_retries:
             outcome = await self._bury(conn, params, lost)
@@ -311,16 +327,20 @@ class Outcomes:
             outcomes.append(Outcome(job, followups))
         return outcomes
 
-    async def fail(self, lease: Lease, error: str, retry_at: datetime | None) -> Outcome | None:
+    async def fail(
+        self, lease: Lease, error: str, retry_at: datetime | None, traceback: str | None = None
+    ) -> Outcome | None:
         """Record a failed attempt: pending again at `retry_at`, or dead-lettered (with
         `on_failure` enqueued) in one transaction. None if the lease is stale."""
         error = pg_rows.text(error) or ""
+        traceback = pg_rows.text(traceback)
         params: dict[str, Any] = {"id": lease.job.id, "token": lease.token, "error": error}
+        params["traceback"] = traceback
         if retry_at is not None:
             failed = (EventKind.ATTEMPT_FAILED, error)
             scheduled = (EventKind.RETRY_SCHEDULED, _utc_iso(retry_at))
             params["retry_at"] = retry_at
-            params |= _trail([failed, scheduled])
+            params |= _trail([failed, scheduled], traceback)
             async with self._db.connection() as conn:
                 outcome = await self._requeue(conn, params)
             if outcome is None:
@@ -387,7 +407,7 @@ class Outcomes:
         written are `first` (a reaped job's lease_expired), attempt_failed, dead_lettered."""
         dead_id = new_id()
         failed = (EventKind.ATTEMPT_FAILED, params["error"])
-        trail = _trail([*first, failed, (EventKind.DEAD_LETTERED, dead_id)])
+        trail = _trail([*first, failed, (EventKind.DEAD_LETTERED, dead_id)], params["traceback"])
         params = {**params, **trail, "node": self.node_id}
         row = await self._db.fetchone(conn, self._sql[Sql.BURY], params)
         if row is None:
@@ -439,3 +459,26 @@ class Outcomes:
             return job, None
         self._wakeups.freed(job)
         return job, token
+
+    async def cancel_many(self, filters: CancelFilter, limit: int) -> Cancelled:
+        """Cancel up to `limit` matching jobs, oldest first, in one statement; a lease
+        cleared fences its holder out (the tokens are returned to kill the workers)."""
+        params = {
+            "statuses": [str(s) for s in filters.statuses],
+            "queue": filters.queue,
+            "type": filters.type,
+            "before": filters.created_before,
+            "limit": limit,
+            "node": self.node_id,
+            "detail": BULK_CANCEL,
+        }
+        rows = await self._db.execute(self._sql[Sql.CANCEL_MANY], params)
+        matching, running = rows[0][0], rows[0][1]
+        taken = [row for row in rows if row[3] is not None]
+        jobs = [pg_rows.job(row[4:]) for row in taken]
+        for job in jobs:
+            self._wakeups.freed(job)
+        tokens = [row[2] for row in taken if row[2] is not None]
+        killed = sum(1 for row in taken if row[3] == Status.RUNNING)
+        left_alone = 0 if Status.RUNNING in filters.statuses else running
+        return Cancelled(jobs, tokens, matching - len(jobs), left_alone, killed)

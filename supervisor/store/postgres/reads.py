@@ -128,7 +128,15 @@ class Reads:
             return []
         rows = await self._db.execute(self._sql[Sql.EVENTS], {"id": job_id})
         return [
-            Event(job_id=r[0], event=r[1], at=r[2], node=r[3], attempt=r[4], detail=r[5])
+            Event(
+                job_id=r[0],
+                event=r[1],
+                at=r[2],
+                node=r[3],
+                attempt=r[4],
+                detail=r[5],
+                traceback=r[6],
+            )
             for r in rows
         ]
 

@@ -35,6 +35,8 @@ import msgspec
 from goqueue.supervisor.dispatch.rates import Rate, Taken
 from goqueue.supervisor.errors import StoreUnavailable
 from goqueue.supervisor.jobs import (
+    CancelFilter,
+    Cancelled,
     DeadLetter,
     Enqueued,
     Event,
@@ -323,9 +325,11 @@ class PostgresStore:
         """Record success and enqueue `on_success` atomically; None if the lease is stale."""
         return await self._outcomes.complete(lease, result)
 
-    async def fail(self, lease: Lease, error: str, retry_at: datetime | None) -> Outcome | None:
+    async def fail(
+        self, lease: Lease, error: str, retry_at: datetime | None, traceback: str | None = None
+    ) -> Outcome | None:
         """Record a failed attempt: pending at `retry_at`, or dead-lettered (None)."""
-        return await self._outcomes.fail(lease, error, retry_at)
+        return await self._outcomes.fail(lease, error, retry_at, traceback)
 
     async def release(self, lease: Lease) -> bool:
         """Hand the job back to pending without counting the attempt."""
@@ -334,6 +338,10 @@ class PostgresStore:
     async def cancel(self, job_id: str, force: bool) -> tuple[Job, str | None]:
         """Cancel a pending job, or a running one with `force` (its token is returned)."""
         return await self._outcomes.cancel(job_id, force)
+
+    async def cancel_many(self, filters: CancelFilter, limit: int) -> Cancelled:
+        """Cancel up to `limit` matching jobs, oldest first, in one statement."""
+        return await self._outcomes.cancel_many(filters, limit)
 
     # -- reads -----------------------------------------------------------------------
 

@@ -678,9 +678,18 @@ def test_openapi_describes_every_route(api_server: ApiServer) -> None:
     }
     documented = {(path, method) for path, ops in doc["paths"].items() for method in ops}
     assert documented == served
-    # 21 (deliveries, bulk dead letters) + summaries (6), dashboard (2), schedules (3)
-    assert len(served) == 32
+    # 22 (deliveries, bulk dead letters, bulk cancel) + summaries (6), dashboard (2),
+    # schedules (3)
+    assert len(served) == 33
     schemas = doc["components"]["schemas"]
+    bulk_cancel = doc["paths"]["/jobs/cancel"]["post"]
+    assert bulk_cancel["requestBody"]["content"]["application/json"]["schema"] == {
+        "$ref": "#/components/schemas/BulkCancelRequest"
+    }
+    assert set(schemas["BulkCancelRequest"]["properties"]) == {
+        "queue", "type", "status", "created_before", "limit", "force", "all"
+    }  # fmt: skip
+    assert set(bulk_cancel["responses"]) >= {"200", "400", "503"}
     refs = set(re.findall(r'"#/components/schemas/([^"]+)"', resp.body.decode()))
     assert refs <= set(schemas)
     assert "seq" not in schemas["Job"]["properties"]

@@ -362,3 +362,40 @@ def test_a_database_outage_is_ridden_out_with_one_job(
         ((job, created),) = result  # type: ignore[misc]
         assert created  # ...retried with the same key until the database was back
         assert [j.id for j in client.list(queue="outage")] == [job.id]
+
+
+def test_templates_results_and_progress_come_back_as_python_values(
+    client: goqueue.Client, tmp_path: Path
+) -> None:
+    then = {"type": "noop", "payload": {"step": 2}, "on_failure": {"type": "noop", "payload": [1]}}
+    job = client.enqueue("noop", {"n": 1}, on_success=then, on_failure={"type": "noop"})
+    done = client.wait(job.id, timeout=20)
+    assert done.result == {"n": 1}
+    assert done.on_success is not None and done.on_success.payload == {"step": 2}
+    assert done.on_success.on_failure is not None and done.on_success.on_failure.payload == [1]
+    assert done.on_failure is not None and done.on_failure.payload is None
+    listed = next(j for j in client.list(type="noop") if j.id == job.id)
+    assert listed.on_success == done.on_success
+    report = client.enqueue(
+        "reporter",
+        {"reports": [0.4], "dir": str(tmp_path)},
+        on_success={"type": "noop", "payload": {"after": True}},
+    )
+    try:
+        running = wait_for(lambda: (j := client.get(report.id)).progress == 0.4 and j)
+        assert running.on_success is not None and running.on_success.payload == {"after": True}
+    finally:
+        (tmp_path / "go").write_text("")  # the handler's cue to finish
+    assert client.wait(report.id, timeout=20).result == "finished"
+
+
+def test_the_async_client_decodes_templates_too(node: Node) -> None:
+    async def main() -> None:
+        async with goqueue.AsyncClient(node.url) as client:
+            then = {"type": "noop", "payload": {"step": 2}}
+            job = await client.enqueue("noop", {"n": 1}, on_success=then)
+            assert job.on_success is not None and job.on_success.payload == {"step": 2}
+            done = await client.wait(job.id, timeout=20)
+            assert done.on_success == job.on_success and done.result == {"n": 1}
+
+    asyncio.run(main())

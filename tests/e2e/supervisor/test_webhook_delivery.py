@@ -349,3 +349,21 @@ def test_a_name_resolving_to_loopback_is_refused_when_connecting(
     assert view["delivered_at"] is None and view["next_attempt_at"] is None
     assert receiver.hits == [] and receiver.started == 0  # nothing was sent
     assert outcome(node, "refused") == 1 and outcome(node, "retried") == 0
+
+
+@pytest.mark.parametrize("store", ["memory", "postgres"])
+def test_localhost_is_delivered_to_when_loopback_is_allowed(
+    store: str, make_node, receivers, request: pytest.FixtureRequest
+) -> None:
+    receiver = receivers()
+    if store == "postgres":
+        node = request.getfixturevalue("pg_nodes")("--webhook-allow-networks", "127.0.0.0/8")
+    else:
+        node = make_node("--webhook-allow-networks", "127.0.0.0/8")
+    job = node.enqueue(type="noop", webhook_url=f"http://localhost:{receiver.port}/hook")
+    node.wait_status(job["id"], "done")
+    [hit] = wait_for(lambda: receiver.answered(200), timeout=15)
+    assert json.loads(hit.body)["id"] == job["id"]
+    refused = make_node().post("/jobs", {"type": "noop", "webhook_url": "http://localhost:9"})
+    assert refused.status == 400 and refused.body["details"] == {"field": "webhook_url"}
+    assert "--webhook-allow-networks 127.0.0.0/8" in refused.body["error"]

@@ -455,3 +455,96 @@ def test_every_matching_dead_letter_is_replayed_or_purged_after_a_counted_confir
     dialog.get_by_role("button", name="Purge 1 dead letter").click()
     expect(page.locator(".toast").last).to_contain_text("Purged 1 dead letter.")
     assert node.get("/dlq").body["total"] == 0
+
+
+@pytest.mark.parametrize("viewport", [WIDE, PHONE], ids=["wide", "phone"])
+def test_a_failed_jobs_traceback_shows_collapsed_with_copy_on_its_pages(
+    node: Node, open_tab: Any, viewport: dict[str, int]
+) -> None:
+    job = node.enqueue(type="nested_raise", payload={"limit": "x", "depth": 1})
+    errors = node.wait_status(job["id"], "failed")["errors"]
+    (letter,) = wait_for(lambda: node.get(f"/summary/dlq?job_id={job['id']}").body["dead_letters"])
+    tab = open_tab(node.url, viewport=viewport)
+    page = tab.open(f"/jobs/{job['id']}")
+    page.context.grant_permissions(["clipboard-read", "clipboard-write"])
+    blocks = page.locator("details.traceback")
+    expect(blocks).to_have_count(3)  # the last attempt's, under the notice, and each attempt's
+    latest = blocks.first
+    expect(latest.locator("pre")).to_be_hidden()  # collapsed
+    latest.locator("summary").click()
+    expect(latest.locator("pre")).to_be_visible()
+    expect(latest.locator("pre")).to_contain_text("return left <= right")
+    tab.shot("job-traceback")
+    latest.get_by_role("button", name="Copy traceback").click()
+    expect(page.locator(".toast")).to_contain_text("Copied the traceback")
+    assert page.evaluate("navigator.clipboard.readText()") == errors[-1]["traceback"]
+    page = tab.open(f"/dlq/{letter['id']}")
+    blocks = page.locator("details.traceback")
+    expect(blocks).to_have_count(3)
+    blocks.nth(1).locator("summary").click()
+    expect(blocks.nth(1).locator("pre")).to_contain_text("in _compare")
+    tab.shot("dead-traceback")
+
+
+@pytest.mark.parametrize("viewport", [WIDE, PHONE], ids=["wide", "phone"])
+def test_clearing_a_queue_cancels_its_pending_jobs_after_a_counted_confirmation(
+    node: Node, open_tab: Any, tmp_path: Path, viewport: dict[str, int]
+) -> None:
+    waiting = [node.enqueue(type="noop", queue="mail", delay_seconds=3600)["id"] for _ in range(3)]
+    spinning = node.enqueue(type="spin", queue="mail", payload={"dir": str(tmp_path)})["id"]
+    wait_for(lambda: next(tmp_path.glob("spin-*"), None), what="the job spinning")
+    other = node.enqueue(type="noop", queue="other", delay_seconds=3600)["id"]
+    try:
+        tab = open_tab(node.url, viewport=viewport)
+        page = tab.open("/queues")
+        page.locator('[data-clear="mail"]').click()
+        dialog = page.locator("dialog#confirm")
+        expect(dialog).to_contain_text("Cancel 3 pending jobs in mail?")
+        expect(dialog).to_contain_text("Its 1 running job is left alone.")
+        tab.shot("queue-clear")
+        dialog.get_by_role("button", name="Keep it").click()  # the safe choice: nothing
+        assert [node.get(f"/jobs/{i}").body["status"] for i in waiting] == ["pending"] * 3
+        page.locator('[data-clear="mail"]').click()
+        dialog.get_by_role("button", name="Cancel 3 jobs").click()
+        expect(page.locator(".toast").last).to_contain_text(
+            "Cancelled 3 jobs in mail. 1 running job left alone."
+        )
+        assert [node.get(f"/jobs/{i}").body["status"] for i in waiting] == ["cancelled"] * 3
+        assert node.get(f"/jobs/{spinning}").body["status"] == "running"
+        assert node.get(f"/jobs/{other}").body["status"] == "pending"
+        expect(page.locator('[data-clear="mail"]')).to_have_count(0)  # nothing pending left
+    finally:
+        node.delete(f"/jobs/{spinning}?force=true")
+
+
+@pytest.mark.parametrize("viewport", [WIDE, PHONE], ids=["wide", "phone"])
+def test_a_running_jobs_progress_shows_as_a_bar_on_its_page_and_in_the_list(
+    node: Node, open_tab: Any, tmp_path: Path, viewport: dict[str, int]
+) -> None:
+    fraction = node.enqueue(type="reporter", payload={"reports": [0.4], "dir": str(tmp_path)})
+    counted = node.enqueue(
+        type="reporter", payload={"reports": [{"done": 3, "of": 4}], "dir": str(tmp_path)}
+    )
+    try:
+        for job in (fraction, counted):
+            wait_for(lambda j=job: node.get(f"/jobs/{j['id']}").body.get("progress"))
+        rows = node.get("/summary/jobs?type=reporter").body["jobs"]
+        assert sorted(str(r["progress"]) for r in rows) == ["0.4", "{'done': 3, 'of': 4}"]
+        tab = open_tab(node.url, viewport=viewport)
+        page = tab.open(f"/jobs/{fraction['id']}")
+        bar = page.locator(".progress-panel [data-progress]")
+        expect(bar).to_have_attribute("data-progress", "40")
+        expect(bar).to_contain_text("40%")
+        tab.shot("job-progress")
+        page = tab.open("/jobs?type=reporter")
+        expect(
+            page.locator(f'tr:has([data-job="{counted["id"]}"]) [data-progress]')
+        ).to_contain_text("3 of 4")
+        expect(
+            page.locator(f'tr:has([data-job="{fraction["id"]}"]) [data-progress="40"]')
+        ).to_have_count(1)
+        tab.shot("jobs-progress")
+    finally:
+        (tmp_path / "go").write_text("")  # the handlers' cue to finish
+    for job in (fraction, counted):
+        node.wait_status(job["id"], "done")

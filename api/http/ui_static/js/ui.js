@@ -20,6 +20,31 @@ const STATUS_ICONS = {
 };
 
 /** A status shown three ways: an icon, the word, and a colour. */
+/** What a running job last reported with ctx.progress: a bar for a number 0-1 or an
+ * object with `done` and `of` (or `total`), the JSON for any other object; null when
+ * there is none. */
+export function progressBar(progress) {
+  if (progress === undefined || progress === null) return null;
+  let fraction = null;
+  let label = "";
+  if (typeof progress === "number") {
+    fraction = progress;
+    label = `${Math.round(Math.min(1, Math.max(0, progress)) * 100)}%`;
+  } else if (typeof progress === "object" && typeof progress.done === "number" && typeof (progress.of ?? progress.total) === "number") {
+    const of = progress.of ?? progress.total;
+    fraction = of > 0 ? progress.done / of : 0;
+    label = `${progress.done} of ${of}`;
+  }
+  if (fraction === null) {
+    return h("span", { class: "progress-text mono", "data-progress": "" }, JSON.stringify(progress));
+  }
+  const pct = Math.round(Math.min(1, Math.max(0, fraction)) * 100);
+  return h("span", { class: "progress", "data-progress": String(pct) },
+    // a native <progress>: the page's CSP allows no inline style to size a bar with
+    h("progress", { class: "bar", role: "progressbar", value: String(pct), max: "100", "aria-label": `progress ${label}` }),
+    h("span", { class: "label" }, label));
+}
+
 export function badge(status, { large = false, label } = {}) {
   const name = STATUS_ICONS[status] || "clock";
   const spin = name === "spinner" ? "spin" : "";
@@ -173,23 +198,3 @@ export function explain(err) {
  * What a running job last reported with ctx.progress: a number from 0 to 1 as a bar (with
  * its percentage in words), anything else (a small object) as its JSON; null if nothing.
  */
-export function progressBar(progress, { compact = false } = {}) {
-  if (progress === undefined || progress === null) return null;
-  if (typeof progress !== "number" || !Number.isFinite(progress)) {
-    const text = JSON.stringify(progress);
-    return h("span", { class: "progress-note mono", "data-progress": text, title: text }, text.length > 80 ? `${text.slice(0, 80)}…` : text);
-  }
-  const share = Math.min(1, Math.max(0, progress));
-  const percent = `${Math.round(share * 100)}%`;
-  const fill = h("span", { class: "fill" });
-  fill.style.width = `${(share * 100).toFixed(1)}%`; // CSSOM: the CSP allows no style attribute
-  return h(
-    "span",
-    { class: `progress${compact ? " compact" : ""}`, "data-progress": String(progress) },
-    h("span", {
-      class: "bar", role: "progressbar", "aria-valuemin": "0", "aria-valuemax": "100",
-      "aria-valuenow": String(Math.round(share * 100)), "aria-label": `Progress ${percent}`,
-    }, fill),
-    h("span", { class: "num" }, percent),
-  );
-}

@@ -33,6 +33,15 @@ _TRAIL_OF_EVENTS = """trail AS (
             FROM changed CROSS JOIN unnest(%(events)s::text[], %(details)s::text[])
                 WITH ORDINALITY AS e(event, detail, n)
             ORDER BY e.n)"""
+# The same, each event with a traceback (null but for a failed attempt's): the trail of
+# the statements recording an attempt's failure.
+_TRAIL_OF_FAILURE = """trail AS (
+            INSERT INTO {s}.events (job_id, event, at, node, attempt, detail, traceback)
+            SELECT changed.id, e.event, now(), %(node)s, changed.attempts, e.detail, e.tb
+            FROM changed CROSS JOIN unnest(
+                    %(events)s::text[], %(details)s::text[], %(tracebacks)s::text[])
+                WITH ORDINALITY AS e(event, detail, tb, n)
+            ORDER BY e.n)"""
 
 
 # `hooked`: a column of `changed` holding the job's new row when it has a webhook (the
@@ -68,12 +77,14 @@ def fragments(schema: str) -> dict[str, str]:
         "fenced": "id = %(id)s AND lease_token = %(token)s AND status = 'running'",
         "held": ("id = %(id)s AND lease_token = %(token)s AND status IN ('running', 'claimed')"),
         "append_error": (
-            "errors = errors || jsonb_build_array(jsonb_build_object("
-            "'attempt', attempts, 'error', %(error)s::text, 'at', now())),"
+            "errors = errors || jsonb_build_array(jsonb_strip_nulls(jsonb_build_object("
+            "'attempt', attempts, 'error', %(error)s::text, 'at', now(),"
+            " 'traceback', %(traceback)s::text))),"
             " last_error = %(error)s"
         ),
         "live_nodes": "heartbeat_at > now() - %(live)s * interval '1 second'",
         "trail": _TRAIL_OF_EVENTS,
+        "failure_trail": _TRAIL_OF_FAILURE,
         "where": "",
         # a preview is three columns: the first n characters, the size in bytes, whether cut
         "previews": ", ".join(
@@ -137,6 +148,7 @@ class Sql(StrEnum):
     SALVAGE_DEAD = auto()
     REOPEN = auto()
     CANCEL = auto()
+    CANCEL_MANY = auto()
     # reads
     GET = auto()
     LIST_JOBS = auto()

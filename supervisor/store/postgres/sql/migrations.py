@@ -472,7 +472,6 @@ END
 $fn$;
 """,
     ),
-    # Numbered 11: the operator branch's step (tracebacks in events) takes 10 at merge.
     Migration(
         10,
         "jobs by parent, node reports",
@@ -483,6 +482,15 @@ ALTER TABLE {s}.nodes ADD COLUMN report json;
 -- The dashboard links a job to the one its template enqueued (parent_id = its id); only
 -- chained and child jobs have a parent, so the index stays small.
 CREATE INDEX jobs_parent ON {s}.jobs (parent_id) WHERE parent_id IS NOT NULL;
+""",
+    ),
+    Migration(
+        11,
+        "tracebacks in events",
+        """
+-- A failed attempt's traceback, beside its error (the errors in jobs are JSON: there
+-- it is one more key, which needs no step).
+ALTER TABLE {s}.events ADD COLUMN traceback text;
 """,
     ),
 )

@@ -63,7 +63,7 @@ READS: Final[Mapping[Sql, str]] = MappingProxyType(
              LIMIT %(limit)s)
             UNION SELECT queue FROM {s}.paused_queues""",
         Sql.EVENTS: """
-            SELECT job_id, event, at, node, attempt, detail FROM {s}.events
+            SELECT job_id, event, at, node, attempt, detail, traceback FROM {s}.events
             WHERE job_id = %(id)s ORDER BY at, id""",
         Sql.DEAD_COUNT: "SELECT count(*) FROM {s}.dead_letters",
         Sql.LIST_DEAD: """

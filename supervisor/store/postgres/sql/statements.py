@@ -64,6 +64,14 @@ _INSERT_VALUES = """(%(id)s, %(type)s, %(queue)s, %(payload)s, %(priority)s, 'pe
 _UNIQUE_HELD = "unique_key IS NOT NULL AND status NOT IN ('done', 'failed', 'cancelled')"
 
 
+# The filters of a bulk cancel other than status (each NULL for any).
+_CANCEL_WHERE = """(%(queue)s::text IS NULL OR queue = %(queue)s::text)
+                    AND (%(type)s::text IS NULL OR type = %(type)s::text)
+                    AND (%(before)s::timestamptz IS NULL
+                        OR created_at < %(before)s::timestamptz)"""
+_CHANGED_JOB = ", ".join(f"c.{name}" for name in JOB_FIELDS)
+
+
 def _trail(event: EventKind) -> str:
     """A CTE writing one `event` per row of `changed` (which has `id` and `attempts`)."""
     return f"""trail AS (
@@ -287,7 +295,7 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
                     updated_at = now(), {clear_lease}
                 WHERE {fenced}
                 RETURNING {job}),
-            {trail}
+            {failure_trail}
             SELECT {job} FROM changed""",
         Sql.BURY: """
             WITH changed AS (
@@ -296,7 +304,7 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
                 WHERE {fenced}
                 RETURNING {job}, {hooked}),
             {outbox},
-            {trail}
+            {failure_trail}
             SELECT {job} FROM changed""",
         Sql.INSERT_DEAD: """
             INSERT INTO {s}.dead_letters (id, job_id, job, errors, created_at)
@@ -349,6 +357,33 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
             {{outbox}},
             {_trail(EventKind.CANCELLED)}
             SELECT {{job}} FROM changed""",
+        # A bulk cancel: the oldest `limit` matching jobs of `statuses`, each with its
+        # `cancelled` event (detail %(detail)s) and webhook; a row another transaction holds
+        # is skipped (counted as remaining). One row always comes back: how many match
+        # (before this statement), how many running jobs pass the other filters, then per
+        # job cancelled (none: nulls) the token of the lease it had, its status, the job.
+        Sql.CANCEL_MANY: f"""
+            WITH picked AS (
+                SELECT id AS p_id, lease_token AS p_token, status AS p_status FROM {{s}}.jobs
+                WHERE status = ANY(%(statuses)s::text[]) AND {_CANCEL_WHERE}
+                ORDER BY created_at, seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED),
+            changed AS (
+                UPDATE {{s}}.jobs j SET status = 'cancelled', finished_at = now(),
+                    updated_at = now(), {{clear_lease}}
+                FROM picked WHERE j.id = picked.p_id
+                RETURNING picked.p_token, picked.p_status, {{job}}, {{hooked_j}}),
+            {{outbox}},
+            trail AS (
+                INSERT INTO {{s}}.events (job_id, event, at, node, attempt, detail)
+                SELECT id, '{EventKind.CANCELLED}', now(), %(node)s, attempts, %(detail)s
+                FROM changed),
+            counts AS (
+                SELECT count(*) FILTER (WHERE status = ANY(%(statuses)s::text[])) AS matching,
+                    count(*) FILTER (WHERE status = 'running') AS running
+                FROM {{s}}.jobs WHERE status IN ('pending', 'claimed', 'running')
+                    AND {_CANCEL_WHERE})
+            SELECT counts.matching, counts.running, c.p_token, c.p_status, {_CHANGED_JOB}
+            FROM counts LEFT JOIN changed c ON true""",
         Sql.PURGE_DEAD: "DELETE FROM {s}.dead_letters WHERE id = %(id)s",
         # Bulk actions take the oldest matching letters first; a letter another node is
         # taking is skipped, not waited for (it counts as remaining).

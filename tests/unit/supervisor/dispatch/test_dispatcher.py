@@ -86,7 +86,9 @@ class FakeStore:
     async def complete(self, held: Lease, result: msgspec.Raw | None) -> Outcome:
         return await self._write("complete", held, Status.DONE)
 
-    async def fail(self, held: Lease, error: str, retry_at: datetime | None) -> Outcome:
+    async def fail(
+        self, held: Lease, error: str, retry_at: datetime | None, traceback: str | None = None
+    ) -> Outcome:
         self.log.append(("fail:args", error, retry_at))
         return await self._write("fail", held, Status.PENDING if retry_at else Status.FAILED)
 

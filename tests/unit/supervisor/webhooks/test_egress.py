@@ -140,7 +140,10 @@ def test_allowed_hosts_and_networks_open_exceptions() -> None:
     assert policy.url_refusal("http://[::1]/") is not None  # not the allowed host
     networks = EgressPolicy.of(None, ["127.0.0.0/8"])
     assert networks.address_refusal(ipaddress.ip_address("::ffff:127.0.0.5")) is None
-    assert networks.url_refusal("http://localhost/") is not None  # a name: not a network
+    assert networks.url_refusal("http://localhost/") is None  # loopback by definition
+    assert networks.url_refusal("http://api.localhost:9999/") is None
+    refusal = EgressPolicy().url_refusal("http://localhost:9999") or ""
+    assert "--webhook-allow-networks 127.0.0.0/8" in refusal  # says which option allows it
 
 
 @pytest.mark.parametrize("text", ["10.0.0.0/33", "not-a-net", "10.0.0.0/8/1", ""])

@@ -5,7 +5,7 @@ import { api } from "../api.js";
 import { h, icon, shortId, swap, when } from "../dom.js";
 import { callout, explain, pageHead, panel } from "../ui.js";
 import { purgeDead, replayDead } from "./dlq.js";
-import { codeBlock, copyButton } from "./job.js";
+import { codeBlock, copyButton, tracebackBlock } from "./job.js";
 
 export default {
   title: "Dead letter",
@@ -34,7 +34,7 @@ export default {
         );
         swap(
           body,
-          callout("bad", h("strong", null, `Dead-lettered `, when(dead.created_at), ` after ${job.attempts} ${job.attempts === 1 ? "attempt" : "attempts"}`), h("pre", { class: "mono" }, job.last_error || "")),
+          callout("bad", h("strong", null, `Dead-lettered `, when(dead.created_at), ` after ${job.attempts} ${job.attempts === 1 ? "attempt" : "attempts"}`), h("pre", { class: "mono" }, job.last_error || ""), tracebackBlock(dead.errors[dead.errors.length - 1])),
           h(
             "div",
             { class: "grid-2" },
@@ -45,7 +45,8 @@ export default {
                   h("span", { class: "mark" }, icon("x")),
                   h("span", { class: "what" }, `Attempt ${error.attempt}`),
                   when(error.at),
-                  h("span", { class: "detail mono" }, error.error))))),
+                  h("span", { class: "detail mono" }, error.error),
+                  tracebackBlock(error))))),
           ),
         );
       })

@@ -39,6 +39,15 @@ export function copyButton(text, what) {
   }, icon("copy"), "Copy");
 }
 
+// A failed attempt's traceback, collapsed (it can run to 8 KB), with a copy button;
+// null when the attempt kept none (Retry, Fail, a killed worker).
+export function tracebackBlock(error) {
+  if (!error || !error.traceback) return null;
+  return h("details", { class: "traceback", "data-traceback": String(error.attempt) },
+    h("summary", null, "Traceback ", copyButton(error.traceback, "traceback")),
+    h("pre", { class: "code mono", tabindex: "0", "aria-label": `Traceback of attempt ${error.attempt}` }, error.traceback));
+}
+
 function fact(label, value) {
   return h("div", null, h("dt", null, label), h("dd", null, value));
 }
@@ -187,13 +196,14 @@ export default {
           : fact(job.status === "running" ? "Running for" : "Took", job.status === "running" ? took.replace(" so far", "") : took),
       );
       const sections = [h("section", { class: "panel facts-panel", "aria-label": "Facts" }, facts)];
-      if (job.status === "running" && job.progress !== undefined) {
+      if (job.status === "running" && job.progress !== undefined && job.progress !== null) {
         sections.push(h("section", { class: "panel progress-panel", "aria-label": "Progress" },
           h("span", { class: "muted" }, "Progress (ctx.progress)"), progressBar(job.progress)));
       }
       if (job.last_error && job.status !== "done") {
         const label = job.status === "failed" ? "Failed for good" : job.status === "pending" ? "The last attempt failed; it will be retried" : "The last attempt failed";
-        sections.push(callout("bad", h("strong", null, label), h("pre", { class: "mono" }, job.last_error)));
+        const latest = job.errors[job.errors.length - 1];
+        sections.push(callout("bad", h("strong", null, label), h("pre", { class: "mono" }, job.last_error), tracebackBlock(latest)));
       }
       if (job.status === "failed" && dead) {
         sections.push(callout("info", "Its dead letter ", h("a", { href: `#/dlq/${dead.id}` }, shortId(dead.id)), " can be replayed as a fresh job."));
@@ -212,7 +222,8 @@ export default {
                 h("span", { class: "mark" }, icon("x")),
                 h("span", { class: "what" }, `Attempt ${error.attempt}`),
                 when(error.at),
-                h("span", { class: "detail mono" }, error.error))))),
+                h("span", { class: "detail mono" }, error.error),
+                tracebackBlock(error))))),
         );
       }
       const details = [];

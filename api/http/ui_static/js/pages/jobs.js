@@ -1,6 +1,6 @@
 // Jobs: filter by status, type and queue, find one by id, page through. Rows come from
-// GET /summary/jobs, whose payloads and results are cut to a preview by the store; the
-// page refreshes every 5 s while "Live" is on.
+// GET /summary/jobs, whose payloads and results are cut to a preview by the store (a
+// running job's progress under its status); the page refreshes every 5 s while "Live" is on.
 
 import { api } from "../api.js";
 import { duration, h, int, shortId, swap, when } from "../dom.js";
@@ -102,12 +102,7 @@ export default {
     }
 
     const columns = [
-      {
-        label: "Status",
-        cell: (job) => (job.status === "running" && job.progress != null
-          ? h("span", { class: "status-progress" }, badge(job.status), progressBar(job.progress, { compact: true }))
-          : badge(job.status)),
-      },
+      { label: "Status", cell: (job) => h("div", { class: "status-cell" }, badge(job.status), progressBar(job.progress)) },
       {
         label: "Job",
         lead: true,

@@ -1,14 +1,20 @@
-// Queues: depth by priority, how long the longest-waiting job has waited, pause and
-// resume. One request every 2 s: GET /queues.
+// Queues: depth by priority, how long the longest-waiting job has waited, pause, resume
+// and clear (cancel every pending job, after a counted confirmation). One request every
+// 2 s: GET /queues.
 
 import { api } from "../api.js";
 import { duration, h, icon, int, swap } from "../dom.js";
 import { poll } from "../live.js";
-import { badge, callout, explain, pageHead, panel, table, toast } from "../ui.js";
+import { badge, callout, confirmAction, explain, pageHead, panel, table, toast } from "../ui.js";
 
 const EVERY_MS = 2000;
 const SLOW_WAIT = 60; // seconds: a due job waiting longer than this is worth a look
 const NAME = /^[A-Za-z0-9_.:-]{1,200}$/;
+const BULK_LIMIT = 1000; // POST /jobs/cancel takes at most this many per request
+
+function plural(n, noun) {
+  return `${int(n)} ${noun}${n === 1 ? "" : "s"}`;
+}
 
 export default {
   title: "Queues",
@@ -44,6 +50,34 @@ export default {
       live.now();
     }
 
+    // Cancel every pending job of the queue (running ones are left alone), after a
+    // confirmation that says how many; one request per BULK_LIMIT jobs.
+    async function clearQueue(q) {
+      const sure = await confirmAction({
+        title: `Cancel ${plural(q.pending, "pending job")} in ${q.name}?`,
+        what: [
+          `Every pending job of queue ${q.name}, the oldest first, is cancelled and will not run.`,
+          q.running ? `Its ${plural(q.running, "running job")} ${q.running === 1 ? "is" : "are"} left alone.` : "Running jobs, if any start meanwhile, are left alone.",
+          "This cannot be undone.",
+        ],
+        confirm: `Cancel ${plural(q.pending, "job")}`,
+      });
+      if (!sure) return;
+      let cancelled = 0;
+      let answer = null;
+      try {
+        do {
+          answer = await api("jobs/cancel", { method: "POST", body: { queue: q.name, limit: BULK_LIMIT } });
+          cancelled += answer.cancelled;
+        } while (answer.remaining > 0 && answer.cancelled > 0);
+        const alone = answer.running ? ` ${plural(answer.running, "running job")} left alone.` : "";
+        toast(`Cancelled ${plural(cancelled, "job")} in ${q.name}.${alone}`);
+      } catch (err) {
+        toast(`Could not clear ${q.name}: ${explain(err)}`, { bad: true });
+      }
+      live.now();
+    }
+
     const columns = [
       {
         label: "Queue",
@@ -74,11 +108,19 @@ export default {
         label: "Actions",
         class: "r",
         cell: (q) =>
-          h("button", {
-            class: "small", "data-focus": `toggle:${q.name}`, "data-queue": q.name,
-            "aria-label": `${q.paused ? "Resume" : "Pause"} queue ${q.name}`,
-            onclick: () => setPaused(q.name, !q.paused),
-          }, icon(q.paused ? "play" : "pause"), q.paused ? "Resume" : "Pause"),
+          h("div", { class: "row-actions" },
+            h("button", {
+              class: "small", "data-focus": `toggle:${q.name}`, "data-queue": q.name,
+              "aria-label": `${q.paused ? "Resume" : "Pause"} queue ${q.name}`,
+              onclick: () => setPaused(q.name, !q.paused),
+            }, icon(q.paused ? "play" : "pause"), q.paused ? "Resume" : "Pause"),
+            q.pending
+              ? h("button", {
+                  class: "small danger", "data-focus": `clear:${q.name}`, "data-clear": q.name,
+                  "aria-label": `Cancel the pending jobs of queue ${q.name}`,
+                  onclick: () => clearQueue(q),
+                }, icon("ban"), "Clear")
+              : null),
       },
     ];
 
