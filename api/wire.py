@@ -13,6 +13,7 @@ import re
 from typing import Annotated, Any, Literal
 
 import msgspec
+from goqueue.supervisor.enums import TERMINAL, Status, WorkflowStatus
 from goqueue.supervisor.jobs import (
     AttemptError,
     AwareTime,
@@ -33,11 +34,6 @@ MAX_WAIT_SECONDS = 60.0  # GET /jobs/{id}?wait= answers within this many seconds
 
 # Annotations for the OpenAPI document only; encoding is unaffected.
 Uuid = Annotated[str, msgspec.Meta(extra_json_schema={"format": "uuid"})]
-
-# `Status`'s values, spelt out so that OpenAPI shows an inline enum of strings (a StrEnum
-# would become a named component); tests/e2e/api/test_routes.py checks the two agree.
-JobStatus = Literal["waiting", "pending", "claimed", "running", "done", "failed", "cancelled"]
-TERMINAL_STATUSES: frozenset[str] = frozenset({"done", "failed", "cancelled"})
 
 
 class TimeoutOut(msgspec.Struct):
@@ -90,7 +86,7 @@ class JobOut(msgspec.Struct):
     queue: str
     payload: Any
     priority: int
-    status: JobStatus
+    status: Status  # encoded as its value; OpenAPI shows the `Status` enum of strings
     attempts: int
     max_retries: int
     run_at: AwareTime
@@ -123,7 +119,7 @@ class JobOut(msgspec.Struct):
     @property
     def finished(self) -> bool:
         """True once the job is done, failed or cancelled."""
-        return self.status in TERMINAL_STATUSES
+        return self.status in TERMINAL
 
 
 HIDDEN_JOB_FIELDS = frozenset({"seq"})
@@ -363,8 +359,9 @@ def error_field(message: str) -> str | None:
 
 # -- workflows -------------------------------------------------------------------------
 
-WorkflowState = Literal["running", "done", "failed", "cancelled"]  # `WorkflowStatus`'s values
-WORKFLOW_TERMINAL: frozenset[str] = frozenset({"done", "failed", "cancelled"})
+WORKFLOW_TERMINAL = frozenset(
+    {WorkflowStatus.DONE, WorkflowStatus.FAILED, WorkflowStatus.CANCELLED}
+)
 
 
 class WorkflowJobOut(msgspec.Struct):
@@ -373,7 +370,7 @@ class WorkflowJobOut(msgspec.Struct):
 
     key: str
     id: Uuid
-    status: JobStatus
+    status: Status
     after: list[str] = msgspec.field(default_factory=list)  # the keys it waits for
 
 
@@ -383,7 +380,7 @@ class WorkflowOut(msgspec.Struct):
 
     id: Uuid
     name: str
-    status: WorkflowState
+    status: WorkflowStatus
     created_at: AwareTime
     jobs: list[WorkflowJobOut]
 
@@ -412,5 +409,5 @@ class WorkflowList(msgspec.Struct):
 
 def workflow_out(workflow: Workflow) -> WorkflowOut:
     """The API view of a workflow."""
-    jobs = [WorkflowJobOut(s.key, s.id, s.status.value, s.after) for s in workflow.steps]
-    return WorkflowOut(workflow.id, workflow.name, workflow.status.value, workflow.created_at, jobs)
+    jobs = [WorkflowJobOut(s.key, s.id, s.status, s.after) for s in workflow.steps]
+    return WorkflowOut(workflow.id, workflow.name, workflow.status, workflow.created_at, jobs)

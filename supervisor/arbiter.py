@@ -94,7 +94,7 @@ class Arbiter:
         self._last_sweep = 0.0
         self._last_prune = 0.0
         self._tasks: list[asyncio.Task[None]] = []
-        node.pool.listen(workers=self)
+        node.pool.listeners.workers = self  # in the forwarding object the pool was made with
 
     # -- start -----------------------------------------------------------------------
 

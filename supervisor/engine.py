@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 import msgspec
@@ -35,7 +35,6 @@ from goqueue.supervisor.jobs import (
     Job,
     JobFilter,
     JobSpec,
-    Lease,
     Page,
     Purged,
     QueueStats,
@@ -97,10 +96,7 @@ class Engine:
         kill: Callable[[str], bool],
         webhooks: Webhooks,
         waiters: Waiters,
-        scheduler: Scheduler,
-        start_at_enqueue: Callable[[NewJob], Callable[[Lease | None], None] | None] = (
-            lambda new: None
-        ),
+        dispatch: Callable[[NewJob], Awaitable[Enqueued]] | None = None,
         tracing: Tracing | None = None,
     ) -> None:
         self.store = store
@@ -111,9 +107,12 @@ class Engine:
         self.metrics = metrics  # for a scrape: the gauges, and the exposition
         self.kill = kill  # ends the attempt holding a lease token; False if none here
         self.waiters = waiters  # one of the hooks: outcomes recorded here wake them
-        self.schedules = scheduler  # GET /schedules, enabling and disabling
-        # keeps a worker for a job that may start at once (the dispatcher's hand-off)
-        self.start_at_enqueue = start_at_enqueue
+        # periodic jobs (GET /schedules, enabling and disabling); the jobs they fire are
+        # told to the enqueue hooks as the engine's own are
+        self.schedules = Scheduler(store, hooks.after_enqueue, metrics)
+        # stores a new job, starting it at once on a worker that waits for it (the
+        # dispatcher's `enqueue`; the store's own without one)
+        self.dispatch = dispatch or store.enqueue
         self._draining = False
         self._started = asyncio.Event()  # set once the node has booted (see `starting`)
         self._started.set()
@@ -154,17 +153,9 @@ class Engine:
     ) -> Enqueued:
         """Validate and store one job (`strict=False`: a type no live node runs yet)."""
         new = await self._prepare(spec, idempotency_key, request_hash, strict, parent_id)
-        begin = self.start_at_enqueue(new)  # sets new.start when it keeps a worker
-        try:
-            enqueued = await self.store.enqueue(new)
-        except BaseException:
-            if begin is not None:
-                begin(None)
-            raise
+        enqueued = await self.dispatch(new)
         if enqueued.created:
             self.hooks.after_enqueue(enqueued.job)
-        if begin is not None:
-            begin(enqueued.lease)
         return enqueued
 
     async def enqueue_child(self, spec: JobSpec, parent_id: str) -> str:
@@ -209,9 +200,10 @@ class Engine:
         parent_id: str | None = None,
     ) -> NewJob:
         """Check types (templates too) and resolve the defaults."""
-        if self.draining:
+        if self._draining:
             raise Draining("the node is shutting down and accepts no new jobs")
-        await self.until_started()
+        if not self._started.is_set():
+            await self.until_started()
         known = await self._known_types() if strict else None
         resolved = resolve_spec(spec, self.catalog.actors.get, known)
         new = NewJob(
@@ -244,7 +236,7 @@ class Engine:
         """Return once the node has booted: at once if it has, else within `BOOT_WAIT`
         seconds, or raise StoreUnavailable (503), or Draining (503) as soon as the node
         gives its boot up."""
-        if not self.starting:
+        if self._started.is_set():
             return
         try:
             async with asyncio.timeout(BOOT_WAIT):
@@ -488,7 +480,7 @@ class Engine:
                     pid=worker.pid,
                     slot=worker.slot,
                     generation=worker.generation,
-                    state=worker.state,  # type: ignore[arg-type]
+                    state=worker.state,
                     retiring=worker.retire,
                     job_id=job.id if job is not None else None,
                     job_type=job.type if job is not None else None,

@@ -1,23 +1,45 @@
-"""What one node is made of. `goqueue.api.cli.serve.build_node` builds it, once and whole;
-the arbiter only runs its lifecycle."""
+"""One node, built once and whole: `build_node` makes every part with what it needs, in
+the order events flow (store, hooks, pool, dispatcher, engine); the arbiter only runs its
+lifecycle. The engine never imports the API: the HTTP server is made by a callable the
+caller (`goqueue serve`) passes in."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-from goqueue.supervisor.dispatch.dispatcher import Dispatcher
-from goqueue.supervisor.dispatch.hooks import Hooks
+from goqueue.supervisor.dispatch.catalog import Catalog
+from goqueue.supervisor.dispatch.dispatcher import Dispatcher, Wakeup
+from goqueue.supervisor.dispatch.hooks import Hooks, LogHook, MetricsHook, WebhookHook
 from goqueue.supervisor.dispatch.leases import Leases
+from goqueue.supervisor.dispatch.policy import Policy
+from goqueue.supervisor.dispatch.waiters import Waiters
 from goqueue.supervisor.engine import Engine
 from goqueue.supervisor.observe.history import History
 from goqueue.supervisor.observe.metrics import Metrics
 from goqueue.supervisor.schedules.scheduler import Scheduler
+from goqueue.supervisor.settings import config
 from goqueue.supervisor.settings.config import Settings
 from goqueue.supervisor.store.base import Store
-from goqueue.supervisor.webhooks.delivery import Webhooks
-from goqueue.supervisor.workers.pool import Pool
+from goqueue.supervisor.store.sqlite.choose import embedded_store
+from goqueue.supervisor.store.sqlite.store import SqliteStore
+from goqueue.supervisor.store.sqlite.url import is_postgres
+from goqueue.supervisor.webhooks.delivery import Poster, Webhooks
+from goqueue.supervisor.webhooks.egress import EgressPolicy
+from goqueue.supervisor.webhooks.outbox import Outbox
+from goqueue.supervisor.webhooks.sender import WebhookSender
+from goqueue.supervisor.workers.events import Listeners
+from goqueue.supervisor.workers.pool import Pool, Recycle, WorkerConfig
+
+WEBHOOK_CONCURRENCY = 8  # attempts in flight at once, per node
+
+# How long a running job may go without word from its supervisor, as a share of the lease.
+# Leases are renewed every third of their length, so a supervisor frozen just before a
+# renewal leaves its leases two thirds to live: a worker must give up before that (and
+# Extend comes every 0.5 s, well inside the rest).
+ALLOWANCE_SHARE = 0.6
 
 
 class Server(Protocol):
@@ -42,8 +64,120 @@ class Node:
     hooks: Hooks
     history: History  # the recent past the dashboard shows (also one of the hooks)
     metrics: Metrics
-    webhooks: Webhooks  # the outbox on PostgreSQL, in process in memory
+    webhooks: Webhooks  # the outbox with SQLite and PostgreSQL, in process in memory
     leases: Leases
     scheduler: Scheduler  # periodic jobs
     http: Server
     reload_settings: Callable[[], Settings]  # re-read the configuration (SIGHUP)
+
+
+def make_store(
+    settings: Settings, wake: Callable[[], None], metrics: Metrics
+) -> tuple[Store, Webhooks]:
+    """The store `database_url` names (the SQLite file `goqueue.db` by default,
+    `memory://`, or PostgreSQL) and the webhooks that go with it, counting every delivery
+    outcome: at least once from the file's or the database's outbox, best effort in this
+    process in memory. `wake` is the dispatcher's."""
+    node_id = settings.node_id or config.default_node_id()
+    policy = EgressPolicy.of(settings.webhook_allow_hosts, settings.webhook_allow_networks)
+    poster = Poster(policy, timeout=settings.webhook_timeout, concurrency=WEBHOOK_CONCURRENCY)
+    secret = settings.webhook_secret.encode() if settings.webhook_secret else None
+    embedded = embedded_store(settings, node_id, wake)
+    if isinstance(embedded, SqliteStore):
+        return embedded, Outbox(embedded.outbox, poster, secret=secret, on_outcome=metrics.webhook)
+    if embedded is not None:
+        sender = WebhookSender(poster, secret=secret, node_id=node_id, on_outcome=metrics.webhook)
+        return embedded, sender
+    from goqueue.supervisor.store.postgres.store import PostgresStore
+
+    shared = PostgresStore(
+        settings.database_url or "",
+        node_id,
+        schema=settings.database_schema,
+        lease_seconds=settings.lease_seconds,
+        idempotency_ttl=settings.idempotency_ttl,
+        wake=wake,
+    )
+    return shared, Outbox(shared.outbox, poster, secret=secret, on_outcome=metrics.webhook)
+
+
+def build_node(
+    settings: Settings,
+    reload_settings: Callable[[], Settings],
+    http: Callable[[Engine], Server],
+) -> Node:
+    """Every part of one node, each given what it needs as it is made. Call it on the
+    running loop the node will use; `http` makes the HTTP server over the engine."""
+    metrics = Metrics(settings.metrics_max_queues)
+    wakeup = Wakeup()  # the dispatcher's, made first: the store calls it
+    store, webhooks = make_store(settings, wakeup.wake, metrics)
+    history = History()
+    waiters = Waiters(store.get)  # GET /jobs/{id}?wait=: woken by outcomes recorded here
+    hooks = Hooks([MetricsHook(metrics), LogHook(), WebhookHook(webhooks), history, waiters])
+    catalog = Catalog((), settings.limits)  # the first worker's Ready fills it in
+    # The pool's listeners need the pool: each is named in `listeners` as it is built
+    # (the arbiter names itself), and nothing else is set after construction.
+    listeners = Listeners()
+    pool = Pool(
+        asyncio.get_running_loop(),
+        WorkerConfig.of(settings),
+        kill_grace=settings.kill_grace,
+        recycle=Recycle.of(settings),
+        # with a shared database another node may take over a job whose lease ran out;
+        # in memory no one else can, so a job has no such bound
+        lease_allowance=(
+            ALLOWANCE_SHARE * settings.lease_seconds if is_postgres(settings.database_url) else None
+        ),
+        memory_limit_mb=settings.max_worker_rss_mb,
+        listeners=listeners,
+    )
+    dispatcher = Dispatcher(
+        store,
+        pool,
+        catalog,
+        hooks,
+        traits=store.traits,
+        wakeup=wakeup,
+        policy=Policy.of(settings),
+        prefetch=settings.prefetch,
+        on_rate_wait=metrics.rate_limit_wait,
+    )
+    listeners.jobs = dispatcher
+    # Not yet given at construction (they came in while this builder was being written):
+    # whom the store tells of a job another node cancelled, and what it publishes.
+    store.set_canceller(dispatcher.cancel_lease)
+    tracing = None
+    if settings.otel:  # only then is OpenTelemetry imported
+        from goqueue.supervisor.observe.tracing import Tracing
+
+        tracing = Tracing(store.node_id)
+    engine = Engine(
+        store,
+        pool,
+        catalog,
+        hooks,
+        metrics,
+        history=history,
+        kill=dispatcher.cancel_lease,
+        webhooks=webhooks,
+        waiters=waiters,
+        dispatch=dispatcher.enqueue,
+        tracing=tracing,
+    )
+    listeners.children = engine.enqueue_child  # ctx.enqueue in a running job
+    store.set_reporter(engine.node_report)  # published with each heartbeat
+    return Node(
+        settings=settings,
+        store=store,
+        pool=pool,
+        dispatcher=dispatcher,
+        engine=engine,
+        hooks=hooks,
+        history=history,
+        metrics=metrics,
+        webhooks=webhooks,
+        leases=Leases(store, dispatcher, pool),
+        scheduler=engine.schedules,  # given its schedules with the catalog
+        http=http(engine),
+        reload_settings=reload_settings,
+    )

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Awaitable, Coroutine
-from types import CoroutineType
+from collections.abc import Coroutine
 from typing import Any, TypeVar, cast
 
 from aiohttp import web
@@ -122,18 +121,16 @@ def from_domain(exc: GoQueueError) -> ApiError | None:
     return None
 
 
-async def within(awaitable: Awaitable[T], seconds: float = STORE_TIMEOUT) -> T:
+async def within(call: Coroutine[Any, Any, T], seconds: float = STORE_TIMEOUT) -> T:
     """Await a store-backed call, turning a hang past `seconds` into StoreUnavailable (503).
     A call that answers without waiting (the memory store) is not timed: it cannot hang,
     and a deadline would cost a timer per request."""
     try:
-        if isinstance(awaitable, CoroutineType):
-            started = eager.step(cast("Coroutine[Any, Any, T]", awaitable))
-            if isinstance(started, eager.Done):
-                return started.value
-            awaitable = started
+        started = eager.step(call)
+        if isinstance(started, eager.Done):
+            return started.value
         async with asyncio.timeout(seconds):
-            return await awaitable
+            return await started
     except TimeoutError:
         log.warning("store call timed out", extra={"seconds": seconds})
         raise StoreUnavailable(f"the store did not answer within {seconds:g} s") from None

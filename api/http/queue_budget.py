@@ -54,7 +54,11 @@ class QueueBudget:
         """Admit every queue a job names (its templates' too); 429 naming the first refused."""
         if self.booted is not None:
             await self.booted()
-        for field, queue in queues_of(self.with_defaults(spec), prefix):
+        spec = self.with_defaults(spec)
+        if spec.on_success is None and spec.on_failure is None and spec.queue is not None:
+            await self.admit(spec.queue, f"{prefix}queue")  # the usual job: no templates
+            return
+        for field, queue in queues_of(spec, prefix):
             await self.admit(queue, field)
 
     async def admit(self, queue: str, field: str = "queue") -> None:

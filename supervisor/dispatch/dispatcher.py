@@ -1,9 +1,10 @@
-"""Dispatch: claim due jobs for idle workers within per-type slots, and record outcomes.
+"""Dispatch: claim due jobs for idle workers within per-type slots, start a new job at
+its enqueue when a worker waits for it, and hand attempts' ends to their outcomes.
 
 The dispatcher sleeps until woken (a job enqueued, a worker freed, a delayed job due)
-and never polls. It hears the pool's job events directly and has each outcome written to
-the store, then the hooks told, by its `Ledger` (`ledger.py`), which holds a write and
-retries it while the store is unavailable, so a finished attempt is never forgotten.
+and never polls. It hears the pool's job events directly and keeps its own books (what
+runs where); what becomes of each attempt (hooks, retry, the fenced write, held while
+the store is unavailable) is its `Outcomes`' business (`outcomes.py`).
 """
 
 from __future__ import annotations
@@ -14,22 +15,19 @@ import random
 import time
 from collections import Counter
 from collections.abc import Awaitable, Callable
-from datetime import datetime, timedelta
-from functools import partial
+from datetime import datetime
 
-import msgspec
 from goqueue.actors.protocol import JobDone, JobFailed
-from goqueue.supervisor.dispatch.backoff import backoff
 from goqueue.supervisor.dispatch.catalog import Catalog
 from goqueue.supervisor.dispatch.hooks import Hook
 from goqueue.supervisor.dispatch.in_hand import Hand
-from goqueue.supervisor.dispatch.outcomes import Ledger
+from goqueue.supervisor.dispatch.outcomes import Outcomes
 from goqueue.supervisor.dispatch.policy import DEFAULT_POLICY, Policy
 from goqueue.supervisor.dispatch.throttle import Held, Throttle
 from goqueue.supervisor.enums import AttemptOutcome, KillReason, Status
 from goqueue.supervisor.errors import StoreUnavailable
-from goqueue.supervisor.jobs import Job, Lease, utcnow
-from goqueue.supervisor.store.base import NewJob, StartNow, Store
+from goqueue.supervisor.jobs import Enqueued, Job, Lease, utcnow
+from goqueue.supervisor.store.base import NewJob, StartNow, Store, StoreTraits
 from goqueue.supervisor.workers.handle import Worker, death_notice
 from goqueue.supervisor.workers.pool import Pool
 
@@ -38,8 +36,26 @@ log = logging.getLogger("goqueue.dispatch")
 RETRY_CLAIM = 1.0  # seconds before claiming again after a failed pass
 
 
+class Wakeup:
+    """The dispatcher's wake-up: made before the store (which calls `wake` when work may
+    be claimable) and given to both, so neither is wired to the other afterwards."""
+
+    __slots__ = ("event", "news")
+
+    def __init__(self) -> None:
+        self.event = asyncio.Event()
+        self.news = 1  # bumped by wake(): work may have arrived
+
+    def wake(self) -> None:
+        """New work may be claimable (enqueued, due, a slot freed): claim on the next pass."""
+        self.news += 1
+        self.event.set()
+
+
 class Dispatcher:
-    """Feeds idle workers and turns their reports into store writes, then hook calls."""
+    """Feeds idle workers and turns their reports into store writes, then hook calls.
+
+    `traits` say what the store is like (`StoreTraits`); they are read here, once."""
 
     def __init__(
         self,
@@ -48,6 +64,8 @@ class Dispatcher:
         catalog: Catalog,
         hooks: Hook,
         *,
+        traits: StoreTraits,
+        wakeup: Wakeup | None = None,
         policy: Policy = DEFAULT_POLICY,
         prefetch: int = 0,
         on_rate_wait: Callable[[str], None] = lambda job_type: None,  # a metric
@@ -58,9 +76,10 @@ class Dispatcher:
         self.store = store
         self.pool = pool
         self.catalog = catalog
-        self.hooks = hooks
         self.policy = policy
-        self.prefetch = prefetch
+        # a store whose claims cost a round trip keeps a worker's worth in hand
+        self.prefetch = prefetch if traits.claim_ahead else 0
+        self._sees_ahead = traits.sees_ahead
         self.clock = clock
         self.monotonic = monotonic
         self._running: Counter[str] = Counter()
@@ -72,37 +91,41 @@ class Dispatcher:
         self._deep = False  # the last claim came back full: more jobs are due
         self.dispatching = True
         self.rng = random.Random()
-        self._wake = asyncio.Event()
-        self._news = 1  # bumped by wake(): work may have arrived
-        self._seen = 0  # the `_news` value as of the last claim that came back short
+        self.wakeup = wakeup or Wakeup()
+        self.wake = self.wakeup.wake
+        self._seen = 0  # the `wakeup.news` value as of the last claim that came back short
         self._due_timer: asyncio.TimerHandle | None = None
-        # the writes not to be lost
-        self.ledger = Ledger(hooks, sleep=sleep, rng=self.rng, at_once=store.answers_at_once)
+        # what becomes of each attempt, and the writes not to be lost
+        self.outcomes = Outcomes(
+            store,
+            hooks,
+            policy=policy,
+            clock=clock,
+            sleep=sleep,
+            rng=self.rng,
+            at_once=traits.answers_at_once,
+        )
         self.throttle = Throttle(store, self.wake, on_rate_wait)  # rate limits
 
     def reconfigure(self, catalog: Catalog, policy: Policy) -> None:
         """Apply new actors and limits (boot, reload) and a new policy (reload)."""
         self.catalog = catalog
         self.policy = policy
+        self.outcomes.policy = policy
         self.wake()
-
-    def wake(self) -> None:
-        """New work may be claimable (enqueued, due, a slot freed): claim on the next pass."""
-        self._news += 1
-        self._wake.set()
 
     def nudge(self) -> None:
         """A worker freed up: hand it a held lease, but only go to the store if the last
         claim did not already come back short (an empty queue costs no round trips, and
         with nothing in hand either, not even a pass: it would do nothing)."""
-        if self._hand or self._seen != self._news:
-            self._wake.set()
+        if self._hand.leases or self._seen != self.wakeup.news:
+            self.wakeup.event.set()
 
     async def run(self) -> None:
         """The dispatch loop; cancel the task to stop it."""
         while True:
-            await self._wake.wait()
-            self._wake.clear()
+            await self.wakeup.event.wait()
+            self.wakeup.event.clear()
             if not self.dispatching:
                 continue
             try:
@@ -127,11 +150,11 @@ class Dispatcher:
         while self.dispatching:
             self._hand_out()
             idle = self._idle()
-            if not idle and self._hand and self._deep:
+            if not idle and self._hand.leases and self._deep:
                 return  # a deep queue: claim ahead again once the leases in hand ran out
             ahead = 0 if self._prefetch_paused else self.prefetch
             want = len(idle) + ahead - len(self._hand)
-            if want <= 0 or self._seen == self._news:
+            if want <= 0 or self._seen == self.wakeup.news:
                 return  # (or drained, and nothing enqueued or freed since)
             slots = self.catalog.free_slots(want, self._running, self._hand.by_type)
             types = self.catalog.types if ahead else _types_of(idle)
@@ -139,7 +162,7 @@ class Dispatcher:
                 slots = {t: n for t, n in slots.items() if t in types}
             if not slots:
                 return
-            news = self._news
+            news = self.wakeup.news
             got = await self._claim(idle, want, slots)
             if got is None:
                 return
@@ -193,7 +216,7 @@ class Dispatcher:
         is handed back (fenced by its token, so one already taken over costs nothing).
         Nor is one of a rate-limited type whose window ended: its start would count in
         the next window, where other nodes may have used every start already."""
-        if not self.dispatching or not self._hand:  # nothing in hand: the usual case
+        if not self.dispatching or not self._hand.leases:  # nothing in hand: the usual case
             return
         for worker in self._idle():
             while True:
@@ -222,20 +245,40 @@ class Dispatcher:
 
     def store_back(self) -> None:
         """The store answers again after being unreachable: held writes try at once."""
-        self.ledger.store_back()
+        self.outcomes.store_back()
 
-    def start_at_enqueue(self, new: NewJob) -> Callable[[Lease | None], None] | None:
-        """Keep an idle worker for `new` while it is enqueued, when it may start at once
-        (`NewJob.start`: the store then starts it in the same statement, and no claim is
-        needed); return what to call with the lease the store gave, or None when the job
-        must wait its turn. Only while this node holds nothing in hand, for a type without
-        a limit of its own, in a queue this node serves; and so that no job the worker
-        could run waits ahead of this one, only when the store checks that itself
-        (`Store.sees_ahead`, across nodes) or else this node's last claim found nothing
-        more it could take. Sets `new.start`."""
-        if not self.dispatching or self._hand:
+    async def enqueue(self, new: NewJob) -> Enqueued:
+        """Store `new`, the engine's one call for a new job. When a worker of this node
+        waits for it (`_keeper`), the store starts it in the insert's own statement
+        (`NewJob.start`: no claim is needed) and it runs on that worker on the next turn
+        of the loop, once the enqueue's answer is written: a client hears of its job
+        before the job can do anything (even kill its node)."""
+        worker = self._keeper(new)
+        if worker is None:
+            return await self.store.enqueue(new)
+        try:
+            enqueued = await self.store.enqueue(new)
+        except BaseException:
+            self._reserved.discard(id(worker))
+            self.nudge()
+            raise
+        if enqueued.lease is None:  # stored pending: the store woke us for it
+            self._reserved.discard(id(worker))
+            self.nudge()
+        else:
+            asyncio.get_running_loop().call_soon(self._run_started, worker, enqueued.lease)
+        return enqueued
+
+    def _keeper(self, new: NewJob) -> Worker | None:
+        """An idle worker to keep for `new` while it is enqueued, when it may start at
+        once (setting `new.start`), or None when it must wait its turn. Only while this
+        node holds nothing in hand, for a type without a limit of its own, in a queue
+        this node serves; and so that no job the worker could run waits ahead of this
+        one, only when the store checks that itself (`StoreTraits.sees_ahead`, across
+        nodes) or else this node's last claim found nothing more it could take."""
+        if not self.dispatching or self._hand.leases:
             return None
-        if self._seen != self._news and not self.store.sees_ahead:
+        if self._seen != self.wakeup.news and not self._sees_ahead:
             return None
         spec, catalog, queues = new.spec, self.catalog, self.policy.queues
         if spec.run_at is not None or spec.delay_seconds or spec.type in catalog.rates:
@@ -244,29 +287,18 @@ class Dispatcher:
             return None
         if queues is not None and spec.queue_name not in queues:
             return None
-        worker = next((w for w in self._idle() if spec.type in w.types), None)
+        worker = self.pool.idle_for(spec.type, self._reserved)
         if worker is None:
             return None
         self._reserved.add(id(worker))
         new.start = StartNow(worker.types, queues)
-        return partial(self._started_at_enqueue, worker)
-
-    def _started_at_enqueue(self, worker: Worker, lease: Lease | None) -> None:
-        """The enqueue `start_at_enqueue` kept `worker` for is over. Without a lease the
-        job is pending (the store woke the dispatcher for it). With one, the job runs on
-        the next turn of the loop, once the enqueue's answer is written: a client hears
-        of its job before the job can do anything (even kill its node)."""
-        if lease is None:
-            self._reserved.discard(id(worker))
-            self.nudge()
-        else:
-            asyncio.get_running_loop().call_soon(self._run_started, worker, lease)
+        return worker
 
     def _run_started(self, worker: Worker, lease: Lease) -> None:
         """Run a job started at its enqueue on the worker kept for it (on the next idle
         one if that one is gone)."""
         self._reserved.discard(id(worker))
-        if self.dispatching and any(w is worker for w in self.pool.idle()):
+        if self.dispatching and self.pool.is_idle(worker):
             self._start(lease, worker)
         else:
             self._hand.add(lease, self.monotonic(), first=True)
@@ -280,7 +312,7 @@ class Dispatcher:
         """Hand back a claimed lease whose rate window ended, and claim again once it is
         pending (taking a start from the window now open)."""
         self._hand.remove(lease)
-        done = self.ledger.write(partial(self.store.release, lease))
+        done = self.outcomes.released(lease)
         done.add_done_callback(lambda _: self.wake())
 
     def _begin(self, lease: Lease, worker: Worker) -> None:
@@ -291,7 +323,7 @@ class Dispatcher:
         self._hand.remove(lease)
         self._starting[lease.token] = lease
         self._reserved.add(id(worker))
-        self.ledger.track(self._begin_write(lease, worker, renewed, window_end))
+        self.outcomes.track(self._begin_write(lease, worker, renewed, window_end))
 
     async def _begin_write(
         self, lease: Lease, worker: Worker, renewed: float, window_end: float | None
@@ -313,8 +345,8 @@ class Dispatcher:
         if held is None:
             log.warning("lease lost before the job started", extra={"job_id": lease.job.id})
         elif not self.dispatching or self.monotonic() - renewed >= self._fresh_for:
-            self.ledger.write(partial(self.store.release, held))  # it may lapse while running
-        elif held.job.status == Status.RUNNING and any(w is worker for w in self.pool.idle()):
+            self.outcomes.released(held)  # it may lapse while running
+        elif held.job.status == Status.RUNNING and self.pool.is_idle(worker):
             self._start(held, worker)
         else:  # the worker is gone: the next idle one takes it
             self._hand.add(held, renewed, window_end, first=True)
@@ -335,7 +367,7 @@ class Dispatcher:
             extra={"job_id": lease.job.id, "type": lease.job.type},
         )
         self._hand.remove(lease)
-        self.ledger.write(partial(self.store.release, lease))
+        self.outcomes.released(lease)
 
     def release_stale(self) -> int:
         """Hand back leases claimed ahead that waited a whole lease for a worker (the
@@ -358,7 +390,7 @@ class Dispatcher:
         job = lease.job
         self._running[job.type] += 1
         self._started[lease.token] = lease
-        self.hooks.after_start(job)
+        self.outcomes.started(job)
         self.pool.run(worker, lease, self.timeout_of(job))
 
     def timeout_of(self, job: Job) -> float:
@@ -373,7 +405,7 @@ class Dispatcher:
         hand."""
         return [
             *self._started.values(),
-            *self.ledger.recording.values(),
+            *self.outcomes.recording.values(),
             *self._starting.values(),
             *self._hand,
         ]
@@ -403,56 +435,45 @@ class Dispatcher:
         """Hand every buffered lease back to the store, uncounted (shutdown)."""
         for lease in list(self._hand):
             self._hand.remove(lease)
-            self.ledger.write(partial(self.store.release, lease))
+            self.outcomes.released(lease)
 
     # -- outcomes (the pool's JobEvents) ---------------------------------------------
 
     def job_done(self, lease: Lease, message: JobDone) -> None:
         """Record a success."""
-        self._finish(lease, AttemptOutcome.SUCCEEDED, message.duration)
-        self.ledger.record(lease, partial(self.store.complete, lease, msgspec.Raw(message.result)))
+        self._finish(lease)
+        self.outcomes.succeeded(lease, message.result, message.duration)
 
     def job_failed(self, lease: Lease, message: JobFailed) -> None:
         """Record a failed attempt; retry unless the handler said Fail or retries ran out."""
-        self._finish(lease, AttemptOutcome.FAILED, message.duration)
-        if message.traceback:
-            self.hooks.after_error(lease.job, message.error, message.traceback)
-        retry_at = self._retry_at(lease, message.retry, message.delay)
-        tb = message.traceback or None
-        self.ledger.record(lease, partial(self.store.fail, lease, message.error, retry_at, tb))
+        self._finish(lease)
+        self.outcomes.failed(lease, message)
 
     def job_lost(self, lease: Lease, worker: Worker) -> None:
         """A worker died holding `lease`: timeout, crash, cancellation or shutdown."""
+        self._finish(lease)
         reason = worker.kill_reason
-        duration = time.monotonic() - worker.attempt_started
-        if reason == KillReason.TIMEOUT:
-            self._finish(lease, AttemptOutcome.TIMEOUT, duration)
-        elif reason is None:
-            self._finish(lease, AttemptOutcome.CRASHED, duration)
-        else:  # an attempt we ended on purpose is not counted as an attempt outcome
-            self._finish(lease, None, duration)
         if reason in (KillReason.CANCEL, KillReason.LEASE_LOST):
             return  # the store already moved on; any write would be fenced anyway
         if reason == KillReason.SHUTDOWN:
-            self.ledger.write(partial(self.store.release, lease))
+            self.outcomes.released(lease)
             return
+        # an attempt we ended on purpose (a memory kill, ...) is not counted as an outcome
+        counted = {KillReason.TIMEOUT: AttemptOutcome.TIMEOUT, None: AttemptOutcome.CRASHED}
         error = death_notice(worker, self.timeout_of(lease.job))
-        self.hooks.after_error(lease.job, error, "")
-        retry_at = self._retry_at(lease, True, None)
-        self.ledger.record(lease, partial(self.store.fail, lease, error, retry_at))
+        duration = time.monotonic() - worker.attempt_started
+        self.outcomes.died(lease, error, counted.get(reason), duration)
 
-    def _finish(self, lease: Lease, outcome: AttemptOutcome | None, duration: float) -> None:
+    def _finish(self, lease: Lease) -> None:
         job_type = lease.job.type
         self._started.pop(lease.token, None)
         self._running[job_type] -= 1
         if self._running[job_type] <= 0:
             del self._running[job_type]
-        if outcome is not None:
-            self.hooks.after_attempt(job_type, outcome, duration)
         self._prefetch_paused = False  # a worker freed up: claiming ahead pays again
         # Hand out on the next turn (once the pool has retired the worker if it must):
         # a claimed job's start then shares the group commit of this attempt's outcome.
-        if self._hand:  # else a lease claimed meanwhile is handed out by its claim
+        if self._hand.leases:  # else a lease claimed meanwhile is handed out by its claim
             asyncio.get_running_loop().call_soon(self._hand_out)
         if self.catalog.limit(job_type) is not None:
             self.wake()  # a limited slot opened: jobs of that type may now be claimable
@@ -461,19 +482,11 @@ class Dispatcher:
 
     def retry_delay(self, attempt: int) -> float:
         """Seconds before retry number `attempt` of a job, with the policy's backoff."""
-        return backoff(attempt, self.policy.retry_base, self.policy.retry_cap, self.rng)
-
-    def _retry_at(self, lease: Lease, retryable: bool, delay: float | None) -> datetime | None:
-        attempt = lease.job.attempts
-        if not retryable or attempt > lease.job.max_retries:
-            return None
-        if delay is None:
-            delay = backoff(attempt, self.policy.retry_base, self.policy.retry_cap, self.rng)
-        return self.clock() + timedelta(seconds=delay)
+        return self.outcomes.retry_delay(attempt)
 
     async def flush(self, timeout: float) -> None:
         """Wait for outstanding writes (shutdown)."""
-        await self.ledger.flush(timeout)
+        await self.outcomes.flush(timeout)
 
 
 def _taker(lease: Lease, workers: list[Worker]) -> Worker | None:

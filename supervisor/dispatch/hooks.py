@@ -1,11 +1,13 @@
 """After-outcome hooks, in the manner of dramatiq's middleware.
 
-The dispatcher and the engine report what happened to jobs through one `Hooks` fan-out;
-each concern (metrics, logs, webhooks) is a small `Hook` that overrides the methods it
-cares about. Hooks run in list order; one that raises is logged and the others still run.
-There are only "after" hooks: should "before" hooks be added, they run in list order and
-the "after" ones in reverse, as dramatiq does. Chaining and the audit trail are not hooks:
-the store writes them inside the outcome's own transaction.
+Two places report what happened to jobs through one `Hooks` fan-out: the engine (jobs
+enqueued, by a client or a schedule, and cancelled) and the dispatcher's `Outcomes`
+(attempts started and ended, outcomes recorded). Each concern (metrics, logs, webhooks)
+is a small `Hook` that overrides the methods it cares about. Hooks run in list order;
+one that raises is logged and the others still run. There are only "after" hooks:
+should "before" hooks be added, they run in list order and the "after" ones in reverse,
+as dramatiq does. Chaining and the audit trail are not hooks: the store writes them
+inside the outcome's own transaction.
 """
 
 from __future__ import annotations
@@ -167,10 +169,12 @@ class WebhookHook(Hook):
         self.webhooks = webhooks
 
     def after_outcome(self, outcome: Outcome) -> None:
-        self.webhooks.notify(outcome.job)
+        if outcome.job.webhook_url:  # most jobs have none: no call to find that out
+            self.webhooks.notify(outcome.job)
 
     def after_cancel(self, job: Job, force: bool) -> None:
-        self.webhooks.notify(job)
+        if job.webhook_url:
+            self.webhooks.notify(job)
 
 
 def _fields(job: Job) -> dict[str, object]:

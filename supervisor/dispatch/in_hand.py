@@ -28,15 +28,15 @@ class Hand:
     """Leases in hand, in the order they are to be run, and their times."""
 
     def __init__(self) -> None:
-        self._leases: deque[Lease] = deque()
+        self.leases: deque[Lease] = deque()  # read-only outside: `if hand.leases` costs no call
         self._times: dict[str, _Times] = {}
         self.by_type: Counter[str] = Counter()  # how many of each type are in hand
 
     def __len__(self) -> int:
-        return len(self._leases)
+        return len(self.leases)
 
     def __iter__(self) -> Iterator[Lease]:
-        return iter(self._leases)
+        return iter(self.leases)
 
     def add(
         self, lease: Lease, renewed: float, window_end: float | None = None, *, first: bool = False
@@ -44,16 +44,16 @@ class Hand:
         """Keep `lease`, last extended at `renewed`; `window_end` counts only while it is
         merely claimed. `first`: ahead of the others (a lease put back)."""
         if first:
-            self._leases.appendleft(lease)
+            self.leases.appendleft(lease)
         else:
-            self._leases.append(lease)
+            self.leases.append(lease)
         self.by_type[lease.job.type] += 1
         end = window_end if lease.job.status == Status.CLAIMED else None
         self._times[lease.token] = _Times(renewed, renewed, end)
 
     def remove(self, lease: Lease) -> None:
         """Take `lease` out of hand (to run it, or to give it back)."""
-        self._leases.remove(lease)
+        self.leases.remove(lease)
         del self._times[lease.token]
         job_type = lease.job.type
         self.by_type[job_type] -= 1
@@ -62,13 +62,13 @@ class Hand:
 
     def find(self, token: str) -> Lease | None:
         """The lease in hand with `token`."""
-        return next((x for x in self._leases if x.token == token), None)
+        return next((x for x in self.leases if x.token == token), None)
 
     def next_for(self, types: frozenset[str]) -> Lease | None:
         """The lease a worker that runs `types` should take: the best already started
         (charged) first, else the best."""
         first = None
-        for lease in self._leases:
+        for lease in self.leases:
             if lease.job.type in types:
                 if lease.job.status == Status.RUNNING:
                     return lease

@@ -1,5 +1,8 @@
-"""The dispatcher's writes that must not be lost: each attempt's outcome (then the
-after-outcome hooks) and each lease handed back, retried while the store is unavailable.
+"""What happens when an attempt starts and ends, in one place (as dramatiq's middleware):
+the attempt hooks, the retry or dead-letter decision, the outcome's fenced store write
+(held and retried while the store is unavailable), then the after-outcome hooks, in that
+order. The dispatcher's other writes that must not be lost (leases handed back) are held
+here the same way.
 
 A finished attempt keeps its lease, heartbeated like a running one, until its outcome is
 written: `recording` holds those leases meanwhile.
@@ -11,13 +14,20 @@ import asyncio
 import logging
 import random
 from collections.abc import Awaitable, Callable
+from datetime import datetime, timedelta
+from functools import partial
 from typing import TypeVar
 
+import msgspec
+from goqueue.actors.protocol import JobFailed
 from goqueue.supervisor.dispatch import eager
-from goqueue.supervisor.dispatch.backoff import Backoff
+from goqueue.supervisor.dispatch.backoff import Backoff, backoff
 from goqueue.supervisor.dispatch.hooks import Hook
+from goqueue.supervisor.dispatch.policy import DEFAULT_POLICY, Policy
+from goqueue.supervisor.enums import AttemptOutcome
 from goqueue.supervisor.errors import StoreUnavailable
-from goqueue.supervisor.jobs import Lease, Outcome
+from goqueue.supervisor.jobs import Job, Lease, Outcome, utcnow
+from goqueue.supervisor.store.base import Store
 
 log = logging.getLogger("goqueue.dispatch")
 
@@ -34,28 +44,90 @@ class _Failed:
 FAILED = _Failed()
 
 
-class Ledger:
-    """Runs the dispatcher's store writes to the end, and tells the hooks of outcomes.
+class Outcomes:
+    """What becomes of each attempt: hooks told, retry decided, outcome written.
 
     With `at_once` (a store whose calls never wait: in memory) an outcome is written in
     the step that hears of it, without a task; should the write wait after all (the
-    store is unavailable and it sleeps before retrying), the rest goes on in a task."""
+    store is unavailable and it sleeps before retrying), the rest goes on in a task.
+    `policy` (the retry backoff) is replaced whole on a reload."""
 
     def __init__(
         self,
+        store: Store,
         hooks: Hook,
         *,
+        policy: Policy = DEFAULT_POLICY,
+        clock: Callable[[], datetime] = utcnow,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: random.Random | None = None,
         at_once: bool = False,
     ) -> None:
+        self.store = store
         self.hooks = hooks
+        self.policy = policy
+        self.clock = clock
         self.sleep = sleep
         self.rng = rng or random.Random()
         self.at_once = at_once
         self.recording: dict[str, Lease] = {}  # finished attempts whose outcome is held
         self._writes: set[asyncio.Future[object]] = set()
         self._back = asyncio.Event()  # set (and replaced) when the store answers again
+
+    # -- an attempt's life, in order -------------------------------------------------
+
+    def started(self, job: Job) -> None:
+        """An attempt of `job` was handed to a worker."""
+        self.hooks.after_start(job)
+
+    def succeeded(self, lease: Lease, result: bytes, duration: float) -> None:
+        """An attempt succeeded: counted, then its result written."""
+        self.hooks.after_attempt(lease.job.type, AttemptOutcome.SUCCEEDED, duration)
+        self.record(lease, partial(self.store.complete, lease, msgspec.Raw(result)))
+
+    def failed(self, lease: Lease, message: JobFailed) -> None:
+        """An attempt raised (or the supervisor failed it): counted, an unexpected error
+        told (one with a traceback), then the job retried (after the handler's delay,
+        else the policy's backoff) or dead-lettered when the handler said Fail or
+        retries ran out."""
+        job = lease.job
+        self.hooks.after_attempt(job.type, AttemptOutcome.FAILED, message.duration)
+        if message.traceback:
+            self.hooks.after_error(job, message.error, message.traceback)
+        retry_at = self.retry_at(job, message.retry, message.delay)
+        traceback = message.traceback or None
+        self.record(lease, partial(self.store.fail, lease, message.error, retry_at, traceback))
+
+    def died(
+        self, lease: Lease, error: str, counted: AttemptOutcome | None, duration: float
+    ) -> None:
+        """The worker running the attempt died (timeout, crash, memory): counted as
+        `counted` (None: ended on purpose, not counted), told as an error, then the job
+        retried with the backoff or dead-lettered."""
+        if counted is not None:
+            self.hooks.after_attempt(lease.job.type, counted, duration)
+        self.hooks.after_error(lease.job, error, "")
+        retry_at = self.retry_at(lease.job, True, None)
+        self.record(lease, partial(self.store.fail, lease, error, retry_at))
+
+    def released(self, lease: Lease) -> asyncio.Future[object]:
+        """Hand `lease` back to the store uncounted (shutdown, a stale or unstarted lease)."""
+        return self.write(partial(self.store.release, lease))
+
+    def retry_at(self, job: Job, retryable: bool, delay: float | None) -> datetime | None:
+        """When a failed attempt of `job` is tried again; None: dead-lettered."""
+        attempt = job.attempts
+        if not retryable or attempt > job.max_retries:
+            return None
+        if delay is None:
+            delay = self.retry_delay(attempt)
+        return self.clock() + timedelta(seconds=delay)
+
+    def retry_delay(self, attempt: int) -> float:
+        """Seconds before retry number `attempt` of a job, with the policy's backoff."""
+        return backoff(attempt, self.policy.retry_base, self.policy.retry_cap, self.rng)
+
+    # -- the writes ------------------------------------------------------------------
 
     def record(self, lease: Lease, write: Callable[[], Awaitable[Outcome | None]]) -> None:
         """Write an attempt's outcome (fenced by its lease), then tell the hooks."""

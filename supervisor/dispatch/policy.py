@@ -4,10 +4,8 @@ the retry backoff and the lease term. Replaced whole on a reload."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from goqueue.supervisor.settings.config import Settings
+from goqueue.supervisor.settings.config import DEFAULTS, Settings
 
 
 @dataclass(frozen=True, slots=True)
@@ -15,10 +13,10 @@ class Policy:
     """What the operator decides about dispatch; replaced whole on a reload."""
 
     queues: frozenset[str] | None = None  # None: every queue
-    default_timeout: float = 300.0
-    retry_base: float = 1.0
-    retry_cap: float = 3600.0
-    lease_seconds: float = 30.0
+    default_timeout: float = DEFAULTS.default_timeout
+    retry_base: float = DEFAULTS.retry_base
+    retry_cap: float = DEFAULTS.retry_cap
+    lease_seconds: float = DEFAULTS.lease_seconds
 
     @classmethod
     def of(cls, settings: Settings) -> Policy:
@@ -33,4 +31,4 @@ class Policy:
         )
 
 
-DEFAULT_POLICY = Policy()  # all queues, 300 s deadlines, backoff 1 s to 1 h, 30 s leases
+DEFAULT_POLICY = Policy.of(DEFAULTS)  # what a node configured with nothing decides

@@ -8,17 +8,15 @@ They are answered as they are by the summary routes (`api/http/routes/summary.py
 from __future__ import annotations
 
 import os
-from typing import Any, Literal
+from typing import Any
 
 import msgspec
-from goqueue.supervisor.enums import Status
+from goqueue.supervisor.enums import Status, WorkerState
 from goqueue.supervisor.jobs import AwareTime, DeadLetter
 from msgspec import UNSET, UnsetType
 
 DEFAULT_PREVIEW = 200  # characters of a payload, result or error shown in a list row
 MAX_PREVIEW = 10_000
-
-WorkerState = Literal["booting", "idle", "busy", "stopping"]
 
 
 class Preview(msgspec.Struct, gc=False):

@@ -24,9 +24,8 @@ from datetime import datetime
 
 import msgspec
 from goqueue.supervisor.dispatch.catalog import Catalog
-from goqueue.supervisor.dispatch.hooks import Hook
 from goqueue.supervisor.errors import StoreError
-from goqueue.supervisor.jobs import DEFAULT_MAX_RETRIES, JobSpec, resolve_spec, utcnow
+from goqueue.supervisor.jobs import DEFAULT_MAX_RETRIES, Job, JobSpec, resolve_spec, utcnow
 from goqueue.supervisor.observe.metrics import Metrics
 from goqueue.supervisor.schedules.schedule import (
     Fired,
@@ -62,13 +61,13 @@ class Scheduler:
     def __init__(
         self,
         store: Store,
-        hooks: Hook,
+        enqueued: Callable[[Job], None],
         metrics: Metrics,
         *,
         clock: Callable[[], datetime] = utcnow,
     ) -> None:
         self.store = store
-        self.hooks = hooks
+        self.enqueued = enqueued  # the engine's enqueue hooks, told of each job fired
         self.metrics = metrics
         self.clock = clock
         self.catalog = Catalog((), {})
@@ -198,7 +197,7 @@ class Scheduler:
         self._cursors[name] = max(tick, self._cursors.get(name, tick))
         if fired == Fired.FIRED and job is not None:
             self.metrics.schedule_fired(name)
-            self.hooks.after_enqueue(job)
+            self.enqueued(job)
             extra = {"schedule": name, "tick": tick.isoformat(), "job_id": job.id}
             if missed:
                 log.info("schedule fired a tick missed while no node ran", extra=extra)

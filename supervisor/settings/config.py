@@ -478,3 +478,8 @@ def _check_limit(job_type: str, limit: int) -> str | None:
     if limit < 1:
         return f"{job_type}: must be at least 1, got {limit}"
     return None
+
+
+DEFAULTS = Settings()
+"""Every default in one place: the parts that take a setting (the dispatch policy, the
+stores) default to this, never to a number of their own."""

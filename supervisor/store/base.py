@@ -19,6 +19,7 @@ when the job was cancelled. The attempt stays counted either way.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
@@ -82,20 +83,42 @@ class NewJob(msgspec.Struct, kw_only=True):
     trace_context: dict[str, str] | None = None
 
 
+@dataclass(frozen=True, slots=True)
+class StoreTraits:
+    """What a store is like, as far as dispatch cares: one value per store class
+    (`Store.traits`), read once by the dispatcher when it is made. A new store picks
+    the fields that describe it, or one of the values below when one fits."""
+
+    claim_ahead: bool
+    """A claim costs a round trip (a database): the dispatcher claims a worker's worth
+    ahead (`--prefetch`) and keeps it in hand. False: it claims for idle workers only."""
+    answers_at_once: bool
+    """No call ever waits (in memory): an outcome is written in the step that hears of
+    it, with no task. False when every call is a round trip."""
+    sees_ahead: bool
+    """`enqueue` checks itself, for every node's jobs, that no job a waiting worker could
+    run is due ahead of one it asks to start (`NewJob.start`). False when only the
+    dispatcher's own last claim can tell (one process owns the store)."""
+
+
+IN_PROCESS = StoreTraits(claim_ahead=False, answers_at_once=True, sees_ahead=False)
+"""A store in the node's own memory (`MemoryStore`)."""
+SHARED = StoreTraits(claim_ahead=True, answers_at_once=False, sees_ahead=True)
+"""A database several nodes share (`PostgresStore`)."""
+EMBEDDED = StoreTraits(claim_ahead=True, answers_at_once=False, sees_ahead=False)
+"""A file one node owns (`SqliteStore`): every write waits for its commit, as with a
+database, but the node's own last claim tells what waits ahead, as in memory."""
+
+
 class Store(Protocol):
-    """What a job store provides. Both implementations pass `tests/supervisor/store`."""
+    """What a job store provides. Both implementations pass `tests/e2e/store`.
+
+    A store is given, when it is made, the dispatcher's wake-up: a zero-argument
+    callable it calls when work may be claimable (a job enqueued or made due, here or,
+    with a shared store, on another node)."""
 
     node_id: str
-    claim_ahead: bool
-    """True when a claim costs a round trip (PostgreSQL): the dispatcher then claims a
-    worker's worth ahead and keeps it in hand. False for the in-memory store."""
-    answers_at_once: bool
-    """True when no call ever waits (in memory): the dispatcher then writes an outcome
-    in the step that hears of it, with no task. False for PostgreSQL."""
-    sees_ahead: bool
-    """True when `enqueue` checks itself that no job a waiting worker could run is due
-    ahead of one it asks to start (PostgreSQL: in the insert, for every node's jobs).
-    False in memory, where the dispatcher's own last claim tells (one process)."""
+    traits: StoreTraits
 
     async def open(self) -> None:
         """Connect / create the schema; called once before use."""
@@ -122,7 +145,7 @@ class Store(Protocol):
         original job with `created=False`.
 
         With `new.start`, a job created due now, in a queue not paused and of a type under
-        no global limit, with (where `sees_ahead`) no pending job `new.start` names due
+        no global limit, with (where `traits.sees_ahead`) no pending job `new.start` names due
         ahead of it (at least its priority), is stored running: its first attempt
         started, leased to this node (`Enqueued.lease`), in the same atomic step, and no
         claim is woken for it.
@@ -249,10 +272,6 @@ class Store(Protocol):
     def next_due_at(self) -> datetime | None:
         """When the earliest not-yet-due pending job becomes due (None if unknown/none);
         lets the dispatcher sleep instead of polling."""
-
-    def set_waker(self, wake: Callable[[], None]) -> None:
-        """Give the store the dispatcher's wake-up, to call when work may be claimable
-        (a job enqueued or made due, here or — through LISTEN/NOTIFY — on another node)."""
 
     def set_reporter(self, report: Callable[[], NodeReport]) -> None:
         """Give the store what this node publishes with each heartbeat (its workers, its

@@ -1,14 +1,17 @@
 """What the pool reports: what became of each attempt (`JobEvents`, heard by the
-dispatcher) and a worker's lifecycle (`WorkerEvents`, heard by the arbiter), and the
-listener a pool starts with (`Unheard`)."""
+dispatcher) and a worker's lifecycle (`WorkerEvents`, heard by the arbiter), the
+listener nobody named yet (`Unheard`), and who hears them (`Listeners`)."""
 
 from __future__ import annotations
 
 import logging
+from dataclasses import dataclass, field
 from typing import Protocol
 
 from goqueue.actors.protocol import BootFailed, JobDone, JobFailed, Ready
 from goqueue.supervisor.jobs import Lease
+from goqueue.supervisor.workers import child_enqueues as child_jobs
+from goqueue.supervisor.workers.child_enqueues import EnqueueChild
 from goqueue.supervisor.workers.handle import Worker
 
 log = logging.getLogger("goqueue.pool")
@@ -70,3 +73,18 @@ class Unheard:
 
     def worker_exited(self, worker: Worker) -> None:
         """Ignored."""
+
+
+@dataclass(slots=True)
+class Listeners:
+    """Who hears the pool: the dispatcher (attempts), the arbiter (workers) and the
+    engine (jobs that running jobs enqueue).
+
+    Each of them needs the pool, so the pool cannot be given them when it is made: this
+    forwarding object is made first and given to the pool, and each listener is named in
+    it once, as it is built (the builder for the dispatcher and the engine, the arbiter
+    for itself). Until then, events are logged (`Unheard`)."""
+
+    jobs: JobEvents = field(default_factory=Unheard)
+    workers: WorkerEvents = field(default_factory=Unheard)
+    children: EnqueueChild = child_jobs.unwired

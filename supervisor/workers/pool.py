@@ -50,8 +50,7 @@ from goqueue.supervisor.enums import KillReason, WorkerState
 from goqueue.supervisor.jobs import Lease
 from goqueue.supervisor.workers import child_enqueues as child_jobs
 from goqueue.supervisor.workers.channel import Channel
-from goqueue.supervisor.workers.child_enqueues import EnqueueChild
-from goqueue.supervisor.workers.events import JobEvents, Unheard, WorkerEvents
+from goqueue.supervisor.workers.events import JobEvents, Listeners, WorkerEvents
 from goqueue.supervisor.workers.handle import Worker, describe_exit
 from goqueue.supervisor.workers.spawn import WorkerConfig, launch, open_statm, reap, rss_kb
 
@@ -60,6 +59,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "JobEvents",
+    "Listeners",
     "Pool",
     "Recycle",
     "WorkerConfig",
@@ -113,6 +113,7 @@ class Pool:
         recycle: Recycle = Recycle(),
         lease_allowance: float | None = None,
         memory_limit_mb: int | None = None,
+        listeners: Listeners | None = None,
     ) -> None:
         self.loop = loop
         self.config = config
@@ -120,9 +121,7 @@ class Pool:
         self.recycle = recycle
         self.lease_allowance = lease_allowance
         self.memory_limit_mb = memory_limit_mb
-        self.jobs: JobEvents = Unheard()
-        self.lifecycle: WorkerEvents = Unheard()
-        self.enqueue_child: EnqueueChild = child_jobs.unwired
+        self.listeners = listeners or Listeners()  # who hears what becomes of workers
         self.codec = SupervisorCodec()
         self.workers: dict[int, Worker] = {}
         self._statm: dict[int, int] = {}  # pid -> /proc/PID/statm descriptor
@@ -132,22 +131,6 @@ class Pool:
         self._freed = asyncio.Event()  # a worker stopped being busy
         self._extend_timer: asyncio.TimerHandle | None = None
         self._sample_timer: asyncio.TimerHandle | None = None
-
-    def listen(
-        self,
-        *,
-        jobs: JobEvents | None = None,
-        workers: WorkerEvents | None = None,
-        children: EnqueueChild | None = None,
-    ) -> None:
-        """Say who hears about attempts (the dispatcher), about workers (the arbiter), and
-        who enqueues the jobs running jobs ask for (the engine)."""
-        if jobs is not None:
-            self.jobs = jobs
-        if workers is not None:
-            self.lifecycle = workers
-        if children is not None:
-            self.enqueue_child = children
 
     def reconfigure(
         self, config: WorkerConfig, recycle: Recycle, memory_limit_mb: int | None
@@ -174,6 +157,23 @@ class Pool:
         if (len(idle) > 1 and idle[0].generation != idle[-1].generation) or len(idle) > 2:
             idle.sort(key=_newest_first)  # only a reload mixes generations
         return idle
+
+    def idle_for(self, job_type: str, skip: set[int]) -> Worker | None:
+        """The idle worker `idle()` would list first among those that run `job_type`,
+        leaving out those whose id is in `skip`; None if there is none."""
+        best: Worker | None = None
+        for worker in self.workers.values():
+            if worker.state != WorkerState.IDLE or job_type not in worker.types:
+                continue
+            if skip and id(worker) in skip:
+                continue
+            if best is None or worker.generation > best.generation:
+                best = worker
+        return best
+
+    def is_idle(self, worker: Worker) -> bool:
+        """True while `worker` is one of this pool's and ready for a job."""
+        return worker.state == WorkerState.IDLE and self.workers.get(worker.pid) is worker
 
     def holding(self, token: str) -> Worker | None:
         """The worker running the attempt with lease `token`."""
@@ -352,13 +352,13 @@ class Pool:
                 self._track(self._answer(worker, request))
             case Ready():
                 worker.booted(frozenset(a.name for a in message.actors))
-                self.lifecycle.worker_ready(worker, message)
+                self.listeners.workers.worker_ready(worker, message)
             case BootFailed():
-                self.lifecycle.worker_boot_failed(worker, message)
+                self.listeners.workers.worker_boot_failed(worker, message)
 
     async def _answer(self, worker: Worker, request: EnqueueRequest) -> None:
         if worker.running(request.job_id):
-            reply = await child_jobs.answer(self.enqueue_child, request)
+            reply = await child_jobs.answer(self.listeners.children, request)
         else:
             reply = EnqueueReply(request.request_id)
             child_jobs.refuse(reply, Refusal.INVALID, f"job {request.job_id} is not running here")
@@ -371,15 +371,15 @@ class Pool:
         self._freed.set()
         if lease is not None:
             if isinstance(message, JobDone):
-                self.jobs.job_done(lease, message)
+                self.listeners.jobs.job_done(lease, message)
             else:
-                self.jobs.job_failed(lease, message)
+                self.listeners.jobs.job_failed(lease, message)
         if worker.retire:
             self.stop(worker)
         elif worker.state == WorkerState.IDLE and self.recycle.due(worker):
             worker.kill_reason = KillReason.RECYCLE
             self.stop(worker)
-            self.lifecycle.worker_recycled(worker)
+            self.listeners.workers.worker_recycled(worker)
 
     def pipe_closed(self, worker: Worker) -> None:
         """`worker`'s pipe reached its end; settle it if the process is gone too."""
@@ -419,10 +419,10 @@ class Pool:
         if lease is not None and worker.exitcode == -signal.SIGALRM and worker.kill_reason is None:
             self._allowance_ran_out(worker, lease)
         if lease is not None and worker.verdict is not None:
-            self.jobs.job_failed(lease, worker.verdict)
+            self.listeners.jobs.job_failed(lease, worker.verdict)
         elif lease is not None:
-            self.jobs.job_lost(lease, worker)
-        self.lifecycle.worker_exited(worker)
+            self.listeners.jobs.job_lost(lease, worker)
+        self.listeners.workers.worker_exited(worker)
 
     def _allowance_ran_out(self, worker: Worker, lease: Lease) -> None:
         """The kernel ended `worker` mid-job (SIGALRM, `actors/lease_alarm.py`): no

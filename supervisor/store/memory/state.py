@@ -16,6 +16,7 @@ from goqueue.supervisor.dispatch.rates import StartTimes
 from goqueue.supervisor.enums import TERMINAL, EventKind, Status
 from goqueue.supervisor.jobs import STATUSES, Event, Job, Lease, utcnow
 from goqueue.supervisor.observe.summaries import NodeReport
+from goqueue.supervisor.settings.config import DEFAULTS
 from goqueue.supervisor.store.memory.dead import DeadLetters
 from goqueue.supervisor.store.memory.flows import FlowBook
 from goqueue.supervisor.store.memory.heaps import OldestByQueue, PendingHeaps
@@ -30,12 +31,13 @@ class MemoryState:
         self,
         node_id: str = "local",
         *,
-        lease_seconds: float = 30.0,
-        max_pending: int = 100_000,
-        idempotency_ttl: float = 86_400.0,
+        lease_seconds: float = DEFAULTS.lease_seconds,
+        max_pending: int = DEFAULTS.max_pending,
+        idempotency_ttl: float = DEFAULTS.idempotency_ttl,
         max_finished: int = 100_000,
         max_events_per_job: int = 100,
         clock: Callable[[], datetime] = utcnow,
+        wake: Callable[[], None] = lambda: None,
     ) -> None:
         self.node_id = node_id
         self.clock = clock
@@ -63,7 +65,7 @@ class MemoryState:
         self._priority_totals: dict[int, int] = {}  # pending by priority, every queue
         self._limits: dict[str, int | None] = {}
         self._seq = itertools.count(1)
-        self._wake: Callable[[], None] = lambda: None
+        self._wake = wake  # the dispatcher's: work may be claimable
         self._report: Callable[[], NodeReport] | None = None  # see set_reporter
         self._opened_at = self.clock()
         self._schedules = ScheduleBook()
@@ -93,16 +95,14 @@ class MemoryState:
     def _set_status(self, job: Job, status: Status, now: datetime) -> None:
         if job.status == Status.PENDING:
             self._depth_add(job, -1)
-        self._count(job.status, -1)
-        self._count(status, +1)
+        counts = self._counts
+        counts[job.status] -= 1
+        counts[status] += 1
         job.status = status
         job.updated_at = now
         key = job.unique_key
         if key is not None and status in TERMINAL and self._unique.get(key) == job.id:
             del self._unique[key]  # the key is free again
-
-    def _count(self, status: str, delta: int) -> None:
-        self._counts[status] += delta
 
     def _depth_add(self, job: Job, delta: int) -> None:
         """Pending jobs by queue and priority, by queue and by priority; an emptied queue is
@@ -131,19 +131,22 @@ class MemoryState:
         detail: str | None = None,
         traceback: str | None = None,
     ) -> None:
-        trail = self._events.setdefault(job.id, [])
-        if len(trail) < self.max_events_per_job:
-            trail.append(
-                Event(
-                    job_id=job.id,
-                    event=kind,
-                    at=now,
-                    node=self.node_id,
-                    attempt=job.attempts,
-                    detail=detail,
-                    traceback=traceback,
-                )
-            )
+        trail = self._events.get(job.id)
+        if trail is not None and len(trail) >= self.max_events_per_job:
+            return
+        event = Event(
+            job_id=job.id,
+            event=kind,
+            at=now,
+            node=self.node_id,
+            attempt=job.attempts,
+            detail=detail,
+            traceback=traceback,
+        )
+        if trail is None:
+            self._events[job.id] = [event]
+        else:
+            trail.append(event)
 
     def _retire(self, job: Job) -> None:
         """Forget the oldest finished jobs beyond `max_finished` (bounded memory)."""
@@ -158,12 +161,14 @@ class MemoryState:
         if old is not None and old.status in TERMINAL:
             del self._jobs[job_id]
             self._reaped.pop(job_id, None)
-            self._count(old.status, -1)
+            self._counts[old.status] -= 1
             self._events.pop(old.id, None)
 
     def _expire_keys(self, now_ts: float) -> None:
         """Drop expired dedupe and idempotency keys, a few at a time (oldest first)."""
         for table in (self._dedupe, self._idempotency):
+            if not table:
+                continue
             for _ in range(4):
                 key = next(iter(table), None)
                 if key is None or table[key][-1] > now_ts:

@@ -39,7 +39,7 @@ from goqueue.supervisor.jobs import (
 )
 from goqueue.supervisor.observe.summaries import DeadFilter, NodeReport
 from goqueue.supervisor.schedules.schedule import Fired, ScheduleState, fire_detail
-from goqueue.supervisor.store.base import LATE_OUTCOME, NewJob
+from goqueue.supervisor.store.base import IN_PROCESS, LATE_OUTCOME, NewJob
 from goqueue.supervisor.store.memory.workflows import MemoryWorkflows
 
 
@@ -47,9 +47,7 @@ class MemoryStore(MemoryWorkflows):
     """A bounded, non-durable store for one node: the write path (enqueue, claims,
     outcomes, dead-letter replays) over the reads of `MemoryReads`."""
 
-    claim_ahead = False  # a claim costs no round trip: claim for idle workers only
-    answers_at_once = True  # no call waits: outcomes are written without a task
-    sees_ahead = False  # the dispatcher's last claim (in this process) tells what waits
+    traits = IN_PROCESS
 
     # -- lifecycle -------------------------------------------------------------------
 
@@ -62,10 +60,6 @@ class MemoryStore(MemoryWorkflows):
     async def ping(self) -> bool:
         """Always reachable."""
         return True
-
-    def set_waker(self, wake: Callable[[], None]) -> None:
-        """Remember the dispatcher's wake-up callable."""
-        self._wake = wake
 
     def set_reporter(self, report: Callable[[], NodeReport]) -> None:
         """Remember this node's report, which `nodes` answers as it is now."""
@@ -148,7 +142,7 @@ class MemoryStore(MemoryWorkflows):
         self._jobs[job.id] = job
         if job.unique_key is not None:
             self._unique[job.unique_key] = job.id
-        self._count(job.status, +1)
+        self._counts[job.status] += 1
         self._event(job, EventKind.ENQUEUED, now)
         if (
             start

@@ -59,7 +59,7 @@ class MemoryWorkflows(MemoryReads):
                 job.status = Status.WAITING
                 job.parents = flows.parents_json(job.id)
                 flows.unfinished[job.id] = len(job.parent_ids)
-            self._count(job.status, +1)
+            self._counts[job.status] += 1
             self._event(job, EventKind.ENQUEUED, now, f"workflow {new.id}")
             if not job.parent_ids:
                 self._make_pending(job, now)

@@ -158,7 +158,7 @@ class Listener:
 
 
 class Wakeups:
-    """Who to wake when: this node's dispatcher (`set_waker`) and, through the
+    """Who to wake when: this node's dispatcher (`wake`) and, through the
     `Notifier`, the other nodes. Also remembers when the next scheduled job is due.
 
     Work only in queues this node does not claim from (as of its last claim) does not
@@ -166,16 +166,12 @@ class Wakeups:
     global limit, since a claim made a moment before that commit could not see the slot.
     """
 
-    def __init__(self, notifier: Notifier) -> None:
+    def __init__(self, notifier: Notifier, wake: Callable[[], None]) -> None:
         self._notifier = notifier
-        self._wake: Callable[[], None] = lambda: None
+        self._wake = wake
         self._next_due: datetime | None = None
         self._serves: frozenset[str] | None = None  # the queues claimed from (None: all)
         self._limited: set[str] = set()  # types under a global limit, as of the last claim
-
-    def set_waker(self, wake: Callable[[], None]) -> None:
-        """Remember the dispatcher's zero-argument wake-up callable."""
-        self._wake = wake
 
     def wake(self) -> None:
         """Wake this node's dispatcher (a failing waker is logged, not raised)."""

@@ -60,8 +60,9 @@ from goqueue.supervisor.observe.summaries import (
     TypeStats,
 )
 from goqueue.supervisor.schedules.schedule import Fired, ScheduleState
+from goqueue.supervisor.settings.config import DEFAULTS
 from goqueue.supervisor.steps import WorkflowCounts
-from goqueue.supervisor.store.base import NewJob
+from goqueue.supervisor.store.base import SHARED, NewJob
 from goqueue.supervisor.store.postgres import rows as pg_rows
 from goqueue.supervisor.store.postgres.connection import Connections
 from goqueue.supervisor.store.postgres.enqueue import Enqueuer
@@ -82,9 +83,7 @@ log = logging.getLogger("goqueue.store.postgres")
 class PostgresStore:
     """The `Store` on PostgreSQL; several instances on one schema act as several nodes."""
 
-    claim_ahead: bool = True  # a claim is a round trip: the dispatcher keeps leases in hand
-    answers_at_once: bool = False  # every call is a round trip
-    sees_ahead: bool = True  # an enqueue to start checks for due jobs ahead, in its insert
+    traits = SHARED
 
     def __init__(
         self,
@@ -92,12 +91,15 @@ class PostgresStore:
         node_id: str,
         *,
         schema: str = "goqueue",
-        lease_seconds: float = 30.0,
-        idempotency_ttl: float = 86400.0,
+        lease_seconds: float = DEFAULTS.lease_seconds,
+        idempotency_ttl: float = DEFAULTS.idempotency_ttl,
         min_pool: int = 4,
         max_pool: int = 10,
         command_timeout: float = 10.0,
+        wake: Callable[[], None] = lambda: None,
     ) -> None:
+        """`wake` is the dispatcher's: called when work may be claimable (a job enqueued
+        or made due, here or, through LISTEN/NOTIFY, on another node)."""
         self.dsn = dsn
         self.node_id = node_id
         self.schema = pg_schema.check_schema_name(schema)
@@ -114,7 +116,7 @@ class PostgresStore:
             max_pool=max_pool,
         )
         self._notifier = Notifier(node_id, self._send_notify)
-        self._wakeups = Wakeups(self._notifier)
+        self._wakeups = Wakeups(self._notifier, wake)
         self._workflows = PgWorkflows(
             self._db, self._sql, node_id, self._wakeups, idempotency_ttl=idempotency_ttl
         )
@@ -224,10 +226,6 @@ class PostgresStore:
                 log.info("key expiry skipped: store unavailable", extra={"err": str(exc)})
 
     # -- waking ----------------------------------------------------------------------
-
-    def set_waker(self, wake: Callable[[], None]) -> None:
-        """Remember the dispatcher's zero-argument wake-up callable."""
-        self._wakeups.set_waker(wake)
 
     def next_due_at(self) -> datetime | None:
         """When the earliest scheduled job becomes due, as of the last claim or note."""

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from goqueue.supervisor.settings.config import Settings
-from goqueue.supervisor.store.base import Store
 from goqueue.supervisor.store.memory.store import MemoryStore
 from goqueue.supervisor.store.sqlite.store import SqliteStore
 from goqueue.supervisor.store.sqlite.url import StoreKind, store_url
 
 
-def embedded_store(settings: Settings, node_id: str) -> Store | None:
+def embedded_store(
+    settings: Settings, node_id: str, wake: Callable[[], None]
+) -> MemoryStore | SqliteStore | None:
     """The store `settings.database_url` names when it is not PostgreSQL (None then):
     the SQLite file (`goqueue.db` when no URL is set) or `memory://`."""
     url = store_url(settings.database_url)
@@ -21,6 +24,7 @@ def embedded_store(settings: Settings, node_id: str) -> Store | None:
             lease_seconds=settings.lease_seconds,
             max_pending=settings.max_pending,
             idempotency_ttl=settings.idempotency_ttl,
+            wake=wake,
         )
     return SqliteStore(
         url.path,
@@ -28,4 +32,5 @@ def embedded_store(settings: Settings, node_id: str) -> Store | None:
         lease_seconds=settings.lease_seconds,
         max_pending=settings.max_pending,
         idempotency_ttl=settings.idempotency_ttl,
+        wake=wake,
     )

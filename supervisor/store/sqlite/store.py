@@ -56,7 +56,7 @@ from goqueue.supervisor.jobs import (
 )
 from goqueue.supervisor.observe.summaries import DeadFilter
 from goqueue.supervisor.schedules.schedule import Fired, ScheduleState
-from goqueue.supervisor.store.base import NewJob
+from goqueue.supervisor.store.base import EMBEDDED, NewJob
 from goqueue.supervisor.store.memory.dead import DeadLetters
 from goqueue.supervisor.store.memory.store import MemoryStore
 from goqueue.supervisor.store.sqlite.changes import (
@@ -127,13 +127,11 @@ def _read_all(conn: sqlite3.Connection) -> _Saved:
 class SqliteStore(MemoryStore):
     """A durable store for one node in one SQLite file (see the module)."""
 
-    # The performance flags, in one place. Every write waits for its commit, so outcomes
-    # go through the dispatcher's tasks and a claim is worth taking ahead (as on
-    # PostgreSQL); but one node holds every job, so its own last claim tells what waits
-    # ahead of a job it would start at its enqueue (as in memory).
-    claim_ahead = True
-    answers_at_once = False
-    sees_ahead = False
+    # Every write waits for its commit, so outcomes go through the dispatcher's tasks and a
+    # claim is worth taking ahead (as on PostgreSQL); but one node holds every job, so its
+    # own last claim tells what waits ahead of a job it would start at its enqueue (as in
+    # memory).
+    traits = EMBEDDED
 
     def __init__(
         self,
@@ -146,9 +144,11 @@ class SqliteStore(MemoryStore):
         max_finished: int = 100_000,
         max_events_per_job: int = 100,
         clock: Callable[[], datetime] = utcnow,
+        wake: Callable[[], None] = lambda: None,
     ) -> None:
         super().__init__(
             node_id,
+            wake=wake,
             lease_seconds=lease_seconds,
             max_pending=max_pending,
             idempotency_ttl=idempotency_ttl,
@@ -201,7 +201,7 @@ class SqliteStore(MemoryStore):
                 job.result = msgspec.Raw(result)
             last_seq = max(last_seq, job.seq)
             self._jobs[job.id] = job
-            self._count(job.status, +1)
+            self._counts[job.status] += 1
             self._events[job.id] = EVENTS.decode(events_row)
             if job.status in TERMINAL:
                 finished.append(job)
@@ -343,7 +343,7 @@ class SqliteStore(MemoryStore):
             del self._idempotency[idempotency]
             self._changes.keys.pop((IDEMPOTENCY, idempotency), None)
         del self._jobs[job.id]
-        self._count(job.status, -1)
+        self._counts[job.status] -= 1
         self._events.pop(job.id, None)
         self._changes.forget(job.id)
 

@@ -23,7 +23,7 @@ import pytest
 import uvloop
 from aiohttp import web
 from goqueue.actors.protocol import ActorInfo, BootFailed, Ready
-from goqueue.api.cli.serve import build_node
+from goqueue.api.cli.serve import build_served_node
 from goqueue.api.http.app import create_app
 from goqueue.supervisor.dispatch.catalog import Catalog
 from goqueue.supervisor.engine import Engine
@@ -114,11 +114,11 @@ class ApiServer:
     async def _open(self) -> None:
         """Build a node as `goqueue serve` does, but run no arbiter (so no workers and no
         dispatching), and serve `create_app` over its engine on an ephemeral port."""
-        node = self.node = build_node(self.settings, lambda: self.settings)
+        node = self.node = build_served_node(self.settings, lambda: self.settings)
         assert isinstance(node.store, MemoryStore)
         self.store = node.store
         self.engine = node.engine
-        node.pool.listen(workers=NoArbiter())
+        node.pool.listeners.workers = NoArbiter()
         catalog = Catalog(ACTORS, {})
         node.engine.set_catalog(catalog)
         await self.store.register_node(catalog.limits())

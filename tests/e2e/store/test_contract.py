@@ -295,9 +295,8 @@ async def test_events_trail(open_store) -> None:
 
 
 async def test_waker_is_called_on_enqueue(open_store) -> None:
-    async with open_store() as store:
-        woken = asyncio.Event()
-        store.set_waker(woken.set)
+    woken = asyncio.Event()
+    async with open_store(wake=woken.set) as store:
         await store.enqueue(new("a"))
         await asyncio.wait_for(woken.wait(), 5)
 
@@ -451,7 +450,9 @@ async def test_an_enqueue_to_start_waits_behind_a_due_job_the_worker_could_run(
     async with open_store() as store:
         await store.register_node({"a": None, "b": None})
         ahead = (await store.enqueue(new("b", priority=5))).job
-        if not store.sees_ahead:  # in memory the dispatcher's last claim tells, not the store
+        if (
+            not store.traits.sees_ahead
+        ):  # in memory the dispatcher's last claim tells, not the store
             assert (await store.enqueue(new("a", start=True))).lease is not None
             return
         spec = new("a").spec

@@ -44,6 +44,17 @@ def dsn() -> str:
     return postgres_dsn()
 
 
+class Waker:
+    """A store's wake-up (given when the store is made) that calls nothing until a test
+    says what to call: only the wake-ups from that point on count."""
+
+    def __init__(self) -> None:
+        self.target: Callable[[], None] = lambda: None
+
+    def __call__(self) -> None:
+        self.target()
+
+
 class Nodes:
     """Opens stores ("nodes") on one schema inside one event loop, and closes them."""
 
@@ -51,13 +62,20 @@ class Nodes:
         self.dsn = dsn
         self.schema = schema
         self.stores: list[PostgresStore] = []
+        self.wakers: dict[int, Waker] = {}
 
     async def open(self, node_id: str, **options: Any) -> PostgresStore:
         """A started store for `node_id` on this test's schema."""
-        store = PostgresStore(self.dsn, node_id, schema=self.schema, **options)
+        waker = Waker()
+        store = PostgresStore(self.dsn, node_id, schema=self.schema, wake=waker, **options)
         await store.open()
         self.stores.append(store)
+        self.wakers[id(store)] = waker
         return store
+
+    def waker(self, store: PostgresStore) -> Waker:
+        """The wake-up `store` was made with."""
+        return self.wakers[id(store)]
 
     def run(self, body: Callable[[Nodes], Awaitable[T]]) -> T:
         """Run an async test body; every store it opened is closed afterwards."""
@@ -253,7 +271,7 @@ def test_work_in_queues_this_node_does_not_claim_does_not_wake_it(nodes: Nodes) 
     async def body(nodes: Nodes) -> None:
         a = await nodes.open("a")
         woke = asyncio.Event()
-        a.set_waker(woke.set)
+        nodes.waker(a).target = woke.set
         await a.enqueue(new(queue="theirs"))
         assert woke.is_set()  # no claim seen yet: any work may be ours
         assert await a.claim(5, frozenset({"mine"}), {"t": 5}) == []
@@ -331,8 +349,8 @@ def test_a_freed_global_slot_wakes_every_node(nodes: Nodes) -> None:
         assert await a.claim(1, None, {"t": 1}) == []
         assert await b.claim(1, None, {"t": 1}) == []
         woke_a, woke_b = asyncio.Event(), asyncio.Event()
-        a.set_waker(woke_a.set)
-        b.set_waker(woke_b.set)
+        nodes.waker(a).target = woke_a.set
+        nodes.waker(b).target = woke_b.set
         await b.complete(first, None)
         assert woke_b.is_set()
         await asyncio.wait_for(woke_a.wait(), timeout=1.0)
@@ -819,7 +837,7 @@ def test_notify_wakes_the_other_node(nodes: Nodes) -> None:
         a, b = await nodes.open("a"), await nodes.open("b")
         assert b.next_due_at() is None
         woke = asyncio.Event()
-        b.set_waker(woke.set)
+        nodes.waker(b).target = woke.set
         start = time.monotonic()
         await a.enqueue(new())
         await asyncio.wait_for(woke.wait(), timeout=1.0)
@@ -843,7 +861,7 @@ def test_the_longest_schema_name_still_notifies(nodes: Nodes) -> None:
         try:
             a, b = await nodes.open("a"), await nodes.open("b")
             woke = asyncio.Event()
-            b.set_waker(woke.set)
+            nodes.waker(b).target = woke.set
             await a.enqueue(new())
             await asyncio.wait_for(woke.wait(), timeout=2.0)
         finally:
@@ -870,7 +888,7 @@ def test_store_recovers_after_its_connections_are_killed(nodes: Nodes) -> None:
         assert (await b.enqueue(new())).created
         # The listener reconnected too.
         woke = asyncio.Event()
-        b.set_waker(woke.set)
+        nodes.waker(b).target = woke.set
 
         async def woken_by_a() -> bool:
             await a.enqueue(new())

@@ -21,6 +21,7 @@ from goqueue.supervisor.node import Node
 from goqueue.supervisor.observe.history import History
 from goqueue.supervisor.observe.metrics import Metrics
 from goqueue.supervisor.settings.config import Settings
+from goqueue.supervisor.workers.events import Listeners
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -43,10 +44,11 @@ class FakePool:
 
     spawned: int = 0
     workers: list[FakeWorker] = field(default_factory=list)
-    listener: Any = None
+    listeners: Listeners = field(default_factory=Listeners)
 
-    def listen(self, *, workers: Any = None, jobs: Any = None) -> None:
-        self.listener = workers
+    @property
+    def listener(self) -> Any:
+        return self.listeners.workers
 
     def __iter__(self) -> Any:
         return iter(self.workers)

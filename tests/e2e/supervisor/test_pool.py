@@ -29,7 +29,10 @@ from goqueue.actors.protocol import (
 from goqueue.supervisor.enums import KillReason, WorkerState
 from goqueue.supervisor.errors import DuplicateJob, UnknownJobType
 from goqueue.supervisor.jobs import Job, JobSpec, Lease
+from goqueue.supervisor.workers import child_enqueues as child_jobs
 from goqueue.supervisor.workers.channel import Channel
+from goqueue.supervisor.workers.child_enqueues import EnqueueChild
+from goqueue.supervisor.workers.events import Listeners
 from goqueue.supervisor.workers.handle import Worker
 from goqueue.supervisor.workers.pool import Pool, Recycle, WorkerConfig
 
@@ -158,10 +161,12 @@ def running(job_type: str, payload: bytes = b"null", timeout: float | None = Non
     return Lease(job=job, token=f"t-{job.id}", owner="test", expires_at=now)
 
 
-async def started(**options: Any) -> tuple[Pool, Events, Worker]:
-    pool = Pool(asyncio.get_running_loop(), CONFIG, **options)
+async def started(
+    children: EnqueueChild = child_jobs.unwired, **options: Any
+) -> tuple[Pool, Events, Worker]:
     events = Events()
-    pool.listen(jobs=events, workers=events)
+    listeners = Listeners(jobs=events, workers=events, children=children)
+    pool = Pool(asyncio.get_running_loop(), CONFIG, listeners=listeners, **options)
     worker = pool.spawn(0)
     await events.wait_for("worker_ready")
     assert worker.state == WorkerState.IDLE and "noop" in worker.types
@@ -343,8 +348,7 @@ async def test_ctx_enqueue_goes_through_the_callback_with_the_running_job_as_par
             raise UnknownJobType(spec.type)
         return f"child-{len(asked)}"
 
-    pool, events, worker = await started()
-    pool.listen(children=enqueue)
+    pool, events, worker = await started(children=enqueue)
     try:
         children = [
             {"type": "noop", "payload": {"a": 1}, "options": {"priority": 8}},

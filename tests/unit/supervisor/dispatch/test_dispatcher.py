@@ -19,8 +19,8 @@ from goqueue.supervisor.dispatch.policy import Policy
 from goqueue.supervisor.dispatch.rates import Rate, Taken
 from goqueue.supervisor.enums import AttemptOutcome, KillReason, Status, WorkerState
 from goqueue.supervisor.errors import StoreUnavailable
-from goqueue.supervisor.jobs import Job, JobSpec, Lease, Outcome
-from goqueue.supervisor.store.base import NewJob
+from goqueue.supervisor.jobs import Enqueued, Job, JobSpec, Lease, Outcome
+from goqueue.supervisor.store.base import NewJob, StoreTraits
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -39,10 +39,6 @@ class FakeStore:
     """Hands out the leases it holds, best first, within the slots asked for; records
     every call in the shared `log`, and fails writes while `down` counts down."""
 
-    claim_ahead = False
-    answers_at_once = False  # its writes are tasks, so a test sees them still held
-    sees_ahead = False  # the dispatcher's drained state decides a start at enqueue
-
     def __init__(self, log: list[Any], leases: list[Lease] | None = None) -> None:
         self.log = log
         self.leases = list(leases or [])
@@ -50,6 +46,8 @@ class FakeStore:
         self.down = 0
         self.window_left = 1.0  # seconds left of each rate window a start is taken from
         self.during_claim: list[Any] = []  # called while a claim is in flight
+        self.hold: asyncio.Event | None = None  # the next enqueue waits for it
+        self.keep_pending = False  # an enqueue to start is stored pending (a paused queue)
 
     async def take_starts(self, job_type: str, rate: Rate, want: int) -> Taken:
         return Taken(min(want, rate.limit), 0.0, self.window_left)
@@ -103,6 +101,20 @@ class FakeStore:
         self.log.append(("release", held.job.id))
         return True
 
+    async def enqueue(self, new: NewJob) -> Enqueued:
+        """Stores it started when asked to (`new.start`) unless `keep_pending`; the first
+        enqueue after `hold` is set waits for it (an enqueue in flight)."""
+        hold, self.hold = self.hold, None
+        if hold is not None:
+            await hold.wait()
+        job = Job.from_spec(new.spec, now=NOW, max_retries=new.max_retries)
+        if new.start is None or self.keep_pending:
+            return Enqueued(job, True)
+        job.status, job.attempts = Status.RUNNING, 1
+        return Enqueued(
+            job, True, Lease(job=job, token=f"token-{job.id}", owner="node", expires_at=NOW)
+        )
+
 
 @dataclass(eq=False)
 class FakeWorker:
@@ -131,6 +143,12 @@ class FakePool:
     def run(self, worker: FakeWorker, held: Lease, timeout: float) -> None:
         worker.state, worker.lease = WorkerState.BUSY, held
         self.runs.append((worker, held, timeout))
+
+    def idle_for(self, job_type: str, skip: set[int]) -> FakeWorker | None:
+        return next((w for w in self.idle() if job_type in w.types and id(w) not in skip), None)
+
+    def is_idle(self, worker: FakeWorker) -> bool:
+        return any(w is worker for w in self.idle())
 
     def holding(self, token: str) -> FakeWorker | None:
         return next((w for w in self.workers if w.lease and w.lease.token == token), None)
@@ -193,7 +211,6 @@ def rig(
         sleeps.append(seconds)
 
     store = FakeStore(log, leases)
-    store.answers_at_once = at_once
     pool = FakePool(list(workers or []))
     catalog = Catalog(actors or [ActorInfo("a"), ActorInfo("b")], {})
     dispatcher = Dispatcher(
@@ -201,13 +218,16 @@ def rig(
         pool,
         catalog,
         Hooks(hooks if hooks is not None else [Recorder("hook", log)]),
+        # claims ahead when asked to; its writes are tasks unless `at_once` (so a test
+        # sees them still held); the dispatcher's drained state decides a start at enqueue
+        traits=StoreTraits(claim_ahead=prefetch > 0, answers_at_once=at_once, sees_ahead=False),
         policy=Policy(retry_base=1.0, retry_cap=60.0, lease_seconds=3.0),
         prefetch=prefetch,
         clock=lambda: NOW,
         sleep=sleep,
         monotonic=(lambda: ticks[0]) if ticks else (lambda: 0.0),
     )
-    dispatcher.rng = random.Random(7)
+    dispatcher.rng = dispatcher.outcomes.rng = random.Random(7)
     return Rig(dispatcher, store, pool, log, sleeps)
 
 
@@ -249,7 +269,7 @@ async def test_a_freed_worker_wakes_the_dispatcher_only_when_a_pass_could_do_som
     held = lease("a")
     r = rig(leases=[held], workers=[FakeWorker(both()), FakeWorker(both())])
     await r.dispatcher.fill()  # came back short: drained as of now
-    wake = r.dispatcher._wake
+    wake = r.dispatcher.wakeup.event
     wake.clear()
     r.dispatcher.job_done(held, JobDone(held.job.id, b"1", 0.5))
     assert not wake.is_set()  # nothing in hand, nothing new: no pass
@@ -306,7 +326,7 @@ async def test_a_store_that_never_waits_has_an_outcome_written_before_the_report
     r.dispatcher.job_done(held, JobDone(held.job.id, b"1", 0.5))
     assert r.log[-2:] == [("complete", held.job.id), ("hook", "outcome", held.job.id, Status.DONE)]
     assert r.dispatcher.held_leases() == []
-    assert not r.dispatcher.ledger._writes  # no task was needed
+    assert not r.dispatcher.outcomes._writes  # no task was needed
 
 
 async def test_a_write_that_must_wait_for_the_store_goes_on_in_a_task_holding_its_lease() -> None:
@@ -318,7 +338,7 @@ async def test_a_write_that_must_wait_for_the_store_goes_on_in_a_task_holding_it
         waited.append(seconds)
         await asyncio.sleep(0)
 
-    r.dispatcher.ledger.sleep = sleep
+    r.dispatcher.outcomes.sleep = sleep
     await r.dispatcher.fill()
     r.store.down = 2
     r.dispatcher.job_done(held, JobDone(held.job.id, b"1", 0.5))
@@ -385,7 +405,7 @@ async def test_a_lease_in_hand_that_may_lapse_before_its_next_heartbeat_is_hande
     ticks[0] = 12.5  # stale: 2.5 s old, less than a heartbeat's interval left
     worker = FakeWorker(both())
     r.pool.workers.append(worker)
-    r.dispatcher._seen = r.dispatcher._news  # nothing more to claim
+    r.dispatcher._seen = r.dispatcher.wakeup.news  # nothing more to claim
     await r.dispatcher.fill()
     await r.dispatcher.flush(5)
     assert [held for _, held, _ in r.pool.runs] == [fresh]
@@ -416,7 +436,7 @@ async def test_a_claimed_lease_is_started_in_the_store_before_its_worker_gets_it
     await r.dispatcher.fill()  # no worker: kept in hand, claimed
     worker = FakeWorker(both())
     r.pool.workers.append(worker)
-    r.dispatcher._seen = r.dispatcher._news  # nothing more to claim
+    r.dispatcher._seen = r.dispatcher.wakeup.news  # nothing more to claim
     await r.dispatcher.fill()
     assert r.pool.runs == [] and r.dispatcher.held_leases() == [held]  # being started
     await r.dispatcher.flush(5)
@@ -431,7 +451,7 @@ async def test_a_worker_takes_a_lease_already_started_before_one_only_claimed() 
     await r.dispatcher.fill()
     worker = FakeWorker(both())
     r.pool.workers.append(worker)
-    r.dispatcher._seen = r.dispatcher._news
+    r.dispatcher._seen = r.dispatcher.wakeup.news
     await r.dispatcher.fill()
     assert [x for _, x, _ in r.pool.runs] == [started]  # charged: it must run first
 
@@ -446,19 +466,19 @@ async def test_a_claimed_lease_of_a_rate_limited_type_goes_back_once_its_window_
     r.store.window_left = 0.5  # the window ends at 10.5 s; the guard makes it 10.45 s
     await r.dispatcher.fill()
     r.pool.workers.append(FakeWorker(both()))
-    r.dispatcher._seen = r.dispatcher._news
+    r.dispatcher._seen = r.dispatcher.wakeup.news
     await r.dispatcher.fill()
     await r.dispatcher.flush(5)
     assert [x for _, x, _ in r.pool.runs] == [early]  # in its window: started
     ticks[0] = 10.46  # the window is over: `late` would start in the next one
     r.pool.workers.append(FakeWorker(both()))
     r.store.leases.clear()
-    before = r.dispatcher._news
+    before = r.dispatcher.wakeup.news
     r.dispatcher._hand_out()
     await r.dispatcher.flush(5)
     assert [x for _, x, _ in r.pool.runs] == [early]
     assert ("release", late.job.id) in r.log and ("start", late.job.id) not in r.log
-    assert r.dispatcher._news > before  # claims again, taking a start from the new window
+    assert r.dispatcher.wakeup.news > before  # claims again, taking a start from the new window
     assert r.dispatcher.held_leases() == [early]
 
 
@@ -467,24 +487,35 @@ async def test_a_job_may_start_at_its_enqueue_only_when_nothing_could_wait_ahead
     r = rig(actors=actors, workers=[FakeWorker(frozenset({"a"}))])
     d = r.dispatcher
     await d.fill()  # the store is empty: drained
-    assert d.start_at_enqueue(new_job("b")) is None  # a limited type waits its turn
-    assert d.start_at_enqueue(new_job("a", delay_seconds=5)) is None  # not due
-    begin = d.start_at_enqueue(new_job("a"))
-    assert begin is not None
-    assert d.start_at_enqueue(new_job("a")) is None  # its only worker is kept for it
-    started = lease("a")
-    begin(started)
+    assert (await d.enqueue(new_job("b"))).lease is None  # a limited type waits its turn
+    assert (await d.enqueue(new_job("a", delay_seconds=5))).lease is None  # not due
+    started = (await d.enqueue(new_job("a"))).lease
+    assert started is not None
     assert r.pool.runs == []  # on the next turn: the enqueue's answer goes first
     await asyncio.sleep(0)
     assert [x for _, x, _ in r.pool.runs] == [started]
+    r.pool.workers.append(FakeWorker(frozenset({"a"})))
+    hold = r.store.hold = asyncio.Event()
+    first = new_job("a")
+    in_flight = asyncio.ensure_future(d.enqueue(first))
+    await asyncio.sleep(0)
+    assert first.start is not None  # asked to start while its enqueue is in flight
+    assert (await d.enqueue(new_job("a"))).lease is None  # its only worker is kept for it
+    hold.set()
+    assert (await in_flight).lease is not None
+    await asyncio.sleep(0)
     r.pool.workers.append(FakeWorker(both()))
     d.wake()  # news since the last claim: something may wait ahead in the store
-    assert d.start_at_enqueue(new_job("a")) is None
+    assert (await d.enqueue(new_job("a"))).lease is None
     await d.fill()
-    begin = d.start_at_enqueue(new_job("a"))
-    assert begin is not None
-    begin(None)  # the store kept it pending (a paused queue): the worker is free again
-    assert d.start_at_enqueue(new_job("a")) is not None
+    r.store.keep_pending = True
+    kept = new_job("a")
+    assert (await d.enqueue(kept)).lease is None
+    assert (
+        kept.start is not None
+    )  # the store kept it pending (a paused queue): the worker is free again
+    r.store.keep_pending = False
+    assert (await d.enqueue(new_job("a"))).lease is not None
 
 
 def new_job(job_type: str, **fields: object) -> NewJob:

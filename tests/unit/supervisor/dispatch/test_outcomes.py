@@ -1,4 +1,4 @@
-"""The ledger on its own: writes held while the store is unavailable, and retried."""
+"""Outcomes' held writes on their own: retried while the store is unavailable."""
 
 from __future__ import annotations
 
@@ -6,8 +6,9 @@ import asyncio
 
 import pytest
 from goqueue.supervisor.dispatch.hooks import Hooks
-from goqueue.supervisor.dispatch.outcomes import Ledger
+from goqueue.supervisor.dispatch.outcomes import Outcomes
 from goqueue.supervisor.errors import StoreUnavailable
+from goqueue.supervisor.store.memory.store import MemoryStore
 
 from tests.conftest import wait_for_async
 
@@ -30,7 +31,7 @@ async def test_a_held_write_tries_again_as_soon_as_the_store_is_back() -> None:
         backoffs.append(seconds)
         await asyncio.Event().wait()
 
-    ledger = Ledger(Hooks([]), sleep=never)
+    ledger = Outcomes(MemoryStore(), Hooks([]), sleep=never)
     done = ledger.write(write)
     await wait_for_async(lambda: backoffs, timeout=1, what="the write asleep in its backoff")
     assert len(tries) == 1 and not done.done()  # held, asleep in its backoff

@@ -10,7 +10,6 @@ import msgspec
 import pytest
 from goqueue.actors.protocol import ActorInfo
 from goqueue.supervisor.dispatch.catalog import Catalog
-from goqueue.supervisor.dispatch.hooks import Hooks
 from goqueue.supervisor.jobs import JobFilter
 from goqueue.supervisor.observe.metrics import Metrics
 from goqueue.supervisor.schedules.schedule import Missed, ScheduleSpec
@@ -40,7 +39,7 @@ def every(seconds: int, missed: Missed = Missed.ONCE, **fields: object) -> Sched
 
 def make(clock: Clock, store: MemoryStore | None = None) -> tuple[Scheduler, MemoryStore]:
     store = store or MemoryStore("n", clock=clock.now)
-    return Scheduler(store, Hooks([]), Metrics(), clock=clock.now), store
+    return Scheduler(store, lambda job: None, Metrics(), clock=clock.now), store
 
 
 async def details(store: MemoryStore) -> list[str]:

@@ -1,0 +1,81 @@
+"""Python function calls per job in the in-memory end-to-end phase, the count no noise
+moves: cProfile of the supervisor (`python -m cProfile -m goqueue.api.cli.main serve`),
+(calls for 5,000 jobs - calls for 1,000 jobs) / 4,000, so that boot and shutdown cancel.
+
+    python -m benchmarks.calls [--jobs 1000 5000] [--workers 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import pstats
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from benchmarks import cost
+from benchmarks.bench import NOOP, WARM_UP, _until_done
+from benchmarks.loadgen import LoadClient
+from benchmarks.nodes import CHECKOUT
+
+
+async def profiled_run(jobs: int, workers: int, out: Path) -> None:
+    """One profiled node: warm up, `jobs` no-op jobs from one producer, all done, stop."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GOQUEUE_")}
+    env.pop("DATABASE_URL", None)
+    env["PYTHONPATH"] = str(CHECKOUT)
+    cmd = [
+        sys.executable, "-m", "cProfile", "-o", str(out), "-m", "goqueue.api.cli.main",
+        "serve", "--host", "127.0.0.1", "--port", str(port), "--actors", "benchmarks.actors",
+        "--log-level", "warning", "--max-pending", "1000000", "--workers", str(workers),
+    ]  # fmt: skip
+    proc = subprocess.Popen(cmd, env=env)
+    client = LoadClient("127.0.0.1", port)
+    try:
+        for _ in range(600):
+            try:
+                if (await client.request("GET", "/ready"))[0] == 200:
+                    break
+            except OSError:
+                pass
+            await asyncio.sleep(0.05)
+        raw = client.build("POST", "/jobs", NOOP)
+        await cost.produce(client, raw, WARM_UP, 1)
+        await _until_done(client, WARM_UP, None)
+        await cost.produce(client, raw, jobs, 1)
+        await _until_done(client, WARM_UP + jobs, None)
+    finally:
+        client.close()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--jobs", type=int, nargs=2, default=(1000, 5000))
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--keep", help="write the larger run's profile here")
+    args = parser.parse_args()
+    small, large = args.jobs
+    calls = {}
+    with tempfile.TemporaryDirectory() as tmp:
+        for n in (small, large):
+            out = Path(tmp) / f"{n}.prof"
+            asyncio.run(profiled_run(n, args.workers, out))
+            calls[n] = pstats.Stats(str(out)).total_calls  # type: ignore[attr-defined]  # untyped in typeshed
+            if args.keep and n == large:
+                Path(args.keep).write_bytes(out.read_bytes())
+    per_job = (calls[large] - calls[small]) / (large - small)
+    print(f"calls: {calls}; per job: {per_job:.1f}")
+
+
+if __name__ == "__main__":
+    main()
