@@ -122,7 +122,7 @@ class JobOut(msgspec.Struct):
         return self.status in TERMINAL
 
 
-HIDDEN_JOB_FIELDS = frozenset({"seq"})
+HIDDEN_JOB_FIELDS = frozenset({"seq", "trace_context"})  # trace_context: --otel only, internal
 # not stored: the answering node fills them in (progress: the node running the job)
 LIVE_JOB_FIELDS = ("progress", "timeout")
 

@@ -149,8 +149,8 @@ class Arbiter:
         if not self.settings.keeps_jobs:
             log.warning(
                 "the in-memory store keeps nothing across a restart: jobs, dead letters and "
-                "schedules' last fires are lost when this node stops (give --database-url "
-                "to keep them in PostgreSQL)",
+                "schedules' last fires are lost when this node stops (leave out --database-url "
+                "to keep them in the SQLite file goqueue.db, or give a PostgreSQL one)",
                 extra={"store": store},
             )
         gc.freeze()  # boot-time objects never die: keep them out of every future collection

@@ -44,6 +44,7 @@ from goqueue.supervisor.settings.options import (
     Option,
 )
 from goqueue.supervisor.store.postgres.sql.schema import schema_name_problem
+from goqueue.supervisor.store.sqlite.url import StoreKind, store_url
 
 __all__ = [
     "COMPUTED_DEFAULTS",
@@ -130,17 +131,15 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
 
     @property
     def store_kind(self) -> str:
-        """Which store the node keeps its jobs in: `memory` without a database URL, else
-        the URL's scheme (`postgresql`), for the start-up log line."""
-        if self.database_url is None:
-            return "memory"
-        scheme = self.database_url.partition(":")[0].lower()
-        return "postgresql" if scheme in ("postgres", "postgresql") else scheme
+        """Which store the node keeps its jobs in, for the start-up log line: `sqlite` (the
+        default), `memory` or `postgresql`."""
+        kind = store_url(self.database_url).kind
+        return "postgresql" if kind == StoreKind.POSTGRES else str(kind)
 
     @property
     def keeps_jobs(self) -> bool:
         """False when a restart loses every job (the in-memory store)."""
-        return self.database_url is not None
+        return store_url(self.database_url).kind != StoreKind.MEMORY
 
     @property
     def worker_bounds(self) -> tuple[int, int]:

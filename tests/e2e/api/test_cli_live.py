@@ -169,7 +169,7 @@ def test_help_texts_say_what_is_true() -> None:
     migrate = run_help("migrate")
     assert "in-memory store" not in migrate
     assert "(default: none: it must be given;" in migrate
-    assert "(default: the in-memory store;" in run_help("serve")
+    assert "(default: the SQLite file goqueue.db in the working" in run_help("serve")
 
 
 def test_bench_is_listed_only_where_a_checkout_offers_it(tmp_path: Path) -> None:

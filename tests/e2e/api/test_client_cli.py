@@ -57,6 +57,10 @@ def job(**overrides: Any) -> dict[str, Any]:
         "finished_at": None,
         "updated_at": "2025-01-31T09:00:00.123456Z",
         "unique_key": None,
+        "workflow_id": None,
+        "step_key": None,
+        "parent_ids": None,
+        "parents": None,
     }
     return fields | overrides
 

@@ -87,7 +87,7 @@ def test_an_open_api_beyond_loopback_is_logged_shown_by_ready_and_exported(
 def test_deploy_files_listen_beyond_loopback_only_with_a_key_from_a_secret() -> None:
     compose = yaml.safe_load((DEPLOY / "compose.yaml").read_text())
     nodes = [s for s in compose["services"].values() if "build" in s]
-    assert len(nodes) == 2
+    assert len(nodes) == 3  # node1 and node2 on PostgreSQL, `single` on its SQLite file
     for service in nodes:
         env = service["environment"]
         assert env["GOQUEUE_HOST"] == "0.0.0.0"

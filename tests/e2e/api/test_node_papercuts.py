@@ -37,7 +37,10 @@ def started(node: Node) -> dict[str, Any]:
     )
 
 
-def test_a_memory_node_names_its_store_and_warns_it_forgets(node: Node) -> None:
+def test_a_memory_node_names_its_store_and_warns_it_forgets(
+    make_node: Callable[..., Node],
+) -> None:
+    node = make_node("--database-url", "memory://")
     assert started(node)["store"] == "memory"
     warning = next(r for r in records(node) if r["msg"].startswith(FORGETS))
     assert warning["level"] == "warning" and "--database-url" in warning["msg"]
@@ -61,7 +64,7 @@ def test_a_postgresql_node_names_its_store_and_does_not_warn(
 
 
 def test_text_logs_when_asked(make_node: Callable[..., Node]) -> None:
-    node = make_node("--log-format", "text")
+    node = make_node("--log-format", "text", "--database-url", "memory://")
     line = wait_for(
         lambda: next((x for x in node.logs().splitlines() if "node started" in x), None),
         what="the node started line",
@@ -101,7 +104,7 @@ def test_text_is_the_default_on_a_terminal_and_json_elsewhere(tmp_path: Path) ->
         os.close(primary)
     text = seen.decode(errors="replace")
     line = next(x for x in text.splitlines() if "node started" in x)
-    assert not line.lstrip().startswith("{") and "store=memory" in line, text
+    assert not line.lstrip().startswith("{") and "store=sqlite" in line, text
 
 
 def test_metrics_carry_no_created_series(node: Node) -> None:

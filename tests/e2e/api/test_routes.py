@@ -937,7 +937,7 @@ def test_a_job_shows_its_effective_timeout_and_where_it_comes_from(api_server: A
     assert resp.status == 201, resp.body
     by_actor = resp.json
     by_node = enqueue(api_server)  # email declares no timeout
-    assert "timeout" not in own  # filled in by GET /jobs/{id} only
+    assert own["timeout"] == {"seconds": 7.0, "source": "job"}  # as GET shows it
     answers = {
         job["id"]: api_server.get(f"/jobs/{job['id']}").json for job in (own, by_actor, by_node)
     }

@@ -8,6 +8,7 @@ import errno
 import logging
 import signal
 from dataclasses import dataclass, field
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
@@ -99,9 +100,8 @@ class FakeScheduler:
 def arbiter() -> tuple[Arbiter, FakePool, FakeDispatcher, Metrics]:
     settings = Settings(workers=1)
     pool, dispatcher, metrics = FakePool(), FakeDispatcher(), Metrics()
-    parts: dict[str, Any] = dict.fromkeys(
-        ("store", "engine", "hooks", "webhooks", "leases", "http"), None
-    )
+    parts: dict[str, Any] = dict.fromkeys(("store", "hooks", "webhooks", "leases", "http"), None)
+    parts["engine"] = SimpleNamespace(tracing=None)  # the arbiter reads only whether it traces
     node = Node(
         settings=settings,
         pool=pool,
