@@ -139,9 +139,16 @@ def test_logs_are_json_lines_with_job_fields(make_node) -> None:
     node = make_node("--log-level", "debug")
     job = node.enqueue(type="failnow")
     node.wait_status(job["id"], "failed")
-    wait_for(lambda: job["id"] in node.logs())
-    records = [json.loads(line) for line in node.logs().splitlines() if line.startswith("{")]
-    mine = [r for r in records if r.get("job_id") == job["id"]]
+
+    def records_of_job() -> list[dict[str, object]]:
+        lines = node.logs().splitlines()
+        records = [json.loads(line) for line in lines if line.startswith("{")]
+        return [r for r in records if r.get("job_id") == job["id"]]
+
+    # The after-outcome hooks log once the failure is stored, so the status can be read
+    # before the dead-letter line is written: wait for that line, then check every record.
+    wait_for(lambda: any(r["msg"] == "job dead-lettered" for r in records_of_job()))
+    mine = records_of_job()
     assert mine and all(r["type"] == "failnow" and "attempt" in r for r in mine)
     assert any(r["msg"] == "job dead-lettered" for r in mine)
 
