@@ -291,10 +291,15 @@ def node(make_node: Callable[..., Node]) -> Node:
 
 
 # Modules that load the machine (thousands of jobs, 100k rows, a fresh install, faults
-# injected into nodes and databases): under xdist they take turns on one process.
+# injected into nodes and databases) or time what a node does against the clock (rate
+# limits, scaling, the cost of open dashboards): under xdist they take turns on one
+# process, while the other modules share both.
 HEAVY_MODULES = frozenset(
     {"tests/e2e/test_fresh_install.py", "tests/e2e/api/test_metrics_cost.py",
-     "tests/e2e/supervisor/test_cluster.py"}
+     "tests/e2e/supervisor/test_cluster.py", "tests/e2e/test_chaos.py",
+     "tests/e2e/test_faults.py", "tests/e2e/test_hardening.py",
+     "tests/e2e/supervisor/test_rate_limit_nodes.py", "tests/e2e/supervisor/test_scaling.py",
+     "tests/e2e/ui/test_dashboard.py"}
 )  # fmt: skip
 
 
@@ -308,8 +313,7 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> Any:
     class ByModule(LoadScopeScheduling):
         def _split_scope(self, nodeid: str) -> str:
             module = nodeid.split("::", 1)[0]
-            heavy = module in HEAVY_MODULES or module.startswith("tests/e2e/")
-            return "heavy" if heavy else module
+            return "heavy" if module in HEAVY_MODULES else module
 
     return ByModule(config, log)
 
