@@ -249,13 +249,25 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
                 RETURNING j.id, j.lease_token, j.attempts, j.started_at),
             {_trail(EventKind.STARTED)}
             SELECT id, lease_token, attempts, started_at FROM changed""",
+        # A heartbeat never waits for a row lock: rows an outcome, a start or another
+        # node's cancel is writing are left alone (that write ends or extends the lease),
+        # so it cannot deadlock with a group of such writes locking rows in another order.
+        # Held: the leases the statement's snapshot shows, locked or not.
         Sql.HEARTBEAT: """
-            UPDATE {s}.jobs j
-            SET lease_expires_at = now() + %(lease)s::float8 * interval '1 second'
-            FROM unnest(%(ids)s::uuid[], %(tokens)s::uuid[]) AS l(id, token)
-            WHERE j.id = ANY (%(ids)s::uuid[]) AND j.id = l.id AND j.lease_token = l.token
-              AND j.status IN ('running', 'claimed')
-            RETURNING j.lease_token""",
+            WITH mine AS (
+                SELECT j.id FROM {s}.jobs j
+                JOIN unnest(%(ids)s::uuid[], %(tokens)s::uuid[]) AS l(id, token)
+                    ON j.id = l.id AND j.lease_token = l.token
+                WHERE j.id = ANY (%(ids)s::uuid[]) AND j.status IN ('running', 'claimed')
+                FOR UPDATE OF j SKIP LOCKED),
+            extended AS (
+                UPDATE {s}.jobs j
+                SET lease_expires_at = now() + %(lease)s::float8 * interval '1 second'
+                FROM mine WHERE j.id = mine.id)
+            SELECT j.lease_token FROM {s}.jobs j
+            JOIN unnest(%(ids)s::uuid[], %(tokens)s::uuid[]) AS l(id, token)
+                ON j.id = l.id AND j.lease_token = l.token
+            WHERE j.id = ANY (%(ids)s::uuid[]) AND j.status IN ('running', 'claimed')""",
         # Nothing is reaped in the first lease term after the database (re)started: no
         # holder could extend its leases while it was down, and live ones do so now.
         Sql.EXPIRED: """
