@@ -1,4 +1,5 @@
-"""Python function calls per job in the in-memory end-to-end phase, the count no noise
+"""Python function calls per job in the end-to-end phase (in memory unless
+`--database-url` says otherwise), the count no noise
 moves: cProfile of the supervisor (`python -m cProfile -m goqueue.api.cli.main serve`),
 (calls for 5,000 jobs - calls for 1,000 jobs) / 4,000, so that boot and shutdown cancel.
 
@@ -24,7 +25,7 @@ from benchmarks.loadgen import LoadClient
 from benchmarks.nodes import CHECKOUT
 
 
-async def profiled_run(jobs: int, workers: int, out: Path) -> None:
+async def profiled_run(jobs: int, workers: int, out: Path, database_url: str) -> None:
     """One profiled node: warm up, `jobs` no-op jobs from one producer, all done, stop."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -36,6 +37,7 @@ async def profiled_run(jobs: int, workers: int, out: Path) -> None:
         sys.executable, "-m", "cProfile", "-o", str(out), "-m", "goqueue.api.cli.main",
         "serve", "--host", "127.0.0.1", "--port", str(port), "--actors", "benchmarks.actors",
         "--log-level", "warning", "--max-pending", "1000000", "--workers", str(workers),
+        "--database-url", database_url,
     ]  # fmt: skip
     proc = subprocess.Popen(cmd, env=env)
     client = LoadClient("127.0.0.1", port)
@@ -62,6 +64,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, nargs=2, default=(1000, 5000))
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--database-url", default="memory://", help="the store (memory://)")
     parser.add_argument("--keep", help="write the larger run's profile here")
     args = parser.parse_args()
     small, large = args.jobs
@@ -69,7 +72,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for n in (small, large):
             out = Path(tmp) / f"{n}.prof"
-            asyncio.run(profiled_run(n, args.workers, out))
+            asyncio.run(profiled_run(n, args.workers, out, args.database_url))
             calls[n] = pstats.Stats(str(out)).total_calls  # type: ignore[attr-defined]  # untyped in typeshed
             if args.keep and n == large:
                 Path(args.keep).write_bytes(out.read_bytes())
