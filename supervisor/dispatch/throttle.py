@@ -82,11 +82,17 @@ class Throttle:
                 await self.store.return_starts(item.job_type, item.taken.tat, unused)
 
     def _wake_in(self, seconds: float) -> None:
-        """Wake the dispatcher in `seconds`, unless a wake comes sooner already."""
+        """Wake the dispatcher in `seconds`, unless a wake comes sooner already. (A timer
+        that fired is forgotten as it fires: the loop may run it a little before its time,
+        and a pass it started must still be able to ask for the next wake.)"""
         at = time.monotonic() + seconds
-        if self._timer is not None and time.monotonic() < self._timer_at <= at:
+        if self._timer is not None and self._timer_at <= at:
             return
         if self._timer is not None:
             self._timer.cancel()
         self._timer_at = at
-        self._timer = asyncio.get_running_loop().call_later(seconds, self.wake)
+        self._timer = asyncio.get_running_loop().call_later(seconds, self._fire)
+
+    def _fire(self) -> None:
+        self._timer = None
+        self.wake()
