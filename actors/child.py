@@ -2,11 +2,12 @@
 
 The supervisor spawns it directly (no forkserver between them) with one end of a socket
 pair as descriptor FD. It ties itself to the supervisor (PDEATHSIG, then the pipe: see
-`inbox.py`), reads its `Boot` frame, imports the actors, then runs one job at a time as
-the pipe says. The supervisor owns every decision (deadlines, retries, recycling); this
-loop only runs handlers and reports. It is killed, never asked, when an attempt overruns
-its deadline. asyncio is imported only when an `async def` handler first runs, to keep
-the boot (and so a replacement after a kill) fast.
+`inbox.py`), reads its `Boot` frame, imports the actors, then runs the attempts the pipe
+hands it, one at a time, in order. The supervisor owns every decision (deadlines,
+retries, recycling); this loop only runs handlers and reports. It is killed, never
+asked, when an attempt overruns its deadline. asyncio is imported only when an
+`async def` handler first runs, to keep the boot (and so a replacement after a kill)
+fast.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import msgspec
 from goqueue.actors.boot import extend_path, load
 from goqueue.actors.context import PipeLink
 from goqueue.actors.errors import Fail, Retry
-from goqueue.actors.inbox import Inbox
+from goqueue.actors.inbox import Inbox, Wait
 from goqueue.actors.lease_alarm import KernelAlarm
 from goqueue.actors.logs import JobLog
 from goqueue.actors.pipe import Pipe
@@ -33,10 +34,12 @@ from goqueue.actors.protocol import (
     WORKER_OK,
     Boot,
     BootFailed,
+    FromWorker,
     JobDone,
     JobFailed,
     Ready,
     RunJob,
+    Started,
 )
 from goqueue.actors.registry import Context, Registry
 from goqueue.actors.tracebacks import DEFAULT_MAX_TRACEBACK_BYTES, bounded
@@ -77,6 +80,7 @@ def main(argv: Sequence[str] | None = None) -> NoReturn:
         loaded,
         max_result_bytes=boot.max_result_bytes,
         max_traceback_bytes=boot.max_traceback_bytes,
+        max_rss_kb=boot.max_rss_kb,
         log=log,
         tracer=tracer,
     )
@@ -121,9 +125,15 @@ def _exit(code: int) -> NoReturn:
     os._exit(code)
 
 
-def _rss_kb() -> int:
-    with open("/proc/self/statm", "rb") as f:
-        return int(f.read().split()[1]) * _PAGE_KB
+class _Statm:
+    """This process's resident memory, read from /proc/self/statm with one `pread` of a
+    descriptor kept open (after every attempt: it tells the supervisor when to recycle)."""
+
+    def __init__(self) -> None:
+        self._fd = os.open("/proc/self/statm", os.O_RDONLY | os.O_CLOEXEC)
+
+    def rss_kb(self) -> int:
+        return int(os.pread(self._fd, 128, 0).split()[1]) * _PAGE_KB
 
 
 class Worker:
@@ -137,6 +147,7 @@ class Worker:
         *,
         max_result_bytes: int | None = None,
         max_traceback_bytes: int = DEFAULT_MAX_TRACEBACK_BYTES,
+        max_rss_kb: int | None = None,
         log: JobLog | None = None,
         tracer: AttemptTracer | None = None,
     ) -> None:
@@ -148,17 +159,39 @@ class Worker:
         self.registry = registry
         self.max_result_bytes = max_result_bytes
         self.max_traceback_bytes = max_traceback_bytes
+        self.max_rss_kb = max_rss_kb
         self.link = PipeLink(pipe, inbox)
+        self._rss_kb = _Statm().rss_kb
         self._loop: asyncio.AbstractEventLoop | None = None
 
     def serve(self) -> None:
-        """Run jobs until told to stop (the inbox ends the process if the supervisor goes)."""
-        while (job := self.inbox.jobs.get()) is not None:
+        """Run attempts until told to stop (the inbox ends the process if the supervisor
+        goes). What is to be said (an outcome, the next attempt's `Started`, attempts
+        dropped) goes out in one write, before the next attempt runs or the worker waits."""
+        outbox: list[FromWorker] = []
+        while True:
+            job = self.inbox.take(outbox, wait=False)
+            if isinstance(job, Wait):
+                self._flush(outbox)
+                job = self.inbox.take(outbox, wait=True)
+            if not isinstance(job, RunJob):
+                break
+            if job.announce:
+                outbox.append(Started(job.job_id))
+            self._flush(outbox)
             outcome = self.run(job)
             self.link.job_ended()
             if not self.inbox.finished():
                 return  # the inbox gave this attempt up and is ending the process
-            self.pipe.send(outcome)
+            outbox.append(outcome)
+            if self.max_rss_kb is not None and outcome.rss_kb > self.max_rss_kb:
+                self.inbox.drop_all(outbox)  # to be recycled: it starts nothing more
+        self._flush(outbox)
+
+    def _flush(self, outbox: list[FromWorker]) -> None:
+        if outbox:
+            self.pipe.send_all(outbox)
+            outbox.clear()
 
     def run(self, job: RunJob) -> JobDone | JobFailed:
         """Run one attempt and describe its outcome; its log lines name the job."""
@@ -203,7 +236,7 @@ class Worker:
         if limit is not None and len(encoded) > limit:
             error = f"result is {len(encoded)} bytes, over the limit of {limit}"
             return self._failed(job, started, error, retry=False)
-        return JobDone(job.job_id, encoded, time.monotonic() - started, _rss_kb())
+        return JobDone(job.job_id, encoded, time.monotonic() - started, self._rss_kb())
 
     def _call(self, job: RunJob) -> Any:
         handler = self.registry.get(job.type)
@@ -234,7 +267,7 @@ class Worker:
         tb: str = "",
     ) -> JobFailed:
         duration = time.monotonic() - started
-        return JobFailed(job.job_id, error, duration, retry, delay, tb, _rss_kb())
+        return JobFailed(job.job_id, error, duration, retry, delay, tb, self._rss_kb())
 
 
 _OWN_FILES = frozenset({__file__})  # frames left out of a handler's traceback

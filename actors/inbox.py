@@ -1,30 +1,39 @@
 """The worker's reader thread: the only reader of the pipe once the worker has booted.
 
-It hands `RunJob` and `Shutdown` to the main thread, routes `EnqueueReply` to the
-handler waiting for it, and keeps the running job's allowance on the kernel's alarm
-(`lease_alarm.py`), which every `Extend` moves forward: when the allowance runs out
-mid-job (the supervisor is frozen, so the job's lease is no longer being renewed) the
-kernel ends the process. It is also how a worker never outlives its supervisor: at the
-pipe's end (the supervisor is gone, whatever killed it) the worker kills itself at once.
+It keeps the attempts the supervisor handed over, in order, for the main thread to take
+one at a time (`take`), marks those whose start became durable (`Go`), hands back those
+withdrawn before they started (`Dropped`), routes `EnqueueReply` to the handler waiting
+for it, and keeps the allowance of the attempts held on the kernel's alarm
+(`lease_alarm.py`), which every `Extend` moves forward: when the allowance runs out while
+the worker holds attempts (the supervisor is frozen, so their leases are no longer being
+renewed) the kernel ends the process. It is also how a worker never outlives its
+supervisor: at the pipe's end (the supervisor is gone, whatever killed it) the worker
+kills itself at once.
 """
 
 from __future__ import annotations
 
 import os
-import queue
 import signal
 import threading
+import time
+from collections import deque
 from collections.abc import Callable
 
 from goqueue.actors.lease_alarm import Alarm
 from goqueue.actors.pipe import READ_SIZE, Frames, Pipe
 from goqueue.actors.protocol import (
     Boot,
+    Dropped,
     EnqueueReply,
     Extend,
+    FromWorker,
+    Go,
     RunJob,
+    RunJobs,
     Shutdown,
     ToWorker,
+    Withdraw,
 )
 
 
@@ -46,32 +55,96 @@ class Reply:
         return self.answer
 
 
-class Inbox(threading.Thread):
-    """Reads the pipe; keeps the running job's allowance on `alarm`; kills the worker
-    when the supervisor is gone."""
+class Wait:
+    """What `take` returns, without waiting, when no attempt may start yet."""
 
-    def __init__(self, pipe: Pipe, alarm: Alarm, *, die: Callable[[], None] = kill_self) -> None:
+
+WAIT = Wait()
+
+
+class Inbox(threading.Thread):
+    """Reads the pipe; keeps the attempts handed over and their allowance on `alarm`;
+    kills the worker when the supervisor is gone."""
+
+    def __init__(
+        self,
+        pipe: Pipe,
+        alarm: Alarm,
+        *,
+        die: Callable[[], None] = kill_self,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
         super().__init__(name="goqueue-inbox", daemon=True)
         self.pipe = pipe
         self.alarm = alarm
         self.die = die
-        self.jobs: queue.SimpleQueue[RunJob | None] = queue.SimpleQueue()
+        self.clock = clock
         self._frames = Frames(pipe.codec)
-        self._lock = threading.Lock()  # the alarm is armed only while a job is running
-        self._bounded = False  # the running job has an allowance
+        self._lock = threading.Lock()
+        self._changed = threading.Condition(self._lock)  # an attempt came, or may now start
+        self._queue: deque[RunJob] = deque()  # handed over, not started, in order
+        self._go: set[str] = set()  # queued attempts whose `Go` came
+        self._running = False  # the main thread runs an attempt
+        self._bounded = False  # the alarm is armed for the attempts held
+        self._closing = False  # Shutdown came: exit once nothing is held
+        self._refusing = False  # to be recycled: attempts handed over are dropped at once
         self._replies: dict[int, Reply] = {}
         self.ending = False
 
     # -- the job's thread ---------------------------------------------------------------
 
-    def finished(self) -> bool:
-        """The job's outcome is about to be sent: stop guarding its allowance. False if
-        the pipe is gone (the worker is about to die)."""
+    def take(self, outbox: list[FromWorker], *, wait: bool) -> RunJob | Wait | None:
+        """The next attempt to run, now marked running; None when the worker is to exit.
+        Attempts past their `start_by` are left out and named in a `Dropped` added to
+        `outbox`. When the next attempt may not start yet (none held, or its `Go` has not
+        come): WAIT, or with `wait` block until one may."""
+        with self._changed:
+            while True:
+                while self._queue:
+                    job = self._queue[0]
+                    if job.start_by is not None and self.clock() > job.start_by:
+                        self._queue.popleft()
+                        self._go.discard(job.job_id)
+                        outbox.append(Dropped([job.job_id]))
+                        continue
+                    if not job.go and job.job_id not in self._go:
+                        break
+                    self._queue.popleft()
+                    self._go.discard(job.job_id)
+                    self._running = True
+                    return job
+                if self._closing and not self._queue:
+                    return None
+                if not wait:
+                    return WAIT
+                self._disarm_if_idle()
+                self._changed.wait()
+
+    def drop_all(self, outbox: list[FromWorker]) -> None:
+        """Start none of the attempts queued, nor any handed over from now on (the worker
+        is to be recycled): name them in a `Dropped` added to `outbox` (those still to
+        come are answered so at once)."""
         with self._lock:
-            if self._bounded:
-                self.alarm.disarm()
-            self._bounded = False
+            self._refusing = True
+            dropped = [job.job_id for job in self._queue]
+            self._queue.clear()
+            self._go.clear()
+        if dropped:
+            outbox.append(Dropped(dropped))
+
+    def finished(self) -> bool:
+        """The running attempt's outcome is about to be sent: stop guarding its allowance
+        unless more attempts are held. False if the pipe is gone (the worker is about to
+        die)."""
+        with self._lock:
+            self._running = False
+            self._disarm_if_idle()
             return not self.ending
+
+    def _disarm_if_idle(self) -> None:
+        if self._bounded and not self._running and not self._queue:
+            self.alarm.disarm()
+            self._bounded = False
 
     def expect(self, request_id: int) -> Reply:
         """Register a request whose answer the caller will wait for."""
@@ -103,12 +176,23 @@ class Inbox(threading.Thread):
     def handle(self, message: ToWorker) -> None:
         """Act on one message from the supervisor."""
         match message:
-            case RunJob(allowance=allowance) as job:
-                with self._lock:
-                    self._bounded = allowance is not None
+            case RunJobs(jobs=jobs):
+                if self._refusing:
+                    self.pipe.send(Dropped([job.job_id for job in jobs]))
+                    return
+                with self._changed:
+                    allowance = jobs[-1].allowance
                     if allowance is not None:
                         self.alarm.arm(allowance)
-                self.jobs.put(job)
+                        self._bounded = True
+                    self._queue.extend(jobs)
+                    self._changed.notify()
+            case Go(job_ids=job_ids):
+                with self._changed:
+                    self._go.update(job_ids)
+                    self._changed.notify()
+            case Withdraw(job_ids=job_ids):
+                self._withdraw(set(job_ids))
             case Extend(seconds=seconds):
                 with self._lock:
                     if self._bounded:
@@ -120,6 +204,19 @@ class Inbox(threading.Thread):
                     reply.answer = answer
                     reply.ready.set()
             case Shutdown():
-                self.jobs.put(None)
+                with self._changed:
+                    self._closing = True
+                    self._changed.notify()
             case Boot():
                 pass  # only ever the first frame, read before the inbox starts
+
+    def _withdraw(self, job_ids: set[str]) -> None:
+        """Forget the queued attempts named (not one already started), and say which."""
+        with self._changed:
+            dropped = [job.job_id for job in self._queue if job.job_id in job_ids]
+            if not dropped:
+                return
+            self._queue = deque(job for job in self._queue if job.job_id not in job_ids)
+            self._go.difference_update(dropped)
+            self._disarm_if_idle()
+        self.pipe.send(Dropped(dropped))

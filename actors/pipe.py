@@ -36,6 +36,12 @@ class Pipe:
         with self._lock:
             self.sock.sendall(frame)
 
+    def send_all(self, messages: list[FromWorker]) -> None:
+        """Write several frames in one write (an outcome and the next `Started`)."""
+        buffer = self.codec.frames(messages)
+        with self._lock:
+            self.sock.sendall(buffer)
+
     def send_nowait(self, message: FromWorker) -> bool:
         """Write one frame only if nothing else is writing and the socket takes it now
         (the inbox's last word before the worker kills itself must never block it)."""

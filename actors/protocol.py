@@ -8,17 +8,25 @@ encoder and one decoder (`SupervisorCodec`, `WorkerCodec`) and encodes a frame, 
 prefix included, into one buffer (`frame`), so a frame is never copied to be sent.
 
 A worker's life on the pipe: the supervisor sends `Boot` first; the worker answers
-`Ready` (or `BootFailed` and exits with WORKER_BOOT_ERROR). Then, one job at a time:
-`RunJob`, `Extend` every supervisor tick while it runs, and the worker's `JobDone` or
-`JobFailed`. While a job runs, the worker may send `Progress` and `EnqueueRequest` (each
-request answered by one `EnqueueReply`). A worker the supervisor stopped extending dies
-by SIGALRM at the end of its allowance, saying nothing (`lease_alarm.py`). `Shutdown`
-ends an idle worker.
+`Ready` (or `BootFailed` and exits with WORKER_BOOT_ERROR). Then the supervisor hands it
+attempts, one or several at a time (`RunJobs`): the worker keeps them in order and runs
+them back to back, one at a time. The first attempt handed to an idle worker starts at
+once; each one queued behind others is announced (`Started`) before it runs, so the
+supervisor arms its deadline then. An attempt whose start is not yet durable waits for
+`Go`; one not started by its `start_by` is not run but handed back (`Dropped`), as are
+those the supervisor takes back (`Withdraw`) before they start. The worker answers each
+attempt with `JobDone` or `JobFailed`, and sends what it has to say in one write when
+it moves on to the next attempt (an outcome and the next `Started`). `Extend` comes
+every supervisor tick while it holds attempts. While a job runs, the worker may send
+`Progress` and `EnqueueRequest` (each request answered by one `EnqueueReply`). A worker
+the supervisor stopped extending dies by SIGALRM at the end of its allowance, saying
+nothing (`lease_alarm.py`). `Shutdown` ends an idle worker.
 """
 
 from __future__ import annotations
 
 import struct
+from collections.abc import Sequence
 from enum import StrEnum
 
 import msgspec
@@ -46,14 +54,20 @@ class Boot(msgspec.Struct, tag="boot", tag_field="msg", array_like=True, gc=Fals
     log_level: str = "info"  # the node's; the worker logs JSON lines at it
     otel: bool = False  # trace each attempt (OpenTelemetry, configured by OTEL_* variables)
     node: str = ""  # the node's id, for the spans
+    max_rss_kb: int | None = None  # past it, the worker starts none of its queued attempts
 
 
-class RunJob(msgspec.Struct, tag="run", tag_field="msg", array_like=True, gc=False):
-    """Run one attempt of a job. `payload` is the job's JSON payload, undecoded.
+class RunJob(msgspec.Struct, array_like=True, gc=False):
+    """One attempt of a job, as `RunJobs` hands it over. `payload` is the job's JSON
+    payload, undecoded.
 
-    `allowance` (seconds, None for no bound) is how long the worker may run it without
-    hearing `Extend`: past it, the supervisor is presumed frozen and the kernel ends the
-    worker before the job's lease can run out and another node take the job over."""
+    `allowance` (seconds, None for no bound) is how long the worker may hold its attempts
+    without hearing `Extend`: past it, the supervisor is presumed frozen and the kernel
+    ends the worker before a lease can run out and another node take the job over.
+    `announce`: say `Started` before running it (it was queued behind another attempt).
+    `go`: its start is durable, so it may run when its turn comes; otherwise it waits
+    for `Go`. `start_by` (the system's monotonic clock, `time.monotonic`): not started by
+    then, its lease may be lapsing, so it is handed back (`Dropped`) instead of run."""
 
     job_id: str
     type: str
@@ -63,10 +77,33 @@ class RunJob(msgspec.Struct, tag="run", tag_field="msg", array_like=True, gc=Fal
     allowance: float | None = None
     trace_context: dict[str, str] | None = None  # the enqueue's (W3C trace context)
     parents: bytes | None = None  # a workflow step's parents' results by key (JSON object)
+    announce: bool = False
+    go: bool = True
+    start_by: float | None = None
+
+
+class RunJobs(msgspec.Struct, tag="run", tag_field="msg", array_like=True, gc=False):
+    """Attempts for the worker to run in this order, after those it already holds."""
+
+    jobs: list[RunJob]
+
+
+class Go(msgspec.Struct, tag="go", tag_field="msg", array_like=True, gc=False):
+    """The starts of these queued attempts are durable: they may run."""
+
+    job_ids: list[str]
+
+
+class Withdraw(msgspec.Struct, tag="withdraw", tag_field="msg", array_like=True, gc=False):
+    """Do not run these queued attempts (cancelled, lease lost, stale, shutting down):
+    the worker hands back (`Dropped`) those it has not started."""
+
+    job_ids: list[str]
 
 
 class Extend(msgspec.Struct, tag="extend", tag_field="msg", array_like=True, gc=False):
-    """The supervisor is alive: the running job may go on for `seconds` from now."""
+    """The supervisor is alive: the attempts the worker holds may go on for `seconds`
+    from now."""
 
     seconds: float
 
@@ -148,6 +185,18 @@ class JobFailed(msgspec.Struct, tag="failed", tag_field="msg", array_like=True, 
     rss_kb: int = 0
 
 
+class Started(msgspec.Struct, tag="started", tag_field="msg", array_like=True, gc=False):
+    """A queued attempt (`RunJob.announce`) starts now: sent before its handler runs."""
+
+    job_id: str
+
+
+class Dropped(msgspec.Struct, tag="dropped", tag_field="msg", array_like=True, gc=False):
+    """Queued attempts the worker will not run (withdrawn, or past their `start_by`)."""
+
+    job_ids: list[str]
+
+
 class Progress(msgspec.Struct, tag="progress", tag_field="msg", array_like=True, gc=False):
     """The running job's latest progress: a JSON number 0-1 or a small JSON object."""
 
@@ -165,8 +214,10 @@ class EnqueueRequest(msgspec.Struct, tag="enqueue", tag_field="msg", array_like=
     trace_context: dict[str, str] | None = None  # the attempt's span, with --otel
 
 
-ToWorker = Boot | RunJob | Extend | Shutdown | EnqueueReply
-FromWorker = Ready | BootFailed | JobDone | JobFailed | Progress | EnqueueRequest
+ToWorker = Boot | RunJobs | Go | Withdraw | Extend | Shutdown | EnqueueReply
+FromWorker = (
+    Ready | BootFailed | Started | JobDone | JobFailed | Dropped | Progress | EnqueueRequest
+)
 
 
 _LENGTH = struct.Struct("!I")
@@ -185,6 +236,16 @@ class _Framer:
         buffer = bytearray(_PREFIX)
         self._encoder.encode_into(message, buffer, _LENGTH.size)
         _LENGTH.pack_into(buffer, 0, len(buffer) - _LENGTH.size)
+        return buffer
+
+    def frames(self, messages: Sequence[ToWorker | FromWorker]) -> bytearray:
+        """Several frames in one buffer, to go out in one write."""
+        buffer = bytearray()
+        for message in messages:
+            start = len(buffer)
+            buffer += _PREFIX
+            self._encoder.encode_into(message, buffer, start + _LENGTH.size)
+            _LENGTH.pack_into(buffer, start, len(buffer) - start - _LENGTH.size)
         return buffer
 
 

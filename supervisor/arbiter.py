@@ -400,7 +400,9 @@ class Arbiter:
             n = Counts.of(w for w in self.pool if w.generation >= self.generation)
             saturated = not n.idle and not n.booting and n.workers < bounds.maximum
             queues = self.dispatcher.policy.queues
-            waited = await longest_wait(self.store, queues) if saturated else 0.0
+            waited = 0.0
+            if saturated:  # due jobs in the store, or claimed here and not started yet
+                waited = max(await longest_wait(self.store, queues), self.dispatcher.longest_wait())
             now = time.monotonic()
             target = self.scaler.decide(
                 now, workers=n.workers, idle=n.idle, booting=n.booting, waited=waited

@@ -1,10 +1,17 @@
-"""Dispatch: claim due jobs for idle workers within per-type slots, start a new job at
-its enqueue when a worker waits for it, and hand attempts' ends to their outcomes.
+"""Dispatch: keep each worker fed with attempts, within per-type slots, and hand what
+becomes of them to their outcomes.
 
-The dispatcher sleeps until woken (a job enqueued, a worker freed, a delayed job due)
-and never polls. It hears the pool's job events directly and keeps its own books (what
-runs where); what becomes of each attempt (hooks, retry, the fenced write, held while
-the store is unavailable) is its `Outcomes`' business (`outcomes.py`).
+A worker holds a small queue of its own (`queues.py` says how deep and what may wait in
+it): the attempt it runs, and up to `Depth` more that it starts back to back without
+waiting for the supervisor. An idle worker gets the best due job, started by the claim
+itself (or by its enqueue, when a worker waits for it); a busy one whose queue ran low
+gets a batch of short jobs claimed together, handed over in one frame, announced by the
+worker as each starts (its deadline is armed then). A queued attempt waits for its
+start to be durable before it runs (`Go`) when the store outlives the node: a job that
+kills its node is charged for it. The dispatcher sleeps until woken (a job enqueued, a
+worker freed, a delayed job due) and never polls. What becomes of each attempt (hooks,
+retry, the fenced write, held while the store is unavailable) is its `Outcomes`'
+business (`outcomes.py`).
 """
 
 from __future__ import annotations
@@ -18,18 +25,20 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 
 from goqueue.actors.protocol import JobDone, JobFailed
+from goqueue.supervisor.dispatch import eager
 from goqueue.supervisor.dispatch.catalog import Catalog
 from goqueue.supervisor.dispatch.hooks import Hook
 from goqueue.supervisor.dispatch.in_hand import Hand
 from goqueue.supervisor.dispatch.outcomes import Outcomes
 from goqueue.supervisor.dispatch.policy import DEFAULT_POLICY, Policy
+from goqueue.supervisor.dispatch.queues import Depth, Durations
 from goqueue.supervisor.dispatch.throttle import Held, Throttle
-from goqueue.supervisor.enums import AttemptOutcome, KillReason, Status
+from goqueue.supervisor.enums import AttemptOutcome, KillReason, Status, WorkerState
 from goqueue.supervisor.errors import StoreUnavailable
 from goqueue.supervisor.jobs import Enqueued, Job, Lease, utcnow
 from goqueue.supervisor.store.base import NewJob, StartNow, Store, StoreTraits
 from goqueue.supervisor.workers.handle import Worker, death_notice
-from goqueue.supervisor.workers.pool import Pool
+from goqueue.supervisor.workers.pool import Handoff, Pool
 
 log = logging.getLogger("goqueue.dispatch")
 
@@ -53,9 +62,10 @@ class Wakeup:
 
 
 class Dispatcher:
-    """Feeds idle workers and turns their reports into store writes, then hook calls.
+    """Feeds the workers and turns their reports into store writes, then hook calls.
 
-    `traits` say what the store is like (`StoreTraits`); they are read here, once."""
+    `traits` say what the store is like (`StoreTraits`); they are read here, once.
+    `prefetch` is how many attempts a worker may hold queued behind the one it runs."""
 
     def __init__(
         self,
@@ -77,23 +87,30 @@ class Dispatcher:
         self.pool = pool
         self.catalog = catalog
         self.policy = policy
-        # a store whose claims cost a round trip keeps a worker's worth in hand
-        self.prefetch = prefetch if traits.claim_ahead else 0
+        self.durable = traits.durable  # a queued attempt runs once its start is written
         self._sees_ahead = traits.sees_ahead
         self.clock = clock
         self.monotonic = monotonic
+        self.depth = Depth(1 + prefetch)  # attempts a worker may hold, adapting to the queue
+        self.durations = Durations()  # how long each type's attempts take here
         self._running: Counter[str] = Counter()
         self._started: dict[str, Lease] = {}  # token -> lease of each attempt on a worker
-        self._hand = Hand()  # claimed, not yet on a worker (prefetch)
+        self._queued: dict[str, Lease] = {}  # token -> lease queued on a worker, not started
+        self._renewed: dict[str, float] = {}  # token -> when a queued lease was last extended
+        self._going: set[str] = set()  # queued leases whose start is being written
+        self._granted: set[str] = set()  # queued leases whose start is written
+        self._withdrawn: dict[str, KillReason] = {}  # taken back: no longer ours, and why
+        self._moving: set[str] = set()  # taken back to hand to an idle worker instead
+        self._hand = Hand()  # claimed, on no worker yet
         self._starting: dict[str, Lease] = {}  # claimed leases whose start is being written
         self._reserved: set[int] = set()  # (ids of) idle workers waiting for such a start
-        self._prefetch_paused = False  # buffered leases went stale: claim only for idle
-        self._deep = False  # the last claim came back full: more jobs are due
         self.dispatching = True
         self.rng = random.Random()
         self.wakeup = wakeup or Wakeup()
         self.wake = self.wakeup.wake
         self._seen = 0  # the `wakeup.news` value as of the last claim that came back short
+        self._seen_short = 0  # likewise for the last claim for the workers' queues
+        self._ends: dict[str, float] = {}  # by type: when starts the last claim took expire
         self._due_timer: asyncio.TimerHandle | None = None
         # what becomes of each attempt, and the writes not to be lost
         self.outcomes = Outcomes(
@@ -116,9 +133,12 @@ class Dispatcher:
 
     def nudge(self) -> None:
         """A worker freed up: hand it a held lease, but only go to the store if the last
-        claim did not already come back short (an empty queue costs no round trips, and
-        with nothing in hand either, not even a pass: it would do nothing)."""
-        if self._hand.leases or self._seen != self.wakeup.news:
+        claim (for idle workers, or for the queues while they are deep) did not already
+        come back short (an empty queue costs no round trips, and with nothing in hand
+        either, not even a pass: it would do nothing)."""
+        news = self.wakeup.news
+        queues = self.depth.current > 1 and self._seen_short != news
+        if self._hand.leases or self._seen != news or queues:
             self.wakeup.event.set()
 
     async def run(self) -> None:
@@ -144,43 +164,130 @@ class Dispatcher:
             delay = max(0.0, (due - self.clock()).total_seconds())
             self._due_timer = asyncio.get_running_loop().call_later(delay + 0.001, self.wake)
 
+    # -- feeding the workers ---------------------------------------------------------
+
     async def fill(self) -> None:
-        """Hand buffered leases to idle workers, then claim for the rest (plus `prefetch`
-        more to keep in hand, so a freed worker never waits on a store round trip)."""
+        """Hand leases in hand out; give idle workers attempts queued on busy ones, or
+        else claim the best due job for each (started by the claim); then claim the next
+        due jobs for workers whose queue ran low; until the workers are fed or the store
+        has nothing more for them."""
         while self.dispatching:
             self._hand_out()
             idle = self._idle()
-            if not idle and self._hand.leases and self._deep:
-                return  # a deep queue: claim ahead again once the leases in hand ran out
-            ahead = 0 if self._prefetch_paused else self.prefetch
-            want = len(idle) + ahead - len(self._hand)
-            if want <= 0 or self._seen == self.wakeup.news:
-                return  # (or drained, and nothing enqueued or freed since)
-            slots = self.catalog.free_slots(want, self._running, self._hand.by_type)
-            types = self.catalog.types if ahead else _types_of(idle)
-            if not slots.keys() <= types:
-                slots = {t: n for t, n in slots.items() if t in types}
-            if not slots:
+            if idle:
+                idle = idle[self._move_to(idle) :]
+            if self._hand.leases:
+                return  # they wait for an idle worker: claim nothing behind them
+            if idle:
+                got = await self._claim_heads(idle)
+                if got:
+                    continue  # the workers fed: their queues next
+            low = self._low()
+            if not low or self._seen_short == self.wakeup.news:
                 return
-            news = self.wakeup.news
-            got = await self._claim(idle, want, slots)
-            if got is None:
-                return
-            self._deep = got == want
-            if got < want:
-                self._seen = news  # drained as of then; a wake since means look again
-                self._hand_out()
+            if not await self._claim_queues(low):
                 return
 
-    async def _claim(self, idle: list[Worker], want: int, slots: dict[str, int]) -> int | None:
-        """Claim up to `want` leases within `slots` into the hand; how many, or None
-        when nothing could be asked (every type throttled, the store unavailable)."""
-        asked = self.monotonic()
-        # the best go straight to the idle workers, started by the claim itself; the
-        # workers are kept for them meanwhile (a job charged is a job that runs)
-        start = min(len(idle), want)
-        kept = {id(w) for w in idle[:start]} - self._reserved
+    def _idle(self) -> list[Worker]:
+        """Idle workers no start is being written for, that may take work."""
+        return [w for w in self.pool.idle() if id(w) not in self._reserved and not w.retire]
+
+    def _low(self) -> dict[Worker, int]:
+        """Busy workers whose queue ran low, and how many attempts each may take."""
+        if self.depth.limit <= 1:
+            return {}
+        rooms = {}
+        recycle = self.pool.recycle
+        for worker in self.pool:
+            if worker.state == WorkerState.BUSY and not worker.retire:
+                room = self.depth.room(worker.held)
+                left = recycle.left(worker)
+                if left is not None:
+                    room = min(room, left)  # a worker due for recycling takes no more
+                if room and worker.verdict is None:
+                    rooms[worker] = room
+        return rooms
+
+    def longest_wait(self) -> float:
+        """Seconds the longest-waiting job this node claimed and has not started has
+        waited since it was due (0 with none): those in hand, and those queued on
+        workers (the store counts them as taken; a worker count scaled on the queue
+        must not)."""
+        waiting = [*self._hand, *self._queued.values()]
+        if not waiting:
+            return 0.0
+        due: datetime = min(lease.job.run_at for lease in waiting)
+        waited: float = (self.clock() - due).total_seconds()
+        return max(0.0, waited)
+
+    async def _claim_heads(self, idle: list[Worker]) -> int | None:
+        """Claim the best due job for each idle worker, started by the claim (the workers
+        are kept for them meanwhile: a job charged is a job that runs), and run it there;
+        how many, or None when nothing could be asked (every type throttled, the store
+        unavailable, drained since the last look)."""
+        if self._seen == self.wakeup.news:
+            return None
+        want = len(idle)
+        news = self.wakeup.news
+        kept = {id(w) for w in idle} - self._reserved
         self._reserved |= kept
+        try:
+            asked = self.monotonic()
+            leases = await self._take(want, _types_of(idle), want)
+        finally:
+            self._reserved -= kept
+        if leases is None:
+            return None
+        # a lease the claim started runs at once on a worker kept for it (the rest, and
+        # any the claim took too long to run safely, go through the hand)
+        fresh = self.dispatching and self.monotonic() - asked < self._fresh_for
+        ready = [w for w in self.pool.idle() if id(w) in kept] if fresh else []
+        for lease in leases:
+            worker = _taker(lease, ready) if ready else None
+            if worker is None:
+                self._hand.add(lease, asked, self._ends.get(lease.job.type))
+            else:
+                ready.remove(worker)
+                self._start(lease, worker)
+        if len(leases) < want:
+            self._seen = news  # drained as of then; a wake since means look again
+            self.depth.shallow()
+            return None
+        self.depth.deep()  # every idle worker found a job waiting: there may be more
+        return len(leases)
+
+    async def _claim_queues(self, low: dict[Worker, int]) -> int | None:
+        """Claim the next due jobs for the workers whose queue ran low, claimed (not
+        started: each starts on its worker), and queue those that may wait in a queue;
+        the rest wait in hand for an idle worker (and so do all behind them: no job
+        overtakes one ahead of it). How many, or None when nothing could be asked."""
+        want = sum(low.values())
+        news = self.wakeup.news
+        asked = self.monotonic()
+        leases = await self._take(want, _types_of(list(low)), 0)
+        if leases is None:
+            return None
+        for lease in leases:
+            self._hand.add(lease, asked, self._ends.get(lease.job.type))
+        self._hand_out()
+        if len(leases) < want:
+            self._seen_short = news  # nothing more for the queues as of then
+            self.depth.shallow()
+        else:
+            self.depth.deep()
+        return len(leases)
+
+    async def _take(self, want: int, types: frozenset[str], start: int) -> list[Lease] | None:
+        """Claim up to `want` due jobs of `types` within the free per-type slots, the best
+        `start` of them started, after taking their starts from the rate limits (the
+        window each taken start must begin in is kept in `_ends`); None when nothing
+        could be asked (every type throttled, the store unavailable)."""
+        slots = self.catalog.free_slots(want, self._running, self._hand.by_type)
+        if not slots.keys() <= types:
+            slots = {t: n for t, n in slots.items() if t in types}
+        if not slots:
+            return None
+        asked = self.monotonic()
         try:
             taken: list[Held] = []
             if self.throttle.applies(self.catalog, slots):
@@ -194,41 +301,20 @@ class Dispatcher:
             log.warning("claim failed: store unavailable", extra={"err": str(exc)})
             asyncio.get_running_loop().call_later(RETRY_CLAIM, self.wake)
             return None
-        finally:
-            self._reserved -= kept
-        ends = {x.job_type: x.last_start(asked) for x in taken}
-        # a lease the claim started runs at once on a worker kept for it (the rest, and
-        # any the claim took too long to run safely, go through the hand)
-        fresh = self.dispatching and self.monotonic() - asked < self._fresh_for
-        ready = [w for w in self.pool.idle() if id(w) in kept] if fresh else []
-        for lease in leases:
-            worker = _taker(lease, ready) if ready else None
-            if worker is None:
-                self._hand.add(lease, asked, ends.get(lease.job.type))
-            else:
-                ready.remove(worker)
-                self._start(lease, worker)
-        return len(leases)
+        self._ends = {x.job_type: x.last_start(asked) for x in taken}
+        return leases
 
     def _hand_out(self) -> None:
-        """Start buffered leases on idle workers that know their type, best first. A
-        lease that may lapse before the next heartbeat could extend it is not run: it
-        is handed back (fenced by its token, so one already taken over costs nothing).
-        Nor is one of a rate-limited type whose window ended: its start would count in
-        the next window, where other nodes may have used every start already."""
+        """Hand leases in hand to idle workers (one each) and to workers with room in
+        their queue (those a queue may hold), best first. A lease that may lapse before
+        the next heartbeat could extend it is not run: it is handed back (fenced by its
+        token, so one already taken over costs nothing). Nor is one of a rate-limited type
+        whose window ended: its start would count in the next window, where other nodes
+        may have used every start already."""
         if not self.dispatching or not self._hand.leases:  # nothing in hand: the usual case
             return
         for worker in self._idle():
-            while True:
-                lease = self._hand.next_for(worker.types)
-                if lease is None:
-                    break
-                if not self._fresh(lease):
-                    self._give_back(lease)
-                elif self._window_over(lease):
-                    self._unclaim(lease)
-                else:
-                    break
+            lease = self._next_in_hand(worker)
             if lease is None:
                 continue
             if lease.job.status == Status.CLAIMED:
@@ -236,12 +322,114 @@ class Dispatcher:
             else:
                 self._hand.remove(lease)
                 self._start(lease, worker)
+        if self._hand.leases:
+            self._queue_from_hand()
 
-    def _idle(self) -> list[Worker]:
-        idle = self.pool.idle()
-        if not self._reserved:
-            return idle
-        return [w for w in idle if id(w) not in self._reserved]
+    def _next_in_hand(self, worker: Worker) -> Lease | None:
+        """The lease in hand `worker` should run next, stale ones handed back on the way."""
+        while True:
+            lease = self._hand.next_for(worker.types)
+            if lease is None:
+                return None
+            if not self._fresh(lease):
+                self._give_back(lease)
+            elif self._window_over(lease):
+                self._unclaim(lease)
+            else:
+                return lease
+
+    def _queue_from_hand(self) -> None:
+        """Queue the claimed leases in hand, in their order, on busy workers with room
+        (each to the one holding fewest), one frame per worker; stop at the first that
+        may not wait in a queue (a long or limited type: it waits for an idle worker, and
+        the rest with it), and never queue one behind another worker's queued attempt
+        of a higher priority (it would overtake it)."""
+        short = self.durations.short_types(self.catalog)
+        rooms = self._low()
+        if not rooms:
+            return
+        batches: dict[Worker, list[Handoff]] = {}
+        for lease in list(self._hand):
+            job = lease.job
+            if job.status != Status.CLAIMED or job.type not in short:
+                break
+            if self._hand.window_end(lease) is not None or not self._fresh(lease):
+                break
+            takers = [w for w in rooms if job.type in w.types]
+            if not takers:
+                break
+            worker = min(takers, key=lambda w: w.held + len(batches.get(w, ())))
+            if self._overtakes(job, worker, batches):
+                break
+            renewed = self._hand.renewed_at(lease)
+            self._hand.remove(lease)
+            self._queued[lease.token] = lease
+            self._renewed[lease.token] = renewed
+            start_by = renewed + self._fresh_for
+            handoff = Handoff(lease, self.timeout_of(job), not self.durable, start_by)
+            batches.setdefault(worker, []).append(handoff)
+            rooms[worker] -= 1
+            if not rooms[worker]:
+                del rooms[worker]
+                if not rooms:
+                    break
+        for worker, handoffs in batches.items():
+            self.pool.hand(worker, handoffs)
+            self._grant(worker)
+
+    def _overtakes(self, job: Job, worker: Worker, batches: dict[Worker, list[Handoff]]) -> bool:
+        """True if `job`, queued last on `worker`, would be there in an earlier place than
+        an attempt of a higher priority queued on another worker (it would likely start
+        first)."""
+        place = worker.held + len(batches.get(worker, ()))
+        for other in self.pool:
+            if other is worker:
+                continue
+            ahead = [e.lease.job for e in other.queued]
+            ahead += [h.lease.job for h in batches.get(other, ())]
+            start = other.lease is not None
+            for i, queued in enumerate(ahead):
+                if queued.priority > job.priority and start + i > place:
+                    return True
+        return False
+
+    def _move_to(self, idle: list[Worker]) -> int:
+        """Idle workers while others hold attempts queued: take some of those back (they
+        are handed to the idle ones once their worker says it has not started them), so
+        that no worker waits while work waits behind another's job, and an idle worker
+        never starts a job of a lower priority than one queued elsewhere. How many of
+        `idle` (the first ones) will be served so, counting moves already under way."""
+        served = len(self._moving)
+        if served >= len(idle) or not self._queued:
+            return min(served, len(idle))
+        now = self.monotonic()
+        wanted = len(idle) - served
+        types = _types_of(idle)
+        for worker in self.pool:
+            movable = [
+                e
+                for e in worker.queued
+                if e.lease.token not in self._withdrawn
+                and e.lease.token not in self._moving
+                and e.lease.token not in self._going
+                and e.lease.job.type in types
+            ]
+            running = worker.lease
+            overdue = running is not None and now - worker.attempt_started > 2 * (
+                self.durations.expected(running.job.type)
+            )
+            if not movable or (len(movable) < 2 and not overdue):
+                continue
+            take = movable if overdue else movable[len(movable) // 2 :]
+            take = take[:wanted]
+            self._moving.update(e.lease.token for e in take)
+            self.pool.withdraw(worker, [e.lease.job.id for e in take])
+            wanted -= len(take)
+            if not wanted:
+                break
+        return min(len(self._moving), len(idle))
+
+    # -- start at enqueue --------------------------------------------------------------
 
     def store_back(self) -> None:
         """The store answers again after being unreachable: held writes try at once."""
@@ -288,7 +476,7 @@ class Dispatcher:
         if queues is not None and spec.queue_name not in queues:
             return None
         worker = self.pool.idle_for(spec.type, self._reserved)
-        if worker is None:
+        if worker is None or worker.retire:
             return None
         self._reserved.add(id(worker))
         new.start = StartNow(worker.types, queues)
@@ -303,6 +491,8 @@ class Dispatcher:
         else:
             self._hand.add(lease, self.monotonic(), first=True)
             self.nudge()
+
+    # -- leases in hand ----------------------------------------------------------------
 
     def _window_over(self, lease: Lease) -> bool:
         end = self._hand.window_end(lease)
@@ -370,23 +560,50 @@ class Dispatcher:
         self.outcomes.released(lease)
 
     def release_stale(self) -> int:
-        """Hand back leases claimed ahead that waited a whole lease for a worker (the
-        workers are stuck or busy with long jobs), and claim no more ahead until a worker
-        frees up, so that other nodes take these jobs. Returns how many."""
+        """Hand back leases in hand that waited a whole lease for a worker, and the
+        attempts queued on a worker that waited as long (the job ahead of them runs far
+        longer than its type's usual, or the worker is stuck), so that other workers and
+        nodes take these jobs. Returns how many."""
         limit = self.monotonic() - self.policy.lease_seconds
         stale = [x for x in self._hand if self._hand.taken_at(x) <= limit]
         stale += [x for x in self._hand if x not in stale and not self._fresh(x)]
         for lease in stale:
             self._give_back(lease)
-        if stale:
-            self._prefetch_paused = True
+        for worker in self.pool:
+            late = [e.lease for e in worker.queued if e.since <= limit]
+            if late:
+                self._take_back(worker, late)
         return len(stale)
+
+    def _take_back(self, worker: Worker, leases: list[Lease]) -> None:
+        """Take back attempts queued on `worker` to give them to the store. One that may
+        not start without a `Go` (its start not written, none on its way) goes back at
+        once, a stuck worker notwithstanding; the others when the worker drops them."""
+        ids = []
+        for lease in leases:
+            token = lease.token
+            if token in self._withdrawn or token not in self._queued:
+                continue
+            ids.append(lease.job.id)
+            if self.durable and token not in self._granted and token not in self._going:
+                self._withdrawn[token] = KillReason.LEASE_LOST  # ours no more: never to run
+                self._queued.pop(token, None)
+                self._renewed.pop(token, None)
+                self.outcomes.released(lease)
+        if ids:
+            self.pool.withdraw(worker, ids)
 
     def renewed(self, leases: list[Lease], at: float) -> None:
         """The store extended `leases` by a whole lease as of `at` (monotonic)."""
         self._hand.renew(leases, at)
+        for lease in leases:
+            if lease.token in self._renewed:
+                self._renewed[lease.token] = max(at, self._renewed[lease.token])
+
+    # -- attempts on workers -------------------------------------------------------------
 
     def _start(self, lease: Lease, worker: Worker) -> None:
+        """Run a started lease on an idle worker now."""
         job = lease.job
         self._running[job.type] += 1
         self._started[lease.token] = lease
@@ -397,21 +614,147 @@ class Dispatcher:
         """The deadline in seconds that applies to one attempt of `job`."""
         return job.timeout_seconds or self.catalog.timeout(job.type, self.policy.default_timeout)
 
+    def job_started(self, lease: Lease, worker: Worker) -> None:
+        """A queued attempt started on its worker: charge it (unless its start was
+        written before it ran), and let the next ones on that worker go."""
+        token = lease.token
+        self._queued.pop(token, None)
+        self._renewed.pop(token, None)
+        self._moving.discard(token)
+        granted = token in self._granted
+        self._granted.discard(token)
+        self._running[lease.job.type] += 1
+        self._started[token] = lease
+        reason = self._withdrawn.pop(token, None)
+        if reason is not None:  # cancelled or lost while its frame was on its way
+            self.pool.kill(worker, reason)
+            return
+        if not granted:
+            self._charge(lease, worker)
+        self.outcomes.started(lease.job)
+        self._grant(worker)
+
+    def _charge(self, lease: Lease, worker: Worker) -> None:
+        """Start a queued attempt in a store whose starts need not be durable first (in
+        memory: at once, in this step)."""
+        started = eager.step(self.store.start(lease))
+        if isinstance(started, eager.Done):
+            self._charged(lease, worker, started.value)
+        else:
+            self.outcomes.track(self._charge_later(lease, worker, started))
+
+    async def _charge_later(
+        self, lease: Lease, worker: Worker, write: eager.Waiting[Lease | None]
+    ) -> None:
+        try:
+            held = await write
+        except StoreUnavailable as exc:
+            log.warning("start failed: store unavailable", extra={"err": str(exc)})
+            held = lease
+        self._charged(lease, worker, held)
+
+    def _charged(self, lease: Lease, worker: Worker, held: Lease | None) -> None:
+        if held is None:  # cancelled meanwhile: its job must not run on
+            log.warning("lease lost before the job started", extra={"job_id": lease.job.id})
+            if worker.holds(lease.token):
+                self.pool.kill(worker, KillReason.LEASE_LOST)
+            return
+        if worker.holds(lease.token):
+            worker.lease = held
+            self._started[lease.token] = held
+
+    def job_dropped(self, lease: Lease, worker: Worker) -> None:
+        """A queued attempt will not run on `worker`: hand it to an idle worker when it
+        was taken back for one, else back to the store at no cost (unless it is no
+        longer ours)."""
+        token = lease.token
+        self._queued.pop(token, None)
+        renewed = self._renewed.pop(token, self.monotonic())
+        going = token in self._going
+        self._going.discard(token)  # its start, being written, is handed back when done
+        self._granted.discard(token)
+        moving = token in self._moving
+        self._moving.discard(token)
+        if self._withdrawn.pop(token, None) is not None or going:
+            pass  # cancelled or lost (the store has moved on), or handed back by the write
+        elif moving and self.dispatching:
+            self._hand.add(lease, renewed, first=True)
+        else:
+            self.outcomes.released(lease)
+        self.nudge()
+
+    def _grant(self, worker: Worker) -> None:
+        """With a store that outlives the node: write the starts of the attempts queued
+        on `worker` that should start within `go_ahead` seconds (by the usual run time of
+        those ahead of them), and let each go once written. A job that kills its node is
+        then charged for it, and a node that dies charges at most that much work that
+        never ran. Attempts behind a job of unknown or long run time wait for its end."""
+        if not self.durable or not self.dispatching:
+            return
+        durations = self.durations
+        ahead = 0.0 if worker.lease is None else durations.expected(worker.lease.job.type)
+        for entry in worker.queued:
+            lease = entry.lease
+            token = lease.token
+            if token not in self._granted and token not in self._going:
+                if ahead > durations.go_ahead or token in self._withdrawn:
+                    return
+                if token in self._moving:
+                    return
+                self._going.add(token)
+                self.outcomes.track(self._go_write(lease, worker))
+            ahead += durations.expected(lease.job.type)
+
+    async def _go_write(self, lease: Lease, worker: Worker) -> None:
+        token = lease.token
+        try:
+            held = await self.store.start(lease)
+        except StoreUnavailable as exc:
+            log.warning("start failed: store unavailable", extra={"err": str(exc)})
+            self._going.discard(token)
+            asyncio.get_running_loop().call_later(RETRY_CLAIM, self._grant, worker)
+            return
+        except Exception:
+            log.exception("starting a queued job failed")
+            held = None
+        if token not in self._going:  # dropped meanwhile (withdrawn, its worker gone)
+            if held is not None and token not in self._withdrawn:
+                self.outcomes.released(held)
+            return
+        self._going.discard(token)
+        if held is None:
+            log.warning("lease lost before the job started", extra={"job_id": lease.job.id})
+            self._withdraw(worker, token, KillReason.LEASE_LOST)
+            return
+        self._granted.add(token)
+        self._queued[token] = held
+        worker.restarted(held)
+        self.pool.go(worker, [lease.job.id])
+
+    def _withdraw(self, worker: Worker, token: str, reason: KillReason) -> None:
+        """Take back a lease queued on `worker` that is no longer ours (`reason`)."""
+        lease = self._queued.get(token)
+        if lease is None or token in self._withdrawn:
+            return
+        self._withdrawn[token] = reason
+        self.pool.withdraw(worker, [lease.job.id])
+
     # -- leases held -----------------------------------------------------------------
 
     def held_leases(self) -> list[Lease]:
         """Every lease this node holds: attempts on workers, finished attempts whose
-        outcome is not yet written (they keep their lease until it is), then those in
-        hand."""
+        outcome is not yet written (they keep their lease until it is), attempts queued
+        on workers, then those in hand."""
         return [
             *self._started.values(),
             *self.outcomes.recording.values(),
             *self._starting.values(),
+            *self._queued.values(),
             *self._hand,
         ]
 
     def drop(self, token: str) -> bool:
-        """Forget a buffered lease that is no longer ours (cancelled, taken over)."""
+        """Forget a lease in hand that is no longer ours (cancelled, taken over)."""
         lease = self._hand.find(token)
         if lease is None:
             return False
@@ -419,39 +762,49 @@ class Dispatcher:
         return True
 
     def stop_lease(self, token: str, reason: KillReason) -> bool:
-        """End the attempt holding `token`: kill its worker, or drop it from the buffer.
-        False if this node holds no such lease."""
+        """End the attempt holding `token`: kill its worker, take it back from the worker
+        it is queued on, or drop it from the hand. False if this node holds no such
+        lease."""
         worker = self.pool.holding(token)
-        if worker is None:
-            return self.drop(token)
-        self.pool.kill(worker, reason)
-        return True
+        if worker is not None:
+            self.pool.kill(worker, reason)
+            return True
+        if token in self._queued:
+            for candidate in self.pool:
+                if candidate.queues(token):
+                    self._withdraw(candidate, token, reason)
+                    return True
+        return self.drop(token)
 
     def cancel_lease(self, token: str) -> bool:
         """Stop a cancelled job's attempt (the engine's `kill`)."""
         return self.stop_lease(token, KillReason.CANCEL)
 
     def release_buffer(self) -> None:
-        """Hand every buffered lease back to the store, uncounted (shutdown)."""
+        """Hand every lease in hand back to the store, uncounted, and take back every
+        attempt queued on a worker (shutdown)."""
         for lease in list(self._hand):
             self._hand.remove(lease)
             self.outcomes.released(lease)
+        for worker in self.pool:
+            if worker.queued:
+                self._take_back(worker, [e.lease for e in worker.queued])
 
     # -- outcomes (the pool's JobEvents) ---------------------------------------------
 
-    def job_done(self, lease: Lease, message: JobDone) -> None:
+    def job_done(self, lease: Lease, message: JobDone, worker: Worker) -> None:
         """Record a success."""
-        self._finish(lease)
+        self._finish(lease, worker, message.duration)
         self.outcomes.succeeded(lease, message.result, message.duration)
 
-    def job_failed(self, lease: Lease, message: JobFailed) -> None:
+    def job_failed(self, lease: Lease, message: JobFailed, worker: Worker) -> None:
         """Record a failed attempt; retry unless the handler said Fail or retries ran out."""
-        self._finish(lease)
+        self._finish(lease, worker, message.duration)
         self.outcomes.failed(lease, message)
 
     def job_lost(self, lease: Lease, worker: Worker) -> None:
         """A worker died holding `lease`: timeout, crash, cancellation or shutdown."""
-        self._finish(lease)
+        self._finish(lease, worker, None)
         reason = worker.kill_reason
         if reason in (KillReason.CANCEL, KillReason.LEASE_LOST):
             return  # the store already moved on; any write would be fenced anyway
@@ -464,13 +817,16 @@ class Dispatcher:
         duration = time.monotonic() - worker.attempt_started
         self.outcomes.died(lease, error, counted.get(reason), duration)
 
-    def _finish(self, lease: Lease) -> None:
+    def _finish(self, lease: Lease, worker: Worker, duration: float | None) -> None:
         job_type = lease.job.type
         self._started.pop(lease.token, None)
         self._running[job_type] -= 1
         if self._running[job_type] <= 0:
             del self._running[job_type]
-        self._prefetch_paused = False  # a worker freed up: claiming ahead pays again
+        if duration is not None:
+            self.durations.add(job_type, duration)
+        if worker.queued:
+            self._grant(worker)
         # Hand out on the next turn (once the pool has retired the worker if it must):
         # a claimed job's start then shares the group commit of this attempt's outcome.
         if self._hand.leases:  # else a lease claimed meanwhile is handed out by its claim

@@ -1,7 +1,7 @@
 """The lease chores of a node, one verb per duty; the arbiter's tick says when.
 
-A lease is this node's claim on one attempt. Held leases (running on a worker, or
-claimed ahead and waiting in the dispatcher) are extended before they run out; leases
+A lease is this node's claim on one attempt. Held leases (running on a worker, queued
+on one, or claimed and waiting in the dispatcher) are extended before they run out; leases
 some holder let expire are reaped; a lease this node lost (cancelled, or taken over after
 it expired) means its worker is killed; finished jobs past their retention are pruned.
 """
@@ -85,14 +85,14 @@ class Leases:
             self.dispatcher.wake()
 
     def kill_lost(self, tokens: list[str]) -> None:
-        """Stop the attempts of leases this node lost: kill the worker running one, forget
-        one still in hand. Whatever the worker reports afterwards is fenced off."""
+        """Stop the attempts of leases this node lost: kill the worker running one, take
+        one queued on a worker back, forget one still in hand. Whatever the worker
+        reports afterwards is fenced off."""
         for token in tokens:
-            self.dispatcher.drop(token)
             worker = self.pool.holding(token)
             if worker is not None:
                 log.warning("lease lost; killing its worker", extra={"worker_pid": worker.pid})
-                self.pool.kill(worker, KillReason.LEASE_LOST)
+            self.dispatcher.stop_lease(token, KillReason.LEASE_LOST)
 
     async def prune(self, retention_seconds: float, now: datetime | None = None) -> int:
         """Delete finished jobs older than `retention_seconds` (one batch per call);

@@ -288,9 +288,10 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "prefetch",
         "int",
-        "PostgreSQL: jobs each node claims ahead for workers still busy (`claimed` until a "
-        "worker takes them). Each then costs a second write when it starts, so it saves "
-        "no round trip; 0, the default, is fastest",
+        "most attempts of short jobs a worker may hold queued behind the one it runs "
+        "(`claimed` until each starts), run back to back without a round trip through the "
+        "supervisor; the queue deepens up to it only while jobs are waiting. 0: one at a "
+        "time",
         metavar="N",
         minimum=0,
         example=2,

@@ -89,9 +89,10 @@ class StoreTraits:
     (`Store.traits`), read once by the dispatcher when it is made. A new store picks
     the fields that describe it, or one of the values below when one fits."""
 
-    claim_ahead: bool
-    """A claim costs a round trip (a database): the dispatcher claims a worker's worth
-    ahead (`--prefetch`) and keeps it in hand. False: it claims for idle workers only."""
+    durable: bool
+    """The store outlives the node (a file, a database): an attempt queued on a worker
+    runs only once its start is written, so a job that kills its node is charged for it.
+    False in memory, where nothing outlives the node: it starts when its worker says so."""
     answers_at_once: bool
     """No call ever waits (in memory): an outcome is written in the step that hears of
     it, with no task. False when every call is a round trip."""
@@ -101,11 +102,11 @@ class StoreTraits:
     dispatcher's own last claim can tell (one process owns the store)."""
 
 
-IN_PROCESS = StoreTraits(claim_ahead=False, answers_at_once=True, sees_ahead=False)
+IN_PROCESS = StoreTraits(durable=False, answers_at_once=True, sees_ahead=False)
 """A store in the node's own memory (`MemoryStore`)."""
-SHARED = StoreTraits(claim_ahead=True, answers_at_once=False, sees_ahead=True)
+SHARED = StoreTraits(durable=True, answers_at_once=False, sees_ahead=True)
 """A database several nodes share (`PostgresStore`)."""
-EMBEDDED = StoreTraits(claim_ahead=True, answers_at_once=False, sees_ahead=False)
+EMBEDDED = StoreTraits(durable=True, answers_at_once=False, sees_ahead=False)
 """A file one node owns (`SqliteStore`): every write waits for its commit, as with a
 database, but the node's own last claim tells what waits ahead, as in memory."""
 

@@ -20,11 +20,19 @@ log = logging.getLogger("goqueue.pool")
 class JobEvents(Protocol):
     """What became of the attempts the pool ran; implemented by the dispatcher."""
 
-    def job_done(self, lease: Lease, message: JobDone) -> None:
-        """An attempt succeeded."""
+    def job_started(self, lease: Lease, worker: Worker) -> None:
+        """A queued attempt started on `worker` (it said so before running it)."""
 
-    def job_failed(self, lease: Lease, message: JobFailed) -> None:
-        """An attempt raised (or the supervisor failed it: memory limit, abandoned)."""
+    def job_dropped(self, lease: Lease, worker: Worker) -> None:
+        """An attempt queued on `worker` will not run there: withdrawn, past its
+        `start_by`, or its worker gone before it started."""
+
+    def job_done(self, lease: Lease, message: JobDone, worker: Worker) -> None:
+        """An attempt on `worker` succeeded."""
+
+    def job_failed(self, lease: Lease, message: JobFailed, worker: Worker) -> None:
+        """An attempt on `worker` raised (or the supervisor failed it: memory limit,
+        abandoned)."""
 
     def job_lost(self, lease: Lease, worker: Worker) -> None:
         """A worker died holding `lease` (`worker.kill_reason` and `exitcode` say how)."""
@@ -49,11 +57,19 @@ class WorkerEvents(Protocol):
 class Unheard:
     """The listener a pool starts with: events before anyone listens are logged."""
 
-    def job_done(self, lease: Lease, message: JobDone) -> None:
+    def job_started(self, lease: Lease, worker: Worker) -> None:
+        """Logged."""
+        log.error("attempt start with no listener", extra={"job_id": lease.job.id})
+
+    def job_dropped(self, lease: Lease, worker: Worker) -> None:
+        """Logged."""
+        log.error("attempt dropped with no listener", extra={"job_id": lease.job.id})
+
+    def job_done(self, lease: Lease, message: JobDone, worker: Worker) -> None:
         """Logged."""
         log.error("attempt outcome with no listener", extra={"job_id": lease.job.id})
 
-    def job_failed(self, lease: Lease, message: JobFailed) -> None:
+    def job_failed(self, lease: Lease, message: JobFailed, worker: Worker) -> None:
         """Logged."""
         log.error("attempt outcome with no listener", extra={"job_id": lease.job.id})
 

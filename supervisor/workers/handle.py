@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
@@ -46,9 +47,21 @@ def death_notice(worker: Worker, timeout: float) -> str:
     return f"worker {worker.pid} {exit_text} while running the job"
 
 
+@dataclass(slots=True)
+class Queued:
+    """An attempt handed to a worker behind another one: its lease (replaced by the
+    started one once its start is written), its deadline's length (armed when the worker
+    says it starts), and when it was handed over (monotonic)."""
+
+    lease: Lease
+    timeout: float
+    since: float
+
+
 @dataclass(eq=False)
 class Worker:
-    """One child process: its pipe, what it runs, why it is being ended."""
+    """One child process: its pipe, the attempt it runs and those queued behind it, why
+    it is being ended."""
 
     slot: int
     generation: int
@@ -57,12 +70,13 @@ class Worker:
     channel: Channel
     state: WorkerState = WorkerState.BOOTING
     types: frozenset[str] = frozenset()
-    lease: Lease | None = None
+    lease: Lease | None = None  # the attempt running
+    queued: deque[Queued] = field(default_factory=deque)  # handed over, not started
     attempt_started: float = 0.0
     jobs_run: int = 0
     rss_kb: int = 0
     kill_reason: KillReason | None = None
-    retire: bool = False  # replace after the current job (reload, shrink)
+    retire: bool = False  # replace once it holds nothing (reload, shrink, recycling)
     exitcode: int | None = None
     progress: msgspec.Raw | None = None  # the running attempt's latest report
     # what the attempt's outcome is, when the supervisor decided it before the process
@@ -79,25 +93,65 @@ class Worker:
         if self.state == WorkerState.BOOTING:
             self.state = WorkerState.IDLE
 
+    @property
+    def held(self) -> int:
+        """How many attempts it holds: the one running and those queued."""
+        return len(self.queued) + (self.lease is not None)
+
     def begin(self, lease: Lease) -> None:
-        """An attempt was handed to this worker."""
+        """An attempt was handed to this idle worker, and starts at once."""
         self.state = WorkerState.BUSY
         self.lease = lease
         self.progress = None
         self.attempt_started = time.monotonic()
 
+    def queue(self, lease: Lease, timeout: float) -> None:
+        """An attempt was handed to this worker, to run after those it holds."""
+        self.state = WorkerState.BUSY
+        self.queued.append(Queued(lease, timeout, time.monotonic()))
+
+    def restarted(self, lease: Lease) -> None:
+        """The queued attempt under `lease`'s token was started in the store: keep the
+        started lease (its job as the store now has it)."""
+        for entry in self.queued:
+            if entry.lease.token == lease.token:
+                entry.lease = lease
+                return
+
+    def start(self, job_id: str) -> Queued | None:
+        """The worker says the queued attempt of `job_id` starts now; None if it holds no
+        such attempt."""
+        for entry in self.queued:
+            if entry.lease.job.id == job_id:
+                self.queued.remove(entry)
+                self.begin(entry.lease)
+                return entry
+        return None
+
+    def drop(self, job_ids: list[str]) -> list[Lease]:
+        """The worker will not run these queued attempts: their leases."""
+        names = set(job_ids)
+        dropped = [entry.lease for entry in self.queued if entry.lease.job.id in names]
+        if dropped:
+            self.queued = deque(e for e in self.queued if e.lease.job.id not in names)
+            self._free_if_empty()
+        return dropped
+
     def end(self, rss_kb: int) -> Lease | None:
-        """The child reported its attempt's outcome: disarm, count it, free the worker.
-        Returns the lease the attempt ran under."""
+        """The child reported its attempt's outcome: disarm, count it, free the worker
+        (unless attempts are queued). Returns the lease the attempt ran under."""
         self.deadline = None  # its timer may stay armed: the next attempt may reuse it
         self.cancel_timers(keep_deadline_timer=True)
         self.jobs_run += 1
         self.rss_kb = rss_kb
         self.progress = None
-        if self.state == WorkerState.BUSY:
-            self.state = WorkerState.IDLE
         lease, self.lease = self.lease, None
+        self._free_if_empty()
         return lease
+
+    def _free_if_empty(self) -> None:
+        if self.state == WorkerState.BUSY and self.lease is None and not self.queued:
+            self.state = WorkerState.IDLE
 
     def ending(self, reason: KillReason) -> None:
         """The supervisor is ending this worker, for `reason`."""
@@ -118,6 +172,10 @@ class Worker:
     def holds(self, token: str) -> bool:
         """True while this worker runs the attempt leased with `token`."""
         return self.lease is not None and self.lease.token == token
+
+    def queues(self, token: str) -> bool:
+        """True while the attempt leased with `token` is queued on this worker."""
+        return any(entry.lease.token == token for entry in self.queued)
 
     def running(self, job_id: str) -> bool:
         """True while this worker runs an attempt of `job_id`."""

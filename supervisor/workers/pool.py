@@ -22,6 +22,7 @@ import logging
 import os
 import signal
 import time
+from collections import deque
 from collections.abc import Awaitable, Iterator
 from dataclasses import dataclass
 from functools import partial
@@ -32,21 +33,26 @@ from goqueue.actors.protocol import (
     WORKER_BOOT_ERROR,
     Boot,
     BootFailed,
+    Dropped,
     EnqueueReply,
     EnqueueRequest,
     Extend,
     FromWorker,
+    Go,
     JobDone,
     JobFailed,
     Progress,
     Ready,
     Refusal,
     RunJob,
+    RunJobs,
     Shutdown,
+    Started,
     SupervisorCodec,
     ToWorker,
+    Withdraw,
 )
-from goqueue.supervisor.enums import KillReason, WorkerState
+from goqueue.supervisor.enums import KillReason, Status, WorkerState
 from goqueue.supervisor.jobs import Lease
 from goqueue.supervisor.workers import child_enqueues as child_jobs
 from goqueue.supervisor.workers.channel import Channel
@@ -58,6 +64,7 @@ if TYPE_CHECKING:
     from goqueue.supervisor.settings.config import Settings
 
 __all__ = [
+    "Handoff",
     "JobEvents",
     "Listeners",
     "Pool",
@@ -76,6 +83,18 @@ SAMPLE_EVERY = 0.05  # seconds between two memory samples of each busy worker
 
 
 @dataclass(frozen=True, slots=True)
+class Handoff:
+    """An attempt handed to a worker behind those it holds: its lease, its deadline's
+    length, whether its start is durable already (`go`: it may run when its turn comes,
+    else it waits for `go`), and the latest moment (monotonic) it may start."""
+
+    lease: Lease
+    timeout: float
+    go: bool
+    start_by: float
+
+
+@dataclass(frozen=True, slots=True)
 class Recycle:
     """When a worker is replaced after a job: after `max_jobs` jobs, or once its resident
     memory passes `max_rss_kb` (None: never)."""
@@ -88,6 +107,13 @@ class Recycle:
         """The policy `settings` ask for."""
         rss_mb = settings.max_worker_rss_mb
         return cls(settings.max_jobs_per_worker, rss_mb * 1024 if rss_mb else None)
+
+    def left(self, worker: Worker) -> int | None:
+        """How many more attempts `worker` may be handed before it is due (those it holds
+        counted); None: no bound by count."""
+        if not self.max_jobs:
+            return None
+        return max(0, self.max_jobs - worker.jobs_run - worker.held)
 
     def due(self, worker: Worker) -> bool:
         """True when `worker` should be replaced now."""
@@ -207,24 +233,55 @@ class Pool:
         modules, paths = list(config.modules), list(config.paths)
         limits = (config.max_result_bytes, config.max_traceback_bytes)
         level = config.log_level
-        self._send(worker, Boot(modules, paths, *limits, level, config.otel, config.node))
+        boot = Boot(modules, paths, *limits, level, config.otel, config.node, config.max_rss_kb)
+        self._send(worker, boot)
         log.debug("worker spawned", extra={"worker_pid": worker.pid, "slot": worker.slot})
         return worker
 
     def run(self, worker: Worker, lease: Lease, timeout: float) -> None:
-        """Hand `lease` to an idle worker and arm its deadline."""
-        job = lease.job
+        """Hand a started `lease` to an idle worker, which runs it at once, and arm its
+        deadline."""
         worker.begin(lease)
         worker.set_deadline(self.loop, self.loop.time() + timeout, self._timed_out)
-        payload = bytes(job.payload)
-        allowance = self.lease_allowance
-        context = job.trace_context
-        parents = None if job.parents is None else bytes(job.parents)
-        self._send(
-            worker,
-            RunJob(job.id, job.type, job.attempts, job.queue, payload, allowance, context, parents),
-        )
+        self._send(worker, RunJobs([self._attempt(lease)]))
         self._watch()
+
+    def hand(self, worker: Worker, handoffs: list[Handoff]) -> None:
+        """Queue attempts on `worker`, to run in this order after those it holds, each
+        announced (`Started`) before it runs; its deadline is armed then."""
+        jobs = []
+        for handoff in handoffs:
+            worker.queue(handoff.lease, handoff.timeout)
+            attempt = self._attempt(handoff.lease, go=handoff.go, start_by=handoff.start_by)
+            jobs.append(attempt)
+        self._send(worker, RunJobs(jobs))
+        self._watch()
+
+    def go(self, worker: Worker, job_ids: list[str]) -> None:
+        """The starts of these attempts queued on `worker` are durable: they may run."""
+        self._send(worker, Go(job_ids))
+
+    def withdraw(self, worker: Worker, job_ids: list[str]) -> None:
+        """Take back attempts queued on `worker`; it answers with those it had not
+        started (`Dropped`, heard as `job_dropped`)."""
+        self._send(worker, Withdraw(job_ids))
+
+    def _attempt(self, lease: Lease, *, go: bool = True, start_by: float | None = None) -> RunJob:
+        job = lease.job
+        started = job.status == Status.RUNNING  # a claimed job is charged when it starts
+        return RunJob(
+            job.id,
+            job.type,
+            job.attempts if started else job.attempts + 1,
+            job.queue,
+            bytes(job.payload),
+            self.lease_allowance,
+            job.trace_context,
+            None if job.parents is None else bytes(job.parents),
+            announce=start_by is not None,
+            go=go,
+            start_by=start_by,
+        )
 
     def stop(self, worker: Worker) -> None:
         """Ask an idle worker to exit cleanly (recycling, reload, shrink)."""
@@ -287,10 +344,18 @@ class Pool:
             if w.lease is not None and w.verdict is None and not w.gone
         ]
 
+    def _holding(self) -> list[Worker]:
+        """Workers holding attempts (running or queued) whose outcomes are still open."""
+        return [
+            w
+            for w in self.workers.values()
+            if (w.lease is not None or w.queued) and w.verdict is None and not w.gone
+        ]
+
     def _extend(self) -> None:
-        """Tell every busy worker the supervisor is alive: its job may go on."""
+        """Tell every worker holding attempts the supervisor is alive: they may go on."""
         self._extend_timer = None
-        busy = self._busy()
+        busy = self._holding()
         if self.lease_allowance is None or not busy:
             return
         frame = self.codec.frame(Extend(self.lease_allowance))
@@ -345,6 +410,12 @@ class Pool:
             case JobDone() | JobFailed():
                 if worker.verdict is None:
                     self._settle(worker, message)
+            case Started(job_id=job_id):
+                self._started(worker, job_id)
+            case Dropped(job_ids=job_ids):
+                for lease in worker.drop(job_ids):
+                    self.listeners.jobs.job_dropped(lease, worker)
+                self._after_attempts(worker)
             case Progress(job_id=job_id, value=value):
                 if worker.running(job_id) and worker.verdict is None:
                     worker.progress = msgspec.Raw(value)
@@ -364,6 +435,14 @@ class Pool:
             child_jobs.refuse(reply, Refusal.INVALID, f"job {request.job_id} is not running here")
         self._send(worker, reply)
 
+    def _started(self, worker: Worker, job_id: str) -> None:
+        """A queued attempt starts: arm its deadline and report it."""
+        entry = worker.start(job_id)
+        if entry is None or worker.verdict is not None:
+            return
+        worker.set_deadline(self.loop, self.loop.time() + entry.timeout, self._timed_out)
+        self.listeners.jobs.job_started(entry.lease, worker)
+
     def _settle(self, worker: Worker, message: JobDone | JobFailed) -> None:
         """Free the worker, report the outcome, then replace the worker if it is due
         (the dispatcher hands out work on its next pass, so a retiring worker gets none)."""
@@ -371,15 +450,24 @@ class Pool:
         self._freed.set()
         if lease is not None:
             if isinstance(message, JobDone):
-                self.listeners.jobs.job_done(lease, message)
+                self.listeners.jobs.job_done(lease, message, worker)
             else:
-                self.listeners.jobs.job_failed(lease, message)
-        if worker.retire:
-            self.stop(worker)
-        elif worker.state == WorkerState.IDLE and self.recycle.due(worker):
+                self.listeners.jobs.job_failed(lease, message, worker)
+        if not worker.retire and worker.state != WorkerState.STOPPING and self.recycle.due(worker):
             worker.kill_reason = KillReason.RECYCLE
-            self.stop(worker)
+            worker.retire = True
             self.listeners.workers.worker_recycled(worker)
+        self._after_attempts(worker)
+
+    def _after_attempts(self, worker: Worker) -> None:
+        """A worker holds fewer attempts: a retiring one gives its queue back, and is
+        stopped once it holds nothing."""
+        if not worker.retire or worker.state == WorkerState.STOPPING:
+            return
+        if worker.state == WorkerState.IDLE:
+            self.stop(worker)
+        elif worker.queued and worker.lease is None:
+            self.withdraw(worker, [entry.lease.job.id for entry in worker.queued])
 
     def pipe_closed(self, worker: Worker) -> None:
         """`worker`'s pipe reached its end; settle it if the process is gone too."""
@@ -419,9 +507,12 @@ class Pool:
         if lease is not None and worker.exitcode == -signal.SIGALRM and worker.kill_reason is None:
             self._allowance_ran_out(worker, lease)
         if lease is not None and worker.verdict is not None:
-            self.listeners.jobs.job_failed(lease, worker.verdict)
+            self.listeners.jobs.job_failed(lease, worker.verdict, worker)
         elif lease is not None:
             self.listeners.jobs.job_lost(lease, worker)
+        queued, worker.queued = list(worker.queued), deque()
+        for entry in queued:  # never started: handed back at no cost
+            self.listeners.jobs.job_dropped(entry.lease, worker)
         self.listeners.workers.worker_exited(worker)
 
     def _allowance_ran_out(self, worker: Worker, lease: Lease) -> None:

@@ -43,7 +43,8 @@ _PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024
 class WorkerConfig:
     """What a new worker boots with: the actor modules, the directories put first on its
     import path, the largest result it may return (None: no limit), the most of a
-    failed attempt's traceback it sends, its log level."""
+    failed attempt's traceback it sends, its log level, and the resident memory past
+    which it is to be recycled (it then starts none of the attempts queued on it)."""
 
     modules: tuple[str, ...]
     paths: tuple[str, ...] = ()
@@ -52,6 +53,7 @@ class WorkerConfig:
     log_level: str = "info"
     otel: bool = False
     node: str = ""
+    max_rss_kb: int | None = None
 
     @classmethod
     def of(cls, settings: Settings) -> WorkerConfig:
@@ -67,6 +69,7 @@ class WorkerConfig:
             settings.log_level,
             settings.otel,
             settings.node_id,
+            settings.max_worker_rss_mb * 1024 if settings.max_worker_rss_mb else None,
         )
 
 

@@ -205,9 +205,11 @@ def test_node_death_dead_letters_no_job_that_never_ran(pg_nodes: NodeSet, tmp_pa
     jobs = jobs_by_id(b, ids)
     runs = read_runs(tmp_path)
     failed = [i for i in ids if jobs[i]["status"] == "failed"]
-    # A job is charged when its frame leaves for an idle worker; one in that hand-off when
-    # the node dies (the worker not yet scheduled to log its start) is charged without a
-    # run: README names that window. Any other failed job that never ran is a bug.
+    # A job is charged when its frame leaves for an idle worker, or when its start is
+    # written ahead of it in a worker's queue (only while the work ahead of it there is
+    # expected to end within 50 ms: `dispatch/queues.py`); one charged so when the node
+    # dies, before it ran, fails without a run: the docs name that window. Any other
+    # failed job that never ran is a bug.
     in_hand_off = {
         i
         for i in failed
@@ -220,7 +222,9 @@ def test_node_death_dead_letters_no_job_that_never_ran(pg_nodes: NodeSet, tmp_pa
         f"{len(never_ran)} of {len(failed)} dead-lettered jobs never ran: "
         + ", ".join(f"{i} ({jobs[i]['last_error']})" for i in never_ran)
     )
-    assert len(in_hand_off) <= 2, f"{len(in_hand_off)} jobs charged in the hand-off (2 workers)"
+    # at most what each of the 2 workers holds: the one handed over and its queue
+    most = 2 * (1 + int(PREFETCH[1]))
+    assert len(in_hand_off) <= most, f"{len(in_hand_off)} jobs charged without a run (> {most})"
     print(f"{len(in_hand_off)} of {len(failed)} dead-lettered jobs were in the hand-off")
     failed = [i for i in failed if runs.get(i)]
     kill = [Fault(FaultKind.KILL_GROUP, a.proc.pid, killed, killed)]
@@ -231,27 +235,45 @@ def test_node_death_dead_letters_no_job_that_never_ran(pg_nodes: NodeSet, tmp_pa
     assert all(jobs[i]["status"] == "done" for i in ids if i not in {*failed, *in_hand_off})
 
 
-def test_a_claimed_job_is_claimed_not_running(pg_nodes: NodeSet, tmp_path: Path) -> None:
-    """Scenario: a node with 1 worker runs a 3 s job; a second job arrives and the node
-    claims it ahead (prefetch) while its only worker is busy.
+def warm_up(node: Node, tmp_path: Path, count: int = 3) -> None:
+    """Run a few short `logged` jobs one after another, so the node knows the type runs
+    short: it then queues jobs of it on a worker behind the one that worker runs."""
+    for _ in range(count):
+        wait_job(node, node.enqueue(**logged(tmp_path))["id"], "done", timeout=15)
+
+
+def batch_of(node: Node, jobs: list[dict[str, object]]) -> list[str]:
+    """Enqueue `jobs` in one request, in this order; their ids."""
+    reply = node.post("/jobs/batch", {"jobs": jobs})
+    assert reply.status == 200, reply
+    return [r["job"]["id"] for r in reply.body["results"]]
+
+
+def test_a_queued_job_is_claimed_not_running(pg_nodes: NodeSet, tmp_path: Path) -> None:
+    """Scenario: a node with 1 worker gets a 3 s job and, right behind it, a short one;
+    the worker queues the short one behind the long one (claimed with it), and the
+    node writes no start for it while the long one runs (how long that type takes is
+    not known yet).
     Invariant: the second job shows `claimed`, with no `started_at` and no attempt
-    charged, until a worker takes it; then it runs as attempt 1, with a `started_at` 3 s
-    after the first job's (when the worker was free)."""
+    charged, until it starts; then it runs as attempt 1, with a `started_at` 3 s after
+    the first job's (when the worker was free)."""
     node = pg_nodes.start("--lease-seconds", LEASE, *PREFETCH, workers=1)
-    first = node.enqueue(**logged(tmp_path, 3.0))
-    wait_until(lambda: read_runs(tmp_path).get(first["id"]), 15, "the first job started")
-    running = node.get(f"/jobs/{first['id']}").body
+    warm_up(node, tmp_path)
+    first_id, second_id = batch_of(
+        node, [{**logged(tmp_path, 3.0), "type": "long_logged"}, logged(tmp_path)]
+    )
+    wait_until(lambda: read_runs(tmp_path).get(first_id), 15, "the first job started")
+    running = node.get(f"/jobs/{first_id}").body
     assert (running["status"], running["attempts"]) == ("running", 1)
     assert running["started_at"] is not None
-    second = node.enqueue(**logged(tmp_path))
     held = wait_until(
-        lambda: (j := node.get(f"/jobs/{second['id']}").body)["status"] != "pending" and j,
+        lambda: (j := node.get(f"/jobs/{second_id}").body)["status"] != "pending" and j,
         5,
         "the node claimed the second job",
     )
-    assert not read_runs(tmp_path).get(second["id"]), "the second job started early"
+    assert not read_runs(tmp_path).get(second_id), "the second job started early"
     assert (held["status"], held["attempts"], held["started_at"]) == ("claimed", 0, None), held
-    done = wait_job(node, second["id"], "done", timeout=15)
+    done = wait_job(node, second_id, "done", timeout=15)
     assert done["attempts"] == 1
     # the only worker took it once the 3 s job was over (both times are the database's)
     took = datetime.fromisoformat(done["started_at"])
@@ -265,32 +287,33 @@ def test_after_a_total_outage_claimed_jobs_keep_their_place(
     pg_nodes: NodeSet, tmp_path: Path
 ) -> None:
     """Scenario: node A (1 worker, lease 2 s) runs J1 (30 s on its first attempt), holds
-    J2 claimed (prefetched), and J3..J6 wait. `kill -9` of A's group: no node is left.
-    After 4 leases a fresh node C starts.
+    J2..J4 claimed (queued on its worker behind J1), and J5, J6 wait. `kill -9` of A's
+    group: no node is left. After 4 leases a fresh node C starts.
     Invariant: C reaps before it claims, and J2, only claimed by A, goes back to pending
     at no cost and in its place: it is the first job C runs, and it ends `done` after one
     attempt. J1, interrupted while running, is retried (attempt 2) after the others."""
     a = pg_nodes.start("--lease-seconds", LEASE, *PREFETCH, workers=1)
-    j1 = a.enqueue(type="logged", payload={"dir": str(tmp_path), "first_seconds": 30})
-    wait_until(lambda: read_runs(tmp_path).get(j1["id"]), 15, "J1 started")
-    j2 = a.enqueue(**logged(tmp_path))
-    wait_until(lambda: a.get(f"/jobs/{j2['id']}").body["status"] != "pending", 5, "A claimed J2")
-    rest = [a.enqueue(**logged(tmp_path))["id"] for _ in range(4)]
+    warm_up(a, tmp_path)
+    before = set(read_runs(tmp_path))
+    long_one = {"type": "long_logged", "payload": {"dir": str(tmp_path), "first_seconds": 30}}
+    ids = batch_of(a, [long_one, *[logged(tmp_path) for _ in range(5)]])
+    j1, j2 = ids[0], ids[1]
+    wait_until(lambda: read_runs(tmp_path).get(j1), 15, "J1 started")
+    wait_until(lambda: a.get(f"/jobs/{j2}").body["status"] != "pending", 5, "A claimed J2")
     killed = time.monotonic()
     os.killpg(a.proc.pid, signal.SIGKILL)
     a.proc.wait(timeout=5)
     # nobody lives to reap: let A's leases and its node heartbeat go stale for good
     wait_until(lambda: time.monotonic() > killed + 4 * float(LEASE), 10, "4 leases passed")
     c = pg_nodes.start("--lease-seconds", LEASE, workers=1)
-    ids = [j1["id"], j2["id"], *rest]
     for job_id in ids:
         wait_job(c, job_id, "done", timeout=20)
     on_c = sorted(started_on(tmp_path, c.proc.pid), key=lambda r: r.start)
-    order = [ids.index(r.job_id) + 1 for r in on_c]
+    order = [ids.index(r.job_id) + 1 for r in on_c if r.job_id not in before]
     assert order[0] == 2, f"C ran the jobs in the order J{', J'.join(map(str, order))}"
-    j2_done = c.get(f"/jobs/{j2['id']}").body
+    j2_done = c.get(f"/jobs/{j2}").body
     assert j2_done["attempts"] == 1, j2_done
-    assert order[-1] == 1 and c.get(f"/jobs/{j1['id']}").body["attempts"] == 2
+    assert order[-1] == 1 and c.get(f"/jobs/{j1}").body["attempts"] == 2
 
 
 # -- 4. held outcomes dropped by an outage longer than the lease ---------------------
@@ -802,22 +825,23 @@ def test_the_memory_limit_holds_during_a_job(pg_nodes: NodeSet, tmp_path: Path) 
 def test_stuck_workers_release_their_nodes_prefetched_leases(
     pg_nodes: NodeSet, tmp_path: Path
 ) -> None:
-    """Scenario: node A (2 workers, lease 2 s) runs two long jobs and holds two more it
-    claimed ahead; both workers are SIGSTOPped (stuck, far from their 300 s deadline);
-    node B starts.
+    """Scenario: node A (2 workers, lease 2 s) runs two long jobs and holds two more
+    queued behind them (claimed, their starts not written); both workers are
+    SIGSTOPped (stuck, far from their 300 s deadline); node B starts.
     Invariant: A releases the claims it cannot start within about a lease, so B runs
     those two jobs, each after one attempt and one run."""
     a = pg_nodes.start("--lease-seconds", LEASE, *PREFETCH)
-    for _ in range(2):
-        a.enqueue(**logged(tmp_path, 60.0))
-    wait_until(lambda: len(started_on(tmp_path, a.proc.pid)) == 2, 15, "A runs two jobs")
-    held = [a.enqueue(**logged(tmp_path))["id"] for _ in range(2)]
+    warm_up(a, tmp_path)
+    long_one = {**logged(tmp_path, 60.0), "type": "long_logged"}
+    ids = batch_of(a, [long_one, long_one, logged(tmp_path), logged(tmp_path)])
+    held = ids[2:]
+    wait_until(lambda: all(read_runs(tmp_path).get(i) for i in ids[:2]), 15, "A runs two jobs")
     wait_until(
         lambda: all(a.get(f"/jobs/{i}").body["status"] != "pending" for i in held),
         5,
         "A claimed the two others",
     )
-    stuck = [r.pid for r in started_on(tmp_path, a.proc.pid)]
+    stuck = [r.pid for r in started_on(tmp_path, a.proc.pid) if r.job_id in ids[:2]]
     for pid in stuck:
         os.kill(pid, signal.SIGSTOP)
     b = pg_nodes.start("--lease-seconds", LEASE)

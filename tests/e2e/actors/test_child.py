@@ -13,17 +13,22 @@ from goqueue.actors.protocol import (
     ActorInfo,
     Boot,
     BootFailed,
+    Dropped,
     EnqueueReply,
     EnqueueRequest,
     Extend,
+    Go,
     JobDone,
     JobFailed,
     Progress,
     Ready,
     Refusal,
     RunJob,
+    RunJobs,
     Shutdown,
+    Started,
     SupervisorCodec,
+    Withdraw,
     WorkerCodec,
 )
 
@@ -111,7 +116,7 @@ def harness() -> Iterator[Harness]:
 
 
 def run(harness: Harness, job_type: str, payload: object = None) -> JobDone | JobFailed:
-    harness.send(RunJob("j1", job_type, 3, "q", msgspec.json.encode(payload)))
+    harness.send(RunJobs([RunJob("j1", job_type, 3, "q", msgspec.json.encode(payload))]))
     message = harness.recv()
     assert isinstance(message, JobDone | JobFailed), message
     return message
@@ -158,7 +163,7 @@ def test_an_unknown_type_fails_without_retry(harness: Harness) -> None:
 
 
 def test_ctx_enqueue_asks_the_supervisor_and_returns_the_new_id(harness: Harness) -> None:
-    harness.send(RunJob("parent-1", "spawner", 1, "q", b"null"))
+    harness.send(RunJobs([RunJob("parent-1", "spawner", 1, "q", b"null")]))
     request = harness.recv()
     assert isinstance(request, EnqueueRequest) and request.job_id == "parent-1"
     spec = msgspec.json.decode(request.spec)
@@ -169,7 +174,7 @@ def test_ctx_enqueue_asks_the_supervisor_and_returns_the_new_id(harness: Harness
 
 
 def test_a_refused_ctx_enqueue_raises_enqueue_error_in_the_handler(harness: Harness) -> None:
-    harness.send(RunJob("parent-1", "spawner", 1, "q", b"null"))
+    harness.send(RunJobs([RunJob("parent-1", "spawner", 1, "q", b"null")]))
     request = harness.recv()
     assert isinstance(request, EnqueueRequest)
     refusal = EnqueueReply(
@@ -194,7 +199,7 @@ def test_ctx_enqueue_takes_the_type_positionally_only(harness: Harness) -> None:
 
 
 def test_progress_is_throttled_and_the_last_value_arrives(harness: Harness) -> None:
-    harness.send(RunJob("j1", "chatty", 1, "q", b"null"))
+    harness.send(RunJobs([RunJob("j1", "chatty", 1, "q", b"null")]))
     _done, before = harness.recv_until(JobDone)
     reports = [msgspec.json.decode(m.value) for m in before if isinstance(m, Progress)]
     assert reports and reports[-1] == 1.0  # the last value wins
@@ -229,7 +234,9 @@ def test_protocol_round_trips_every_message() -> None:
     sup, wrk = SupervisorCodec(), WorkerCodec()
     for message in (
         Boot(["m"], ["/p"], 10),
-        RunJob("id", "t", 1, "q", b"{}", 2.5),
+        RunJobs([RunJob("id", "t", 1, "q", b"{}", 2.5), RunJob("i2", "t", 1, "q", b"1", go=False)]),
+        Go(["i2"]),
+        Withdraw(["i2"]),
         Extend(1.5),
         Shutdown(),
         EnqueueReply(3, refusal=Refusal.INVALID, error="no"),
@@ -240,6 +247,8 @@ def test_protocol_round_trips_every_message() -> None:
         BootFailed("e", "tb", "m", "f.py:3"),
         JobDone("id", b"1", 0.5, 10),
         JobFailed("id", "e", 0.1),
+        Started("id"),
+        Dropped(["i2"]),
         Progress("id", b"0.5"),
         EnqueueRequest(3, "id", b"{}"),
     ):

@@ -8,7 +8,7 @@ import time
 
 import pytest
 from goqueue.actors import actor
-from goqueue.actors.protocol import Extend, JobDone, RunJob
+from goqueue.actors.protocol import Extend, JobDone, RunJob, RunJobs
 
 from tests.conftest import stays_true, wait_for
 from tests.e2e.actors.harness import Harness
@@ -34,7 +34,7 @@ def test_a_job_past_its_allowance_is_ended_by_the_alarm() -> None:
     harness = Harness(nap)
     try:
         sent = time.monotonic()
-        harness.send(RunJob("j1", "nap", 1, "q", b"0.5", allowance=0.3))
+        harness.send(RunJobs([RunJob("j1", "nap", 1, "q", b"0.5", allowance=0.3)]))
         assert isinstance(harness.recv(), JobDone)
         assert harness.alarm.armed == [0.3]
         assert 0.3 <= harness.deaths[0] - sent < 0.5  # the (recorded) kernel's kill
@@ -45,7 +45,7 @@ def test_a_job_past_its_allowance_is_ended_by_the_alarm() -> None:
 def test_extend_keeps_a_job_going_past_its_first_allowance() -> None:
     harness = Harness(nap)
     try:
-        harness.send(RunJob("j1", "nap", 1, "q", b"0.8", allowance=0.3))
+        harness.send(RunJobs([RunJob("j1", "nap", 1, "q", b"0.8", allowance=0.3)]))
         deadline = time.monotonic() + 5
         while time.monotonic() < deadline:
             harness.send(Extend(0.3))
@@ -63,7 +63,7 @@ def test_extend_keeps_a_job_going_past_its_first_allowance() -> None:
 def test_without_an_allowance_a_job_runs_as_long_as_it_takes() -> None:
     harness = Harness(nap)
     try:
-        harness.send(RunJob("j1", "nap", 1, "q", b"0.5", allowance=None))
+        harness.send(RunJobs([RunJob("j1", "nap", 1, "q", b"0.5", allowance=None)]))
         harness.send(Extend(0.1))  # an Extend racing the job's end arms nothing
         assert isinstance(harness.recv(), JobDone) and harness.deaths == []
         assert harness.alarm.armed == []
@@ -74,7 +74,7 @@ def test_without_an_allowance_a_job_runs_as_long_as_it_takes() -> None:
 def test_an_allowance_ends_with_its_job() -> None:
     harness = Harness(nap)
     try:
-        harness.send(RunJob("j1", "nap", 1, "q", b"0", allowance=0.2))
+        harness.send(RunJobs([RunJob("j1", "nap", 1, "q", b"0", allowance=0.2)]))
         assert isinstance(harness.recv(), JobDone)
         # idle well past the finished job's allowance
         stays_true(lambda: harness.deaths == [], 0.4, what="an idle worker ended by an allowance")

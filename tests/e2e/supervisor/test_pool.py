@@ -130,10 +130,16 @@ class Events:
     def kinds(self) -> list[str]:
         return [event[0] for event in self.seen]
 
-    def job_done(self, lease: Lease, message: JobDone) -> None:
+    def job_started(self, lease: Lease, worker: Worker) -> None:
+        self._add("job_started", lease, worker)
+
+    def job_dropped(self, lease: Lease, worker: Worker) -> None:
+        self._add("job_dropped", lease, worker)
+
+    def job_done(self, lease: Lease, message: JobDone, worker: Worker) -> None:
         self._add("job_done", lease, message)
 
-    def job_failed(self, lease: Lease, message: JobFailed) -> None:
+    def job_failed(self, lease: Lease, message: JobFailed, worker: Worker) -> None:
         self._add("job_failed", lease, message)
 
     def job_lost(self, lease: Lease, worker: Worker) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -21,6 +22,8 @@ from goqueue.supervisor.enums import AttemptOutcome, KillReason, Status, WorkerS
 from goqueue.supervisor.errors import StoreUnavailable
 from goqueue.supervisor.jobs import Enqueued, Job, JobSpec, Lease, Outcome
 from goqueue.supervisor.store.base import NewJob, StoreTraits
+from goqueue.supervisor.workers.handle import Worker
+from goqueue.supervisor.workers.pool import Handoff, Recycle
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -116,44 +119,57 @@ class FakeStore:
         )
 
 
-@dataclass(eq=False)
-class FakeWorker:
-    """What the dispatcher reads of a worker."""
-
-    types: frozenset[str]
-    state: WorkerState = WorkerState.IDLE
-    pid: int = 4242
-    kill_reason: KillReason | None = None
-    exitcode: int | None = None
-    attempt_started: float = 0.0
-    lease: Lease | None = None
+def worker(types: frozenset[str], pid: int = 4242) -> Worker:
+    """A worker handle with no process behind it, booted and idle."""
+    made = Worker(1, 0, pid, -1, None)  # type: ignore[arg-type]  # no pipe: nothing is sent
+    made.booted(types)
+    return made
 
 
 @dataclass
 class FakePool:
-    """Idle workers, and a record of what was run on which."""
+    """Workers, and a record of what was handed to which: runs (started at once),
+    handoffs (queued), goes, withdrawals and kills."""
 
-    workers: list[FakeWorker] = field(default_factory=list)
-    runs: list[tuple[FakeWorker, Lease, float]] = field(default_factory=list)
-    kills: list[tuple[FakeWorker, KillReason]] = field(default_factory=list)
+    workers: list[Worker] = field(default_factory=list)
+    runs: list[tuple[Worker, Lease, float]] = field(default_factory=list)
+    handoffs: list[tuple[Worker, list[Handoff]]] = field(default_factory=list)
+    goes: list[tuple[Worker, list[str]]] = field(default_factory=list)
+    withdrawals: list[tuple[Worker, list[str]]] = field(default_factory=list)
+    kills: list[tuple[Worker, KillReason]] = field(default_factory=list)
+    recycle: Recycle = field(default_factory=Recycle)
 
-    def idle(self) -> list[FakeWorker]:
+    def __iter__(self) -> Iterator[Worker]:
+        return iter(list(self.workers))
+
+    def idle(self) -> list[Worker]:
         return [w for w in self.workers if w.state == WorkerState.IDLE]
 
-    def run(self, worker: FakeWorker, held: Lease, timeout: float) -> None:
-        worker.state, worker.lease = WorkerState.BUSY, held
+    def run(self, worker: Worker, held: Lease, timeout: float) -> None:
+        worker.begin(held)
         self.runs.append((worker, held, timeout))
 
-    def idle_for(self, job_type: str, skip: set[int]) -> FakeWorker | None:
+    def hand(self, worker: Worker, handoffs: list[Handoff]) -> None:
+        for handoff in handoffs:
+            worker.queue(handoff.lease, handoff.timeout)
+        self.handoffs.append((worker, handoffs))
+
+    def go(self, worker: Worker, job_ids: list[str]) -> None:
+        self.goes.append((worker, job_ids))
+
+    def withdraw(self, worker: Worker, job_ids: list[str]) -> None:
+        self.withdrawals.append((worker, job_ids))
+
+    def idle_for(self, job_type: str, skip: set[int]) -> Worker | None:
         return next((w for w in self.idle() if job_type in w.types and id(w) not in skip), None)
 
-    def is_idle(self, worker: FakeWorker) -> bool:
+    def is_idle(self, worker: Worker) -> bool:
         return any(w is worker for w in self.idle())
 
-    def holding(self, token: str) -> FakeWorker | None:
-        return next((w for w in self.workers if w.lease and w.lease.token == token), None)
+    def holding(self, token: str) -> Worker | None:
+        return next((w for w in self.workers if w.holds(token)), None)
 
-    def kill(self, worker: FakeWorker, reason: KillReason) -> None:
+    def kill(self, worker: Worker, reason: KillReason) -> None:
         self.kills.append((worker, reason))
 
 
@@ -198,11 +214,12 @@ def rig(
     *,
     actors: list[ActorInfo] | None = None,
     leases: list[Lease] | None = None,
-    workers: list[FakeWorker] | None = None,
+    workers: list[Worker] | None = None,
     hooks: list[Hook] | None = None,
     prefetch: int = 0,
     ticks: list[float] | None = None,
     at_once: bool = False,
+    durable: bool = True,
 ) -> Rig:
     log: list[Any] = []
     sleeps: list[float] = []
@@ -218,9 +235,9 @@ def rig(
         pool,
         catalog,
         Hooks(hooks if hooks is not None else [Recorder("hook", log)]),
-        # claims ahead when asked to; its writes are tasks unless `at_once` (so a test
-        # sees them still held); the dispatcher's drained state decides a start at enqueue
-        traits=StoreTraits(claim_ahead=prefetch > 0, answers_at_once=at_once, sees_ahead=False),
+        # its writes are tasks unless `at_once` (so a test sees them still held); the
+        # dispatcher's drained state decides a start at enqueue
+        traits=StoreTraits(durable=durable, answers_at_once=at_once, sees_ahead=False),
         policy=Policy(retry_base=1.0, retry_cap=60.0, lease_seconds=3.0),
         prefetch=prefetch,
         clock=lambda: NOW,
@@ -235,10 +252,17 @@ def both() -> frozenset[str]:
     return frozenset({"a", "b"})
 
 
+def ran_on(r: Rig, held: Lease) -> Worker:
+    """The worker `held` was run on (ended there, as the pool ends it before reporting)."""
+    (ran,) = [w for w, x, _ in r.pool.runs if x.token == held.token]
+    ran.end(0)
+    return ran
+
+
 async def test_claims_respect_per_type_slots_and_cost_nothing_when_drained() -> None:
     actors = [ActorInfo("a", concurrency=1), ActorInfo("b")]
     queued = [lease("a"), lease("a"), lease("b")]
-    r = rig(actors=actors, leases=queued, workers=[FakeWorker(both()) for _ in range(3)])
+    r = rig(actors=actors, leases=queued, workers=[worker(both()) for _ in range(3)])
     await r.dispatcher.fill()
     assert r.store.claims == [(3, {"a": 1, "b": 3})]
     started = [held.job.type for _, held, _ in r.pool.runs]
@@ -252,7 +276,7 @@ async def test_claims_respect_per_type_slots_and_cost_nothing_when_drained() -> 
 
 async def test_a_lease_the_claim_started_waits_in_hand_if_its_worker_went_away_meanwhile() -> None:
     held = lease("a")
-    leaving, other = FakeWorker(both()), FakeWorker(both())
+    leaving, other = worker(both()), worker(both())
     r = rig(leases=[held], workers=[leaving])
 
     def worker_swap() -> None:  # during the claim: the kept worker dies, another boots
@@ -267,11 +291,11 @@ async def test_a_lease_the_claim_started_waits_in_hand_if_its_worker_went_away_m
 
 async def test_a_freed_worker_wakes_the_dispatcher_only_when_a_pass_could_do_something() -> None:
     held = lease("a")
-    r = rig(leases=[held], workers=[FakeWorker(both()), FakeWorker(both())])
+    r = rig(leases=[held], workers=[worker(both()), worker(both())])
     await r.dispatcher.fill()  # came back short: drained as of now
     wake = r.dispatcher.wakeup.event
     wake.clear()
-    r.dispatcher.job_done(held, JobDone(held.job.id, b"1", 0.5))
+    r.dispatcher.job_done(held, JobDone(held.job.id, b"1", 0.5), ran_on(r, held))
     assert not wake.is_set()  # nothing in hand, nothing new: no pass
     r.dispatcher.wake()  # a job was enqueued
     assert wake.is_set()
@@ -285,10 +309,10 @@ async def test_an_outcome_goes_to_the_store_then_to_each_hook_in_order() -> None
     log: list[Any] = []
     hooks = [Recorder("first", log), Broken(), Recorder("second", log)]
     held = lease("a")
-    r = rig(leases=[held], workers=[FakeWorker(both())], hooks=hooks)
+    r = rig(leases=[held], workers=[worker(both())], hooks=hooks)
     r.log = r.store.log = log
     await r.dispatcher.fill()
-    r.dispatcher.job_done(held, JobDone(held.job.id, b"1", 0.5))
+    r.dispatcher.job_done(held, JobDone(held.job.id, b"1", 0.5), ran_on(r, held))
     await r.dispatcher.flush(5)
     assert log == [
         ("first", "start", held.job.id),
@@ -305,10 +329,10 @@ async def test_an_outcome_goes_to_the_store_then_to_each_hook_in_order() -> None
 
 async def test_an_outcome_write_is_held_while_the_store_is_unavailable() -> None:
     held = lease("a")
-    r = rig(leases=[held], workers=[FakeWorker(both())])
+    r = rig(leases=[held], workers=[worker(both())])
     await r.dispatcher.fill()
     r.store.down = 3
-    r.dispatcher.job_done(held, JobDone(held.job.id, b"1", 0.5))
+    r.dispatcher.job_done(held, JobDone(held.job.id, b"1", 0.5), ran_on(r, held))
     assert r.dispatcher.held_leases() == [held]  # heartbeated until its outcome is written
     await r.dispatcher.flush(5)
     assert r.dispatcher.held_leases() == []
@@ -321,9 +345,9 @@ async def test_an_outcome_write_is_held_while_the_store_is_unavailable() -> None
 
 async def test_a_store_that_never_waits_has_an_outcome_written_before_the_report_returns() -> None:
     held = lease("a")
-    r = rig(leases=[held], workers=[FakeWorker(both())], at_once=True)
+    r = rig(leases=[held], workers=[worker(both())], at_once=True)
     await r.dispatcher.fill()
-    r.dispatcher.job_done(held, JobDone(held.job.id, b"1", 0.5))
+    r.dispatcher.job_done(held, JobDone(held.job.id, b"1", 0.5), ran_on(r, held))
     assert r.log[-2:] == [("complete", held.job.id), ("hook", "outcome", held.job.id, Status.DONE)]
     assert r.dispatcher.held_leases() == []
     assert not r.dispatcher.outcomes._writes  # no task was needed
@@ -331,7 +355,7 @@ async def test_a_store_that_never_waits_has_an_outcome_written_before_the_report
 
 async def test_a_write_that_must_wait_for_the_store_goes_on_in_a_task_holding_its_lease() -> None:
     held = lease("a")
-    r = rig(leases=[held], workers=[FakeWorker(both())], at_once=True)
+    r = rig(leases=[held], workers=[worker(both())], at_once=True)
     waited: list[float] = []
 
     async def sleep(seconds: float) -> None:  # really waits, unlike the rig's
@@ -341,7 +365,7 @@ async def test_a_write_that_must_wait_for_the_store_goes_on_in_a_task_holding_it
     r.dispatcher.outcomes.sleep = sleep
     await r.dispatcher.fill()
     r.store.down = 2
-    r.dispatcher.job_done(held, JobDone(held.job.id, b"1", 0.5))
+    r.dispatcher.job_done(held, JobDone(held.job.id, b"1", 0.5), ran_on(r, held))
     assert r.dispatcher.held_leases() == [held]  # heartbeated until its outcome is written
     assert ("complete", held.job.id) not in r.log
     await r.dispatcher.flush(5)
@@ -349,13 +373,30 @@ async def test_a_write_that_must_wait_for_the_store_goes_on_in_a_task_holding_it
     assert r.log[-2:] == [("complete", held.job.id), ("hook", "outcome", held.job.id, Status.DONE)]
 
 
-async def test_buffered_leases_are_handed_out_best_first_to_workers_that_know_the_type() -> None:
+async def into_hand(r: Rig, *leases: Lease) -> Worker:
+    """Put `leases` in the dispatcher's hand the way a running node does: a worker busy
+    with a job has room in its queue, so the next due jobs are claimed for it; these are
+    of a type whose run time is not known yet, so none may wait in a queue, and they wait
+    in hand for an idle worker. Returns the busy worker."""
+    busy = worker(both(), pid=1)
+    busy.begin(lease("b"))
+    r.pool.workers.append(busy)
+    r.dispatcher.depth.current = 4
+    r.store.leases += leases
+    await r.dispatcher.fill()
+    assert list(r.dispatcher._hand) == list(leases)
+    return busy
+
+
+async def test_leases_in_hand_are_handed_out_best_first_to_workers_that_know_the_type() -> None:
     best_a, best_b, next_a = lease("a", 9), lease("b", 7), lease("a", 1)
-    r = rig(leases=[best_a, best_b, next_a], prefetch=3)
-    await r.dispatcher.fill()  # no worker yet: claimed ahead, kept in hand
+    r = rig(prefetch=3)
+    await into_hand(r, best_a, best_b, next_a)
     assert r.pool.runs == [] and r.dispatcher.held_leases() == [best_a, best_b, next_a]
-    only_b, any_type = FakeWorker(frozenset({"b"})), FakeWorker(both())
+    assert len(r.store.claims) == 1  # nothing more is claimed behind them meanwhile
+    only_b, any_type = worker(frozenset({"b"})), worker(both())
     r.pool.workers += [only_b, any_type]
+    r.dispatcher._seen = r.dispatcher.wakeup.news  # nothing more to claim
     await r.dispatcher.fill()
     assert [(w, held) for w, held, _ in r.pool.runs] == [(only_b, best_b), (any_type, best_a)]
     assert r.dispatcher.held_leases() == [best_b, best_a, next_a]  # running, then in hand
@@ -363,10 +404,11 @@ async def test_buffered_leases_are_handed_out_best_first_to_workers_that_know_th
 
 async def test_a_failure_retries_after_backoff_until_retries_run_out() -> None:
     first, last = lease("a", attempts=1, max_retries=1), lease("a", attempts=2, max_retries=1)
-    r = rig(leases=[first, last], workers=[FakeWorker(both()), FakeWorker(both())])
+    r = rig(leases=[first, last], workers=[worker(both()), worker(both())])
     await r.dispatcher.fill()
-    r.dispatcher.job_failed(first, JobFailed(first.job.id, "boom", 0.1, traceback="Trace"))
-    r.dispatcher.job_failed(last, JobFailed(last.job.id, "boom", 0.1))
+    failed = JobFailed(first.job.id, "boom", 0.1, traceback="Trace")
+    r.dispatcher.job_failed(first, failed, ran_on(r, first))
+    r.dispatcher.job_failed(last, JobFailed(last.job.id, "boom", 0.1), ran_on(r, last))
     await r.dispatcher.flush(5)
     retries = [entry[2] for entry in r.log if entry[0] == "fail:args"]
     assert retries[1] is None  # attempt 2 of max_retries=1: dead-lettered
@@ -377,7 +419,7 @@ async def test_a_failure_retries_after_backoff_until_retries_run_out() -> None:
 
 async def test_a_worker_lost_to_a_timeout_fails_the_attempt_and_a_cancel_writes_nothing() -> None:
     timed_out, cancelled = lease("a"), lease("b")
-    workers = [FakeWorker(both()), FakeWorker(both())]
+    workers = [worker(both()), worker(both())]
     r = rig(leases=[timed_out, cancelled], workers=workers)
     await r.dispatcher.fill()
     by_token = {held.token: w for w, held, _ in r.pool.runs}
@@ -399,12 +441,12 @@ async def test_a_worker_lost_to_a_timeout_fails_the_attempt_and_a_cancel_writes_
 async def test_a_lease_in_hand_that_may_lapse_before_its_next_heartbeat_is_handed_back() -> None:
     ticks = [10.0]
     fresh, stale = lease("a", 9), lease("a", 1)
-    r = rig(leases=[stale, fresh], prefetch=2, ticks=ticks)
-    await r.dispatcher.fill()  # both claimed at 10 s, lease 3 s
+    r = rig(prefetch=3, ticks=ticks)
+    await into_hand(r, stale, fresh)  # both claimed at 10 s, lease 3 s
     r.dispatcher.renewed([fresh], 11.0)  # a heartbeat reached `fresh` only
     ticks[0] = 12.5  # stale: 2.5 s old, less than a heartbeat's interval left
-    worker = FakeWorker(both())
-    r.pool.workers.append(worker)
+    idle = worker(both())
+    r.pool.workers.append(idle)
     r.dispatcher._seen = r.dispatcher.wakeup.news  # nothing more to claim
     await r.dispatcher.fill()
     await r.dispatcher.flush(5)
@@ -413,44 +455,40 @@ async def test_a_lease_in_hand_that_may_lapse_before_its_next_heartbeat_is_hande
     assert r.dispatcher.held_leases() == [fresh]
 
 
-async def test_leases_in_hand_that_wait_a_lease_for_a_worker_go_back_and_prefetch_pauses() -> None:
+async def test_leases_in_hand_that_wait_a_lease_for_a_worker_go_back() -> None:
     ticks = [0.0]
     waiting = [lease("a"), lease("a")]
-    r = rig(leases=list(waiting), prefetch=2, ticks=ticks)
-    await r.dispatcher.fill()
+    r = rig(prefetch=3, ticks=ticks)
+    await into_hand(r, *waiting)
     r.dispatcher.renewed(waiting, 2.5)  # heartbeated, but no worker ever took them
     ticks[0] = 3.0
     assert r.dispatcher.release_stale() == 2
     await r.dispatcher.flush(5)
     assert [e for e in r.log if e[0] == "release"] == [("release", x.job.id) for x in waiting]
-    r.store.leases.append(lease("a"))
-    r.dispatcher.wake()
-    await r.dispatcher.fill()  # no idle worker and prefetch paused: no claim
-    assert len(r.store.claims) == 1
+    assert r.dispatcher.held_leases() == []
 
 
 async def test_a_claimed_lease_is_started_in_the_store_before_its_worker_gets_it() -> None:
     held = lease("a")
     held.job.status, held.job.attempts = Status.CLAIMED, 0
-    r = rig(leases=[held], prefetch=1)
-    await r.dispatcher.fill()  # no worker: kept in hand, claimed
-    worker = FakeWorker(both())
-    r.pool.workers.append(worker)
+    r = rig(prefetch=3)
+    await into_hand(r, held)
+    idle = worker(both())
+    r.pool.workers.append(idle)
     r.dispatcher._seen = r.dispatcher.wakeup.news  # nothing more to claim
     await r.dispatcher.fill()
     assert r.pool.runs == [] and r.dispatcher.held_leases() == [held]  # being started
     await r.dispatcher.flush(5)
     assert ("start", held.job.id) in r.log
-    assert [(w, x.job.status) for w, x, _ in r.pool.runs] == [(worker, Status.RUNNING)]
+    assert [(w, x.job.status) for w, x, _ in r.pool.runs] == [(idle, Status.RUNNING)]
 
 
 async def test_a_worker_takes_a_lease_already_started_before_one_only_claimed() -> None:
     claimed, started = lease("a", 9), lease("a", 1)
     claimed.job.status, claimed.job.attempts = Status.CLAIMED, 0
-    r = rig(leases=[claimed, started], prefetch=2)
-    await r.dispatcher.fill()
-    worker = FakeWorker(both())
-    r.pool.workers.append(worker)
+    r = rig(prefetch=3)
+    await into_hand(r, claimed, started)
+    r.pool.workers.append(worker(both()))
     r.dispatcher._seen = r.dispatcher.wakeup.news
     await r.dispatcher.fill()
     assert [x for _, x, _ in r.pool.runs] == [started]  # charged: it must run first
@@ -462,16 +500,16 @@ async def test_a_claimed_lease_of_a_rate_limited_type_goes_back_once_its_window_
     for held in (early, late):
         held.job.status, held.job.attempts = Status.CLAIMED, 0
     actors = [ActorInfo("a", rate_limit="5/s"), ActorInfo("b")]
-    r = rig(actors=actors, leases=[early, late], prefetch=2, ticks=ticks)
+    r = rig(actors=actors, prefetch=3, ticks=ticks)
     r.store.window_left = 0.5  # the window ends at 10.5 s; the guard makes it 10.45 s
-    await r.dispatcher.fill()
-    r.pool.workers.append(FakeWorker(both()))
+    await into_hand(r, early, late)
+    r.pool.workers.append(worker(both()))
     r.dispatcher._seen = r.dispatcher.wakeup.news
     await r.dispatcher.fill()
     await r.dispatcher.flush(5)
     assert [x for _, x, _ in r.pool.runs] == [early]  # in its window: started
     ticks[0] = 10.46  # the window is over: `late` would start in the next one
-    r.pool.workers.append(FakeWorker(both()))
+    r.pool.workers.append(worker(both()))
     r.store.leases.clear()
     before = r.dispatcher.wakeup.news
     r.dispatcher._hand_out()
@@ -484,7 +522,7 @@ async def test_a_claimed_lease_of_a_rate_limited_type_goes_back_once_its_window_
 
 async def test_a_job_may_start_at_its_enqueue_only_when_nothing_could_wait_ahead() -> None:
     actors = [ActorInfo("a"), ActorInfo("b", concurrency=1)]
-    r = rig(actors=actors, workers=[FakeWorker(frozenset({"a"}))])
+    r = rig(actors=actors, workers=[worker(frozenset({"a"}))])
     d = r.dispatcher
     await d.fill()  # the store is empty: drained
     assert (await d.enqueue(new_job("b"))).lease is None  # a limited type waits its turn
@@ -494,7 +532,7 @@ async def test_a_job_may_start_at_its_enqueue_only_when_nothing_could_wait_ahead
     assert r.pool.runs == []  # on the next turn: the enqueue's answer goes first
     await asyncio.sleep(0)
     assert [x for _, x, _ in r.pool.runs] == [started]
-    r.pool.workers.append(FakeWorker(frozenset({"a"})))
+    r.pool.workers.append(worker(frozenset({"a"})))
     hold = r.store.hold = asyncio.Event()
     first = new_job("a")
     in_flight = asyncio.ensure_future(d.enqueue(first))
@@ -504,7 +542,7 @@ async def test_a_job_may_start_at_its_enqueue_only_when_nothing_could_wait_ahead
     hold.set()
     assert (await in_flight).lease is not None
     await asyncio.sleep(0)
-    r.pool.workers.append(FakeWorker(both()))
+    r.pool.workers.append(worker(both()))
     d.wake()  # news since the last claim: something may wait ahead in the store
     assert (await d.enqueue(new_job("a"))).lease is None
     await d.fill()
@@ -516,6 +554,174 @@ async def test_a_job_may_start_at_its_enqueue_only_when_nothing_could_wait_ahead
     )  # the store kept it pending (a paused queue): the worker is free again
     r.store.keep_pending = False
     assert (await d.enqueue(new_job("a"))).lease is not None
+
+
+# -- a worker's own queue ----------------------------------------------------------------
+
+
+def claimed(job_type: str, priority: int = 5) -> Lease:
+    """A lease on a fresh job, claimed (not started)."""
+    held = lease(job_type, priority)
+    held.job.status, held.job.attempts = Status.CLAIMED, 0
+    return held
+
+
+def busy_workers(r: Rig, count: int) -> list[Worker]:
+    """`count` workers each running a job of type "b" (short, as "a" is: both learned)."""
+    made = []
+    for pid in range(count):
+        w = worker(both(), pid=100 + pid)
+        running = lease("b")
+        w.begin(running)
+        r.pool.workers.append(w)
+        made.append(w)
+    for job_type in ("a", "b"):
+        r.dispatcher.durations.add(job_type, 0.002)
+    r.dispatcher.depth.current = 4
+    return made
+
+
+async def test_short_jobs_are_queued_best_first_across_the_busy_workers() -> None:
+    queued = [claimed("a", 9), claimed("a", 8), claimed("a", 7), claimed("a", 6)]
+    r = rig(leases=list(queued), prefetch=3, durable=False)
+    first, second = busy_workers(r, 2)
+    await r.dispatcher.fill()
+    assert r.store.claims[0] == (6, {"a": 6, "b": 6})  # room for 3 behind each running job
+    handed = {w.pid: [h.lease for h in hs] for w, hs in r.pool.handoffs}
+    assert handed == {first.pid: [queued[0], queued[2]], second.pid: [queued[1], queued[3]]}
+    # in memory a queued attempt may run when its turn comes, with no start written first
+    assert all(h.go for _, hs in r.pool.handoffs for h in hs)
+    assert not any(entry[0] == "start" for entry in r.log)
+    assert len(r.pool.handoffs) == 2  # one frame a worker
+
+
+async def test_a_queued_attempt_is_charged_when_its_worker_says_it_starts() -> None:
+    held = claimed("a")
+    r = rig(leases=[held], prefetch=3, durable=False, at_once=True)
+    (busy,) = busy_workers(r, 1)
+    await r.dispatcher.fill()
+    assert busy.queues(held.token)
+    busy.end(0)
+    busy.start(held.job.id)  # what the pool does when the worker says Started
+    r.dispatcher.job_started(held, busy)
+    assert ("start", held.job.id) in r.log and ("hook", "start", held.job.id) in r.log
+    assert r.dispatcher.held_leases() == [held]
+
+
+async def test_with_a_durable_store_a_queued_attempt_goes_only_once_its_start_is_written() -> None:
+    held = claimed("a")
+    r = rig(leases=[held], prefetch=3)
+    (busy,) = busy_workers(r, 1)
+    await r.dispatcher.fill()
+    (handoff,) = r.pool.handoffs[0][1]
+    assert not handoff.go  # it waits for its start to be written
+    await r.dispatcher.flush(5)
+    assert ("start", held.job.id) in r.log
+    assert r.pool.goes == [(busy, [held.job.id])]
+
+
+async def test_no_start_is_written_ahead_behind_a_job_of_unknown_run_time() -> None:
+    held = claimed("a")
+    r = rig(leases=[held], prefetch=3)
+    (busy,) = busy_workers(r, 1)
+    assert busy.lease is not None
+    slow = lease("c")  # its type never ran here: how long it runs is not known
+    busy.lease = slow
+    r.dispatcher._running["c"] += 1
+    r.dispatcher._started[slow.token] = slow
+    await r.dispatcher.fill()
+    await r.dispatcher.flush(5)
+    assert r.pool.goes == [] and ("start", held.job.id) not in r.log
+    busy.end(0)
+    r.dispatcher.job_done(slow, JobDone(slow.job.id, b"1", 5.0), busy)
+    await r.dispatcher.flush(5)
+    assert r.pool.goes == [(busy, [held.job.id])]  # the worker is free: now it may go
+
+
+async def test_a_long_job_among_the_claimed_waits_for_an_idle_worker_and_holds_the_rest() -> None:
+    first, long_one, after = claimed("a", 9), claimed("c", 8), claimed("a", 7)
+    actors = [ActorInfo("a"), ActorInfo("b"), ActorInfo("c")]
+    r = rig(actors=actors, leases=[first, long_one, after], prefetch=3, durable=False)
+    (busy,) = busy_workers(r, 1)
+    busy.types = frozenset({"a", "b", "c"})
+    await r.dispatcher.fill()
+    assert [h.lease for h in r.pool.handoffs[0][1]] == [first]  # FIFO: none overtakes "c"
+    assert list(r.dispatcher._hand) == [long_one, after]
+    r.store.leases.append(claimed("a", 1))
+    r.dispatcher.wake()
+    await r.dispatcher.fill()
+    assert len(r.store.claims) == 1  # nothing more is claimed behind them
+    idle = worker(frozenset({"a", "b", "c"}), pid=7)
+    r.pool.workers.append(idle)
+    await r.dispatcher.fill()
+    await r.dispatcher.flush(5)
+    assert [x for w, x, _ in r.pool.runs if w is idle] == [long_one]
+
+
+async def test_no_attempt_is_queued_ahead_of_a_higher_priority_one_queued_elsewhere() -> None:
+    r = rig(prefetch=3, durable=False)
+    first, second = busy_workers(r, 2)
+    r.dispatcher.depth.current = 8
+    high = claimed("a", 9)  # the second worker holds one more, then a higher-priority one
+    for queued in (claimed("a", 9), high):
+        second.queue(queued, 1.0)
+        r.dispatcher._queued[queued.token] = queued
+    low = claimed("a", 3)
+    r.store.leases[:] = [low]
+    await r.dispatcher.fill()  # on the first worker it would come second: before `high`
+    assert not any(w is first for w, _ in r.pool.handoffs)
+    assert list(r.dispatcher._hand) == [low]
+
+
+async def test_a_cancelled_queued_attempt_is_withdrawn_and_killed_if_it_started_meanwhile() -> None:
+    held = claimed("a")
+    r = rig(leases=[held], prefetch=3, durable=False)
+    (busy,) = busy_workers(r, 1)
+    await r.dispatcher.fill()
+    assert r.dispatcher.cancel_lease(held.token)
+    assert r.pool.withdrawals == [(busy, [held.job.id])]
+    busy.end(0)
+    busy.start(held.job.id)  # it started before the withdrawal reached the worker
+    r.dispatcher.job_started(held, busy)
+    assert r.pool.kills == [(busy, KillReason.CANCEL)]
+
+
+async def test_a_dropped_attempt_goes_back_to_the_store_at_no_cost() -> None:
+    held = claimed("a")
+    r = rig(leases=[held], prefetch=3, durable=False)
+    (busy,) = busy_workers(r, 1)
+    await r.dispatcher.fill()
+    busy.drop([held.job.id])
+    r.dispatcher.job_dropped(held, busy)
+    await r.dispatcher.flush(5)
+    assert ("release", held.job.id) in r.log
+    assert r.dispatcher.held_leases() == []
+
+
+async def test_an_idle_worker_takes_attempts_queued_on_a_busy_one() -> None:
+    queued = [claimed("a"), claimed("a")]
+    r = rig(leases=list(queued), prefetch=3, durable=False)
+    (busy,) = busy_workers(r, 1)
+    await r.dispatcher.fill()
+    assert [h.lease for h in r.pool.handoffs[0][1]] == queued
+    idle = worker(both(), pid=9)
+    r.pool.workers.append(idle)
+    await r.dispatcher.fill()
+    assert r.pool.withdrawals == [(busy, [queued[1].job.id])]  # the back half
+    assert r.store.claims[1:] == []  # the idle worker waits for it rather than claim
+    for dropped in busy.drop([queued[1].job.id]):
+        r.dispatcher.job_dropped(dropped, busy)
+    await r.dispatcher.fill()
+    await r.dispatcher.flush(5)  # its start is written, then it runs there
+    assert [(w, x) for w, x, _ in r.pool.runs] == [(idle, queued[1])]
+
+
+async def test_a_worker_due_for_recycling_is_handed_no_more_than_it_may_run() -> None:
+    r = rig(leases=[claimed("a") for _ in range(3)], prefetch=3, durable=False)
+    r.pool.recycle = Recycle(max_jobs=2)
+    busy_workers(r, 1)
+    await r.dispatcher.fill()
+    assert sum(len(hs) for _, hs in r.pool.handoffs) == 1  # it runs one, and one more
 
 
 def new_job(job_type: str, **fields: object) -> NewJob:

@@ -28,7 +28,7 @@ class Clock:
 @dataclass
 class FakeDispatcher:
     held: list[Lease] = field(default_factory=list)
-    dropped: list[str] = field(default_factory=list)
+    stopped: list[tuple[str, KillReason]] = field(default_factory=list)
     renewals: list[tuple[list[str], float]] = field(default_factory=list)
     stale: int = 0
     woken: int = 0
@@ -46,8 +46,8 @@ class FakeDispatcher:
     def renewed(self, leases: list[Lease], at: float) -> None:
         self.renewals.append(([x.token for x in leases], at))
 
-    def drop(self, token: str) -> bool:
-        self.dropped.append(token)
+    def stop_lease(self, token: str, reason: KillReason) -> bool:
+        self.stopped.append((token, reason))
         return True
 
     def wake(self) -> None:
@@ -96,9 +96,8 @@ async def test_held_leases_outlive_their_term_and_lost_ones_are_reported_and_kil
     await leases.reap()
     assert dispatcher.woken == 0  # nothing expired: the heartbeat extended both
     assert (await store.get(running.job.id)).status == Status.RUNNING
-    leases.kill_lost(lost)
-    assert dispatcher.dropped == [cancelled.token]
-    assert pool.kills == [(12, KillReason.LEASE_LOST)]
+    leases.kill_lost(lost)  # the dispatcher kills its worker, or takes it back from a queue
+    assert dispatcher.stopped == [(cancelled.token, KillReason.LEASE_LOST)]
 
 
 async def test_a_lease_nobody_extends_is_reaped_and_the_dispatcher_woken() -> None:
