@@ -4,6 +4,8 @@ records around it (leases, dead letters, events, stats). Shared by the stores an
 from __future__ import annotations
 
 import os
+import random
+import time
 from collections.abc import Callable, Collection
 from datetime import UTC, datetime, timedelta
 from functools import partial
@@ -44,14 +46,21 @@ null_payload = partial(msgspec.Raw, b"null")
 utcnow = partial(datetime.now, UTC)
 
 
+_ids = random.Random(os.urandom(32))  # reseeded in a forked child: no shared sequence
+os.register_at_fork(after_in_child=lambda: _ids.seed(os.urandom(32)))
+
+
 def new_id() -> str:
-    """A fresh job or dead-letter id (UUID4, globally unique): 16 random bytes with the
-    version and variant bits set, written out without building a `uuid.UUID` (this runs
-    twice per job: its id and its lease token)."""
-    raw = bytearray(os.urandom(16))
-    raw[6] = (raw[6] & 0x0F) | 0x40  # version 4
-    raw[8] = (raw[8] & 0x3F) | 0x80  # RFC 4122 variant
-    h = raw.hex()
+    """A fresh job, dead-letter or lease id: a UUIDv7 (RFC 9562), the unix time in
+    milliseconds and then 74 random bits, so ids sort by when they were made and
+    PostgreSQL's index on them grows at one end. The random bits come from a PRNG seeded
+    from the OS once per process (ids must be unique, not secret; `os.urandom` is a system
+    call, and this runs twice per job), and it is written out without building a
+    `uuid.UUID`."""
+    value = (int(time.time() * 1000) << 80) | _ids.getrandbits(80)
+    value = (value & ~(0xF << 76)) | (0x7 << 76)  # version 7
+    value = (value & ~(0x3 << 62)) | (0x2 << 62)  # RFC 9562 variant
+    h = f"{value:032x}"
     return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
 
 
