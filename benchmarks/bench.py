@@ -16,6 +16,7 @@ import asyncio
 import json
 import os
 import platform
+import re
 import statistics
 import sys
 import tempfile
@@ -262,12 +263,14 @@ async def _timed_run(
         if n == 0:
             return {}
         before = cost.cpu_seconds(node.proc.pid)
+        loop_before = _loop_series((await client.request("GET", "/metrics"))[1])
         started = time.monotonic()
         enqueue_seconds = await cost.produce(client, raw, n, producers)
         last = await _enqueue(client, NOOP)
         done = await _until_done(client, WARM_UP + n + 1, last)
         elapsed = time.monotonic() - started
         used = cost.cpu_seconds(node.proc.pid) - before
+        loop_after = _loop_series((await client.request("GET", "/metrics"))[1])
         await close(node, client, ctx)  # a backend flushes its statistics as it exits
         stopped = True
         return {
@@ -279,10 +282,45 @@ async def _timed_run(
             "enqueue_per_s": n / enqueue_seconds,
             "cpu_us_per_job": used / (n + 1) * 1e6,
             "workers": args.workers,
+            "loop": _loop_split(loop_before, loop_after, n + 1),
         }
     finally:
         if not stopped:
             await close(node, client, ctx)
+
+
+_LOOP_SERIES = re.compile(
+    r'^goqueue_loop_(busy_seconds_total\{work="(\w+)"\}|lag_seconds_bucket\{le="([^"]+)"\}) (\S+)$',
+    re.M,
+)
+
+
+def _loop_series(metrics: bytes) -> dict[str, float]:
+    """The loop's busy seconds by work (`busy:http`...) and its lag buckets (`le:0.01`...)
+    from a /metrics page."""
+    out = {}
+    for match in _LOOP_SERIES.finditer(metrics.decode()):
+        _, work, bound, value = match.groups()
+        out[f"busy:{work}" if work else f"le:{bound}"] = float(value)
+    return out
+
+
+def _loop_split(before: dict[str, float], after: dict[str, float], jobs: int) -> dict[str, Any]:
+    """Between two scrapes: the loop's time per job by kind of work (µs), and the bound
+    of the lag bucket that held the 99th percentile of its samples (seconds)."""
+    per_job = {
+        key.split(":", 1)[1]: (after[key] - before.get(key, 0.0)) / jobs * 1e6
+        for key in after
+        if key.startswith("busy:")
+    }
+    buckets = sorted(
+        (float(key[3:]), after[key] - before.get(key, 0.0))
+        for key in after
+        if key.startswith("le:")
+    )
+    total = buckets[-1][1] if buckets else 0.0
+    p99 = next((bound for bound, count in buckets if count >= 0.99 * total), float("nan"))
+    return {"us_per_job": per_job, "lag_p99_s": p99, "lag_samples": total}
 
 
 async def _until_done(client: LoadClient, total: int, last: str | None) -> int:

@@ -21,6 +21,8 @@ def print_table(results: dict[str, Any]) -> None:
         ("end to end, 16 producers (jobs/s)", lambda r: _e2e(r["end_to_end_16"])),
         ("supervisor CPU/job, 1 producer (µs)", lambda r: _cpu(r["end_to_end"])),
         ("supervisor CPU/job, 16 producers (µs)", lambda r: _cpu(r["end_to_end_16"])),
+        ("loop time/job http/workers/dispatch, 16 (µs)", lambda r: _loop(r["end_to_end_16"])),
+        ("loop lag p99, 16 producers (ms)", lambda r: _lag(r["end_to_end_16"])),
         ("PostgreSQL per job, 1 producer", lambda r: _pg(r["end_to_end"])),
         ("PostgreSQL per job, 16 producers", lambda r: _pg(r["end_to_end_16"])),
         (
@@ -51,6 +53,15 @@ def print_table(results: dict[str, Any]) -> None:
 
 def _lat(r: dict[str, Any]) -> str:
     return f"{r['p50_ms']:.2f} / {r['p95_ms']:.2f} / {r['p99_ms']:.2f}"
+
+
+def _loop(r: dict[str, Any]) -> str:
+    split = r["loop"]["us_per_job"]
+    return " / ".join(f"{split.get(work, 0):.0f}" for work in ("http", "workers", "dispatch"))
+
+
+def _lag(r: dict[str, Any]) -> str:
+    return f"{r['loop']['lag_p99_s'] * 1000:g} (bucket bound)"
 
 
 def _e2e(r: dict[str, Any]) -> str:

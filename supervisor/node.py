@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import partial
 from typing import Protocol
 
 from goqueue.supervisor.dispatch.catalog import Catalog
@@ -18,6 +19,7 @@ from goqueue.supervisor.dispatch.policy import Policy
 from goqueue.supervisor.dispatch.waiters import Waiters
 from goqueue.supervisor.engine import Engine
 from goqueue.supervisor.observe.history import History
+from goqueue.supervisor.observe.loop import Work
 from goqueue.supervisor.observe.metrics import Metrics
 from goqueue.supervisor.schedules.scheduler import Scheduler
 from goqueue.supervisor.settings import config
@@ -130,6 +132,7 @@ def build_node(
         ),
         memory_limit_mb=settings.max_worker_rss_mb,
         listeners=listeners,
+        on_read=partial(metrics.loop.spent, Work.WORKERS),
     )
     dispatcher = Dispatcher(
         store,
@@ -141,7 +144,9 @@ def build_node(
         policy=Policy.of(settings),
         prefetch=settings.prefetch,
         on_rate_wait=metrics.rate_limit_wait,
+        on_pass=partial(metrics.loop.spent, Work.DISPATCH),
     )
+    metrics.loop.start(asyncio.get_running_loop())
     listeners.jobs = dispatcher
     # Not yet given at construction (they came in while this builder was being written):
     # whom the store tells of a job another node cancelled, and what it publishes.

@@ -79,6 +79,7 @@ class Dispatcher:
         policy: Policy = DEFAULT_POLICY,
         prefetch: int = 0,
         on_rate_wait: Callable[[str], None] = lambda job_type: None,  # a metric
+        on_pass: Callable[[float], None] = lambda seconds: None,  # a pass's time (a metric)
         clock: Callable[[], datetime] = utcnow,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         monotonic: Callable[[], float] = time.monotonic,
@@ -123,6 +124,7 @@ class Dispatcher:
             at_once=traits.answers_at_once,
         )
         self.throttle = Throttle(store, self.wake, on_rate_wait)  # rate limits
+        self.on_pass = on_pass
 
     def reconfigure(self, catalog: Catalog, policy: Policy) -> None:
         """Apply new actors and limits (boot, reload) and a new policy (reload)."""
@@ -148,12 +150,14 @@ class Dispatcher:
             self.wakeup.event.clear()
             if not self.dispatching:
                 continue
+            started = self.monotonic()
             try:
                 await self.fill()
                 self._arm_due_timer()
             except Exception:  # a bug must not stop dispatching for good
                 log.exception("dispatch pass failed; retrying in 1 s")
                 asyncio.get_running_loop().call_later(RETRY_CLAIM, self.wake)
+            self.on_pass(self.monotonic() - started)
 
     def _arm_due_timer(self) -> None:
         due = self.store.next_due_at()

@@ -6,8 +6,7 @@ records them, so plain single-process collectors suffice (no multiprocess mode).
 
 from __future__ import annotations
 
-from bisect import bisect_left
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping
 from enum import StrEnum
 from typing import Any
 
@@ -21,6 +20,8 @@ from goqueue.supervisor.enums import (
 )
 from goqueue.supervisor.jobs import OTHER_QUEUES as OTHER_QUEUES
 from goqueue.supervisor.jobs import QueueDepths
+from goqueue.supervisor.observe.loop import LoopWatch, Work
+from goqueue.supervisor.observe.tallies import Tally, TallyHistogram
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -28,9 +29,8 @@ from prometheus_client import (
     Gauge,
     generate_latest,
 )
-from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
+from prometheus_client.core import Metric
 from prometheus_client.registry import Collector
-from prometheus_client.utils import floatToGoString
 
 TERMINAL_STATUSES: tuple[Status, ...] = tuple(s for s in Status if s in TERMINAL)
 DEFAULT_DEPTH_QUEUES = 100
@@ -48,6 +48,7 @@ class ConnectionClose(StrEnum):
 
 
 _WITH_CREATED = frozenset({"counter", "histogram", "summary"})
+_HTTP_WORK = (Work.HTTP,)
 
 
 class WithoutCreated(Collector):
@@ -64,83 +65,6 @@ class WithoutCreated(Collector):
             if family.type in _WITH_CREATED:
                 family.samples = [s for s in family.samples if not s.name.endswith("_created")]
             yield family
-
-
-class Tally:
-    """A labelled counter kept as plain counts, for series that move on every request or
-    job: an update is one dict operation (no lock, no child lookup), and the Prometheus
-    family is built only when scraped. Registered on a registry as a custom collector."""
-
-    def __init__(self, name: str, documentation: str, labels: Sequence[str]) -> None:
-        self.name = name
-        self.documentation = documentation
-        self.labels = list(labels)
-        self.counts: dict[tuple[str, ...], float] = {}
-
-    def inc(self, key: tuple[str, ...], amount: float = 1) -> None:
-        """Count `amount` for the label values `key`."""
-        counts = self.counts
-        counts[key] = counts.get(key, 0) + amount
-
-    def declare(self, key: tuple[str, ...]) -> None:
-        """Export the series for `key` at zero until it moves."""
-        self.counts.setdefault(key, 0)
-
-    def describe(self) -> list[Metric]:
-        """The family, without samples (for the registry's name check)."""
-        return [CounterMetricFamily(self.name, self.documentation, labels=self.labels)]
-
-    def collect(self) -> Iterator[Metric]:
-        """The family with one sample per label set seen."""
-        family = CounterMetricFamily(self.name, self.documentation, labels=self.labels)
-        for key, count in list(self.counts.items()):
-            family.add_metric([str(value) for value in key], count)
-        yield family
-
-
-class TallyHistogram:
-    """A labelled histogram kept as plain counts per bucket (see `Tally`)."""
-
-    def __init__(
-        self, name: str, documentation: str, labels: Sequence[str], buckets: Sequence[float]
-    ) -> None:
-        self.name = name
-        self.documentation = documentation
-        self.labels = list(labels)
-        self.bounds = tuple(buckets)
-        self.buckets: dict[tuple[str, ...], list[int]] = {}  # one count per bound, then +Inf
-        self.sums: dict[tuple[str, ...], float] = {}
-
-    def observe(self, key: tuple[str, ...], value: float) -> None:
-        """One observation for the label values `key`."""
-        buckets = self.buckets.get(key)
-        if buckets is None:
-            buckets = self.declare(key)
-        buckets[bisect_left(self.bounds, value)] += 1
-        self.sums[key] += value
-
-    def declare(self, key: tuple[str, ...]) -> list[int]:
-        """Export the series for `key` at zero until it moves; its bucket counts."""
-        if key not in self.buckets:
-            self.buckets[key] = [0] * (len(self.bounds) + 1)
-            self.sums[key] = 0.0
-        return self.buckets[key]
-
-    def describe(self) -> list[Metric]:
-        """The family, without samples (for the registry's name check)."""
-        return [HistogramMetricFamily(self.name, self.documentation, labels=self.labels)]
-
-    def collect(self) -> Iterator[Metric]:
-        """The family with cumulative buckets per label set."""
-        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labels)
-        bounds = [*map(floatToGoString, self.bounds), "+Inf"]
-        for key, counts in list(self.buckets.items()):
-            cumulative, total = [], 0
-            for bound, count in zip(bounds, counts, strict=True):
-                total += count
-                cumulative.append((bound, total))
-            family.add_metric([str(value) for value in key], cumulative, self.sums[key])
-        yield family
 
 
 class Metrics:
@@ -175,6 +99,7 @@ class Metrics:
             ["route"],
             HTTP_BUCKETS,
         )
+        self.loop = LoopWatch()  # the supervisor's loop: its lag and where its time goes
         for tally in (
             self.jobs,
             self.retries,
@@ -183,6 +108,8 @@ class Metrics:
             self.enqueued_jobs,
             self.http_requests,
             self.http_seconds,
+            self.loop.lag,
+            self.loop.busy,
         ):
             reg.register(tally)
         self.queue_depth = Gauge(
@@ -326,6 +253,7 @@ class Metrics:
         """An answered request; `route` must be the route template, never the raw path."""
         self.http_requests.inc((route, method, str(status)))
         self.http_seconds.observe((route,), duration)
+        self.loop.busy.inc(_HTTP_WORK, duration)
 
     def rate_limit_wait(self, job_type: str) -> None:
         """A dispatch pass held `job_type` back: its window's starts were used up."""

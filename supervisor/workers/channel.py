@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import socket
 import struct
+import time
 from collections.abc import Callable
 
 from goqueue.actors.protocol import FromWorker
@@ -23,8 +24,13 @@ READ_SIZE = 256 * 1024
 class Channel:
     """One worker's pipe: whole frames in, buffered non-blocking writes out."""
 
-    def __init__(self, decode: Callable[[memoryview], FromWorker]) -> None:
+    def __init__(
+        self,
+        decode: Callable[[memoryview], FromWorker],
+        timed: Callable[[float], None] = lambda seconds: None,
+    ) -> None:
         self.decode = decode
+        self.timed = timed  # told how long each read (with what it set off) took
         self.on_message: Callable[[FromWorker], None] = _ignore
         self.on_closed: Callable[[], None] = _nothing
         self.buffer = bytearray()
@@ -85,6 +91,13 @@ class Channel:
             self._loop.remove_writer(self._sock.fileno())
 
     def _readable(self) -> None:
+        started = time.perf_counter()
+        try:
+            self._read()
+        finally:
+            self.timed(time.perf_counter() - started)
+
+    def _read(self) -> None:
         while self._sock is not None:  # a listener may close the channel as it reads
             try:
                 data = self._sock.recv(READ_SIZE)

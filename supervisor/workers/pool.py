@@ -23,7 +23,7 @@ import os
 import signal
 import time
 from collections import deque
-from collections.abc import Awaitable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass
 from functools import partial
 from typing import TYPE_CHECKING
@@ -140,6 +140,7 @@ class Pool:
         lease_allowance: float | None = None,
         memory_limit_mb: int | None = None,
         listeners: Listeners | None = None,
+        on_read: Callable[[float], None] = lambda seconds: None,
     ) -> None:
         self.loop = loop
         self.config = config
@@ -148,6 +149,7 @@ class Pool:
         self.lease_allowance = lease_allowance
         self.memory_limit_mb = memory_limit_mb
         self.listeners = listeners or Listeners()  # who hears what becomes of workers
+        self.on_read = on_read  # the time each read of a pipe took (a metric)
         self.codec = SupervisorCodec()
         self.workers: dict[int, Worker] = {}
         self._statm: dict[int, int] = {}  # pid -> /proc/PID/statm descriptor
@@ -223,7 +225,7 @@ class Pool:
         config = config or self.config
         launched = launch()
         self._slots += 1
-        channel = Channel(self.codec.decode)
+        channel = Channel(self.codec.decode, self.on_read)
         worker = Worker(self._slots, generation, launched.pid, launched.pidfd, channel)
         channel.listen(partial(self.received, worker), partial(self.pipe_closed, worker))
         self.workers[worker.pid] = worker

@@ -475,7 +475,8 @@ def test_metrics_table_lists_every_series_with_its_labels() -> None:
     from prometheus_client.metrics import MetricWrapperBase
 
     exported: dict[str, set[str]] = {}
-    for metric in vars(Metrics()).values():
+    metrics = Metrics()
+    for metric in [*vars(metrics).values(), *vars(metrics.loop).values()]:
         if isinstance(metric, Tally | TallyHistogram):  # counts built into families at scrape
             exported[metric.name + ("_total" if isinstance(metric, Tally) else "")] = set(
                 metric.labels
