@@ -27,12 +27,16 @@ class Catalog:
             if info.rate_limit is not None:
                 self.rates[name] = parse_rate(info.rate_limit)
         self.rates.update((t, parse_rate(rate)) for t, rate in (rates or {}).items())
-        limits_of = {t: self.limit(t) for t in self.types}
+        limits_of = {t: self._declared_limit(t) for t in self.types}
         self._limited = {t: n for t, n in limits_of.items() if n is not None}
         self._unlimited = [t for t, n in limits_of.items() if n is None]
+        self._limits = {**self._limited, **self.overrides}  # read on every job
 
     def limit(self, job_type: str) -> int | None:
         """Concurrency limit for a type on this node (None = only the worker count)."""
+        return self._limits.get(job_type)
+
+    def _declared_limit(self, job_type: str) -> int | None:
         override = self.overrides.get(job_type)
         if override is not None:
             return override

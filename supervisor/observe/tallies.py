@@ -4,6 +4,7 @@ or job, turned into Prometheus families only when scraped."""
 from __future__ import annotations
 
 from bisect import bisect_left
+from collections import defaultdict
 from collections.abc import Iterator, Sequence
 
 from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
@@ -19,12 +20,11 @@ class Tally:
         self.name = name
         self.documentation = documentation
         self.labels = list(labels)
-        self.counts: dict[tuple[str, ...], float] = {}
+        self.counts: defaultdict[tuple[str, ...], float] = defaultdict(float)
 
     def inc(self, key: tuple[str, ...], amount: float = 1) -> None:
         """Count `amount` for the label values `key`."""
-        counts = self.counts
-        counts[key] = counts.get(key, 0) + amount
+        self.counts[key] += amount
 
     def declare(self, key: tuple[str, ...]) -> None:
         """Export the series for `key` at zero until it moves."""
