@@ -380,8 +380,10 @@ class Cancelled(msgspec.Struct):
     killed: int = 0
 
 
-class Event(msgspec.Struct, kw_only=True):
-    """One entry of a job's audit trail."""
+class Event(msgspec.Struct, kw_only=True, gc=False):
+    """One entry of a job's audit trail. Untracked by the garbage collector (it holds only
+    text, numbers and a time): a node keeps several per job, and collections that walked
+    them all paused the loop."""
 
     job_id: str
     event: str  # an EventKind, declared str: the API documents a plain string
