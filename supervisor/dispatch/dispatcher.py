@@ -37,8 +37,8 @@ from goqueue.supervisor.enums import AttemptOutcome, KillReason, Status, WorkerS
 from goqueue.supervisor.errors import StoreUnavailable
 from goqueue.supervisor.jobs import Enqueued, Job, Lease, utcnow
 from goqueue.supervisor.store.base import NewJob, StartNow, Store, StoreTraits
-from goqueue.supervisor.workers.handle import Worker, death_notice
-from goqueue.supervisor.workers.pool import Handoff, Pool
+from goqueue.supervisor.workers.handle import Queued, Worker, death_notice
+from goqueue.supervisor.workers.pool import EXTEND_EVERY, Handoff, Pool
 
 log = logging.getLogger("goqueue.dispatch")
 
@@ -197,13 +197,18 @@ class Dispatcher:
         return [w for w in self.pool.idle() if id(w) not in self._reserved and not w.retire]
 
     def _low(self) -> dict[Worker, int]:
-        """Busy workers whose queue ran low, and how many attempts each may take."""
+        """Busy workers whose queue ran low, and how many attempts each may take: not one
+        running a job that usually takes long here, or of a type not seen run yet."""
         if self.depth.limit <= 1:
             return {}
         rooms = {}
         recycle = self.pool.recycle
+        short = self.durations.short
         for worker in self.pool:
             if worker.state == WorkerState.BUSY and not worker.retire:
+                running = worker.lease
+                if running is not None and self.durations.expected(running.job.type) >= short:
+                    continue  # behind a long job (or one of unknown length) nothing waits
                 room = self.depth.room(worker.held)
                 left = recycle.left(worker)
                 if left is not None:
@@ -419,8 +424,9 @@ class Dispatcher:
                 and e.lease.job.type in types
             ]
             running = worker.lease
-            overdue = running is not None and now - worker.attempt_started > 2 * (
-                self.durations.expected(running.job.type)
+            expected = self.durations.expected(running.job.type) if running else 0.0
+            overdue = running is not None and (
+                expected >= self.durations.short or now - worker.attempt_started > 2 * expected
             )
             if not movable or (len(movable) < 2 and not overdue):
                 continue
@@ -573,26 +579,35 @@ class Dispatcher:
         stale += [x for x in self._hand if x not in stale and not self._fresh(x)]
         for lease in stale:
             self._give_back(lease)
-        for worker in self.pool:
-            late = [e.lease for e in worker.queued if e.since <= limit]
+        for worker in self.pool:  # (a queued lease's start_by is its handoff + _fresh_for)
+            late = [e for e in worker.queued if e.start_by - self._fresh_for <= limit]
             if late:
                 self._take_back(worker, late)
         return len(stale)
 
-    def _take_back(self, worker: Worker, leases: list[Lease]) -> None:
-        """Take back attempts queued on `worker` to give them to the store. One that may
-        not start without a `Go` (its start not written, none on its way) goes back at
-        once, a stuck worker notwithstanding; the others when the worker drops them."""
+    def _take_back(self, worker: Worker, entries: list[Queued]) -> None:
+        """Take back attempts queued on `worker` to give them to the store: those it
+        drops come back through `job_dropped`. One its worker cannot start goes back at
+        once, a stuck worker notwithstanding: its start not written and none on its way
+        (it waits for a `Go`), or, with a lease allowance, past its `start_by` by more
+        than the allowance (a worker that reached it in time and was stopped before it
+        began is killed by its lease alarm as it resumes)."""
         ids = []
-        for lease in leases:
+        now = self.monotonic()
+        allowance = self.pool.lease_allowance
+        for entry in entries:
+            lease = entry.lease
             token = lease.token
-            if token in self._withdrawn or token not in self._queued:
+            if token in self._withdrawn or token not in self._queued or token in self._going:
                 continue
             ids.append(lease.job.id)
-            if self.durable and token not in self._granted and token not in self._going:
+            unstarted = self.durable and token not in self._granted
+            lapsed = allowance is not None and now > entry.start_by + allowance + EXTEND_EVERY
+            if unstarted or lapsed:
                 self._withdrawn[token] = KillReason.LEASE_LOST  # ours no more: never to run
                 self._queued.pop(token, None)
                 self._renewed.pop(token, None)
+                self._granted.discard(token)
                 self.outcomes.released(lease)
         if ids:
             self.pool.withdraw(worker, ids)
@@ -792,7 +807,7 @@ class Dispatcher:
             self.outcomes.released(lease)
         for worker in self.pool:
             if worker.queued:
-                self._take_back(worker, [e.lease for e in worker.queued])
+                self._take_back(worker, list(worker.queued))
 
     # -- outcomes (the pool's JobEvents) ---------------------------------------------
 

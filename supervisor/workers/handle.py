@@ -51,11 +51,11 @@ def death_notice(worker: Worker, timeout: float) -> str:
 class Queued:
     """An attempt handed to a worker behind another one: its lease (replaced by the
     started one once its start is written), its deadline's length (armed when the worker
-    says it starts), and when it was handed over (monotonic)."""
+    says it starts), and the last moment the worker may start it (monotonic)."""
 
     lease: Lease
     timeout: float
-    since: float
+    start_by: float
 
 
 @dataclass(eq=False)
@@ -105,10 +105,10 @@ class Worker:
         self.progress = None
         self.attempt_started = time.monotonic()
 
-    def queue(self, lease: Lease, timeout: float) -> None:
+    def queue(self, lease: Lease, timeout: float, start_by: float) -> None:
         """An attempt was handed to this worker, to run after those it holds."""
         self.state = WorkerState.BUSY
-        self.queued.append(Queued(lease, timeout, time.monotonic()))
+        self.queued.append(Queued(lease, timeout, start_by))
 
     def restarted(self, lease: Lease) -> None:
         """The queued attempt under `lease`'s token was started in the store: keep the

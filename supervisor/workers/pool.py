@@ -253,7 +253,7 @@ class Pool:
         announced (`Started`) before it runs; its deadline is armed then."""
         jobs = []
         for handoff in handoffs:
-            worker.queue(handoff.lease, handoff.timeout)
+            worker.queue(handoff.lease, handoff.timeout, handoff.start_by)
             attempt = self._attempt(handoff.lease, go=handoff.go, start_by=handoff.start_by)
             jobs.append(attempt)
         self._send(worker, RunJobs(jobs))

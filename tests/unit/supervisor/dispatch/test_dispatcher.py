@@ -138,6 +138,7 @@ class FakePool:
     withdrawals: list[tuple[Worker, list[str]]] = field(default_factory=list)
     kills: list[tuple[Worker, KillReason]] = field(default_factory=list)
     recycle: Recycle = field(default_factory=Recycle)
+    lease_allowance: float | None = None
 
     def __iter__(self) -> Iterator[Worker]:
         return iter(list(self.workers))
@@ -151,7 +152,7 @@ class FakePool:
 
     def hand(self, worker: Worker, handoffs: list[Handoff]) -> None:
         for handoff in handoffs:
-            worker.queue(handoff.lease, handoff.timeout)
+            worker.queue(handoff.lease, handoff.timeout, handoff.start_by)
         self.handoffs.append((worker, handoffs))
 
     def go(self, worker: Worker, job_ids: list[str]) -> None:
@@ -381,6 +382,7 @@ async def into_hand(r: Rig, *leases: Lease) -> Worker:
     busy = worker(both(), pid=1)
     busy.begin(lease("b"))
     r.pool.workers.append(busy)
+    r.dispatcher.durations.add("b", 0.002)  # it runs short: jobs may wait behind it
     r.dispatcher.depth.current = 4
     r.store.leases += leases
     await r.dispatcher.fill()
@@ -620,22 +622,13 @@ async def test_with_a_durable_store_a_queued_attempt_goes_only_once_its_start_is
     assert r.pool.goes == [(busy, [held.job.id])]
 
 
-async def test_no_start_is_written_ahead_behind_a_job_of_unknown_run_time() -> None:
-    held = claimed("a")
-    r = rig(leases=[held], prefetch=3)
+async def test_nothing_is_queued_behind_a_job_of_unknown_run_time() -> None:
+    r = rig(leases=[claimed("a")], prefetch=3)
     (busy,) = busy_workers(r, 1)
-    assert busy.lease is not None
     slow = lease("c")  # its type never ran here: how long it runs is not known
     busy.lease = slow
-    r.dispatcher._running["c"] += 1
-    r.dispatcher._started[slow.token] = slow
     await r.dispatcher.fill()
-    await r.dispatcher.flush(5)
-    assert r.pool.goes == [] and ("start", held.job.id) not in r.log
-    busy.end(0)
-    r.dispatcher.job_done(slow, JobDone(slow.job.id, b"1", 5.0), busy)
-    await r.dispatcher.flush(5)
-    assert r.pool.goes == [(busy, [held.job.id])]  # the worker is free: now it may go
+    assert r.store.claims == [] and r.pool.handoffs == []  # it waits for an idle worker
 
 
 async def test_a_long_job_among_the_claimed_waits_for_an_idle_worker_and_holds_the_rest() -> None:
@@ -664,7 +657,7 @@ async def test_no_attempt_is_queued_ahead_of_a_higher_priority_one_queued_elsewh
     r.dispatcher.depth.current = 8
     high = claimed("a", 9)  # the second worker holds one more, then a higher-priority one
     for queued in (claimed("a", 9), high):
-        second.queue(queued, 1.0)
+        second.queue(queued, 1.0, 100.0)
         r.dispatcher._queued[queued.token] = queued
     low = claimed("a", 3)
     r.store.leases[:] = [low]
@@ -714,6 +707,39 @@ async def test_an_idle_worker_takes_attempts_queued_on_a_busy_one() -> None:
     await r.dispatcher.fill()
     await r.dispatcher.flush(5)  # its start is written, then it runs there
     assert [(w, x) for w, x, _ in r.pool.runs] == [(idle, queued[1])]
+
+
+async def test_an_idle_worker_takes_the_one_job_queued_behind_an_overrunning_one() -> None:
+    queued = claimed("a")
+    r = rig(leases=[queued], prefetch=3, durable=False)
+    (busy,) = busy_workers(r, 1)
+    await r.dispatcher.fill()
+    assert busy.queues(queued.token)
+    busy.attempt_started = -10.0  # its "b" (usually 2 ms) has run for 10 s
+    r.pool.workers.append(worker(both(), pid=9))
+    await r.dispatcher.fill()
+    assert r.pool.withdrawals == [(busy, [queued.job.id])]
+
+
+async def test_queued_attempts_of_a_stuck_worker_go_back_once_it_cannot_start_them() -> None:
+    ticks = [0.0]
+    first, second = claimed("a"), claimed("a")
+    r = rig(leases=[first, second], prefetch=3, ticks=ticks)
+    r.pool.lease_allowance = 1.8  # a worker silent that long is killed by its lease alarm
+    (busy,) = busy_workers(r, 1)
+    await r.dispatcher.fill()
+    await r.dispatcher.flush(5)  # both starts written ahead: either may run
+    (granted,) = [e for e in busy.queued if e.lease.token == first.token]
+    r.dispatcher._granted.discard(second.token)  # as if it lay beyond the go-ahead
+    ticks[0] = 3.5  # queued a whole lease (3 s) ago; the worker answers nothing
+    r.dispatcher.release_stale()
+    await r.dispatcher.flush(5)
+    assert [e for e in r.log if e[0] == "release"] == [("release", second.job.id)]
+    ticks[0] = granted.start_by + 1.8 + 0.6  # past its start_by by more than the allowance
+    r.dispatcher.release_stale()
+    await r.dispatcher.flush(5)
+    assert ("release", first.job.id) in r.log
+    assert r.dispatcher.held_leases() == []  # neither is heartbeated any longer
 
 
 async def test_a_worker_due_for_recycling_is_handed_no_more_than_it_may_run() -> None:
