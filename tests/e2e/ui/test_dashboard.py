@@ -482,6 +482,7 @@ def test_a_failed_jobs_traceback_shows_collapsed_with_copy_on_its_pages(
     blocks = page.locator("details.traceback")
     expect(blocks).to_have_count(3)
     blocks.nth(1).locator("summary").click()
+    expect(blocks.nth(1).locator("pre")).to_be_visible()  # opened, not only in the page
     expect(blocks.nth(1).locator("pre")).to_contain_text("in _compare")
     tab.shot("dead-traceback")
 

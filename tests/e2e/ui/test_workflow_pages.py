@@ -58,3 +58,14 @@ def test_workflow_pages_show_the_graph_by_status(
         page.locator('[data-step="large"]').click()
         page.wait_for_url(f"**/ui/#/jobs/{job_ids['large']}")
         expect(page.locator("main h1")).to_contain_text("flow.step")
+        # the step's page links back to its workflow and to the step it waited for
+        expect(page.locator(f'[data-step-parent="{job_ids["fetch"]}"]')).to_have_count(1)
+        page.locator(f'main [data-workflow="{made["id"]}"]').click()
+        page.wait_for_url(f"**/ui/#/workflows/{made['id']}")
+        expect(page.locator('[data-step="large"]')).to_have_attribute("data-status", "failed")
+        if viewport is PHONE:  # the top bar as tall as its content on a short page
+            height = page.evaluate("document.querySelector('.sidebar').offsetHeight")
+            assert height < 150, f"the phone's top bar is {height} px tall"
+            page = tab.open("/workers")  # the last tab: the nav scrolls it into sight
+            box = page.locator('nav.main a[aria-current="page"]').bounding_box()
+            assert box is not None and box["x"] >= 0 and box["x"] + box["width"] <= 391, box

@@ -88,8 +88,11 @@ function render({ force = false } = {}) {
   }
   document.title = `${page.title} · GoQueue`;
   for (const link of document.querySelectorAll("nav.main a")) {
-    if (link.dataset.nav === page.nav) link.setAttribute("aria-current", "page");
-    else link.removeAttribute("aria-current");
+    if (link.dataset.nav === page.nav) {
+      link.setAttribute("aria-current", "page");
+      // on a phone the nav scrolls sideways: keep the current page's tab in sight
+      link.scrollIntoView({ block: "nearest", inline: "nearest" });
+    } else link.removeAttribute("aria-current");
   }
   cleanup = page.mount(main, { params, query: route.query, navigate }) || null;
   // move focus to the new page's title, as a page load would (for keyboards and readers)

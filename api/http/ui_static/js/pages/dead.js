@@ -12,7 +12,7 @@ export default {
   nav: "dlq",
   mount(root, { params, navigate }) {
     const id = params[0].toLowerCase();
-    const crumbs = [h("a", { href: "#/dlq" }, "Dead letters"), " / "];
+    const crumbs = [h("a", { href: "#/dlq" }, "Dead letters")];
     const head = h("div", null, pageHead(`Dead letter ${shortId(id)}`, { crumbs }));
     const body = h("div", { class: "stack" }, h("div", { class: "loading" }, "Loading…"));
     root.append(head, body);

@@ -43,8 +43,11 @@ export function copyButton(text, what) {
 // null when the attempt kept none (Retry, Fail, a killed worker).
 export function tracebackBlock(error) {
   if (!error || !error.traceback) return null;
+  // the copy button sits with the open traceback, not in the summary: a click anywhere
+  // on the summary opens it
   return h("details", { class: "traceback", "data-traceback": String(error.attempt) },
-    h("summary", null, "Traceback ", copyButton(error.traceback, "traceback")),
+    h("summary", null, "Traceback"),
+    h("div", { class: "traceback-copy" }, copyButton(error.traceback, "traceback")),
     h("pre", { class: "code mono", tabindex: "0", "aria-label": `Traceback of attempt ${error.attempt}` }, error.traceback));
 }
 
@@ -227,6 +230,15 @@ export default {
         );
       }
       const details = [];
+      if (job.workflow_id) {
+        details.push(["Workflow", h("span", null,
+          h("a", { href: `#/workflows/${job.workflow_id}`, class: "mono", "data-workflow": job.workflow_id }, shortId(job.workflow_id)),
+          job.step_key ? h("span", { class: "muted" }, ` · step ${job.step_key}`) : null)]);
+      }
+      if (job.parent_ids && job.parent_ids.length) {
+        details.push(["After", h("span", { class: "actions" }, job.parent_ids.map((parent) =>
+          h("a", { href: `#/jobs/${parent}`, class: "mono", "data-step-parent": parent }, shortId(parent))))]);
+      }
       if (job.parent_id) details.push(["Parent", h("a", { href: `#/jobs/${job.parent_id}`, class: "mono" }, shortId(job.parent_id))]);
       if (job.on_success) details.push(["On success", chainFact(job.on_success, "done")]);
       if (job.on_failure) details.push(["On failure", chainFact(job.on_failure, "failed")]);

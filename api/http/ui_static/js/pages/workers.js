@@ -107,7 +107,7 @@ export default {
       const busy = data.workers.filter((w) => w.state === "busy").length;
       const c = data.count;
       const bounds = c && c.min !== c.max ? ` Scaling between ${c.min} and ${c.max}, aiming for ${c.target}.` : "";
-      sub.textContent = `Node ${data.node}: ${data.workers.length} worker processes, ${busy} busy.${bounds}`;
+      sub.textContent = `Node ${data.node}: ${data.workers.length} worker ${data.workers.length === 1 ? "process" : "processes"}, ${busy} busy.${bounds}`;
       swap(workersBox, table(workerColumns, data.workers, { empty: "No worker process is running.", caption: "Worker processes" }));
       const reasons = Object.entries(data.exits_by_reason).filter(([, n]) => n > 0);
       swap(reasonsBox, reasons.length ? reasons.map(([reason, n]) => h("span", { class: "chip", title: REASONS[reason] }, reason, " ", h("b", null, int(n)))) : h("span", { class: "muted" }, "none"));

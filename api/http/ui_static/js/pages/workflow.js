@@ -60,7 +60,7 @@ export default {
         head,
         pageHead(h("span", { class: "job-head" }, wf.name, badge(wf.status, { large: true })), {
           sub: `${int(done)} of ${int(wf.jobs.length)} steps done`,
-          crumbs: [h("a", { href: "#/workflows" }, "Workflows"), " / "],
+          crumbs: [h("a", { href: "#/workflows" }, "Workflows")],
         }),
       );
       swap(body, h("div", { class: "graph", "data-workflow": wf.id }, layers(wf.jobs).map((row, i) => h("div", { class: "layer", "data-layer": i }, row.map(node)))));
