@@ -74,8 +74,7 @@ class Arbiter:
         self.catalog = node.dispatcher.catalog  # empty until the first worker is Ready
         self.scaler = Scaler(Bounds(*node.settings.worker_bounds), node.settings.scale_down_after)
         self.target = self.scaler.target
-        bounds = self.scaler.bounds
-        node.history.note_workers(self.target, bounds.minimum, bounds.maximum)
+        self._note_count()
         self.generation = 0
         self.exit_code = EXIT_OK
         self.rng = random.Random()
@@ -308,12 +307,14 @@ class Arbiter:
     def handle_ttin(self) -> None:
         """One worker more: both bounds up by one."""
         self.target = self.scaler.rebound(self.scaler.bounds.raised())
+        self._note_count()
         bounds = str(self.scaler.bounds)
         log.info("worker count raised", extra={"workers": self.target, "bounds": bounds})
 
     def handle_ttou(self) -> None:
         """One worker fewer: both bounds down by one (never below one)."""
         self.target = self.scaler.rebound(self.scaler.bounds.lowered())
+        self._note_count()
         bounds = str(self.scaler.bounds)
         log.info("worker count lowered", extra={"workers": self.target, "bounds": bounds})
 
@@ -412,6 +413,12 @@ class Arbiter:
                 log.info("worker count scaled", extra=extra)
                 self.target = target
                 self.manage_workers()
+        self._note_count()
+
+    def _note_count(self) -> None:
+        """Show the worker count aimed for and its bounds (the dashboard, the gauge) as
+        soon as they change."""
+        bounds = self.scaler.bounds
         self.node.history.note_workers(self.target, bounds.minimum, bounds.maximum)
         self.metrics.set_worker_bounds(self.target, bounds.minimum, bounds.maximum)
 
@@ -499,6 +506,7 @@ class Arbiter:
         )
         self.scaler.scale_down_after = settings.scale_down_after
         self.target = self.scaler.rebound(Bounds(*settings.worker_bounds))
+        self._note_count()
         catalog = Catalog(message.actors, settings.limits, settings.rate_limits)
         self._adopt(catalog, Policy.of(settings))
         self._tasks.append(asyncio.ensure_future(self.store.register_node(self.catalog.limits())))

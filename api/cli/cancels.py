@@ -8,7 +8,14 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from goqueue.api.cli.common import EXIT_OK, EXIT_USAGE, command, print_json, rfc3339
+from goqueue.api.cli.common import (
+    EXIT_DECLINED,
+    EXIT_OK,
+    EXIT_USAGE,
+    command,
+    print_json,
+    rfc3339,
+)
 from goqueue.api.wire import MAX_BULK_CANCEL, BulkCancelled
 from goqueue.client import core
 from goqueue.client.sync import Client
@@ -76,7 +83,7 @@ def cmd_queue_clear(client: Client, args: argparse.Namespace) -> int:
     confirmation unless --yes: POST /jobs/cancel until none matching is left."""
     if not args.yes and not _confirmed(args):
         print("goqueue queues clear: nothing cancelled", file=sys.stderr)
-        return EXIT_USAGE
+        return EXIT_DECLINED
     filters = _filters(args)
     filters["limit"] = MAX_BULK_CANCEL
     total = BulkCancelled(0, 0, 0, 0)

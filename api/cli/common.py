@@ -40,6 +40,7 @@ EXIT_OK = 0
 EXIT_HTTP_ERROR = 1
 EXIT_UNREACHABLE = 2
 EXIT_USAGE = 2  # as argparse
+EXIT_DECLINED = 1  # a confirmation was answered no: nothing was done
 
 # The connection options, also accepted before the command (`goqueue --url U jobs`);
 # given after it, they win.
