@@ -188,6 +188,7 @@ class Chain:
     `ctx.parents`."""
 
     parts: tuple[Task | Chain | Group, ...]
+    kind: str = "chain"  # its workflow's name unless given one ("chord": a group, then one)
 
     def place(self, wf: Workflow, after: Sequence[Step]) -> list[Step]:
         """Add the parts in order, each after the one before."""
@@ -198,11 +199,11 @@ class Chain:
 
     def then(self, part: Part) -> Chain:
         """This chain, then `part`."""
-        return Chain((*self.parts, _placeable(part)))
+        return Chain((*self.parts, _placeable(part)), self.kind)
 
-    def workflow(self, name: str = "chain") -> Workflow:
-        """The chain as a workflow to submit."""
-        wf = Workflow(name)
+    def workflow(self, name: str | None = None) -> Workflow:
+        """The chain as a workflow to submit (named for its kind unless `name`)."""
+        wf = Workflow(name or self.kind)
         self.place(wf, [])
         return wf
 
@@ -220,7 +221,7 @@ class Group:
 
     def then(self, part: Part) -> Chain:
         """A chord: `part` after every member of this group."""
-        return Chain((self, _placeable(part)))
+        return Chain((self, _placeable(part)), "chord")
 
     def workflow(self, name: str = "group") -> Workflow:
         """The group as a workflow to submit."""

@@ -275,7 +275,8 @@ def test_python_group_then_callback_is_a_chord(flow_node: Node, tmp_path: Path) 
     parts = [(STEP, {"key": f"m{i}", "value": i, "dir": str(tmp_path)}) for i in range(3)]
     chord = goqueue.group(parts).then((STEP, {"key": "sum", "dir": str(tmp_path)}))
     with goqueue.Client(flow_node.url) as client:
-        run = client.submit(chord.workflow("chord"))
+        run = client.submit(chord)  # named for what it is
+        assert run.name == "chord"
         done = client.wait_workflow(run.id, timeout=30)
         callback = client.get(done.job("flow.step-4").id)
     assert done.status == "done"
