@@ -291,7 +291,8 @@ class Dispatcher:
         `start` of them started, after taking their starts from the rate limits (the
         window each taken start must begin in is kept in `_ends`); None when nothing
         could be asked (every type throttled, the store unavailable)."""
-        slots = self.catalog.free_slots(want, self._running, self._hand.by_type)
+        starting = Counter(lease.job.type for lease in self._starting.values())
+        slots = self.catalog.free_slots(want, self._running, self._hand.by_type, starting)
         if not slots.keys() <= types:
             slots = {t: n for t, n in slots.items() if t in types}
         if not slots:
