@@ -144,10 +144,11 @@ class Outcomes:
             "start": limit if start is None else start,
         }
         rows = await self._db.execute(self._sql[Sql.CLAIM], params)
-        # One row holds no job: when the next scheduled job is due, which types are limited.
+        # One row holds no job: which types are limited and, after a short claim, when
+        # the next scheduled job is due.
         (summary,) = [row for row in rows if row[0] is None]
-        self._wakeups.claimed(queues, types, summary[-1], summary[-2])
         leases = [self._lease(row) for row in rows if row[0] is not None]
+        self._wakeups.claimed(queues, types, summary[-1], summary[-2], short=len(leases) < limit)
         leases.sort(key=lambda lease: (-lease.job.priority, lease.job.run_at, lease.job.seq))
         return leases
 

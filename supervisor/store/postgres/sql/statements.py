@@ -218,12 +218,13 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
         Sql.TAKE_DEAD: """
             DELETE FROM {s}.dead_letters WHERE id = %(id)s
             RETURNING id, job_id, job, errors, created_at""",
-        # The claim is the function of migration 4 (its last row has no job: the earliest
-        # future run_at and the types under a global limit); the same statement writes a
-        # `started` event per lease it starts (the others are `claimed`).
+        # The claim is the function of migration 14 (its last row has no job: the types
+        # under a global limit and, after a short claim, the earliest future run_at); the
+        # same statement writes a `started` event per lease it starts (the others are
+        # `claimed`).
         Sql.CLAIM: f"""
             WITH c AS (
-                SELECT * FROM {{s}}.claim(%(types)s::text[], %(caps)s::int[],
+                SELECT * FROM {{s}}.claim_leases(%(types)s::text[], %(caps)s::int[],
                     %(queues)s::text[], %(limit)s::int, %(node)s::text, %(lease)s::float8,
                     %(live)s::float8, %(lock_ns)s::text, %(start)s::int)),
             changed AS (
