@@ -63,10 +63,16 @@ BEGIN
             LEFT JOIN unnest(v_limited, v_limits) AS l(type, lim) ON l.type = t.type
             ORDER BY t.n);
     END IF;
+    -- Each type's priorities are walked from its highest pending one (one index probe)
+    -- down: a type with nothing pending costs that probe, not one per priority. The bound
+    -- is a filter on the 11 priorities, not generate_series' argument: the planner would
+    -- guess that series a thousand rows long and join the update by hashing every job.
     IF p_queues IS NULL AND NOT EXISTS (SELECT 1 FROM {s}.paused_queues) THEN
         RETURN QUERY
         WITH cand AS (
             SELECT c.* FROM unnest(p_types, v_caps) AS caps(type, cap) CROSS JOIN LATERAL (
+                SELECT max(h.priority) AS top FROM {s}.jobs h
+                WHERE h.status = 'pending' AND h.type = caps.type) m CROSS JOIN LATERAL (
                 SELECT x.* FROM generate_series(10, 0, -1) AS p(priority)
                 CROSS JOIN LATERAL (
                     SELECT j.id, j.priority, j.run_at, j.seq FROM {s}.jobs j
@@ -75,6 +81,7 @@ BEGIN
                     ORDER BY j.run_at, j.seq
                     LIMIT p_limit
                     FOR UPDATE OF j SKIP LOCKED) x
+                WHERE p.priority <= m.top
                 LIMIT least(caps.cap, p_limit)) c
             WHERE caps.cap > 0),
         pick AS (
@@ -110,6 +117,8 @@ BEGIN
         RETURN QUERY
         WITH cand AS (
             SELECT c.* FROM unnest(p_types, v_caps) AS caps(type, cap) CROSS JOIN LATERAL (
+                SELECT max(h.priority) AS top FROM {s}.jobs h
+                WHERE h.status = 'pending' AND h.type = caps.type) m CROSS JOIN LATERAL (
                 SELECT x.* FROM generate_series(10, 0, -1) AS p(priority)
                 CROSS JOIN LATERAL (
                     SELECT y.* FROM unnest(v_queues) AS q(queue) CROSS JOIN LATERAL (
@@ -121,6 +130,7 @@ BEGIN
                         LIMIT least(caps.cap, p_limit)
                         FOR UPDATE OF j SKIP LOCKED) y
                     ORDER BY y.run_at, y.seq) x
+                WHERE p.priority <= m.top
                 LIMIT least(caps.cap, p_limit)) c
             WHERE caps.cap > 0),
         pick AS (
@@ -140,17 +150,21 @@ BEGIN
     END IF;
     -- The last row, with no job. A claim that took all it asked for is followed by another
     -- as soon as a slot frees, so only a short one looks for the next scheduled job: one
-    -- index probe per (type, priority).
+    -- index probe per (type, priority), up to the type's highest pending priority.
     GET DIAGNOSTICS v_taken = ROW_COUNT;
     IF v_taken < p_limit THEN
         RETURN QUERY
         SELECT NULL::{s}.jobs, min(x.run_at), v_limited
-        FROM unnest(p_types) AS t(type) CROSS JOIN generate_series(0, 10) AS p(priority)
+        FROM unnest(p_types) AS t(type) CROSS JOIN LATERAL (
+            SELECT max(h.priority) AS top FROM {s}.jobs h
+            WHERE h.status = 'pending' AND h.type = t.type) m
+        CROSS JOIN generate_series(0, 10) AS p(priority)
         CROSS JOIN LATERAL (
             SELECT j.run_at FROM {s}.jobs j
             WHERE j.status = 'pending' AND j.type = t.type AND j.priority = p.priority
               AND j.run_at > now()
-            ORDER BY j.run_at LIMIT 1) x;
+            ORDER BY j.run_at LIMIT 1) x
+        WHERE p.priority <= m.top;
     ELSE
         o_job := NULL;
         o_next_due := NULL;
