@@ -80,6 +80,42 @@ def _trail(event: EventKind) -> str:
             SELECT id, '{event}', now(), %(node)s, attempts, NULL FROM changed)"""
 
 
+_COMPLETE = f"""
+            WITH changed AS (
+                UPDATE {{s}}.jobs SET status = 'done', result = %(result)s,
+                    finished_at = now(), updated_at = now(), {{clear_lease}}
+                WHERE {{fenced}}
+                RETURNING id, attempts, finished_at, {{hooked}}),
+            {{outbox}},
+            {_trail(EventKind.SUCCEEDED)}
+            SELECT finished_at FROM changed"""
+# The ids become a uuid[] once (an initplan): a cast of the text[] parameter in the
+# condition would run again for every row a generic plan happens to scan.
+_COMPLETE_MANY = f"""
+            WITH changed AS (
+                UPDATE {{s}}.jobs j SET status = 'done', result = c.result::json,
+                    finished_at = now(), updated_at = now(), {{clear_lease}}
+                FROM unnest(%(ids)b::uuid[], %(tokens)b::uuid[], %(results)b::text[])
+                    AS c(id, token, result)
+                WHERE j.id = ANY (ARRAY(SELECT unnest(%(ids)b::uuid[])))
+                  AND j.id = c.id AND j.lease_token = c.token AND j.status = 'running'
+                RETURNING j.id, c.token, j.attempts, j.finished_at, {{hooked_j}}),
+            {{outbox}},
+            {_trail(EventKind.SUCCEEDED)}
+            SELECT id, token, finished_at FROM changed"""
+
+
+def _unhooked(template: str) -> str:
+    """A complete's `template` for jobs without a webhook: no outbox CTE. Its body
+    expression is set up on every execution, rows or not, and that cost as much as the
+    rest of the statement (a job's `webhook_url` never changes, so the lease tells)."""
+    text = template
+    for part in ("{outbox},\n            ", ", {hooked_j}", ", {hooked}"):
+        text = text.replace(part, "")
+    assert "outbox" not in text and "hooked" not in text, template
+    return text
+
+
 # The statements that change rows; the reads are in `pg_sql_reads`.
 _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
     {
@@ -279,29 +315,10 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
             FOR UPDATE SKIP LOCKED""",
         # Success needs no more than the commit's time back: the rest of the job is the
         # lease's (its row cannot change while the lease holds, except through the fence).
-        Sql.COMPLETE: f"""
-            WITH changed AS (
-                UPDATE {{s}}.jobs SET status = 'done', result = %(result)s,
-                    finished_at = now(), updated_at = now(), {{clear_lease}}
-                WHERE {{fenced}}
-                RETURNING id, attempts, finished_at, {{hooked}}),
-            {{outbox}},
-            {_trail(EventKind.SUCCEEDED)}
-            SELECT finished_at FROM changed""",
-        # The ids become a uuid[] once (an initplan): a cast of the text[] parameter in
-        # the condition would run again for every row a generic plan happens to scan.
-        Sql.COMPLETE_MANY: f"""
-            WITH changed AS (
-                UPDATE {{s}}.jobs j SET status = 'done', result = c.result::json,
-                    finished_at = now(), updated_at = now(), {{clear_lease}}
-                FROM unnest(%(ids)b::uuid[], %(tokens)b::uuid[], %(results)b::text[])
-                    AS c(id, token, result)
-                WHERE j.id = ANY (ARRAY(SELECT unnest(%(ids)b::uuid[])))
-                  AND j.id = c.id AND j.lease_token = c.token AND j.status = 'running'
-                RETURNING j.id, c.token, j.attempts, j.finished_at, {{hooked_j}}),
-            {{outbox}},
-            {_trail(EventKind.SUCCEEDED)}
-            SELECT id, token, finished_at FROM changed""",
+        Sql.COMPLETE: _COMPLETE,
+        Sql.COMPLETE_UNHOOKED: _unhooked(_COMPLETE),
+        Sql.COMPLETE_MANY: _COMPLETE_MANY,
+        Sql.COMPLETE_MANY_UNHOOKED: _unhooked(_COMPLETE_MANY),
         # Pending again at %(retry_at)s (now when NULL), with the events given.
         Sql.RETRY: """
             WITH changed AS (
