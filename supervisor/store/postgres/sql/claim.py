@@ -3,10 +3,11 @@
 The same parameters, rows, order and limits as `claim` (see migration 2's comments),
 but each claim reads `nodes` only when some node declares a limit, and reads it once;
 a type's running jobs are counted only when it is limited, each status on its own small
-index; and the last row looks for the next scheduled job only when the claim came back
-short (a full one is followed by another as soon as a slot frees: `Wakeups.claimed`
-keeps what it knew). `claim` stays, unchanged, for nodes of older versions, which read
-the next due time off every claim. `{s}` stands for the quoted schema.
+index; each type's priorities are walked from its highest pending one; and the last row
+looks for the next scheduled job only when the claim came back short (a full one is
+followed by another as soon as a slot frees: `Wakeups.claimed` keeps what it knew).
+`claim` stays, unchanged, for nodes of older versions, which read the next due time off
+every claim. `{s}` stands for the quoted schema.
 """
 
 from __future__ import annotations
