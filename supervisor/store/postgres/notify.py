@@ -217,12 +217,17 @@ class Wakeups:
         types: Collection[str],
         limited: Collection[str],
         next_due: datetime | None,
+        *,
+        short: bool,
     ) -> None:
         """What a claim learnt: the queues this node serves, which of the `types` asked
-        for are under a global limit, and when the next scheduled job is due."""
+        for are under a global limit and, if it came back `short`, when the next
+        scheduled job is due. A full claim does not look (the dispatcher claims again as
+        soon as a slot frees, due jobs and all): the time known before stands."""
         self._serves = queues
         self._limited = (self._limited - set(types)) | set(limited)
-        self._next_due = next_due
+        if short:
+            self._next_due = next_due
 
     def saw_due(self, due: datetime | None) -> None:
         """Remember a job scheduled for later (one due already needs no timer)."""

@@ -144,10 +144,11 @@ class Outcomes:
             "start": limit if start is None else start,
         }
         rows = await self._db.execute(self._sql[Sql.CLAIM], params)
-        # One row holds no job: when the next scheduled job is due, which types are limited.
+        # One row holds no job: which types are limited and, after a short claim, when
+        # the next scheduled job is due.
         (summary,) = [row for row in rows if row[0] is None]
-        self._wakeups.claimed(queues, types, summary[-1], summary[-2])
         leases = [self._lease(row) for row in rows if row[0] is not None]
+        self._wakeups.claimed(queues, types, summary[-1], summary[-2], short=len(leases) < limit)
         leases.sort(key=lambda lease: (-lease.job.priority, lease.job.run_at, lease.job.seq))
         return leases
 
@@ -307,11 +308,13 @@ class Outcomes:
 
     async def _complete_in(self, conn: Conn, items: list[Done]) -> list[Outcome | None]:
         """Mark the group's jobs done (one statement), then chain their `on_success`."""
+        hooked = any(lease.job.webhook_url is not None for lease, _ in items)
         if len(items) == 1:
             lease, result = items[0]
             params = {"id": lease.job.id, "token": lease.token, "result": result}
             params["node"] = self.node_id
-            row = await self._db.fetchone(conn, self._sql[Sql.COMPLETE], params)
+            statement = self._sql[Sql.COMPLETE if hooked else Sql.COMPLETE_UNHOOKED]
+            row = await self._db.fetchone(conn, statement, params)
             finished = {} if row is None else {(lease.job.id, lease.token): row[0]}
         else:
             columns = {
@@ -320,7 +323,8 @@ class Outcomes:
                 "results": [None if r is None else bytes(r).decode() for _, r in items],
                 "node": self.node_id,
             }
-            cur = await conn.execute(self._sql[Sql.COMPLETE_MANY], columns)
+            statement = self._sql[Sql.COMPLETE_MANY if hooked else Sql.COMPLETE_MANY_UNHOOKED]
+            cur = await conn.execute(statement, columns)
             finished = {(r[0], r[1]): r[2] for r in await cur.fetchall()}
         outcomes: list[Outcome | None] = []
         for lease, result in items:

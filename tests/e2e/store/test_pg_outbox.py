@@ -130,6 +130,26 @@ def test_each_terminal_statement_writes_its_delivery_with_the_api_view(db: Db) -
     db.run(body)
 
 
+def test_completes_write_the_deliveries_of_their_hooked_jobs_only(db: Db) -> None:
+    """Completes of jobs without a webhook take a statement without the outbox; plain and
+    hooked jobs completed together (one group or several) write the hooked one's."""
+
+    async def body(db: Db) -> None:
+        store = await db.node()
+        for url in (None, URL, None):
+            spec = JobSpec(type="t", webhook_url=url)
+            await store.enqueue(NewJob(spec=spec, max_retries=0))
+        leases = await store.claim(3, None, {"t": 3})
+        await asyncio.gather(*(store.complete(lease, None) for lease in leases))
+        for lease in leases:
+            stored = await store.get(lease.job.id)
+            assert stored is not None and stored.status == "done"
+        [hooked] = [lease.job.id for lease in leases if lease.job.webhook_url == URL]
+        assert [(job_id, event) for job_id, event, *_ in await db.rows()] == [(hooked, "job.done")]
+
+    db.run(body)
+
+
 def test_a_reaped_job_dead_lettered_writes_its_delivery(db: Db) -> None:
     async def body(db: Db) -> None:
         store = await db.node()

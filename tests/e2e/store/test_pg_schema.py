@@ -44,6 +44,7 @@ RELEASED = {
     11: "f9421be75b75b2c59f8d9b89213116fd46a769659ff71c489847f7ed67dfe2bd",
     12: "5760d3db61bdfa67b85f27e7629822ee1b2a1bc7b06dc0c1abab52aaa397c3a6",  # trace context
     13: "d31f12c466ac9e1ff64ef75fa123c09972a476f249c61de89fc7b5995a6fc5ad",  # workflows
+    14: "1f3fab9be2a6342cea83dfd04bc72eb7c41e45abef327ba97f0eed9c8b7212ab",  # claim_leases
 }
 
 
@@ -118,7 +119,9 @@ def test_every_state_change_writes_its_events_in_the_same_statement() -> None:
         Sql.ADD_JOBS,
         Sql.CLAIM,
         Sql.COMPLETE,
+        Sql.COMPLETE_UNHOOKED,
         Sql.COMPLETE_MANY,
+        Sql.COMPLETE_MANY_UNHOOKED,
         Sql.RETRY,
         Sql.BURY,
         Sql.RELEASE,

@@ -237,6 +237,32 @@ def test_claim_order_slots_queues_and_pauses(nodes: Nodes) -> None:
     nodes.run(body)
 
 
+@pytest.mark.timeout(30)
+def test_only_a_short_claim_looks_for_the_next_scheduled_job(nodes: Nodes) -> None:
+    """A full claim is followed by another as soon as a slot frees: it skips the probes
+    for scheduled jobs, and the node keeps the due time it knew."""
+
+    async def body(nodes: Nodes) -> None:
+        a = await nodes.open("a")
+        later = (await a.enqueue(new(delay_seconds=3600))).job
+        await a.enqueue_many([new() for _ in range(4)])
+        claim = (
+            "SELECT o_next_due FROM {s}.claim_leases(ARRAY['t'], ARRAY[5], NULL, %s, 'x',"
+            " 30, 90, 'ns.', %s) WHERE o_job IS NULL"
+        )
+        assert await nodes.sql(claim, (1, 1)) == [(None,)]  # full: not looked for
+        assert await nodes.sql(claim, (2, 0)) == [(None,)]
+        await a.cancel(later.id, False)
+        assert len(await a.claim(1, None, {"t": 1})) == 1
+        assert a.next_due_at() == later.run_at  # as known, though cancelled meanwhile
+        assert await a.claim(5, None, {"t": 5}) == []
+        assert a.next_due_at() is None
+        sooner = (await a.enqueue(new(delay_seconds=1800))).job
+        assert await nodes.sql(claim, (5, 0)) == [(sooner.run_at,)]
+
+    nodes.run(body)
+
+
 @pytest.mark.timeout(60)
 def test_claim_by_queue_merges_queues_and_skips_foreign_ones(nodes: Nodes) -> None:
     async def body(nodes: Nodes) -> None:
@@ -382,6 +408,22 @@ def test_smallest_limit_of_live_nodes_holds(nodes: Nodes) -> None:
             return "only_b" not in await a.known_types()
 
         await wait_until(b_forgotten, timeout=3)
+
+    nodes.run(body)
+
+
+@pytest.mark.timeout(30)
+def test_claimed_and_running_jobs_both_count_against_a_global_limit(nodes: Nodes) -> None:
+    async def body(nodes: Nodes) -> None:
+        a, b = await nodes.open("a"), await nodes.open("b")
+        await a.register_node({"t": 4})
+        await b.register_node({"t": None})  # runs the type, declares no limit
+        await a.enqueue_many([new() for _ in range(10)])
+        assert len(await a.claim(2, None, {"t": 2}, start=0)) == 2  # held, not started
+        assert len(await b.claim(1, None, {"t": 5})) == 1  # started
+        assert len(await b.claim(5, None, {"t": 5})) == 1  # the last of the four slots
+        assert await a.claim(5, None, {"t": 5}) == []
+        assert a.next_due_at() is None
 
     nodes.run(body)
 

@@ -8,6 +8,7 @@ A step is never edited once released: add a new one instead
 from __future__ import annotations
 
 import msgspec
+from goqueue.supervisor.store.postgres.sql.claim import CLAIM_V14
 
 # How many jobs of each asked-for type a claim may take: the node's free slots, capped by
 # the smallest limit any live node declares minus what runs everywhere (both branches of
@@ -532,4 +533,5 @@ CREATE TABLE {s}.workflow_edges (
 CREATE INDEX workflow_edges_child ON {s}.workflow_edges (child);
 """,
     ),
+    Migration(14, "a cheaper claim function, claim_leases", CLAIM_V14),
 )
