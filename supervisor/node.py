@@ -24,7 +24,7 @@ from goqueue.supervisor.observe.metrics import Metrics
 from goqueue.supervisor.schedules.scheduler import Scheduler
 from goqueue.supervisor.settings import config
 from goqueue.supervisor.settings.config import Settings
-from goqueue.supervisor.store.base import Store
+from goqueue.supervisor.store.base import NodeLinks, Store
 from goqueue.supervisor.store.sqlite.choose import embedded_store
 from goqueue.supervisor.store.sqlite.store import SqliteStore
 from goqueue.supervisor.store.sqlite.url import is_postgres
@@ -74,17 +74,18 @@ class Node:
 
 
 def make_store(
-    settings: Settings, wake: Callable[[], None], metrics: Metrics
+    settings: Settings, wake: Callable[[], None], metrics: Metrics, links: NodeLinks
 ) -> tuple[Store, Webhooks]:
     """The store `database_url` names (the SQLite file `goqueue.db` by default,
     `memory://`, or PostgreSQL) and the webhooks that go with it, counting every delivery
     outcome: at least once from the file's or the database's outbox, best effort in this
-    process in memory. `wake` is the dispatcher's."""
+    process in memory. `wake` is the dispatcher's; `links` are named once the node is
+    built."""
     node_id = settings.node_id or config.default_node_id()
     policy = EgressPolicy.of(settings.webhook_allow_hosts, settings.webhook_allow_networks)
     poster = Poster(policy, timeout=settings.webhook_timeout, concurrency=WEBHOOK_CONCURRENCY)
     secret = settings.webhook_secret.encode() if settings.webhook_secret else None
-    embedded = embedded_store(settings, node_id, wake)
+    embedded = embedded_store(settings, node_id, wake, links)
     if isinstance(embedded, SqliteStore):
         return embedded, Outbox(embedded.outbox, poster, secret=secret, on_outcome=metrics.webhook)
     if embedded is not None:
@@ -99,6 +100,7 @@ def make_store(
         lease_seconds=settings.lease_seconds,
         idempotency_ttl=settings.idempotency_ttl,
         wake=wake,
+        links=links,
     )
     return shared, Outbox(shared.outbox, poster, secret=secret, on_outcome=metrics.webhook)
 
@@ -112,7 +114,8 @@ def build_node(
     running loop the node will use; `http` makes the HTTP server over the engine."""
     metrics = Metrics(settings.metrics_max_queues)
     wakeup = Wakeup()  # the dispatcher's, made first: the store calls it
-    store, webhooks = make_store(settings, wakeup.wake, metrics)
+    links = NodeLinks()  # what else the store calls back: named below, as the parts are made
+    store, webhooks = make_store(settings, wakeup.wake, metrics, links)
     history = History()
     waiters = Waiters(store.get)  # GET /jobs/{id}?wait=: woken by outcomes recorded here
     hooks = Hooks([MetricsHook(metrics), LogHook(), WebhookHook(webhooks), history, waiters])
@@ -148,9 +151,7 @@ def build_node(
     )
     metrics.loop.start(asyncio.get_running_loop())
     listeners.jobs = dispatcher
-    # Not yet given at construction (they came in while this builder was being written):
-    # whom the store tells of a job another node cancelled, and what it publishes.
-    store.set_canceller(dispatcher.cancel_lease)
+    links.cancel = dispatcher.cancel_lease  # a job another node cancelled runs here
     tracing = None
     if settings.otel:  # only then is OpenTelemetry imported
         from goqueue.supervisor.observe.tracing import Tracing
@@ -170,7 +171,7 @@ def build_node(
         tracing=tracing,
     )
     listeners.children = engine.enqueue_child  # ctx.enqueue in a running job
-    store.set_reporter(engine.node_report)  # published with each heartbeat
+    links.report = engine.node_report  # published with each heartbeat
     return Node(
         settings=settings,
         store=store,

@@ -83,6 +83,28 @@ class NewJob(msgspec.Struct, kw_only=True):
     trace_context: dict[str, str] | None = None
 
 
+def _cancels_nothing(token: str) -> bool:
+    return False
+
+
+def _no_report() -> NodeReport | None:
+    return None
+
+
+@dataclass(slots=True)
+class NodeLinks:
+    """What a store calls back into its node for, beside the dispatcher's wake-up: made
+    first by the node's builder and given to the store as it is made, then each named once
+    the part that answers is built (as the pool's `Listeners` are)."""
+
+    cancel: Callable[[str], bool] = _cancels_nothing
+    """The dispatcher's `cancel_lease`: another node cancelled a job whose attempt holds
+    this token here (PostgreSQL: a NOTIFY). False if no attempt here holds it."""
+    report: Callable[[], NodeReport | None] = _no_report
+    """The engine's `node_report`: what this node publishes with each heartbeat (its
+    workers, its last minute), which `nodes` answers for every node."""
+
+
 @dataclass(frozen=True, slots=True)
 class StoreTraits:
     """What a store is like, as far as dispatch cares: one value per store class
@@ -112,11 +134,11 @@ database, but the node's own last claim tells what waits ahead, as in memory."""
 
 
 class Store(Protocol):
-    """What a job store provides. Both implementations pass `tests/e2e/store`.
+    """What a job store provides. Every implementation passes `tests/e2e/store`.
 
     A store is given, when it is made, the dispatcher's wake-up: a zero-argument
     callable it calls when work may be claimable (a job enqueued or made due, here or,
-    with a shared store, on another node)."""
+    with a shared store, on another node); and its node's `NodeLinks`."""
 
     node_id: str
     traits: StoreTraits
@@ -273,14 +295,6 @@ class Store(Protocol):
     def next_due_at(self) -> datetime | None:
         """When the earliest not-yet-due pending job becomes due (None if unknown/none);
         lets the dispatcher sleep instead of polling."""
-
-    def set_reporter(self, report: Callable[[], NodeReport]) -> None:
-        """Give the store what this node publishes with each heartbeat (its workers, its
-        last minute), which `nodes` answers for every node (PostgreSQL: the nodes row)."""
-
-    def set_canceller(self, stop: Callable[[str], bool]) -> None:
-        """Give the store the dispatcher's `cancel_lease`, to call when another node
-        cancelled a job whose attempt holds that lease token here (PostgreSQL: a NOTIFY)."""
 
     async def cancel_elsewhere(self, job_id: str, token: str) -> None:
         """Tell the other nodes that `job_id`, whose lease `token` no attempt here holds,

@@ -147,7 +147,7 @@ class MemoryReads(MemoryState):
     async def nodes(self) -> list[NodeSummary]:
         """This node alone: it is alive for as long as it answers."""
         types = sorted(self._limits)
-        report = self._report() if self._report is not None else None
+        report = self._links.report()
         return [NodeSummary(self.node_id, self._opened_at, self.clock(), True, types, report)]
 
     async def type_stats(self) -> list[TypeStats]:

@@ -15,8 +15,8 @@ from datetime import datetime
 from goqueue.supervisor.dispatch.rates import StartTimes
 from goqueue.supervisor.enums import TERMINAL, EventKind, Status
 from goqueue.supervisor.jobs import STATUSES, Event, Job, Lease, utcnow
-from goqueue.supervisor.observe.summaries import NodeReport
 from goqueue.supervisor.settings.config import DEFAULTS
+from goqueue.supervisor.store.base import NodeLinks
 from goqueue.supervisor.store.memory.dead import DeadLetters
 from goqueue.supervisor.store.memory.flows import FlowBook
 from goqueue.supervisor.store.memory.heaps import OldestByQueue, PendingHeaps
@@ -38,8 +38,10 @@ class MemoryState:
         max_events_per_job: int = 100,
         clock: Callable[[], datetime] = utcnow,
         wake: Callable[[], None] = lambda: None,
+        links: NodeLinks | None = None,
     ) -> None:
         self.node_id = node_id
+        self._links = links or NodeLinks()  # what it publishes of this node (`nodes`)
         self.clock = clock
         self.lease_seconds = lease_seconds
         self.max_pending = max_pending
@@ -66,7 +68,6 @@ class MemoryState:
         self._limits: dict[str, int | None] = {}
         self._seq = itertools.count(1)
         self._wake = wake  # the dispatcher's: work may be claimable
-        self._report: Callable[[], NodeReport] | None = None  # see set_reporter
         self._opened_at = self.clock()
         self._schedules = ScheduleBook()
         self._starts = StartTimes()

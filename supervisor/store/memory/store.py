@@ -37,7 +37,7 @@ from goqueue.supervisor.jobs import (
     Replayed,
     new_id,
 )
-from goqueue.supervisor.observe.summaries import DeadFilter, NodeReport
+from goqueue.supervisor.observe.summaries import DeadFilter
 from goqueue.supervisor.schedules.schedule import Fired, ScheduleState, fire_detail
 from goqueue.supervisor.store.base import IN_PROCESS, LATE_OUTCOME, NewJob
 from goqueue.supervisor.store.memory.workflows import MemoryWorkflows
@@ -60,13 +60,6 @@ class MemoryStore(MemoryWorkflows):
     async def ping(self) -> bool:
         """Always reachable."""
         return True
-
-    def set_reporter(self, report: Callable[[], NodeReport]) -> None:
-        """Remember this node's report, which `nodes` answers as it is now."""
-        self._report = report
-
-    def set_canceller(self, stop: Callable[[str], bool]) -> None:
-        """Nothing to remember: no other node shares this store, so none cancels here."""
 
     async def cancel_elsewhere(self, job_id: str, token: str) -> None:
         """Nothing to tell: every lease of this store is held on this node."""

@@ -54,7 +54,6 @@ from goqueue.supervisor.jobs import (
 )
 from goqueue.supervisor.observe.summaries import (
     DeadFilter,
-    NodeReport,
     NodeSummary,
     QueueSummary,
     TypeStats,
@@ -62,7 +61,7 @@ from goqueue.supervisor.observe.summaries import (
 from goqueue.supervisor.schedules.schedule import Fired, ScheduleState
 from goqueue.supervisor.settings.config import DEFAULTS
 from goqueue.supervisor.steps import WorkflowCounts
-from goqueue.supervisor.store.base import SHARED, NewJob
+from goqueue.supervisor.store.base import SHARED, NewJob, NodeLinks
 from goqueue.supervisor.store.postgres import rows as pg_rows
 from goqueue.supervisor.store.postgres.connection import Connections
 from goqueue.supervisor.store.postgres.enqueue import Enqueuer
@@ -97,6 +96,7 @@ class PostgresStore:
         max_pool: int = 10,
         command_timeout: float = 10.0,
         wake: Callable[[], None] = lambda: None,
+        links: NodeLinks | None = None,
     ) -> None:
         """`wake` is the dispatcher's: called when work may be claimable (a job enqueued
         or made due, here or, through LISTEN/NOTIFY, on another node)."""
@@ -120,8 +120,7 @@ class PostgresStore:
         self._workflows = PgWorkflows(
             self._db, self._sql, node_id, self._wakeups, idempotency_ttl=idempotency_ttl
         )
-        self._stop: Callable[[str], bool] = lambda token: False  # see set_canceller
-        self._report: Callable[[], NodeReport] | None = None  # see set_reporter
+        self._links = links or NodeLinks()  # cancels made elsewhere; this node's report
         self._enqueuer = Enqueuer(
             self._db,
             self._sql,
@@ -231,14 +230,6 @@ class PostgresStore:
         """When the earliest scheduled job becomes due, as of the last claim or note."""
         return self._wakeups.next_due_at()
 
-    def set_reporter(self, report: Callable[[], NodeReport]) -> None:
-        """Publish `report()` in this node's row with every heartbeat."""
-        self._report = report
-
-    def set_canceller(self, stop: Callable[[str], bool]) -> None:
-        """Remember the dispatcher's `cancel_lease`, for cancels made on other nodes."""
-        self._stop = stop
-
     async def cancel_elsewhere(self, job_id: str, token: str) -> None:
         """NOTIFY every node of the cancel; the one holding `token` kills its worker. The
         database unreachable, the holder's next lease check still finds the lease gone."""
@@ -248,7 +239,7 @@ class PostgresStore:
             log.warning("cancel NOTIFY failed", extra={"job_id": job_id, "err": str(exc)})
 
     def _on_cancel(self, node: str, token: str, job_id: str) -> None:
-        if node == self.node_id or not self._stop(token):
+        if node == self.node_id or not self._links.cancel(token):
             return  # ours was handled where it was made; another node holds the lease
         log.info(
             "job cancelled on another node; killing its worker",
@@ -268,7 +259,8 @@ class PostgresStore:
         await self._register()
 
     async def _register(self) -> None:
-        report = None if self._report is None else pg_rows.raw(self._report())
+        made = self._links.report()
+        report = None if made is None else pg_rows.raw(made)
         params = {"node": self.node_id, "limits": pg_rows.raw(self._limits), "report": report}
         await self._db.execute(self._sql[Sql.REGISTER], params)
 

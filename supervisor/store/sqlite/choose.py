@@ -5,13 +5,14 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from goqueue.supervisor.settings.config import Settings
+from goqueue.supervisor.store.base import NodeLinks
 from goqueue.supervisor.store.memory.store import MemoryStore
 from goqueue.supervisor.store.sqlite.store import SqliteStore
 from goqueue.supervisor.store.sqlite.url import StoreKind, store_url
 
 
 def embedded_store(
-    settings: Settings, node_id: str, wake: Callable[[], None]
+    settings: Settings, node_id: str, wake: Callable[[], None], links: NodeLinks
 ) -> MemoryStore | SqliteStore | None:
     """The store `settings.database_url` names when it is not PostgreSQL (None then):
     the SQLite file (`goqueue.db` when no URL is set) or `memory://`."""
@@ -25,6 +26,7 @@ def embedded_store(
             max_pending=settings.max_pending,
             idempotency_ttl=settings.idempotency_ttl,
             wake=wake,
+            links=links,
         )
     return SqliteStore(
         url.path,
@@ -33,4 +35,5 @@ def embedded_store(
         max_pending=settings.max_pending,
         idempotency_ttl=settings.idempotency_ttl,
         wake=wake,
+        links=links,
     )

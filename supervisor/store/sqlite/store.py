@@ -56,7 +56,7 @@ from goqueue.supervisor.jobs import (
 )
 from goqueue.supervisor.observe.summaries import DeadFilter
 from goqueue.supervisor.schedules.schedule import Fired, ScheduleState
-from goqueue.supervisor.store.base import EMBEDDED, NewJob
+from goqueue.supervisor.store.base import EMBEDDED, NewJob, NodeLinks
 from goqueue.supervisor.store.memory.dead import DeadLetters
 from goqueue.supervisor.store.memory.store import MemoryStore
 from goqueue.supervisor.store.sqlite.changes import (
@@ -145,10 +145,12 @@ class SqliteStore(MemoryStore):
         max_events_per_job: int = 100,
         clock: Callable[[], datetime] = utcnow,
         wake: Callable[[], None] = lambda: None,
+        links: NodeLinks | None = None,
     ) -> None:
         super().__init__(
             node_id,
             wake=wake,
+            links=links,
             lease_seconds=lease_seconds,
             max_pending=max_pending,
             idempotency_ttl=idempotency_ttl,

@@ -7,6 +7,7 @@ import msgspec
 import pytest
 from goqueue.supervisor.jobs import JobFilter, utcnow
 from goqueue.supervisor.observe.summaries import DeadFilter, NodeReport, preview
+from goqueue.supervisor.store.base import NodeLinks
 
 from tests.e2e.store.test_contract import claim_one, new
 
@@ -203,8 +204,7 @@ async def test_nodes_answer_what_each_node_published_with_its_heartbeat(
     open_store, store_kind
 ) -> None:
     report = NodeReport([], done_last_minute=3, failed_last_minute=1)
-    async with open_store() as store:
-        store.set_reporter(lambda: report)
+    async with open_store(links=NodeLinks(report=lambda: report)) as store:
         await store.register_node({"a": None})
         (node,) = await store.nodes()
         assert node.report == report
