@@ -1,6 +1,6 @@
-"""Workflows end to end: real `goqueue serve` processes, real HTTP, the memory store and
-PostgreSQL. What ran, and when, is judged from the steps' own log lines (`flowactors`
-logs each run's start and end, as `faultactors.mark` does)."""
+"""Workflows end to end: real `goqueue serve` processes, real HTTP, on each store. What
+ran, and when, is judged from the steps' own log lines (`flowactors` logs each run's
+start and end, as `faultactors.mark` does)."""
 
 from __future__ import annotations
 
@@ -14,21 +14,25 @@ import pytest
 
 from tests.conftest import Node, stays_true, wait_for
 from tests.e2e.conftest import NodeSet
+from tests.e2e.supervisor.test_webhook_delivery import kill_group
 from tests.e2e.support import read_runs
 
 pytestmark = pytest.mark.timeout(120)
 
 ACTORS = "testactors,faultactors,flowactors"
 STEP = "flow.step"
+SQLITE = ("--database-url", "sqlite:///jobs.db")  # in the test's folder, the node's cwd
 
 
-@pytest.fixture(params=["memory", "postgres"])
+@pytest.fixture(params=["memory", "sqlite", "postgres"])
 def flow_node(
     request: pytest.FixtureRequest, make_node: Callable[..., Node], tmp_path: Path
 ) -> Node:
     """A node running the workflow actors, on each store."""
     if request.param == "memory":
         return make_node("--actors", ACTORS, "--workers", "4")
+    if request.param == "sqlite":
+        return make_node("--actors", ACTORS, "--workers", "4", *SQLITE)
     nodes: NodeSet = request.getfixturevalue("pg_nodes")
     return nodes.start("--actors", ACTORS, workers=4)
 
@@ -322,3 +326,47 @@ def test_a_workflow_survives_a_node_killed_mid_way(pg_nodes: NodeSet, tmp_path: 
     assert done["status"] == "done"
     runs = runs_of(tmp_path, done)
     assert [len(runs[k]) for k in ("root", "next", "last")] == [1, 1, 1]
+
+
+def test_a_workflow_on_sqlite_goes_on_after_kill_9s_between_its_steps(
+    make_node: Callable[..., Node], tmp_path: Path
+) -> None:
+    """Each kill -9 lands between steps: the next node on the file goes on from what the
+    last one wrote (released steps, a failure's cancelled dependents, a replay)."""
+    node = make_node("--actors", ACTORS, *SQLITE, session=True)
+    made = create(
+        node,
+        step("a", tmp_path),
+        step("bad", tmp_path, ["a"], fail=True, once=True),
+        step("b", tmp_path, ["a"]),
+        step("join", tmp_path, ["b", "bad"]),
+    )
+    ids = {s["key"]: s["id"] for s in made["jobs"]}
+    wait_workflow(node, made["id"], "failed")
+    node.wait_status(ids["b"], "done")
+    kill_group(node)
+
+    node = make_node("--actors", ACTORS, *SQLITE, session=True)
+    failed = node.get(f"/workflows/{made['id']}").body
+    assert {k: s["status"] for k, s in by_key(failed).items()} == {
+        "a": "done",
+        "bad": "failed",
+        "b": "done",
+        "join": "cancelled",
+    }
+    # the replay waits in a paused queue, so the kill cannot land while it runs (a killed
+    # attempt of a step without retries would be dead-lettered again, rightly)
+    assert node.post("/queues/default/pause").status == 200
+    letter = node.get(f"/dlq/{ids['bad']}").body  # by its job's id
+    assert node.post(f"/dlq/{letter['id']}/replay").status in (200, 201)
+    kill_group(node)  # the replay is answered, so it is in the file
+
+    node = make_node("--actors", ACTORS, *SQLITE)
+    assert node.get(f"/workflows/{made['id']}").body["status"] == "running"
+    assert node.post("/queues/default/resume").status == 200
+    done = wait_workflow(node, made["id"], "done", "failed", timeout=60)
+    runs = runs_of(tmp_path, done)
+    assert done["status"] == "done", done
+    assert [len(runs[k]) for k in ("a", "b", "join")] == [1, 1, 1]
+    join = node.get(f"/jobs/{by_key(done)['join']['id']}").body
+    assert set(join["parents"]) == {"b", "bad"}

@@ -64,7 +64,13 @@ class MemoryWorkflows(MemoryReads):
             if not job.parent_ids:
                 self._make_pending(job, now)
         flows.flows[new.id] = FlowRecord(
-            id=new.id, name=new.name, created_at=now, steps=ids, seq=next(self._seq)
+            id=new.id,
+            name=new.name,
+            created_at=now,
+            steps=ids,
+            seq=next(self._seq),
+            idempotency_key=new.idempotency_key,
+            request_hash=new.request_hash or "",
         )
         if new.idempotency_key is not None:
             flows.idempotency[new.idempotency_key] = (new.request_hash or "", new.id)

@@ -16,12 +16,14 @@ from datetime import UTC, datetime
 import msgspec
 from goqueue.supervisor.jobs import DeadLetter, Event, Job
 from goqueue.supervisor.schedules.schedule import ScheduleState
+from goqueue.supervisor.store.memory.flows import FlowRecord
 from msgspec.structs import replace
 
 JOB = msgspec.json.Decoder(Job)
 EVENTS = msgspec.json.Decoder(list[Event])
 LETTER = msgspec.json.Decoder(DeadLetter)
 SCHEDULE = msgspec.json.Decoder(ScheduleState)
+FLOW = msgspec.json.Decoder(FlowRecord)
 encode = msgspec.json.Encoder().encode
 
 
@@ -54,6 +56,7 @@ class Changes:
     keys: dict[tuple[str, str], Key] = field(default_factory=dict)
     paused: dict[str, bool] = field(default_factory=dict)
     schedules: dict[str, ScheduleState] = field(default_factory=dict)
+    flows: dict[str, FlowRecord] = field(default_factory=dict)
     deliveries: list[NewDelivery] = field(default_factory=list)
     keys_expired_before: float | None = None
     durable: bool = False  # something in here was answered to a client as stored
@@ -78,15 +81,13 @@ class Changes:
                     job.seq,
                     job.status,
                     job.finished_at.isoformat() if job.finished_at else None,
-                    # msgspec reads no `Raw | None`: the result goes in a column of its own
-                    encode(job if job.result is None else replace(job, result=None)),
-                    None if job.result is None else bytes(job.result),
+                    *_split(job),
                     encode(events.get(job.id, [])),
                 )
                 for job in taken.jobs.values()
             ],
             gone=[(job_id,) for job_id in taken.gone],
-            letters=[(d.id, encode(d)) for d in taken.letters.values() if d is not None],
+            letters=[_letter(d) for d in taken.letters.values() if d is not None],
             unlettered=[(i,) for i, d in taken.letters.items() if d is None],
             keys=[
                 (kind, key, k.job_id, k.request_hash, k.expires)
@@ -95,6 +96,7 @@ class Changes:
             paused=[(q,) for q, p in taken.paused.items() if p],
             resumed=[(q,) for q, p in taken.paused.items() if not p],
             schedules=[(name, encode(s)) for name, s in taken.schedules.items()],
+            flows=[(f.id, f.seq, encode(f)) for f in taken.flows.values()],
             deliveries=[
                 (d.id, d.job_id, d.event, d.url, d.body, d.created_at, d.created_at)
                 for d in taken.deliveries
@@ -109,7 +111,7 @@ class Changes:
             if job is not None and job_id not in self.gone:
                 self.jobs.setdefault(job_id, job)
         self.gone |= taken.gone - set(self.jobs)
-        for name in ("letters", "keys", "paused", "schedules"):
+        for name in ("letters", "keys", "paused", "schedules", "flows"):
             mine, theirs = getattr(self, name), getattr(taken, name)
             setattr(self, name, theirs | mine)
         self.deliveries[:0] = taken.deliveries
@@ -125,6 +127,7 @@ class Changes:
             or self.keys
             or self.paused
             or self.schedules
+            or self.flows
             or self.deliveries
             or self.keys_expired_before is not None
         )
@@ -134,14 +137,15 @@ class Changes:
 class Rows:
     """One commit's rows, encoded: written by the thread, in one transaction."""
 
-    jobs: list[tuple[str, int, str, str | None, bytes, bytes | None, bytes]]
+    jobs: list[tuple[str, int, str, str | None, bytes, bytes | None, bytes | None, bytes]]
     gone: list[tuple[str]]
-    letters: list[tuple[str, bytes]]
+    letters: list[tuple[str, bytes, bytes | None]]
     unlettered: list[tuple[str]]
     keys: list[tuple[str, str, str, str, float]]
     paused: list[tuple[str]]
     resumed: list[tuple[str]]
     schedules: list[tuple[str, bytes]]
+    flows: list[tuple[str, int, bytes]]
     deliveries: list[tuple[str, str, str, str, bytes, float, float]]
     keys_expired_before: float | None
 
@@ -151,12 +155,16 @@ class Rows:
         for statement, rows in (
             (UPSERT_JOB, self.jobs),
             ("DELETE FROM jobs WHERE id = ?", self.gone),
-            ("INSERT OR REPLACE INTO dead_letters (id, letter) VALUES (?, ?)", self.letters),
+            (
+                "INSERT OR REPLACE INTO dead_letters (id, letter, parents) VALUES (?, ?, ?)",
+                self.letters,
+            ),
             ("DELETE FROM dead_letters WHERE id = ?", self.unlettered),
             ("INSERT OR REPLACE INTO job_keys VALUES (?, ?, ?, ?, ?)", self.keys),
             ("INSERT OR IGNORE INTO paused_queues (queue) VALUES (?)", self.paused),
             ("DELETE FROM paused_queues WHERE queue = ?", self.resumed),
             ("INSERT OR REPLACE INTO schedules (name, state) VALUES (?, ?)", self.schedules),
+            ("INSERT OR REPLACE INTO workflows (id, seq, record) VALUES (?, ?, ?)", self.flows),
             (INSERT_DELIVERY, self.deliveries),
         ):
             if rows:
@@ -165,11 +173,43 @@ class Rows:
             conn.execute("DELETE FROM job_keys WHERE expires < ?", (self.keys_expired_before,))
 
 
+def _split(job: Job) -> tuple[bytes, bytes | None, bytes | None]:
+    """A job's JSON, its result and its parents' results: msgspec reads no `Raw | None`
+    inside a struct, so the two raw fields go in columns of their own."""
+    result, parents = job.result, job.parents
+    if result is None and parents is None:
+        return encode(job), None, None
+    bare = encode(replace(job, result=None, parents=None))
+    return (
+        bare,
+        None if result is None else bytes(result),
+        None if parents is None else bytes(parents),
+    )
+
+
+def _letter(dead: DeadLetter) -> tuple[str, bytes, bytes | None]:
+    """A dead letter's row: its job's parents' results in a column of their own."""
+    parents = dead.job.parents
+    if parents is None:
+        return dead.id, encode(dead), None
+    bare = replace(dead, job=replace(dead.job, result=None, parents=None))
+    return dead.id, encode(bare), bytes(parents)
+
+
+def joined(job: Job, result: bytes | None, parents: bytes | None) -> Job:
+    """A job read back from its row, its raw fields put back."""
+    if result is not None:
+        job.result = msgspec.Raw(result)
+    if parents is not None:
+        job.parents = msgspec.Raw(parents)
+    return job
+
+
 UPSERT_JOB = (
-    "INSERT INTO jobs (id, seq, status, finished_at, job, result, events)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET"
+    "INSERT INTO jobs (id, seq, status, finished_at, job, result, parents, events)"
+    " VALUES (?, ?, ?, ?, ?, ?, ?, ?) ON CONFLICT (id) DO UPDATE SET"
     " status = excluded.status, finished_at = excluded.finished_at, job = excluded.job,"
-    " result = excluded.result, events = excluded.events"
+    " result = excluded.result, parents = excluded.parents, events = excluded.events"
 )
 INSERT_DELIVERY = (
     "INSERT OR IGNORE INTO webhook_deliveries"

@@ -6,7 +6,10 @@ it up to date and a crash mid-migration leaves the old version whole. A file wri
 a newer GoQueue is refused rather than misread.
 
 A job is one row: its fields as JSON (`job`, the `Job` struct as msgspec writes it) and
-its audit trail (`events`), beside the columns a restart or a prune selects on. The
+its audit trail (`events`), beside the columns a restart or a prune selects on. A
+result and a workflow step's parents' results have columns of their own (msgspec reads
+no `Raw | None` inside a struct). A workflow is one row (`FlowRecord`); the edges
+between its steps are rebuilt from its jobs at start. The
 working set lives in the node's memory (see `store.py`); the file is what survives.
 """
 
@@ -55,6 +58,14 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
         "CREATE INDEX deliveries_due ON webhook_deliveries (next_attempt_at)"
         " WHERE next_attempt_at IS NOT NULL",
         "CREATE INDEX deliveries_of_job ON webhook_deliveries (job_id)",
+    ),
+    (  # 2: workflows, and a workflow step's parents' results beside its job
+        "ALTER TABLE jobs ADD COLUMN parents BLOB",
+        "ALTER TABLE dead_letters ADD COLUMN parents BLOB",
+        """CREATE TABLE workflows (
+            id TEXT PRIMARY KEY,
+            seq INTEGER NOT NULL,
+            record BLOB NOT NULL)""",
     ),
 )
 VERSION = len(MIGRATIONS)

@@ -61,6 +61,7 @@ from goqueue.supervisor.store.memory.dead import DeadLetters
 from goqueue.supervisor.store.memory.store import MemoryStore
 from goqueue.supervisor.store.sqlite.changes import (
     EVENTS,
+    FLOW,
     JOB,
     LETTER,
     SCHEDULE,
@@ -68,6 +69,7 @@ from goqueue.supervisor.store.sqlite.changes import (
     Key,
     NewDelivery,
     Rows,
+    joined,
 )
 from goqueue.supervisor.store.sqlite.commit import GroupCommit
 from goqueue.supervisor.store.sqlite.database import Database
@@ -105,22 +107,24 @@ class _MarkedLetters(DeadLetters):
 class _Saved:
     """Everything the file holds, read at start."""
 
-    jobs: list[tuple[bytes, bytes | None, bytes]]
-    letters: list[bytes]
+    jobs: list[tuple[bytes, bytes | None, bytes | None, bytes]]
+    letters: list[tuple[bytes, bytes | None]]
     keys: list[tuple[str, str, str, str, float]]
     paused: list[str]
     schedules: list[bytes]
+    flows: list[bytes]
 
 
 def _read_all(conn: sqlite3.Connection) -> _Saved:
     return _Saved(
-        jobs=conn.execute("SELECT job, result, events FROM jobs ORDER BY seq").fetchall(),
-        letters=[r[0] for r in conn.execute("SELECT letter FROM dead_letters ORDER BY seq")],
+        jobs=conn.execute("SELECT job, result, parents, events FROM jobs ORDER BY seq").fetchall(),
+        letters=conn.execute("SELECT letter, parents FROM dead_letters ORDER BY seq").fetchall(),
         keys=conn.execute(
             "SELECT kind, key, job_id, request_hash, expires FROM job_keys ORDER BY expires"
         ).fetchall(),
         paused=[r[0] for r in conn.execute("SELECT queue FROM paused_queues")],
         schedules=[r[0] for r in conn.execute("SELECT state FROM schedules")],
+        flows=[r[0] for r in conn.execute("SELECT record FROM workflows ORDER BY seq")],
     )
 
 
@@ -194,33 +198,19 @@ class SqliteStore(MemoryStore):
         return True
 
     def _restore(self, saved: _Saved) -> None:
+        """Take back everything the file holds, as this node's working set."""
         now = self.clock()
-        finished: list[Job] = []
-        last_seq = 0
-        for job_row, result, events_row in saved.jobs:
-            job = JOB.decode(job_row)
-            if result is not None:
-                job.result = msgspec.Raw(result)
-            last_seq = max(last_seq, job.seq)
-            self._jobs[job.id] = job
-            self._counts[job.status] += 1
-            self._events[job.id] = EVENTS.decode(events_row)
-            if job.status in TERMINAL:
-                finished.append(job)
-                continue
-            if job.unique_key is not None:
-                self._unique[job.unique_key] = job.id
-            if job.status == Status.PENDING:
-                self._make_pending(job, now)
-            else:  # its holder was this file's last node, now gone: reaped at once
-                lease = Lease(job=job, token=new_id(), owner=self.node_id, expires_at=now)
-                self._tokens[job.id] = lease.token
-                self._leases[lease.token] = lease
-        finished.sort(key=lambda job: job.finished_at or job.updated_at)
-        self._finished.extend(job.id for job in finished)
-        self._seq = itertools.count(last_seq + 1)
-        for letter in saved.letters:
-            self._letters.restore(LETTER.decode(letter))
+        self._changes = Changes()
+        self._restore_jobs(saved.jobs, now)
+        for letter, parents in saved.letters:
+            dead = LETTER.decode(letter)
+            joined(dead.job, None, parents)
+            self._letters.restore(dead)
+        for record in saved.flows:
+            for ready in self._flows.restore(FLOW.decode(record), self._jobs):
+                self._set_status(ready, Status.PENDING, now)  # a half-written release
+                self._make_pending(ready, now)
+                self._changes.touch(ready)
         ts = now.timestamp()
         for kind, key, job_id, request_hash, expires in saved.keys:
             if expires <= ts:
@@ -232,7 +222,36 @@ class SqliteStore(MemoryStore):
         self._paused.update(saved.paused)
         for state in saved.schedules:
             self._schedules.restore(SCHEDULE.decode(state))
-        self._changes = Changes()
+
+    def _restore_jobs(
+        self, rows: list[tuple[bytes, bytes | None, bytes | None, bytes]], now: datetime
+    ) -> None:
+        """Jobs by enqueue order: pending ones queued, running ones held by a lease that
+        has run out, waiting ones left to their workflow, finished ones in prune order."""
+        finished: list[Job] = []
+        last_seq = 0
+        for job_row, result, parents, events_row in rows:
+            job = joined(JOB.decode(job_row), result, parents)
+            last_seq = max(last_seq, job.seq)
+            self._jobs[job.id] = job
+            self._counts[job.status] += 1
+            self._events[job.id] = EVENTS.decode(events_row)
+            if job.status in TERMINAL:
+                finished.append(job)
+                continue
+            if job.unique_key is not None:
+                self._unique[job.unique_key] = job.id
+            if job.status == Status.PENDING:
+                self._make_pending(job, now)
+            elif job.status == Status.WAITING:  # its workflow (below) knows what for
+                continue
+            else:  # its holder was this file's last node, now gone: reaped at once
+                lease = Lease(job=job, token=new_id(), owner=self.node_id, expires_at=now)
+                self._tokens[job.id] = lease.token
+                self._leases[lease.token] = lease
+        finished.sort(key=lambda job: job.finished_at or job.updated_at)
+        self._finished.extend(job.id for job in finished)
+        self._seq = itertools.count(last_seq + 1)
 
     # -- marks and commits -----------------------------------------------------------
 
@@ -446,7 +465,9 @@ class SqliteStore(MemoryStore):
     async def create_workflow(self, new: NewWorkflow) -> WorkflowCreated:
         """Store a workflow's steps at once, on disk before the answer."""
         created = await super().create_workflow(new)
-        await self._commit(durable=True)
+        if created.created:
+            self._mark_flow(new.id)
+            await self._commit(durable=True)
         return created
 
     async def cancel_workflow(
@@ -454,8 +475,33 @@ class SqliteStore(MemoryStore):
     ) -> tuple[Workflow, list[tuple[Job, str | None]]]:
         """Cancel a workflow's unfinished steps, on disk before the answer."""
         cancelled = await super().cancel_workflow(workflow_id)
+        self._mark_flow(workflow_id)
         await self._commit(durable=True)
         return cancelled
+
+    def _release_children(self, parent: Job, now: datetime) -> list[Job]:
+        released = super()._release_children(parent, now)
+        for child_id in self._flows.children.get(parent.id, ()):  # each holds its result
+            child = self._jobs.get(child_id)
+            if child is not None:
+                self._changes.touch(child)
+        return released
+
+    def _resume(self, old: Job, fresh: Job, now: datetime) -> None:
+        super()._resume(old, fresh, now)
+        if old.workflow_id is not None:  # a step replaced, its edges moved: all rewritten
+            self._mark_flow(old.workflow_id)
+
+    def _mark_flow(self, workflow_id: str) -> None:
+        """A workflow changed: its record and every step it holds are written."""
+        flow = self._flows.flows.get(workflow_id)
+        if flow is None:
+            return
+        self._changes.flows[workflow_id] = flow
+        for job_id in flow.steps.values():
+            job = self._jobs.get(job_id)
+            if job is not None:
+                self._changes.touch(job)
 
     # -- queues, pruning, dead letters -----------------------------------------------
 

@@ -13,13 +13,16 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from goqueue.supervisor.enums import WorkflowStatus
 from goqueue.supervisor.errors import BootError, DuplicateJob, StoreUnavailable
-from goqueue.supervisor.jobs import JobFilter, JobSpec, utcnow
+from goqueue.supervisor.jobs import JobFilter, JobSpec, Lease, new_id, utcnow
 from goqueue.supervisor.observe.summaries import DeadFilter
 from goqueue.supervisor.schedules.schedule import Fired
 from goqueue.supervisor.store.base import NewJob
+from goqueue.supervisor.store.sqlite.schema import VERSION
 from goqueue.supervisor.store.sqlite.store import SqliteStore
 from goqueue.supervisor.webhooks.delivery import Answer
+from goqueue.supervisor.workflows import NewStep, NewWorkflow
 
 pytestmark = pytest.mark.timeout(30)
 
@@ -220,6 +223,25 @@ async def test_a_file_from_a_newer_goqueue_is_refused(path: str, clock: Clock) -
         await opened(path, clock)
 
 
+async def test_a_file_of_the_first_schema_is_migrated_and_keeps_its_jobs(
+    path: str, clock: Clock
+) -> None:
+    store = await opened(path, clock)
+    job = (await store.enqueue(new())).job
+    await store.close()
+    with sqlite3.connect(path) as conn:  # back to version 1, as an older GoQueue left it
+        conn.execute("ALTER TABLE jobs DROP COLUMN parents")
+        conn.execute("ALTER TABLE dead_letters DROP COLUMN parents")
+        conn.execute("DROP TABLE workflows")
+        conn.execute("PRAGMA user_version = 1")
+    again = await opened(path, clock)
+    kept = await again.get(job.id)
+    assert kept is not None and kept.status == "pending"
+    with sqlite3.connect(path) as conn:
+        assert conn.execute("PRAGMA user_version").fetchone() == (VERSION,)
+    await again.close()
+
+
 async def test_enqueues_arriving_together_share_a_transaction(path: str, clock: Clock) -> None:
     store = await opened(path, clock)
     before = store.db.transactions
@@ -278,6 +300,19 @@ async def test_bulk_dead_letter_actions_survive_a_restart(path: str, clock: Cloc
     await again.close()
 
 
+async def checkpoint(store: SqliteStore) -> None:
+    """Copy the whole WAL into the file; a checkpoint that meets a busy writer (the
+    store's own fsync thread) is tried again, up to a deadline."""
+    deadline = asyncio.get_running_loop().time() + 10
+    while True:
+        busy, _, _ = await store.db.read(
+            lambda c: c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone()
+        )
+        if not busy or asyncio.get_running_loop().time() > deadline:
+            return
+        await asyncio.sleep(0.01)
+
+
 async def test_prune_deletes_rows_and_gives_pages_back(path: str, clock: Clock) -> None:
     store = await opened(path, clock)
     payload = {"blob": "z" * 4000}
@@ -285,13 +320,102 @@ async def test_prune_deletes_rows_and_gives_pages_back(path: str, clock: Clock) 
         await store.enqueue(new(payload=payload))
     for lease in await store.claim(300, None, {"a": 300}):
         await store.complete(lease, None)
-    await store.db.read(lambda c: c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone())
+    await checkpoint(store)
     size = Path(path).stat().st_size
     clock.advance(10)
     assert await store.prune(clock.now(), 1000) == 300
-    await store.db.read(lambda c: c.execute("PRAGMA wal_checkpoint(TRUNCATE)").fetchone())
+    await checkpoint(store)
     assert Path(path).stat().st_size < size / 2
     await crash(store)
     again = await opened(path, clock)
     assert (await again.stats()).counts["done"] == 0
     await again.close()
+
+
+def workflow(*steps: tuple[str, list[str]], key: str | None = None) -> NewWorkflow:
+    """A workflow of `a` jobs: (key, after) each, parents first."""
+    spec = msgspec.json.decode(b'{"type": "a"}', type=JobSpec)
+    return NewWorkflow(
+        id=new_id(),
+        name="wf",
+        steps=[NewStep(key=k, after=a, new=NewJob(spec=spec, max_retries=0)) for k, a in steps],
+        idempotency_key=key,
+        request_hash="h" if key else None,
+    )
+
+
+async def steps_of(store: SqliteStore, wf_id: str) -> dict[str, str]:
+    found = await store.get_workflow(wf_id)
+    assert found is not None
+    return {s.key: s.status for s in found.steps}
+
+
+async def take_steps(store: SqliteStore) -> dict[str, Lease]:
+    return {lease.job.step_key or "": lease for lease in await store.claim(100, None, ALL)}
+
+
+async def test_a_workflow_goes_on_across_crashes_between_its_steps(path: str, clock: Clock) -> None:
+    store = await opened(path, clock)
+    shape = workflow(("a", []), ("b", ["a"]), ("bad", ["a"]), ("d", ["b", "bad"]), key="k")
+    wf_id = (await store.create_workflow(shape)).workflow.id
+    await store.complete((await take_steps(store))["a"], msgspec.Raw(b'{"n": 1}'))
+    await crash(store)
+
+    store = await opened(path, clock)  # a's result reached b and bad; d still waits
+    assert await steps_of(store, wf_id) == {
+        "a": "done",
+        "b": "pending",
+        "bad": "pending",
+        "d": "waiting",
+    }
+    repeat = await store.create_workflow(shape)
+    assert repeat.created is False and repeat.workflow.id == wf_id
+    held = await take_steps(store)
+    assert msgspec.json.decode(held["b"].job.parents or b"{}") == {"a": {"n": 1}}
+    await store.complete(held["b"], msgspec.Raw(b'"b"'))
+    outcome = await store.fail(held["bad"], "boom", None)
+    assert outcome is not None and outcome.dead_letter is not None
+    await crash(store)
+
+    store = await opened(path, clock)  # bad's failure cancelled d, and stays so
+    assert (await steps_of(store, wf_id))["d"] == "cancelled"
+    assert (await store.get_workflow(wf_id)).status == WorkflowStatus.FAILED  # type: ignore[union-attr]
+    fresh = await store.replay_dead(outcome.dead_letter.id, 0)
+    await crash(store)
+
+    store = await opened(path, clock)  # the replay took bad's place; d waits on it again
+    assert await steps_of(store, wf_id) == {
+        "a": "done",
+        "b": "done",
+        "bad": "pending",
+        "d": "waiting",
+    }
+    held = await take_steps(store)
+    assert held["bad"].job.id == fresh.id
+    await store.complete(held["bad"], msgspec.Raw(b'"bad"'))
+    await crash(store)
+
+    store = await opened(path, clock)
+    held = await take_steps(store)
+    assert list(held) == ["d"]
+    assert msgspec.json.decode(held["d"].job.parents or b"{}") == {"b": "b", "bad": "bad"}
+    await store.complete(held["d"], None)
+    await crash(store)
+
+    store = await opened(path, clock)
+    assert (await store.get_workflow(wf_id)).status == WorkflowStatus.DONE  # type: ignore[union-attr]
+    await store.close()
+
+
+async def test_a_cancelled_workflow_stays_cancelled_after_a_restart(
+    path: str, clock: Clock
+) -> None:
+    store = await opened(path, clock)
+    wf_id = (await store.create_workflow(workflow(("a", []), ("b", ["a"])))).workflow.id
+    await store.cancel_workflow(wf_id)
+    await crash(store)
+    store = await opened(path, clock)
+    assert await steps_of(store, wf_id) == {"a": "cancelled", "b": "cancelled"}
+    assert (await store.get_workflow(wf_id)).status == WorkflowStatus.CANCELLED  # type: ignore[union-attr]
+    assert (await store.list_workflows(None, 10, 0)).total == 1
+    await store.close()
