@@ -109,7 +109,12 @@ class Engine:
         self.waiters = waiters  # one of the hooks: outcomes recorded here wake them
         # periodic jobs (GET /schedules, enabling and disabling); the jobs they fire are
         # told to the enqueue hooks as the engine's own are
-        self.schedules = Scheduler(store, hooks.after_enqueue, metrics)
+        self.schedules = Scheduler(
+            store,
+            hooks.after_enqueue,
+            metrics,
+            produced=None if tracing is None else tracing.produced,
+        )
         # stores a new job, starting it at once on a worker that waits for it (the
         # dispatcher's `enqueue`; the store's own without one)
         self.dispatch = dispatch or store.enqueue

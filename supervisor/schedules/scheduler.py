@@ -65,9 +65,11 @@ class Scheduler:
         metrics: Metrics,
         *,
         clock: Callable[[], datetime] = utcnow,
+        produced: Callable[[NewJob], None] | None = None,
     ) -> None:
         self.store = store
         self.enqueued = enqueued  # the engine's enqueue hooks, told of each job fired
+        self.produced = produced  # --otel: a tick's job is a PRODUCER span, as an enqueue
         self.metrics = metrics
         self.clock = clock
         self.catalog = Catalog((), {})
@@ -215,9 +217,10 @@ class Scheduler:
         )
         resolved = resolve_spec(job, self.catalog.actors.get)
         retries = resolved.max_retries
-        return NewJob(
-            spec=resolved, max_retries=DEFAULT_MAX_RETRIES if retries is None else retries
-        )
+        new = NewJob(spec=resolved, max_retries=DEFAULT_MAX_RETRIES if retries is None else retries)
+        if self.produced is not None:
+            self.produced(new)
+        return new
 
     # -- for the API -------------------------------------------------------------------
 

@@ -213,6 +213,7 @@ class Enqueuer:
         parent_id: str | None = None,
         job_id: str | None = None,
         events: Sequence[tuple[EventKind, str | None]] = pg_steps.ENQUEUED,
+        trace_context: dict[str, str] | None = None,
     ) -> Job:
         """Insert a pending job with its `events` (kind, detail), in one statement."""
         query = pg_steps.insert(
@@ -223,6 +224,7 @@ class Enqueuer:
             parent_id=parent_id,
             job_id=job_id,
             events=events,
+            trace_context=trace_context,
         )
         row = await self._db.fetchone(conn, *query)
         assert row is not None
@@ -234,7 +236,11 @@ class Enqueuer:
             return []
         max_retries = spec.max_retries if spec.max_retries is not None else DEFAULT_MAX_RETRIES
         events = [(EventKind.ENQUEUED, f"after {parent.id}")]
-        return [await self.insert(conn, spec, max_retries, parent_id=parent.id, events=events)]
+        context = parent.trace_context  # a chained job stays in its parent's trace
+        job = await self.insert(
+            conn, spec, max_retries, parent_id=parent.id, events=events, trace_context=context
+        )
+        return [job]
 
     async def replay_dead(self, dead_id: str, max_retries: int) -> Job:
         """Insert a fresh job from the letter and delete the letter, in one transaction."""

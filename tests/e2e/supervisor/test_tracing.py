@@ -202,7 +202,8 @@ def test_with_postgresql_the_attempt_joins_the_enqueues_trace(
             "--otel", "--database-url", dsn, "--database-schema", schema, env=otel_env(receiver.url)
         )
         header, trace_id, _ = traceparent()
-        for body in ({"type": "noop", "payload": 1}, {"type": "noop", "unique_key": "u1"}):
+        chained = {"type": "noop", "on_success": {"type": "noop", "payload": 2}}
+        for body in ({"type": "noop", "payload": 1}, {"type": "noop", "unique_key": "u1"}, chained):
             resp = node.post("/jobs", body, headers={"traceparent": header})
             assert resp.status == 201, resp
             node.wait_status(resp.body["id"], "done")
@@ -212,11 +213,11 @@ def test_with_postgresql_the_attempt_joins_the_enqueues_trace(
             headers={"traceparent": header},
         )
         assert batch.status in (200, 201, 207), batch
-        spans = spans_of(receiver, trace_id, 8, "four enqueues and their attempts")
+        spans = spans_of(receiver, trace_id, 11, "five enqueues and six attempts")
         print("\n" + tree(spans))
         sends = {s.span_id for s in spans if s.kind == "producer"}
         processes = [s for s in spans if s.kind == "consumer"]
-        assert len(sends) == 4 and len(processes) == 4
+        assert len(sends) == 5 and len(processes) == 6  # the chained job's too
         assert all(p.parent_id in sends for p in processes)
     finally:
         if node is not None:
@@ -243,3 +244,28 @@ def test_a_killed_or_crashed_attempt_has_a_span_saying_why(
     assert crashed.status == "error" and crashed.attributes["goqueue.killed"] == "crash"
     sends = {s.span_id for s in spans if s.kind == "producer"}
     assert {timed_out.parent_id, crashed.parent_id} <= sends
+
+
+def test_a_schedules_tick_is_a_producer_span_its_attempt_joins(
+    make_node: Any, receiver: Receiver, tmp_path: Path
+) -> None:
+    toml = tmp_path / "beat.toml"
+    toml.write_text('[[schedules]]\nname = "beat"\ntype = "beat"\nevery_seconds = 1\n')
+    node = make_node(
+        "--otel", "--actors", "scheduledactors", "--config", str(toml), env=otel_env(receiver.url)
+    )
+
+    def a_whole_tick() -> list[Span] | None:
+        for send in receiver.named("send default"):
+            spans = receiver.of_trace(send.trace_id)
+            if any(s.name == "process beat" for s in spans):
+                return spans
+        return None
+
+    spans = wait_for(a_whole_tick, timeout=20, what="a tick's send and its attempt")
+    print("\n" + tree(spans))
+    send, process = one(spans, "send default"), one(spans, "process beat")
+    assert send.kind == "producer" and send.parent_id == ""  # a tick starts its trace
+    assert send.attributes["goqueue.job.type"] == "beat"
+    assert process.parent_id == send.span_id
+    assert node.get("/schedules").status == 200
