@@ -158,16 +158,20 @@ class Task:
     target: Target
     payload: Any = None
     options: Mapping[str, Any] = field(default_factory=dict)
+    key: str | None = None
 
     def place(self, wf: Workflow, after: Sequence[Step]) -> list[Step]:
         """Add it to `wf` after `after`; its steps (the last ones, to wait for)."""
         opts: Any = dict(self.options)  # checked by `Workflow.add`
-        return [wf.add(self.target, self.payload, after=after, **opts)]
+        return [wf.add(self.target, self.payload, after=after, key=self.key, **opts)]
 
 
-def task(target: Target, payload: Any = None, **options: Unpack[JobOptions]) -> Task:
-    """A job of `target` with its payload and options, for `chain` and `group`."""
-    return Task(target, payload, dict(options))
+def task(
+    target: Target, payload: Any = None, *, key: str | None = None, **options: Unpack[JobOptions]
+) -> Task:
+    """A job of `target` with its payload and options, for `chain` and `group`; `key`
+    names its step (as in `ctx.parents`), its job type by default."""
+    return Task(target, payload, dict(options), key)
 
 
 Part = Any  # an actor, a type name, (target, payload), a Task, a Chain or a Group
