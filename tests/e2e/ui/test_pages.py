@@ -100,12 +100,15 @@ def test_the_job_types_page_counts_times_and_rates_failures_per_type(
 ) -> None:
     done = [node.enqueue(type="sleep", payload={"seconds": 0.05 * n}) for n in range(1, 5)]
     failed = node.enqueue(type="fails_until_fixed", payload={"dir": str(tmp_path)})
+    later = node.enqueue(type="sleep", payload={"seconds": 0}, delay_seconds=600)
+    assert node.delete(f"/jobs/{later['id']}").status == 200
     for job in done:
         node.wait_status(job["id"], "done")
     node.wait_status(failed["id"], "failed")
     tab = open_tab(node.url, viewport=viewport)
     page = tab.open("/types")
     expect(page.locator('[data-count="sleep:done"]')).to_have_text("4")
+    expect(page.locator('[data-count="sleep:cancelled"]')).to_be_visible()  # at both widths
     expect(page.locator('[data-rate="sleep"]')).to_have_text("0%")
     expect(page.locator('[data-rate="fails_until_fixed"]')).to_have_text("100%")
     expect(page.locator('[data-p95="sleep"]')).to_contain_text("ms")

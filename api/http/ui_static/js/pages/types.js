@@ -40,7 +40,7 @@ export default {
 
     const columns = [
       { label: "Type", lead: true, cell: (t) => h("a", { href: `#/jobs?type=${encodeURIComponent(t.type)}`, class: "mono", "data-type": t.type }, t.type) },
-      ...SHOWN.map((status) => ({ label: status[0].toUpperCase() + status.slice(1), class: "r num", hideSm: status === "cancelled", cell: (t) => count(t, status) })),
+      ...SHOWN.map((status) => ({ label: status[0].toUpperCase() + status.slice(1), class: "r num", cell: (t) => count(t, status) })),
       { label: "p50", class: "r num", cell: (t) => h("span", { "data-p50": t.type }, seconds(t.p50_seconds)) },
       { label: "p95", class: "r num", cell: (t) => h("span", { "data-p95": t.type }, seconds(t.p95_seconds)) },
       {
