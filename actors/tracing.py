@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
@@ -21,7 +22,7 @@ from opentelemetry import propagate, trace
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
 from opentelemetry.trace import Link, Span, SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
@@ -82,7 +83,8 @@ class AttemptTracer:
         self.provider = TracerProvider(
             resource=resource(node, {"process.pid": os.getpid()}), id_generator=self.ids
         )
-        self.provider.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
+        self.exporter = OTLPSpanExporter()
+        self.provider.add_span_processor(BatchSpanProcessor(self.exporter))
         trace.set_tracer_provider(self.provider)  # for the handler's instrumented calls
         self.tracer = self.provider.get_tracer("goqueue")
         self.node = node
@@ -115,7 +117,19 @@ class AttemptTracer:
 
     def close(self) -> None:
         """Export what is buffered, within FLUSH_MS (a stopping worker must not hang)."""
-        self.provider.force_flush(FLUSH_MS)
+        stop_exporting(self.provider, self.exporter, FLUSH_MS)
+
+
+def stop_exporting(provider: TracerProvider, exporter: SpanExporter, flush_ms: int) -> None:
+    """Send what is buffered for at most `flush_ms`, then stop. The flush runs on a thread
+    of its own, waited for that long at most: an export retrying against an unreachable
+    collector holds the SDK's flush for the exporter's whole timeout (10 s by default).
+    Then the exporter stops first, which ends such a retry at once, and the provider."""
+    flushing = threading.Thread(target=provider.force_flush, args=(flush_ms,), daemon=True)
+    flushing.start()
+    flushing.join(flush_ms / 1000)
+    exporter.shutdown()
+    provider.shutdown()
 
 
 def ended(span: Span, outcome: JobDone | JobFailed, error: BaseException | None) -> None:

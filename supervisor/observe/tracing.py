@@ -16,10 +16,10 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
-from goqueue.actors.tracing import AttemptIds, previous_attempt, resource
+from goqueue.actors.tracing import AttemptIds, previous_attempt, resource, stop_exporting
 from opentelemetry import context, propagate
 from opentelemetry.sdk.trace import TracerProvider
-from opentelemetry.sdk.trace.export import BatchSpanProcessor
+from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter
 from opentelemetry.trace import SpanKind, Status, StatusCode
 
 if TYPE_CHECKING:
@@ -28,24 +28,26 @@ if TYPE_CHECKING:
     from goqueue.supervisor.store.base import NewJob
 
 SYSTEM = "goqueue"
+FLUSH_MS = 2000  # what a stopping node gives the exporter, at most
 
 
-def provider(node: str, ids: AttemptIds) -> TracerProvider:
-    """A tracer provider exporting over OTLP/HTTP in batches, as the OTEL_* variables say."""
+def provider(node: str, ids: AttemptIds) -> tuple[TracerProvider, SpanExporter]:
+    """A tracer provider exporting over OTLP/HTTP in batches, as the OTEL_* variables say,
+    and its exporter."""
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
 
-    made = TracerProvider(resource=resource(node), id_generator=ids)
-    made.add_span_processor(BatchSpanProcessor(OTLPSpanExporter()))
-    return made
+    made, exporter = TracerProvider(resource=resource(node), id_generator=ids), OTLPSpanExporter()
+    made.add_span_processor(BatchSpanProcessor(exporter))
+    return made, exporter
 
 
 class Tracing:
     """The supervisor's spans: `send {queue}` for each enqueue, the stored context."""
 
-    def __init__(self, node: str, tracer_provider: TracerProvider | None = None) -> None:
+    def __init__(self, node: str) -> None:
         self.node = node
         self.ids = AttemptIds()  # a killed attempt's span gets the id its retry links to
-        self.provider = tracer_provider or provider(node, self.ids)
+        self.provider, self.exporter = provider(node, self.ids)
         self.tracer = self.provider.get_tracer("goqueue")
 
     def produced(self, new: NewJob) -> None:
@@ -118,9 +120,8 @@ class Tracing:
         return traced
 
     def close(self) -> None:
-        """Send what is buffered (bounded: an unreachable collector is given up on)."""
-        self.provider.force_flush(timeout_millis=2000)
-        self.provider.shutdown()
+        """Send what is buffered, for at most `FLUSH_MS`, then stop (`stop_exporting`)."""
+        stop_exporting(self.provider, self.exporter, FLUSH_MS)
 
 
 @contextmanager

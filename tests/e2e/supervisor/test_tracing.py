@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
 import socket
 import subprocess
 import sys
@@ -141,6 +142,12 @@ def test_an_unreachable_or_silent_collector_never_slows_jobs(make_node: Any) -> 
         assert with_otel < max(3 * without, without + 2.0), (with_otel, without)
     finally:
         silent.close()
+    # the collector is gone now (refused): the node still stops at once, its last spans
+    # given up on within the flush bound, not retried for the exporter's whole timeout
+    started = time.monotonic()
+    traced.signal(signal.SIGTERM)
+    traced.proc.wait(timeout=15)
+    assert time.monotonic() - started < 5.0
 
 
 def test_otel_without_the_packages_stops_the_node_with_one_line(tmp_path: Path) -> None:
