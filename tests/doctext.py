@@ -91,7 +91,8 @@ def spans(path: Path) -> list[str]:
 
 def commands(block: Block) -> list[Command]:
     """The simple commands of a shell block, split at newlines, `;`, `&&`, `||` and `|`;
-    a backslash-newline or a quote left open continues the line, as in a shell."""
+    a backslash-newline or a quote left open continues the line, as in a shell. A line of
+    assignments alone sets variables for the lines after it, and is no command."""
     found: list[Command] = []
     for line in _logical_lines(block.text):
         lexer = shlex.shlex(line, posix=True, punctuation_chars=True)
@@ -99,8 +100,9 @@ def commands(block: Block) -> list[Command]:
         current: list[str] = []
         for token in [*lexer, ";"]:
             if token in _SEPARATORS:
-                if current:
-                    found.append(_command(current, line, block.where))
+                command = _command(current, line, block.where)
+                if command.argv:  # not a line that only sets variables (`PG=...`)
+                    found.append(command)
                 current = []
             else:
                 current.append(token)
