@@ -12,14 +12,14 @@ schema's channel (coalesced, after the commit); a listening connection on every 
 wakes its dispatcher. Times come from the database clock (`now()`) so that nodes agree
 on leases, due-ness and windows.
 
-`PostgresStore` is the facade the engine sees: it owns the lifecycle and this node's
-row, and hands every other request to its parts, each a module beside it:
-`pg_connection` (pool, lanes, fault policy), `pg_enqueue` (enqueues, follow-ups,
-replays), `pg_outcomes` (claims and lease-fenced writes), `pg_reads` (reads and
-pruning), `pg_notify` (NOTIFY, LISTEN and wake-ups), `pg_sql` (every statement),
-`pg_schema` (schema name and migrations), `pg_rows` (values to and from rows),
-`pg_group_commit`, `pg_outbox` (the webhook outbox, delivered by `outbox.Outbox`) and
-`pg_schedules` (periodic jobs fired once per tick across nodes).
+`PostgresStore` owns the lifecycle and this node's row; every other request is answered
+by one of its parts, each a module beside it, whose own methods it hands out at
+construction: `connection` (pool, lanes, fault policy), `enqueue` (enqueues, follow-ups,
+replays), `outcomes` (claims and lease-fenced writes), `workflows`, `reads` (reads and
+pruning), `summaries` (what the dashboard shows), `schedules` (periodic jobs fired once
+per tick across nodes), `outbox` (the webhook outbox, delivered by `webhooks.outbox`),
+`notify` (NOTIFY, LISTEN and wake-ups), `group_commit`, `rows` (values to and from rows)
+and `sql/` (every statement, the schema and its migrations).
 """
 
 from __future__ import annotations
@@ -27,41 +27,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from contextlib import suppress
 from datetime import datetime
 
-import msgspec
 from goqueue.supervisor.dispatch.rates import Rate, Taken
-from goqueue.supervisor.enums import WorkflowStatus
 from goqueue.supervisor.errors import StoreUnavailable
-from goqueue.supervisor.jobs import (
-    CancelFilter,
-    Cancelled,
-    DeadLetter,
-    Enqueued,
-    Event,
-    Job,
-    JobFilter,
-    Lease,
-    Outcome,
-    Page,
-    Purged,
-    QueueDepths,
-    QueueStats,
-    Replayed,
-    Stats,
-)
-from goqueue.supervisor.observe.summaries import (
-    DeadFilter,
-    NodeSummary,
-    QueueSummary,
-    TypeStats,
-)
-from goqueue.supervisor.schedules.schedule import Fired, ScheduleState
 from goqueue.supervisor.settings.config import DEFAULTS
-from goqueue.supervisor.steps import WorkflowCounts
-from goqueue.supervisor.store.base import SHARED, NewJob, NodeLinks
+from goqueue.supervisor.store.base import SHARED, NodeLinks
 from goqueue.supervisor.store.postgres import rows as pg_rows
 from goqueue.supervisor.store.postgres.connection import Connections
 from goqueue.supervisor.store.postgres.enqueue import Enqueuer
@@ -74,7 +47,6 @@ from goqueue.supervisor.store.postgres.sql import schema as pg_schema
 from goqueue.supervisor.store.postgres.sql.statements import Sql, Statements
 from goqueue.supervisor.store.postgres.summaries import Summaries
 from goqueue.supervisor.store.postgres.workflows import PgWorkflows
-from goqueue.supervisor.workflows import NewWorkflow, Workflow, WorkflowCreated
 
 log = logging.getLogger("goqueue.store.postgres")
 
@@ -144,6 +116,46 @@ class PostgresStore:
         self.outbox = OutboxRows(self._db, self._sql, node_id)  # delivered by `Outbox`
         self._summaries = Summaries(self._db, self._sql, self._outcomes.live_window)
         self._schedules = ScheduleRows(self._db, self._sql, node_id, self._enqueuer, self._wakeups)
+        # The store's requests that a part answers whole are that part's own methods
+        # (each documented where it is written, not again here).
+        self.enqueue = self._enqueuer.enqueue
+        self.enqueue_many = self._enqueuer.enqueue_many
+        self.replay_dead = self._enqueuer.replay_dead
+        self.create_workflow = self._workflows.create
+        self.get_workflow = self._workflows.get
+        self.list_workflows = self._workflows.page
+        self.workflow_counts = self._workflows.counts
+        self.cancel_workflow = self._workflows.cancel
+        self.claim = self._outcomes.claim
+        self.start = self._outcomes.start
+        self.heartbeat = self._outcomes.heartbeat
+        self.reap_expired = self._outcomes.reap_expired
+        self.complete = self._outcomes.complete
+        self.fail = self._outcomes.fail
+        self.release = self._outcomes.release
+        self.cancel = self._outcomes.cancel
+        self.cancel_many = self._outcomes.cancel_many
+        self.get = self._reads.get
+        self.list_jobs = self._reads.list_jobs
+        self.stats = self._reads.stats
+        self.queue_stats = self._reads.queue_stats
+        self.queue_depths = self._reads.queue_depths
+        self.queue_names = self._reads.queue_names
+        self.events = self._reads.events
+        self.list_dead = self._reads.list_dead
+        self.get_dead = self._reads.get_dead
+        self.purge_dead = self._reads.purge_dead
+        self.replay_dead_many = self._enqueuer.replay_dead_many
+        self.purge_dead_many = self._reads.purge_dead_many
+        self.prune = self._reads.prune
+        self.schedule_states = self._schedules.states
+        self.fire_schedule = self._schedules.fire
+        self.set_schedule_enabled = self._schedules.switch
+        self.queue_summaries = self._summaries.queue_summaries
+        self.nodes = self._summaries.nodes
+        self.type_stats = self._summaries.type_stats
+        self.job_briefs = self._summaries.job_briefs
+        self.dead_briefs = self._summaries.dead_briefs
         self._tasks: list[asyncio.Task[None]] = []
         self._limits: dict[str, int | None] | None = None
         self._known: tuple[float, frozenset[str]] = (0.0, frozenset())
@@ -283,145 +295,6 @@ class PostgresStore:
         await self._db.execute(self._sql[Sql.RESUME], {"queue": queue})
         self._wakeups.everyone()
 
-    # -- enqueue ---------------------------------------------------------------------
-
-    async def enqueue(self, new: NewJob) -> Enqueued:
-        """Store one job (group-committed); dedupe and idempotency checked atomically."""
-        return await self._enqueuer.enqueue(new)
-
-    async def enqueue_many(self, news: Sequence[NewJob]) -> list[Enqueued | Exception]:
-        """Store several jobs in one transaction, each answered on its own."""
-        return await self._enqueuer.enqueue_many(news)
-
-    async def replay_dead(self, dead_id: str, max_retries: int) -> Job:
-        """Insert a fresh job from the letter and delete the letter, in one transaction."""
-        return await self._enqueuer.replay_dead(dead_id, max_retries)
-
-    # -- workflows ---------------------------------------------------------------------
-
-    async def create_workflow(self, new: NewWorkflow) -> WorkflowCreated:
-        """Store every step at once, in one transaction."""
-        return await self._workflows.create(new)
-
-    async def get_workflow(self, workflow_id: str) -> Workflow | None:
-        """One workflow with its steps' live statuses."""
-        return await self._workflows.get(workflow_id)
-
-    async def list_workflows(self, status: WorkflowStatus | None, limit: int, offset: int) -> Page:
-        """Workflows newest first, of `status` when given."""
-        return await self._workflows.page(status, limit, offset)
-
-    async def workflow_counts(self) -> WorkflowCounts:
-        """Workflows by status, and steps waiting."""
-        return await self._workflows.counts()
-
-    async def cancel_workflow(
-        self, workflow_id: str
-    ) -> tuple[Workflow, list[tuple[Job, str | None]]]:
-        """Cancel every unfinished step of a workflow, in one transaction."""
-        return await self._workflows.cancel(workflow_id)
-
-    # -- leases and outcomes ---------------------------------------------------------
-
-    async def claim(
-        self,
-        limit: int,
-        queues: frozenset[str] | None,
-        slots: Mapping[str, int],
-        start: int | None = None,
-    ) -> list[Lease]:
-        """Take up to `limit` due jobs as leases, starting the best `start` (one
-        statement, one round trip)."""
-        return await self._outcomes.claim(limit, queues, slots, start)
-
-    async def start(self, lease: Lease) -> Lease | None:
-        """Start a claimed lease's attempt (group-committed with completes)."""
-        return await self._outcomes.start(lease)
-
-    async def heartbeat(self, leases: Sequence[Lease], lease_seconds: float) -> list[str]:
-        """Extend the leases still held; return the tokens that are not."""
-        return await self._outcomes.heartbeat(leases, lease_seconds)
-
-    async def reap_expired(self, retry_delay: Callable[[int], float] | None = None) -> list[Job]:
-        """Take back jobs whose lease ran out (see `Store`); returns the jobs touched."""
-        return await self._outcomes.reap_expired(retry_delay)
-
-    async def complete(self, lease: Lease, result: msgspec.Raw | None) -> Outcome | None:
-        """Record success and enqueue `on_success` atomically; None if the lease is stale."""
-        return await self._outcomes.complete(lease, result)
-
-    async def fail(
-        self, lease: Lease, error: str, retry_at: datetime | None, traceback: str | None = None
-    ) -> Outcome | None:
-        """Record a failed attempt: pending at `retry_at`, or dead-lettered (None)."""
-        return await self._outcomes.fail(lease, error, retry_at, traceback)
-
-    async def release(self, lease: Lease) -> bool:
-        """Hand the job back to pending without counting the attempt."""
-        return await self._outcomes.release(lease)
-
-    async def cancel(self, job_id: str, force: bool) -> tuple[Job, str | None]:
-        """Cancel a pending job, or a running one with `force` (its token is returned)."""
-        return await self._outcomes.cancel(job_id, force)
-
-    async def cancel_many(self, filters: CancelFilter, limit: int) -> Cancelled:
-        """Cancel up to `limit` matching jobs, oldest first, in one statement."""
-        return await self._outcomes.cancel_many(filters, limit)
-
-    # -- reads -----------------------------------------------------------------------
-
-    async def get(self, job_id: str) -> Job | None:
-        """One job by id (None for an unknown or malformed id)."""
-        return await self._reads.get(job_id)
-
-    async def list_jobs(self, filters: JobFilter, limit: int, offset: int) -> Page:
-        """Jobs newest first, and how many match."""
-        return await self._reads.list_jobs(filters, limit, offset)
-
-    async def stats(self) -> Stats:
-        """Counts by status, pending depth by queue and priority, dead letters."""
-        return await self._reads.stats()
-
-    async def queue_stats(self, queue: str) -> QueueStats:
-        """One queue's counts, pending depth by priority, and whether it is paused."""
-        return await self._reads.queue_stats(queue)
-
-    async def queue_depths(self, top: int) -> QueueDepths:
-        """The `top` deepest queues by priority, the rest summed by priority."""
-        return await self._reads.queue_depths(top)
-
-    async def queue_names(self, limit: int) -> frozenset[str]:
-        """Queues holding pending jobs (at most `limit`), and the paused ones."""
-        return await self._reads.queue_names(limit)
-
-    async def events(self, job_id: str) -> list[Event]:
-        """A job's audit trail, oldest first."""
-        return await self._reads.events(job_id)
-
-    async def list_dead(self, limit: int, offset: int, filters: DeadFilter | None = None) -> Page:
-        """Dead letters newest first (those passing `filters`)."""
-        return await self._reads.list_dead(limit, offset, filters)
-
-    async def get_dead(self, dead_id: str) -> DeadLetter | None:
-        """One dead letter by its own id or its job's."""
-        return await self._reads.get_dead(dead_id)
-
-    async def purge_dead(self, dead_id: str) -> bool:
-        """Delete a dead letter; False if there was none."""
-        return await self._reads.purge_dead(dead_id)
-
-    async def replay_dead_many(self, filters: DeadFilter, limit: int) -> Replayed:
-        """Replay up to `limit` matching letters, oldest first, in one transaction."""
-        return await self._enqueuer.replay_dead_many(filters, limit)
-
-    async def purge_dead_many(self, filters: DeadFilter, limit: int) -> Purged:
-        """Delete up to `limit` matching letters, oldest first."""
-        return await self._reads.purge_dead_many(filters, limit)
-
-    async def prune(self, finished_before: datetime, limit: int) -> int:
-        """Delete old finished jobs and their audit trails, oldest first."""
-        return await self._reads.prune(finished_before, limit)
-
     # -- rate limits -------------------------------------------------------------------
 
     async def take_starts(self, job_type: str, rate: Rate, want: int) -> Taken:
@@ -434,41 +307,3 @@ class PostgresStore:
         """Give back unused starts (nothing once another take moved the TAT on)."""
         params = {"type": job_type, "tat": tat, "count": count}
         await self._db.execute(self._sql[Sql.RETURN_STARTS], params)
-
-    # -- periodic jobs -----------------------------------------------------------------
-
-    async def schedule_states(self) -> dict[str, ScheduleState]:
-        """Every schedule's state, as every node sees it."""
-        return await self._schedules.states()
-
-    async def fire_schedule(
-        self, name: str, tick: datetime, new: NewJob, *, missed: bool = False
-    ) -> tuple[Fired, Job | None]:
-        """Store the tick's job, exactly once across nodes."""
-        return await self._schedules.fire(name, tick, new, missed=missed)
-
-    async def set_schedule_enabled(self, name: str, enabled: bool) -> ScheduleState:
-        """Enable or disable a schedule for every node, kept across restarts."""
-        return await self._schedules.switch(name, enabled)
-
-    # -- summaries for operators (the dashboard) -----------------------------------------
-
-    async def queue_summaries(self) -> list[QueueSummary]:
-        """Every queue with pending or running jobs, and every paused one."""
-        return await self._summaries.queue_summaries()
-
-    async def nodes(self) -> list[NodeSummary]:
-        """The nodes sharing this store, live or recently seen."""
-        return await self._summaries.nodes()
-
-    async def type_stats(self) -> list[TypeStats]:
-        """Counts by status, run-time percentiles and failure rate of every job type."""
-        return await self._summaries.type_stats()
-
-    async def job_briefs(self, filters: JobFilter, limit: int, offset: int, preview: int) -> Page:
-        """Jobs newest first as list rows with previews."""
-        return await self._summaries.job_briefs(filters, limit, offset, preview)
-
-    async def dead_briefs(self, filters: DeadFilter, limit: int, offset: int, preview: int) -> Page:
-        """Dead letters newest first, filtered, as list rows with previews."""
-        return await self._summaries.dead_briefs(filters, limit, offset, preview)
