@@ -154,6 +154,29 @@ class MemoryWorkflows(MemoryReads):
             self._set_status(job, Status.WAITING, now)
             self._event(job, EventKind.REPLAYED, now, f"waits again for {fresh.id}")
 
+    def _forget(self, job_id: str) -> None:
+        """A pruned step takes its workflow with it once no step of it is kept (the
+        workflow is as old as its newest step; its edges and results go too)."""
+        job = self._jobs.get(job_id)
+        super()._forget(job_id)
+        if job is None or job.workflow_id is None or job_id in self._jobs:
+            return
+        flow = self._flows.flows.get(job.workflow_id)
+        if flow is None or any(step in self._jobs for step in reversed(flow.steps.values())):
+            return  # the newest steps, the likeliest kept, are looked at first
+        self._drop_flow(flow)
+
+    def _drop_flow(self, flow: FlowRecord) -> None:
+        """Forget a workflow none of whose steps is kept any more."""
+        flows = self._flows
+        for step in flow.steps.values():
+            flows.children.pop(step, None)
+            flows.results.pop(step, None)
+            flows.unfinished.pop(step, None)
+        del flows.flows[flow.id]
+        if flow.idempotency_key is not None:
+            flows.idempotency.pop(flow.idempotency_key, None)
+
     # -- reads and cancel ------------------------------------------------------------
 
     def _workflow(self, workflow_id: str) -> Workflow | None:

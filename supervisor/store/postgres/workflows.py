@@ -26,7 +26,7 @@ from goqueue.supervisor.workflows import (
 )
 
 # An Idempotency-Key of POST /workflows shares the table of POST /jobs, apart by prefix.
-_KEY_PREFIX = "workflow:"
+_KEY_PREFIX = "workflow:"  # also spelled out in the PRUNE statement (sql/statements.py)
 
 
 class PgWorkflows:

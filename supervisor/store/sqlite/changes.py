@@ -56,7 +56,7 @@ class Changes:
     keys: dict[tuple[str, str], Key] = field(default_factory=dict)
     paused: dict[str, bool] = field(default_factory=dict)
     schedules: dict[str, ScheduleState] = field(default_factory=dict)
-    flows: dict[str, FlowRecord] = field(default_factory=dict)
+    flows: dict[str, FlowRecord | None] = field(default_factory=dict)  # None: removed
     deliveries: list[NewDelivery] = field(default_factory=list)
     keys_expired_before: float | None = None
     durable: bool = False  # something in here was answered to a client as stored
@@ -96,7 +96,8 @@ class Changes:
             paused=[(q,) for q, p in taken.paused.items() if p],
             resumed=[(q,) for q, p in taken.paused.items() if not p],
             schedules=[(name, encode(s)) for name, s in taken.schedules.items()],
-            flows=[(f.id, f.seq, encode(f)) for f in taken.flows.values()],
+            flows=[(f.id, f.seq, encode(f)) for f in taken.flows.values() if f is not None],
+            unflowed=[(i,) for i, f in taken.flows.items() if f is None],
             deliveries=[
                 (d.id, d.job_id, d.event, d.url, d.body, d.created_at, d.created_at)
                 for d in taken.deliveries
@@ -146,6 +147,7 @@ class Rows:
     resumed: list[tuple[str]]
     schedules: list[tuple[str, bytes]]
     flows: list[tuple[str, int, bytes]]
+    unflowed: list[tuple[str]]
     deliveries: list[tuple[str, str, str, str, bytes, float, float]]
     keys_expired_before: float | None
 
@@ -165,6 +167,7 @@ class Rows:
             ("DELETE FROM paused_queues WHERE queue = ?", self.resumed),
             ("INSERT OR REPLACE INTO schedules (name, state) VALUES (?, ?)", self.schedules),
             ("INSERT OR REPLACE INTO workflows (id, seq, record) VALUES (?, ?, ?)", self.flows),
+            ("DELETE FROM workflows WHERE id = ?", self.unflowed),
             (INSERT_DELIVERY, self.deliveries),
         ):
             if rows:

@@ -58,6 +58,7 @@ from goqueue.supervisor.observe.summaries import DeadFilter
 from goqueue.supervisor.schedules.schedule import Fired, ScheduleState
 from goqueue.supervisor.store.base import EMBEDDED, NewJob, NodeLinks
 from goqueue.supervisor.store.memory.dead import DeadLetters
+from goqueue.supervisor.store.memory.flows import FlowRecord
 from goqueue.supervisor.store.memory.store import MemoryStore
 from goqueue.supervisor.store.sqlite.changes import (
     EVENTS,
@@ -491,6 +492,10 @@ class SqliteStore(MemoryStore):
         super()._resume(old, fresh, now)
         if old.workflow_id is not None:  # a step replaced, its edges moved: all rewritten
             self._mark_flow(old.workflow_id)
+
+    def _drop_flow(self, flow: FlowRecord) -> None:
+        super()._drop_flow(flow)
+        self._changes.flows[flow.id] = None
 
     def _mark_flow(self, workflow_id: str) -> None:
         """A workflow changed: its record and every step it holds are written."""

@@ -419,3 +419,18 @@ async def test_a_cancelled_workflow_stays_cancelled_after_a_restart(
     assert (await store.get_workflow(wf_id)).status == WorkflowStatus.CANCELLED  # type: ignore[union-attr]
     assert (await store.list_workflows(None, 10, 0)).total == 1
     await store.close()
+
+
+async def test_a_pruned_workflow_leaves_the_file(path: str, clock: Clock) -> None:
+    store = await opened(path, clock)
+    wf_id = (await store.create_workflow(workflow(("a", []), ("b", ["a"])))).workflow.id
+    await store.complete((await take_steps(store))["a"], None)
+    await store.complete((await take_steps(store))["b"], None)
+    clock.advance(10)
+    assert await store.prune(clock.now(), 100) == 2
+    await crash(store)
+    again = await opened(path, clock)
+    assert await again.get_workflow(wf_id) is None
+    rows = await again.db.read(lambda c: c.execute("SELECT count(*) FROM workflows").fetchone())
+    assert rows == (0,)
+    await again.close()

@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import asyncio
 import time
+from datetime import timedelta
 
 import msgspec
 import pytest
 from goqueue.supervisor.enums import Status, WorkflowStatus
 from goqueue.supervisor.errors import IdempotencyMismatch, InvalidState, NotFound
-from goqueue.supervisor.jobs import JobSpec, Lease, new_id
+from goqueue.supervisor.jobs import JobSpec, Lease, new_id, utcnow
 from goqueue.supervisor.store.base import NewJob, Store
 from goqueue.supervisor.workflows import NewStep, NewWorkflow, Workflow
 
@@ -216,3 +217,25 @@ async def test_a_late_success_of_a_reaped_step_lets_its_dependents_run(open_stor
         wf = await current(store, made.workflow.id)
         assert statuses(wf) == {"a": "done", "b": "pending", "c": "waiting"}
         assert wf.status == WorkflowStatus.RUNNING
+
+
+async def test_a_workflow_goes_when_its_last_step_is_pruned(open_store) -> None:
+    async with open_store() as store:
+        keyed = {"idempotency_key": "k", "request_hash": "h"}
+        made = await store.create_workflow(flow(("a", []), ("b", ["a"]), **keyed))
+        keep = await store.create_workflow(flow(("x", []), ("y", ["x"])))
+        roots = await take(store)
+        await store.complete(roots["a"], None)
+        await store.complete((await take(store))["b"], None)
+        await store.complete(roots["x"], None)  # y is still to run: `keep` stays
+        assert await store.prune(utcnow() + timedelta(days=1), 1000) == 3
+        assert await store.get_workflow(made.workflow.id) is None
+        assert [w.id for w in (await store.list_workflows(None, 10, 0)).items] == [keep.workflow.id]
+        (y,) = (await take(store)).values()
+        await store.complete(y, msgspec.Raw(b"1"))
+        assert (await current(store, keep.workflow.id)).status == WorkflowStatus.DONE
+        assert await store.prune(utcnow() + timedelta(days=1), 1000) == 1
+        assert (await store.list_workflows(None, 10, 0)).total == 0
+        # its idempotency key went with it: the same request makes a new workflow
+        again = await store.create_workflow(flow(("a", []), ("b", ["a"]), **keyed))
+        assert again.created and again.workflow.id != made.workflow.id

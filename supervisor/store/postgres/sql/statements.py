@@ -440,8 +440,18 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
                     WHERE status IN ('done', 'failed', 'cancelled')
                       AND finished_at < %(before)s
                     ORDER BY finished_at LIMIT %(limit)s)
-                RETURNING id),
+                RETURNING id, workflow_id),
             trail AS (DELETE FROM {s}.events WHERE job_id IN (SELECT id FROM gone)),
+            -- a step's edges go with it (its parents are done or gone: none needs them),
+            -- and a workflow (with its Idempotency-Key) once none of its steps is kept
+            edges AS (DELETE FROM {s}.workflow_edges WHERE child IN (SELECT id FROM gone)),
+            flows AS (DELETE FROM {s}.workflows w
+                WHERE w.id IN (SELECT workflow_id FROM gone WHERE workflow_id IS NOT NULL)
+                  AND NOT EXISTS (SELECT 1 FROM {s}.jobs j WHERE j.workflow_id = w.id
+                                  AND j.id NOT IN (SELECT id FROM gone))
+                RETURNING w.id),
+            flow_keys AS (DELETE FROM {s}.idempotency
+                WHERE left(key, 9) = 'workflow:' AND job_id IN (SELECT id FROM flows)),
             -- finished deliveries as old (created with their job's terminal status)
             hooks AS (DELETE FROM {s}.webhook_deliveries WHERE id IN (
                 SELECT id FROM {s}.webhook_deliveries
