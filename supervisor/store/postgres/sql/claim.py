@@ -14,7 +14,26 @@ from __future__ import annotations
 
 from typing import Final
 
-CLAIM_V14: Final = """
+# How either branch of the claim takes the candidates it found (`cand`): the best
+# `p_limit` in claim order, the first `p_start` of them started, the rest claimed.
+_TAKE: Final = """        pick AS (
+            SELECT id, row_number() OVER (ORDER BY priority DESC, run_at, seq) AS n
+            FROM cand ORDER BY priority DESC, run_at, seq LIMIT p_limit),
+        claimed AS (
+            UPDATE {s}.jobs j SET
+                status = CASE WHEN pick.n <= p_start THEN 'running' ELSE 'claimed' END,
+                attempts = j.attempts + CASE WHEN pick.n <= p_start THEN 1 ELSE 0 END,
+                started_at = CASE WHEN pick.n <= p_start THEN now() END,
+                updated_at = now(), lease_owner = p_node,
+                lease_token = gen_random_uuid(),
+                lease_expires_at = now() + p_lease * interval '1 second'
+            FROM pick WHERE j.id = pick.id
+            RETURNING j)
+        SELECT claimed.j, NULL::timestamptz, NULL::text[] FROM claimed;
+"""
+
+CLAIM_V14: Final = (
+    """
 -- Small and nearly always empty: the nodes declaring some per-type limit. A claim probes
 -- it instead of reading every node's limits.
 CREATE INDEX nodes_limiting ON {s}.nodes (node_id) WHERE jsonb_strip_nulls(limits) <> '{{}}';
@@ -85,21 +104,9 @@ BEGIN
                 WHERE p.priority <= m.top
                 LIMIT least(caps.cap, p_limit)) c
             WHERE caps.cap > 0),
-        pick AS (
-            SELECT id, row_number() OVER (ORDER BY priority DESC, run_at, seq) AS n
-            FROM cand ORDER BY priority DESC, run_at, seq LIMIT p_limit),
-        claimed AS (
-            UPDATE {s}.jobs j SET
-                status = CASE WHEN pick.n <= p_start THEN 'running' ELSE 'claimed' END,
-                attempts = j.attempts + CASE WHEN pick.n <= p_start THEN 1 ELSE 0 END,
-                started_at = CASE WHEN pick.n <= p_start THEN now() END,
-                updated_at = now(), lease_owner = p_node,
-                lease_token = gen_random_uuid(),
-                lease_expires_at = now() + p_lease * interval '1 second'
-            FROM pick WHERE j.id = pick.id
-            RETURNING j)
-        SELECT claimed.j, NULL::timestamptz, NULL::text[] FROM claimed;
-    ELSE
+"""
+    + _TAKE
+    + """    ELSE
         -- By queue: the queues asked for, or every queue with pending jobs (found by
         -- skipping along the index), less the paused ones. Within a priority the queues'
         -- heads are merged by run_at, seq.
@@ -134,21 +141,9 @@ BEGIN
                 WHERE p.priority <= m.top
                 LIMIT least(caps.cap, p_limit)) c
             WHERE caps.cap > 0),
-        pick AS (
-            SELECT id, row_number() OVER (ORDER BY priority DESC, run_at, seq) AS n
-            FROM cand ORDER BY priority DESC, run_at, seq LIMIT p_limit),
-        claimed AS (
-            UPDATE {s}.jobs j SET
-                status = CASE WHEN pick.n <= p_start THEN 'running' ELSE 'claimed' END,
-                attempts = j.attempts + CASE WHEN pick.n <= p_start THEN 1 ELSE 0 END,
-                started_at = CASE WHEN pick.n <= p_start THEN now() END,
-                updated_at = now(), lease_owner = p_node,
-                lease_token = gen_random_uuid(),
-                lease_expires_at = now() + p_lease * interval '1 second'
-            FROM pick WHERE j.id = pick.id
-            RETURNING j)
-        SELECT claimed.j, NULL::timestamptz, NULL::text[] FROM claimed;
-    END IF;
+"""
+    + _TAKE
+    + """    END IF;
     -- The last row, with no job. A claim that took all it asked for is followed by another
     -- as soon as a slot frees, so only a short one looks for the next scheduled job: one
     -- index probe per (type, priority), up to the type's highest pending priority.
@@ -175,3 +170,4 @@ BEGIN
 END
 $fn$;
 """
+)
