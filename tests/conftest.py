@@ -13,6 +13,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
+import uuid
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -345,3 +346,36 @@ def postgres_dsn() -> str:
     if os.environ.get("CI"):
         pytest.fail(f"PostgreSQL tests must run under CI: {reason}")
     pytest.skip(f"SKIPPING POSTGRESQL TESTS: {reason}")
+
+
+def schema_args(prefix: str) -> tuple[str, ...]:
+    """`goqueue serve` flags naming a fresh schema (`PREFIX_…`) of the test database."""
+    schema = f"{prefix}_{uuid.uuid4().hex[:10]}"
+    return ("--database-url", postgres_dsn(), "--database-schema", schema)
+
+
+def nodes_started_with(
+    make_node: Callable[..., Node], *fixed: str
+) -> Iterator[Callable[..., Node]]:
+    """For a fixture: a factory of nodes started with `fixed` and each call's arguments,
+    all stopped at the end; then the schema `fixed` names (`schema_args`), if any, is
+    dropped, after its nodes."""
+    nodes: list[Node] = []
+
+    def start(*args: str, **kw: Any) -> Node:
+        node = make_node(*fixed, *args, **kw)
+        nodes.append(node)
+        return node
+
+    yield start
+    for node in nodes:
+        stop_node(node)
+    if "--database-schema" in fixed:
+        import psycopg
+
+        dsn, schema = (
+            fixed[fixed.index("--database-url") + 1],
+            fixed[fixed.index("--database-schema") + 1],
+        )
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")

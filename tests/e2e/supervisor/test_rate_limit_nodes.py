@@ -5,14 +5,13 @@ sharing PostgreSQL."""
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Callable, Iterator
 from datetime import datetime
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import Node, postgres_dsn, stop_node, wait_for
+from tests.conftest import Node, nodes_started_with, schema_args, wait_for
 
 pytestmark = pytest.mark.timeout(120)
 
@@ -84,25 +83,11 @@ def test_the_config_wins_over_the_actor(make_node: Callable[..., Node], tmp_path
 @pytest.fixture
 def pg_nodes(make_node: Callable[..., Node], tmp_path: Path) -> Iterator[Callable[[], Node]]:
     """Nodes sharing one fresh schema, with `stamp` limited to 20/s by the config."""
-    dsn = postgres_dsn()
-    schema = f"gq_rate_{uuid.uuid4().hex[:10]}"
     path = tmp_path / "goqueue.toml"
     path.write_text('[rate_limits]\nstamp = "20/s"\n')
-    nodes: list[Node] = []
-
-    def start() -> Node:
-        db = ("--database-url", dsn, "--database-schema", schema)
-        node = make_node(*ACTORS, *db, "--config", str(path))
-        nodes.append(node)
-        return node
-
-    yield start
-    for node in nodes:
-        stop_node(node)
-    import psycopg
-
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    yield from nodes_started_with(
+        make_node, *ACTORS, *schema_args("gq_rate"), "--config", str(path)
+    )
 
 
 @pytest.mark.postgres

@@ -9,7 +9,6 @@ import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections import Counter
 from collections.abc import Callable, Iterator
 from datetime import datetime
@@ -17,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import Node, postgres_dsn, stays_true, stop_node, wait_for
+from tests.conftest import Node, nodes_started_with, schema_args, stays_true, stop_node, wait_for
 
 pytestmark = pytest.mark.timeout(90)
 
@@ -63,52 +62,30 @@ def schedules(node: Node) -> dict[str, dict]:
 Start = Callable[..., Node]
 
 
-def _starter(make_node: Callable[..., Node], db: tuple[str, ...]) -> Iterator[Start]:
-    """Nodes with the scheduled actors on `db`'s store, stopped before the schema goes."""
-    nodes: list[Node] = []
-
-    def start(*args: str) -> Node:
-        node = make_node(*ACTORS, *db, *args)
-        nodes.append(node)
-        return node
-
-    yield start
-    for node in nodes:
-        stop_node(node)
-    if db:
-        import psycopg
-
-        with psycopg.connect(db[1], autocommit=True) as conn:
-            conn.execute(f"DROP SCHEMA IF EXISTS {db[3]} CASCADE")
-
-
-def _schema() -> tuple[str, ...]:
-    schema = f"gq_sched_{uuid.uuid4().hex[:10]}"
-    return ("--database-url", postgres_dsn(), "--database-schema", schema)
-
-
 @pytest.fixture(params=["memory", "postgres"])
 def start(request: pytest.FixtureRequest, make_node: Callable[..., Node]) -> Iterator[Start]:
     """Start nodes on the memory store, or on a fresh schema of the test database."""
-    yield from _starter(make_node, () if request.param == "memory" else _schema())
+    yield from nodes_started_with(
+        make_node, *ACTORS, *(() if request.param == "memory" else schema_args("gq_sched"))
+    )
 
 
 @pytest.fixture
 def start_memory(make_node: Callable[..., Node]) -> Iterator[Start]:
     """Start nodes on the memory store."""
-    yield from _starter(make_node, ())
+    yield from nodes_started_with(make_node, *ACTORS)
 
 
 @pytest.fixture
 def pg_args() -> tuple[str, ...]:
     """The flags of a fresh schema of the test database."""
-    return _schema()
+    return schema_args("gq_sched")
 
 
 @pytest.fixture
 def start_pg(make_node: Callable[..., Node], pg_args: tuple[str, ...]) -> Iterator[Start]:
     """Start nodes sharing one fresh schema of the test database."""
-    yield from _starter(make_node, pg_args)
+    yield from nodes_started_with(make_node, *ACTORS, *pg_args)
 
 
 # -- one node, both stores ------------------------------------------------------------------

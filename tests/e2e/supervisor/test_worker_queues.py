@@ -4,15 +4,13 @@ with attempts queued behind its job gives them back at no cost, so each runs onc
 
 from __future__ import annotations
 
-import uuid
 from collections.abc import Callable, Iterator
 from functools import partial
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-from tests.conftest import Node, postgres_dsn, stop_node, wait_for
+from tests.conftest import Node, nodes_started_with, schema_args, wait_for
 from tests.e2e.support import read_runs
 
 pytestmark = pytest.mark.timeout(60)
@@ -32,21 +30,7 @@ def store_node(
     if request.param == "sqlite":
         yield partial(make_node, *ACTORS)
         return
-    dsn, schema = postgres_dsn(), f"gq_wq_{uuid.uuid4().hex[:10]}"
-    nodes: list[Node] = []
-
-    def make(*args: str, **kw: Any) -> Node:
-        node = make_node(*ACTORS, "--database-url", dsn, "--database-schema", schema, *args, **kw)
-        nodes.append(node)
-        return node
-
-    yield make
-    for node in nodes:
-        stop_node(node)
-    import psycopg
-
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+    yield from nodes_started_with(make_node, *ACTORS, *schema_args("gq_wq"))
 
 
 def logged(directory: Path, seconds: float = 0.005, **fields: object) -> dict[str, object]:
