@@ -378,6 +378,27 @@ def test_destructive_actions_work_from_the_keyboard_and_escape_is_safe(
     assert node.get(f"/dlq/{letter['id']}").status == 404
 
 
+def test_a_question_asked_right_after_another_gets_its_own_answer(
+    node: Node, open_tab: Any
+) -> None:
+    """The previous question's close arrives a task later: it must answer neither it
+    wrongly nor the next one (Keep, then at once Purge again and confirm)."""
+    page = open_tab(node.url).open("/dlq")
+    answers = page.evaluate(
+        """async () => {
+            const { confirmAction } = await import("./js/ui.js");
+            const ask = () => confirmAction({ title: "Sure?", what: [], confirm: "Go" });
+            const button = (value) => document.querySelector(`#confirm button[value=${value}]`);
+            const first = ask();
+            button("keep").click();
+            const second = ask();
+            button("go").click();
+            return [await first, await second];
+        }"""
+    )
+    assert answers == [False, True]
+
+
 def api_requests(node: Node) -> float:
     """API requests the node has answered (its own metric), leaving out scrapes and the
     dashboard's static files."""

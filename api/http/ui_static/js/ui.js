@@ -133,6 +133,9 @@ export function toast(message, { bad = false, link } = {}) {
 /**
  * Ask before doing something that cannot be undone, saying exactly what will happen.
  * Resolves true when confirmed. Escape or "Keep" cancels; the safe button has focus.
+ * The answer is the button that submitted this call's own form: the dialog's `close`
+ * event arrives a task later, so a new question asked at once (Keep, then Enter on the
+ * same button again) would otherwise be answered by the previous one's close.
  */
 export function confirmAction({ title, what, confirm, danger = true }) {
   const dialog = document.getElementById("confirm");
@@ -148,7 +151,15 @@ export function confirmAction({ title, what, confirm, danger = true }) {
   dialog.replaceChildren(form);
   dialog.setAttribute("aria-labelledby", "confirm-title");
   return new Promise((resolve) => {
-    dialog.addEventListener("close", () => resolve(dialog.returnValue === "go"), { once: true });
+    const settle = (answer) => {
+      dialog.removeEventListener("close", onClose);
+      resolve(answer);
+    };
+    const onClose = () => {
+      if (!dialog.open) settle(false); // Escape; a stale close finds the next question open
+    };
+    form.addEventListener("submit", (event) => settle(event.submitter?.value === "go"), { once: true });
+    dialog.addEventListener("close", onClose);
     dialog.returnValue = "";
     dialog.showModal();
     keep.focus();
