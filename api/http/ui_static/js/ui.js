@@ -1,7 +1,8 @@
 // Shared pieces of the pages: status badges, tables that turn into cards on a phone,
 // a pager, toasts, and the confirmation dialog for destructive actions.
 
-import { h, icon, int } from "./dom.js";
+import { h, icon, int, swap } from "./dom.js";
+import { poll } from "./live.js";
 
 const STATUS_ICONS = {
   pending: "clock",
@@ -209,3 +210,27 @@ export function explain(err) {
  * What a running job last reported with ctx.progress: a number from 0 to 1 as a bar (with
  * its percentage in words), anything else (a small object) as its JSON; null if nothing.
  */
+
+/**
+ * A table kept current: `read()` every `everyMs`, its `rows(answer)` drawn into `body`
+ * only when the answer changed. A failed read shows in `notice` until one succeeds.
+ * Returns the poll's {stop, now} (`now()` after an action).
+ */
+export function liveTable({ body, notice, read, rows, columns, empty, caption, everyMs }) {
+  let last = "";
+  async function refresh() {
+    let data;
+    try {
+      data = await read();
+    } catch (err) {
+      swap(notice, callout("bad", explain(err)));
+      throw err;
+    }
+    swap(notice);
+    const text = JSON.stringify(data);
+    if (text === last) return;
+    last = text;
+    swap(body, table(columns, rows(data), { empty, caption }));
+  }
+  return poll(refresh, everyMs);
+}

@@ -3,9 +3,8 @@
 // 2 s: GET /queues.
 
 import { api } from "../api.js";
-import { duration, h, icon, int, swap } from "../dom.js";
-import { poll } from "../live.js";
-import { badge, callout, confirmAction, explain, pageHead, panel, table, toast } from "../ui.js";
+import { duration, h, icon, int } from "../dom.js";
+import { badge, confirmAction, explain, liveTable, pageHead, panel, toast } from "../ui.js";
 
 const EVERY_MS = 2000;
 const SLOW_WAIT = 60; // seconds: a due job waiting longer than this is worth a look
@@ -124,23 +123,16 @@ export default {
       },
     ];
 
-    let last = "";
-    async function refresh() {
-      let data;
-      try {
-        data = await api("queues", { quiet: true });
-      } catch (err) {
-        swap(notice, callout("bad", explain(err)));
-        throw err;
-      }
-      swap(notice);
-      const text = JSON.stringify(data);
-      if (text === last) return;
-      last = text;
-      swap(body, table(columns, data.queues, { empty: "No queue has pending or running jobs, and none is paused.", caption: "Queues" }));
-    }
-
-    const live = poll(refresh, EVERY_MS);
+    const live = liveTable({
+      body,
+      notice,
+      columns,
+      read: () => api("queues", { quiet: true }),
+      rows: (data) => data.queues,
+      empty: "No queue has pending or running jobs, and none is paused.",
+      caption: "Queues",
+      everyMs: EVERY_MS,
+    });
     return () => live.stop();
   },
 };

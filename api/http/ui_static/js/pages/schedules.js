@@ -3,9 +3,8 @@
 // /schedules; the switch is POST /schedules/{name}/enable or /disable.
 
 import { api } from "../api.js";
-import { h, icon, shortId, swap, when } from "../dom.js";
-import { poll } from "../live.js";
-import { badge, callout, explain, pageHead, panel, table, toast } from "../ui.js";
+import { h, icon, shortId, when } from "../dom.js";
+import { badge, explain, liveTable, pageHead, panel, toast } from "../ui.js";
 
 const EVERY_MS = 5000;
 
@@ -70,23 +69,16 @@ export default {
       },
     ];
 
-    let last = "";
-    async function refresh() {
-      let data;
-      try {
-        data = await api("schedules", { quiet: true });
-      } catch (err) {
-        swap(notice, callout("bad", explain(err)));
-        throw err;
-      }
-      swap(notice);
-      const text = JSON.stringify(data);
-      if (text === last) return;
-      last = text;
-      swap(body, table(columns, data.schedules, { empty: "No schedule: declare one on an actor (schedule=\"*/5 * * * *\") or in the node's configuration.", caption: "Schedules" }));
-    }
-
-    const live = poll(refresh, EVERY_MS);
+    const live = liveTable({
+      body,
+      notice,
+      columns,
+      read: () => api("schedules", { quiet: true }),
+      rows: (data) => data.schedules,
+      empty: "No schedule: declare one on an actor (schedule=\"*/5 * * * *\") or in the node's configuration.",
+      caption: "Schedules",
+      everyMs: EVERY_MS,
+    });
     return () => live.stop();
   },
 };

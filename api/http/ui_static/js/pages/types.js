@@ -3,9 +3,8 @@
 // until pruned). One request every 10 s: GET /summary/types.
 
 import { api } from "../api.js";
-import { duration, h, int, swap } from "../dom.js";
-import { poll } from "../live.js";
-import { callout, explain, pageHead, panel, table } from "../ui.js";
+import { duration, h, int } from "../dom.js";
+import { liveTable, pageHead, panel } from "../ui.js";
 
 const EVERY_MS = 10000;
 const SHOWN = ["pending", "running", "done", "failed", "cancelled"];
@@ -50,23 +49,16 @@ export default {
       },
     ];
 
-    let last = "";
-    async function refresh() {
-      let data;
-      try {
-        data = await api("summary/types", { quiet: true });
-      } catch (err) {
-        swap(notice, callout("bad", explain(err)));
-        throw err;
-      }
-      swap(notice);
-      const text = JSON.stringify(data);
-      if (text === last) return;
-      last = text;
-      swap(body, table(columns, data.types, { empty: "No jobs yet.", caption: "Job types" }));
-    }
-
-    const live = poll(refresh, EVERY_MS);
+    const live = liveTable({
+      body,
+      notice,
+      columns,
+      read: () => api("summary/types", { quiet: true }),
+      rows: (data) => data.types,
+      empty: "No jobs yet.",
+      caption: "Job types",
+      everyMs: EVERY_MS,
+    });
     return () => live.stop();
   },
 };

@@ -2,9 +2,8 @@
 // One request every 3 s: GET /workflows.
 
 import { api } from "../api.js";
-import { h, int, swap, when } from "../dom.js";
-import { poll } from "../live.js";
-import { badge, callout, explain, pageHead, panel, table } from "../ui.js";
+import { h, int, when } from "../dom.js";
+import { badge, liveTable, pageHead, panel } from "../ui.js";
 
 const EVERY_MS = 3000;
 
@@ -30,22 +29,16 @@ export default {
       { label: "Steps done", class: "r", cell: progress },
       { label: "Created", hideSm: true, cell: (wf) => when(wf.created_at) },
     ];
-    let last = "";
-    async function refresh() {
-      let data;
-      try {
-        data = await api("workflows", { query: { limit: 50 }, quiet: true });
-      } catch (err) {
-        swap(notice, callout("bad", explain(err)));
-        throw err;
-      }
-      swap(notice);
-      const text = JSON.stringify(data);
-      if (text === last) return;
-      last = text;
-      swap(body, table(columns, data.workflows, { empty: "No workflow yet.", caption: "Workflows" }));
-    }
-    const live = poll(refresh, EVERY_MS);
+    const live = liveTable({
+      body,
+      notice,
+      columns,
+      read: () => api("workflows", { query: { limit: 50 }, quiet: true }),
+      rows: (data) => data.workflows,
+      empty: "No workflow yet.",
+      caption: "Workflows",
+      everyMs: EVERY_MS,
+    });
     return () => live.stop();
   },
 };
