@@ -399,6 +399,30 @@ def test_a_question_asked_right_after_another_gets_its_own_answer(
     assert answers == [False, True]
 
 
+def test_a_key_prompt_opened_again_at_once_still_keeps_the_key(
+    make_node: Any, open_tab: Any
+) -> None:
+    """Cancel the prompt and open it again in the same task: the first prompt's late
+    close must not answer the second, whose key is then kept."""
+    node = make_node("--api-key", KEY, "--public-reads")
+    tab = open_tab(node.url)
+    page = tab.open("/queues")
+    page.evaluate(
+        """() => {
+            const button = document.getElementById("key-button");
+            button.click();
+            document.querySelector("#key-dialog button[value=cancel]").click();
+            button.click();
+        }"""
+    )
+    prompt = page.locator("#key-dialog")
+    expect(prompt).to_be_visible()
+    page.fill("#key-input", KEY)
+    page.press("#key-input", "Enter")
+    expect(prompt).to_be_hidden()
+    expect(page.locator("#key-button")).to_have_text("Forget API key")
+
+
 def api_requests(node: Node) -> float:
     """API requests the node has answered (its own metric), leaving out scrapes and the
     dashboard's static files."""

@@ -164,34 +164,45 @@ function buildShell() {
   shell.showKey = showKey;
 }
 
-/** The key prompt: resolves true once a key is entered and kept for this tab. */
+/**
+ * The key prompt: resolves true once a key is entered and kept for this tab. Answered
+ * by its own submit, Enter or Escape, never by a close event left over from the prompt
+ * before (it arrives a task later, when this one may already be open).
+ */
 function askKey(reason) {
   const dialog = document.getElementById("key-dialog");
+  const form = dialog.querySelector("form");
   const input = dialog.querySelector("input");
   dialog.querySelector(".reason").textContent = reason;
   input.value = "";
-  input.onkeydown = (event) => {
-    if (event.key === "Enter") {
-      event.preventDefault(); // the form's first button is Cancel; Enter means "use it"
-      dialog.close("use");
-    }
-  };
   return new Promise((resolve) => {
-    dialog.addEventListener(
-      "close",
-      () => {
-        const key = input.value.trim();
-        const ok = dialog.returnValue === "use" && key.length > 0;
-        if (ok) {
-          apiKey.set(key);
-          document.getElementById("key-button").classList.remove("primary");
-        }
-        input.value = "";
-        shell.showKey?.();
-        resolve(ok);
-      },
-      { once: true },
-    );
+    const finish = (answer) => {
+      form.removeEventListener("submit", onSubmit);
+      dialog.removeEventListener("close", onClose);
+      input.onkeydown = null;
+      const key = input.value.trim();
+      const ok = answer === "use" && key.length > 0;
+      if (ok) {
+        apiKey.set(key);
+        document.getElementById("key-button").classList.remove("primary");
+      }
+      input.value = "";
+      shell.showKey?.();
+      resolve(ok);
+    };
+    const onSubmit = (event) => finish(event.submitter?.value ?? "");
+    const onClose = () => {
+      if (!dialog.open) finish(dialog.returnValue); // Escape
+    };
+    input.onkeydown = (event) => {
+      if (event.key === "Enter") {
+        event.preventDefault(); // the form's first button is Cancel; Enter means "use it"
+        finish("use");
+        dialog.close("use");
+      }
+    };
+    form.addEventListener("submit", onSubmit);
+    dialog.addEventListener("close", onClose);
     dialog.returnValue = "";
     dialog.showModal();
     input.focus();
