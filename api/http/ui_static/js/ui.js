@@ -212,11 +212,11 @@ export function explain(err) {
  */
 
 /**
- * A table kept current: `read()` every `everyMs`, its `rows(answer)` drawn into `body`
- * only when the answer changed. A failed read shows in `notice` until one succeeds.
- * Returns the poll's {stop, now} (`now()` after an action).
+ * A view kept current: `read()` every `everyMs`, and `draw(answer)` only when the answer
+ * changed. A failed read shows in `notice` until one succeeds. Returns the poll's
+ * {stop, now} (`now()` after an action).
  */
-export function liveTable({ body, notice, read, rows, columns, empty, caption, everyMs }) {
+export function liveView({ notice, read, draw, everyMs }) {
   let last = "";
   async function refresh() {
     let data;
@@ -230,7 +230,12 @@ export function liveTable({ body, notice, read, rows, columns, empty, caption, e
     const text = JSON.stringify(data);
     if (text === last) return;
     last = text;
-    swap(body, table(columns, rows(data), { empty, caption }));
+    draw(data);
   }
   return poll(refresh, everyMs);
+}
+
+/** A table kept current (see `liveView`): the rows `rows(answer)` drawn into `body`. */
+export function liveTable({ body, rows, columns, empty, caption, ...view }) {
+  return liveView({ ...view, draw: (data) => swap(body, table(columns, rows(data), { empty, caption })) });
 }

@@ -4,8 +4,7 @@
 
 import { api } from "../api.js";
 import { h, int, swap } from "../dom.js";
-import { poll } from "../live.js";
-import { badge, callout, explain, pageHead, panel } from "../ui.js";
+import { badge, liveView, pageHead, panel } from "../ui.js";
 
 const EVERY_MS = 2000;
 
@@ -42,30 +41,22 @@ export default {
     const head = h("div");
     const body = h("div", null, h("div", { class: "loading" }, "Loading the workflow…"));
     root.append(head, notice, panel("Steps", { sub: "each below the steps it waits for", id: "graph-title" }, body));
-    let last = "";
-    async function refresh() {
-      let wf;
-      try {
-        wf = await api(`workflows/${encodeURIComponent(id)}`, { quiet: true });
-      } catch (err) {
-        swap(notice, callout("bad", explain(err)));
-        throw err;
-      }
-      swap(notice);
-      const text = JSON.stringify(wf);
-      if (text === last) return;
-      last = text;
-      const done = wf.jobs.filter((s) => s.status === "done").length;
-      swap(
-        head,
-        pageHead(h("span", { class: "job-head" }, wf.name, badge(wf.status, { large: true })), {
-          sub: `${int(done)} of ${int(wf.jobs.length)} steps done`,
-          crumbs: [h("a", { href: "#/workflows" }, "Workflows")],
-        }),
-      );
-      swap(body, h("div", { class: "graph", "data-workflow": wf.id }, layers(wf.jobs).map((row, i) => h("div", { class: "layer", "data-layer": i }, row.map(node)))));
-    }
-    const live = poll(refresh, EVERY_MS);
+    const live = liveView({
+      notice,
+      read: () => api(`workflows/${encodeURIComponent(id)}`, { quiet: true }),
+      draw: (wf) => {
+        const done = wf.jobs.filter((s) => s.status === "done").length;
+        swap(
+          head,
+          pageHead(h("span", { class: "job-head" }, wf.name, badge(wf.status, { large: true })), {
+            sub: `${int(done)} of ${int(wf.jobs.length)} steps done`,
+            crumbs: [h("a", { href: "#/workflows" }, "Workflows")],
+          }),
+        );
+        swap(body, h("div", { class: "graph", "data-workflow": wf.id }, layers(wf.jobs).map((row, i) => h("div", { class: "layer", "data-layer": i }, row.map(node)))));
+      },
+      everyMs: EVERY_MS,
+    });
     return () => live.stop();
   },
 };
