@@ -184,6 +184,31 @@ def test_a_job_page_shows_its_deliveries_its_chained_job_and_its_timeout(
     expect(page.locator("h1")).to_contain_text("echo_async")
 
 
+def test_a_live_page_says_when_its_node_stops_answering_and_recovers_by_itself(
+    make_node: Any, open_tab: Any
+) -> None:
+    """A node dies under an open page (a deploy, a crash): the page says that the node
+    does not answer, and picks up by itself once a node answers there again."""
+    node = make_node()
+    node.post("/queues/held/pause")
+    port = node.url.rsplit(":", 1)[1]
+    tab = open_tab(node.url)
+    page = tab.open("/queues")
+    expect(page.locator('button[data-queue="held"]')).to_be_visible()
+    notice = page.locator(".banner")
+    expect(notice).to_be_empty()
+    node.proc.kill()
+    node.proc.wait(timeout=10)
+    expect(notice).to_contain_text("did not answer")
+    expect(page.locator("#live")).to_have_attribute("data-state", "error")
+    # a new node on the same address (with a store of its own); the page is what waits
+    make_node("--port", port, wait=False)
+    expect(notice).to_be_empty(timeout=30_000)
+    expect(page.locator("#live")).to_have_attribute("data-state", "live")
+    # what the browser logged while nothing listened is the outage itself
+    tab.console[:] = [line for line in tab.console if "ERR_CONNECTION_REFUSED" not in line]
+
+
 @BOTH
 def test_a_node_that_needs_a_key_to_read_asks_for_it_at_once(
     make_node: Any, open_tab: Any, viewport: dict[str, int]
