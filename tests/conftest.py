@@ -188,14 +188,16 @@ def start_node(
     session: bool = False,
     wait: bool = True,
     default_store: bool = False,
+    port: int | None = None,
 ) -> Node:
-    """Start `goqueue serve` with the test actors and wait until /ready answers 200.
+    """Start `goqueue serve` with the test actors (on `port`, else a free one) and wait
+    until /ready answers 200; a node that does not get there is killed, not left behind.
 
     A node given no store keeps its jobs in a SQLite file of its own (the default store,
     but named for its port: nodes of one test never share a file, and a node started again
     starts empty, unless the test names the file with `--database-url`). With
     `default_store` it is given nothing, so it uses `goqueue.db` in the test's folder."""
-    port = free_port()
+    port = port or free_port()
     log_path = tmp_path / f"node-{port}.log"
     environ = {
         k: v for k, v in os.environ.items() if not k.startswith("GOQUEUE_") and k != "API_KEY"
@@ -243,7 +245,12 @@ def start_node(
             return False
 
     if wait:
-        wait_for(ready, timeout=20)
+        try:
+            wait_for(ready, timeout=20)
+        except BaseException:
+            proc.kill()
+            proc.wait(timeout=10)
+            raise
     return node
 
 
@@ -273,9 +280,16 @@ def make_node(tmp_path: Path) -> Iterator[Callable[..., Node]]:
         session: bool = False,
         wait: bool = True,
         default_store: bool = False,
+        port: int | None = None,
     ) -> Node:
         node = start_node(
-            tmp_path, *args, env=env, session=session, wait=wait, default_store=default_store
+            tmp_path,
+            *args,
+            env=env,
+            session=session,
+            wait=wait,
+            default_store=default_store,
+            port=port,
         )
         nodes.append(node)
         return node
