@@ -1,5 +1,6 @@
 // Shared pieces of the pages: status badges, tables that turn into cards on a phone,
-// a pager, toasts, and the confirmation dialog for destructive actions.
+// a pager, toasts, the confirmation dialog for destructive actions, and views kept
+// current by polling.
 
 import { h, icon, int, swap } from "./dom.js";
 import { poll } from "./live.js";
@@ -205,11 +206,6 @@ export function explain(err) {
   if (err.status === 0) return err.message;
   return `${err.message} (HTTP ${err.status})`;
 }
-
-/**
- * What a running job last reported with ctx.progress: a number from 0 to 1 as a bar (with
- * its percentage in words), anything else (a small object) as its JSON; null if nothing.
- */
 
 /**
  * A view kept current: `read()` every `everyMs`, and `draw(answer)` only when the answer
