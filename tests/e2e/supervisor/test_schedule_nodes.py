@@ -289,13 +289,15 @@ def fire_count(node: Node, name: str) -> int:
     return int(float(line.removeprefix(prefix)))
 
 
-def fires_from_db(pg_args: tuple[str, ...]) -> list[tuple[datetime, bool]]:
-    """The ticks recorded in the schema, read straight from the database."""
+def fires_from_db(pg_args: tuple[str, ...], name: str = "beat") -> list[tuple[datetime, bool]]:
+    """The ticks of schedule `name` recorded in the schema, read straight from the
+    database (only its own: the test actors' `minutely` fires at every minute too)."""
     import psycopg
 
     dsn, schema = pg_args[1], pg_args[3]
+    query = f"SELECT fire_time FROM {schema}.schedule_fires WHERE schedule = %s"
     with psycopg.connect(dsn, autocommit=True) as conn:
-        rows = conn.execute(f"SELECT fire_time FROM {schema}.schedule_fires").fetchall()
+        rows = conn.execute(query, (name,)).fetchall()
     return [(row[0], False) for row in rows]
 
 
