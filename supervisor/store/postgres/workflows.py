@@ -14,7 +14,12 @@ from goqueue.supervisor.steps import WorkflowCounts
 from goqueue.supervisor.store.postgres import rows as pg_rows
 from goqueue.supervisor.store.postgres.connection import Conn, Connections
 from goqueue.supervisor.store.postgres.notify import Wakeups
-from goqueue.supervisor.store.postgres.sql.statements import N_JOB_FIELDS, Sql, Statements
+from goqueue.supervisor.store.postgres.sql.statements import (
+    N_JOB_FIELDS,
+    WORKFLOW_KEY_PREFIX,
+    Sql,
+    Statements,
+)
 from goqueue.supervisor.workflows import (
     WORKFLOW_CANCELLED,
     NewWorkflow,
@@ -24,9 +29,6 @@ from goqueue.supervisor.workflows import (
     dependent_error,
     workflow_status,
 )
-
-# An Idempotency-Key of POST /workflows shares the table of POST /jobs, apart by prefix.
-_KEY_PREFIX = "workflow:"  # also spelled out in the PRUNE statement (sql/statements.py)
 
 
 class PgWorkflows:
@@ -74,7 +76,7 @@ class PgWorkflows:
         """Take the workflow's Idempotency-Key; the first workflow when it was taken with
         the same request. Raises IdempotencyMismatch for another request."""
         params = {
-            "key": pg_rows.text(_KEY_PREFIX + (new.idempotency_key or "")),
+            "key": pg_rows.text(WORKFLOW_KEY_PREFIX + (new.idempotency_key or "")),
             "hash": new.request_hash or "",
             "id": new.id,
             "ttl": self.idempotency_ttl,

@@ -23,6 +23,8 @@ JOB_FIELDS: Final = tuple(field.name for field in msgspec.structs.fields(Job))
 N_JOB_FIELDS: Final = len(JOB_FIELDS)
 # `JobFilter` fields: equality filters
 FILTER_COLUMNS: Final = ("type", "status", "queue", "parent_id")
+# An Idempotency-Key of POST /workflows shares the table of POST /jobs, apart by prefix.
+WORKFLOW_KEY_PREFIX: Final = "workflow:"
 
 
 # A CTE writing, for the one row of `changed`, the events `%(events)s` with their
@@ -97,6 +99,7 @@ def fragments(schema: str) -> dict[str, str]:
             """
         + _DEAD_WHERE,
         "dead_where": _DEAD_WHERE,
+        "workflow_key": f"left(key, {len(WORKFLOW_KEY_PREFIX)}) = '{WORKFLOW_KEY_PREFIX}'",
         "channel": f'"{channel(schema)}"',
         "hooked": _HOOKED.format(t="jobs"),
         "hooked_j": _HOOKED.format(t="j"),

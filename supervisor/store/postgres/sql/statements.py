@@ -29,6 +29,7 @@ from goqueue.supervisor.store.postgres.sql.fragments import (
     FILTER_COLUMNS,
     JOB_FIELDS,
     N_JOB_FIELDS,
+    WORKFLOW_KEY_PREFIX,
     Sql,
     fragments,
 )
@@ -42,6 +43,7 @@ __all__ = [
     "LIVE_LEASES",
     "N_JOB_FIELDS",
     "TEMPLATES",
+    "WORKFLOW_KEY_PREFIX",
     "Sql",
     "Statements",
 ]
@@ -451,7 +453,7 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
                                   AND j.id NOT IN (SELECT id FROM gone))
                 RETURNING w.id),
             flow_keys AS (DELETE FROM {s}.idempotency
-                WHERE left(key, 9) = 'workflow:' AND job_id IN (SELECT id FROM flows)),
+                WHERE {workflow_key} AND job_id IN (SELECT id FROM flows)),
             -- finished deliveries as old (created with their job's terminal status)
             hooks AS (DELETE FROM {s}.webhook_deliveries WHERE id IN (
                 SELECT id FROM {s}.webhook_deliveries
