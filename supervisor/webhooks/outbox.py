@@ -1,8 +1,8 @@
 """Webhooks from a store's outbox (PostgreSQL's, or the SQLite file's): at least once, by
 whichever node is alive.
 
-The terminal status wrote the delivery in its own transaction (`pg_sql`'s `outbox`
-CTE); here a loop leases due deliveries (`pg_outbox.OutboxRows.claim`), makes one
+The terminal status wrote the delivery in its own transaction (the `outbox` CTE); here
+a loop leases due deliveries (the PostgreSQL store's `OutboxRows.claim`), makes one
 attempt of each concurrently, and records it. It claims when this node wrote a delivery
 (`notify` wakes it), when an attempt ends and frees a slot, and otherwise every
 `poll` seconds (another node's deliveries, retries falling due, leases of dead nodes).

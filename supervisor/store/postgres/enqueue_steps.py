@@ -3,9 +3,9 @@
 `keyed_enqueue` claims the idempotency key, then the dedupe key, then inserts the job
 with its `enqueued` event: a generator that yields each statement with its parameters
 and is sent the statement's first row (None if none). The store runs it on its own
-connections (`pg_enqueue`), `goqueue.pg` on the caller's, sync or async, inside the
+connections (`enqueue.py`), `goqueue.pg` on the caller's, sync or async, inside the
 caller's transaction: one definition of the dedupe and idempotency rules for both, over
-the statements of `pg_sql`.
+the statements of `sql/statements.py`.
 """
 
 from __future__ import annotations

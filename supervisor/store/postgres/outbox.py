@@ -1,5 +1,5 @@
-"""The webhook outbox on PostgreSQL: the deliveries terminal statuses wrote (`pg_sql`'s
-`outbox` CTE), leased to a node, attempted, and recorded.
+"""The webhook outbox on PostgreSQL: the deliveries terminal statuses wrote (the
+`outbox` CTE of `sql/fragments.py`), leased to a node, attempted, and recorded.
 
 A claim takes due rows with `FOR UPDATE SKIP LOCKED` and leases them by pushing their
 next attempt a lease ahead, so two nodes never hold one delivery at once and a node

@@ -4,7 +4,7 @@ expired leases; cancelling.
 
 A claim is one statement (the schema's claim function) and writes a `started` event per
 lease. Completes are group-committed like enqueues. Every state change writes its audit
-events in the statement that makes it (see `pg_sql`).
+events in the statement that makes it (see `sql/statements.py`).
 
 A fenced outcome is not always stale: a supervisor frozen past the lease may hold a
 finished attempt's outcome while another node reaps the lease. If no later attempt has

@@ -2,7 +2,7 @@
 
 The psycopg adapters (json and jsonb come back as undecoded `msgspec.Raw`, and `Raw`
 parameters go out as JSON text unchanged; uuids come back as `str`), the decoding of a
-row selected as `pg_sql.JOB_FIELDS` into a `Job` (in the same generated order) and of a
+row selected as `sql.fragments.JOB_FIELDS` into a `Job` (in the same generated order) and of a
 dead letter row into a `DeadLetter`, the encoding of jobs as insert parameters (one
 array per column for several), and the replacement of NUL characters that PostgreSQL
 text cannot hold.
@@ -166,7 +166,7 @@ def pending(params: Mapping[str, Any], spec: JobSpec, decided: Row) -> Job:
 
 
 def job(row: Row) -> Job:
-    """A Job from a row whose first columns are `pg_sql.JOB_FIELDS` (later ones, such as
+    """A Job from a row whose first columns are `sql.fragments.JOB_FIELDS` (later ones, such as
     a claim's lease, are ignored); the JSON templates and errors are decoded here."""
     fields = dict(zip(JOB_FIELDS, row, strict=False))
     on_success, on_failure = fields["on_success"], fields["on_failure"]

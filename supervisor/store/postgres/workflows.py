@@ -1,6 +1,6 @@
 """Workflows in PostgreSQL: creation in one transaction (every step in one statement),
 the release, cancellation and resumption of steps inside the transactions of their
-parents' outcomes, reads and cancel. The statements are `pg_sql_workflows`'."""
+parents' outcomes, reads and cancel. The statements are `sql/workflows.py`'."""
 
 from __future__ import annotations
 

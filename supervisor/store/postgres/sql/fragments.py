@@ -6,7 +6,7 @@ which is also the order `pg_rows.job` decodes. A terminal status (done, failed,
 cancelled) writes its webhook's outbox row in the same statement as the change: the
 `outbox` fragment, a CTE over the `hooked` column of `changed` (the whole new row when
 the job has a `webhook_url`, NULL otherwise). The deliveries are then read and updated by
-the `OUTBOX_*` statements (`pg_outbox`).
+the `OUTBOX_*` statements (`outbox.py`).
 """
 
 from __future__ import annotations
@@ -109,7 +109,7 @@ def fragments(schema: str) -> dict[str, str]:
 
 
 class Sql(StrEnum):
-    """The name of each statement of the store (a key of `pg_sql.TEMPLATES`)."""
+    """The name of each statement of the store (a key of `statements.TEMPLATES`)."""
 
     # sessions and nodes
     SESSION = auto()
@@ -196,7 +196,7 @@ class Sql(StrEnum):
     # rate limits
     TAKE_STARTS = auto()
     RETURN_STARTS = auto()
-    # workflows (`pg_sql_workflows`)
+    # workflows (`sql/workflows.py`)
     WORKFLOW_INSERT = auto()
     WORKFLOW_STEPS = auto()
     WORKFLOW_GET = auto()

@@ -2,7 +2,7 @@
 
 A step is never edited once released: add a new one instead
 (`tests/e2e/store/test_pg_schema.py` pins a hash of each released step's text).
-`pg_schema.migrate` applies them; `{s}` in a step's SQL stands for the quoted schema.
+`sql/schema.py`'s `migrate` applies them; `{s}` in a step's SQL stands for the quoted schema.
 """
 
 from __future__ import annotations

@@ -1,5 +1,5 @@
 """The PostgreSQL store's read statements: jobs, events, counts, dead letters and what
-the dashboard shows. None of them changes a row. `pg_sql.TEMPLATES` merges them with
+the dashboard shows. None of them changes a row. `statements.TEMPLATES` merges them with
 the statements that do, into the one table `Statements` formats.
 """
 

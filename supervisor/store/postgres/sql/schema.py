@@ -3,9 +3,9 @@
 `schema_name_problem` is the one check of a schema name (config and store both use it).
 `migrate` applies the steps not yet recorded in `schema_version`, all in one transaction
 under a transaction-scoped advisory lock, so several nodes starting at once are safe and
-running it again is a no-op. The steps themselves are in `pg_migrations`.
+running it again is a no-op. The steps themselves are in `sql/migrations.py`.
 
-The statements the store runs live in `pg_sql`. psycopg is imported only to migrate, so
+The statements the store runs live in `sql/statements.py`. psycopg is imported only to migrate, so
 that checking a configuration does not load it.
 """
 

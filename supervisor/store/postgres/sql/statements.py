@@ -1,8 +1,8 @@
 """Every statement the PostgreSQL store runs: one table, formatted once per schema.
 
 `TEMPLATES` maps each `Sql` name to its text: the statements that change rows, here, and
-the reads of `pg_sql_reads`. In a template `{s}` stands for the quoted schema and the
-other `{...}` names for the fragments of `pg_sql_parts.fragments` (a template that is an
+the reads of `sql/reads.py`. In a template `{s}` stands for the quoted schema and the
+other `{...}` names for the fragments of `sql/fragments.py`'s `fragments` (a template that is an
 f-string, splicing in a module constant, writes them `{{s}}`); parameters are always
 bound (`%(name)s`), never formatted in. `Statements(schema)` formats the table once;
 `Statements.list_jobs` picks the listing for a filter among variants built from a fixed
@@ -11,9 +11,9 @@ tuple of columns, so no statement is composed from a caller's values.
 Every state change writes its audit events in the same statement (a `trail` CTE over the
 changed rows, `changed`), so an event commits exactly when the change it describes does,
 at no extra round trip; a terminal status writes its webhook's outbox row there too (see
-`pg_sql_parts`).
+`sql/fragments.py`).
 
-The migrations (tables, indexes, the claim function) are in `pg_schema`.
+The migrations (tables, indexes, the claim function) are in `sql/migrations.py`.
 """
 
 from __future__ import annotations
@@ -120,7 +120,7 @@ def _unhooked(template: str) -> str:
     return text
 
 
-# The statements that change rows; the reads are in `pg_sql_reads`.
+# The statements that change rows; the reads are in `sql/reads.py`.
 _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
     {
         # Per connection: UTC times, bounded statements and idle transactions, and no JIT
