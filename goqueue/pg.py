@@ -6,8 +6,8 @@ transaction commits.
         goqueue.pg.enqueue(conn, "email", {"to": "a@example.com"})
 
 `enqueue` (psycopg `Connection`) and `enqueue_async` (`AsyncConnection`) write the job
-with the store's own statements (`pg_sql`) and rules (`pg_steps`: dedupe, idempotency,
-the `enqueued` event), in a savepoint of the caller's transaction, and NOTIFY the nodes
+with the store's own statements and rules (dedupe, idempotency, the `enqueued`
+event), in a savepoint of the caller's transaction, and NOTIFY the nodes
 in it too: the notification is delivered at commit, so idle nodes wake only for a job
 that exists. No node is asked: the job is checked here with the node's own types.
 
