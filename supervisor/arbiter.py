@@ -24,6 +24,7 @@ from functools import partial
 from goqueue.actors.protocol import BootFailed, Ready
 from goqueue.supervisor.dispatch.backoff import Backoff, backoff
 from goqueue.supervisor.dispatch.catalog import Catalog
+from goqueue.supervisor.dispatch.leases import PRUNE_BATCH
 from goqueue.supervisor.dispatch.policy import Policy
 from goqueue.supervisor.enums import RESTART_AFTER, KillReason, RestartReason, WorkerState
 from goqueue.supervisor.errors import BootError, ConfigError, StoreUnavailable
@@ -373,9 +374,14 @@ class Arbiter:
             self._last_sweep = now
             self.dispatcher.wake()  # a safety net under notifications, never for latency
         retention = self.settings.retention_seconds
-        if retention and now - self._last_prune >= PRUNE_EVERY:
+        # a full batch means more are due: the next tick prunes again, so retention keeps
+        # up with any rate of finished jobs
+        if (
+            retention
+            and now - self._last_prune >= PRUNE_EVERY
+            and await self.leases.prune(retention) < PRUNE_BATCH
+        ):
             self._last_prune = now
-            await self.leases.prune(retention)
         if now - self._last_heartbeat >= self.settings.lease_seconds / 3:
             self._last_heartbeat = now
             await self._heartbeat()

@@ -12,7 +12,7 @@ from typing import Any
 
 import msgspec
 from goqueue.supervisor.enums import Status, WorkerState
-from goqueue.supervisor.jobs import AwareTime, DeadLetter
+from goqueue.supervisor.jobs import AwareTime, DeadLetter, Job
 from msgspec import UNSET, UnsetType
 
 DEFAULT_PREVIEW = 200  # characters of a payload, result or error shown in a list row
@@ -237,3 +237,42 @@ def percentile(ordered: list[float], q: float) -> float | None:
     low = int(at)
     high = min(low + 1, len(ordered) - 1)
     return ordered[low] + (ordered[high] - ordered[low]) * (at - low)
+
+
+def job_brief(job: Job, limit: int) -> JobBrief:
+    """A job as a list row, its payload, result and error cut to `limit` characters."""
+    return JobBrief(
+        id=job.id,
+        type=job.type,
+        queue=job.queue,
+        priority=job.priority,
+        status=job.status,
+        attempts=job.attempts,
+        max_retries=job.max_retries,
+        run_at=job.run_at,
+        created_at=job.created_at,
+        started_at=job.started_at,
+        finished_at=job.finished_at,
+        updated_at=job.updated_at,
+        parent_id=job.parent_id,
+        payload=preview(job.payload, limit),
+        result=None if job.result is None else preview(job.result, limit),
+        last_error=text_preview(job.last_error, limit),
+    )
+
+
+def dead_brief(dead: DeadLetter, limit: int) -> DeadBrief:
+    """A dead letter as a list row, its payload and error cut to `limit` characters."""
+    job = dead.job
+    return DeadBrief(
+        id=dead.id,
+        job_id=dead.job_id,
+        type=job.type,
+        queue=job.queue,
+        priority=job.priority,
+        attempts=job.attempts,
+        max_retries=job.max_retries,
+        created_at=dead.created_at,
+        payload=preview(job.payload, limit),
+        last_error=text_preview(job.last_error, limit),
+    )

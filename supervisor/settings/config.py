@@ -98,7 +98,7 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     shutdown_grace: float = 30.0
     max_jobs_per_worker: int | None = None
     max_worker_rss_mb: int | None = None
-    max_pending: int = 100_000
+    max_pending: int | None = None  # None: unlimited on SQLite, MEMORY_MAX_PENDING in memory
     max_body_bytes: int = 1_048_576
     lease_seconds: float = 30.0
     prefetch: int = 7

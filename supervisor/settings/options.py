@@ -267,9 +267,12 @@ OPTIONS: tuple[Option, ...] = (
     Option(
         "max_pending",
         "int",
-        "pending jobs the SQLite and in-memory stores hold; beyond it POST /jobs answers 503",
+        "pending jobs the store holds; beyond it POST /jobs answers 503",
         metavar="N",
         minimum=1,
+        optional=True,
+        when_unset="unlimited on SQLite (the disk is the bound); 100000 in memory",
+        example=1_000_000,
     ),
     Option(
         "max_body_bytes",

@@ -22,15 +22,13 @@ from goqueue.supervisor.jobs import (
     Stats,
 )
 from goqueue.supervisor.observe.summaries import (
-    DeadBrief,
     DeadFilter,
-    JobBrief,
     NodeSummary,
     QueueSummary,
     TypeStats,
+    dead_brief,
+    job_brief,
     percentile,
-    preview,
-    text_preview,
     type_stats,
 )
 from goqueue.supervisor.store.memory.state import MemoryState
@@ -167,51 +165,14 @@ class MemoryReads(MemoryState):
     async def job_briefs(self, filters: JobFilter, limit: int, offset: int, preview: int) -> Page:
         """A page of `list_jobs` as brief rows."""
         page = await self.list_jobs(filters, limit, offset)
-        return Page([_job_brief(job, preview) for job in page.items], page.total)
+        return Page([job_brief(job, preview) for job in page.items], page.total)
 
     async def dead_briefs(self, filters: DeadFilter, limit: int, offset: int, preview: int) -> Page:
         """Dead letters newest first, filtered, as brief rows."""
         matches = list(self._dead.newest_first(filters))
-        rows = [_dead_brief(dead, preview) for dead in matches[offset : offset + limit]]
+        rows = [dead_brief(dead, preview) for dead in matches[offset : offset + limit]]
         return Page(rows, len(matches))
 
 
 def _from_ts(ts: float | None) -> datetime | None:
     return None if ts is None else datetime.fromtimestamp(ts, UTC)
-
-
-def _job_brief(job: Job, limit: int) -> JobBrief:
-    return JobBrief(
-        id=job.id,
-        type=job.type,
-        queue=job.queue,
-        priority=job.priority,
-        status=job.status,
-        attempts=job.attempts,
-        max_retries=job.max_retries,
-        run_at=job.run_at,
-        created_at=job.created_at,
-        started_at=job.started_at,
-        finished_at=job.finished_at,
-        updated_at=job.updated_at,
-        parent_id=job.parent_id,
-        payload=preview(job.payload, limit),
-        result=None if job.result is None else preview(job.result, limit),
-        last_error=text_preview(job.last_error, limit),
-    )
-
-
-def _dead_brief(dead: DeadLetter, limit: int) -> DeadBrief:
-    job = dead.job
-    return DeadBrief(
-        id=dead.id,
-        job_id=dead.job_id,
-        type=job.type,
-        queue=job.queue,
-        priority=job.priority,
-        attempts=job.attempts,
-        max_retries=job.max_retries,
-        created_at=dead.created_at,
-        payload=preview(job.payload, limit),
-        last_error=text_preview(job.last_error, limit),
-    )

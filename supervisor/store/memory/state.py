@@ -22,6 +22,8 @@ from goqueue.supervisor.store.memory.flows import FlowBook
 from goqueue.supervisor.store.memory.heaps import OldestByQueue, PendingHeaps
 from goqueue.supervisor.store.memory.schedules import ScheduleBook
 
+MEMORY_MAX_PENDING = 100_000  # what `--max-pending` is in memory when it is not set
+
 
 class MemoryState:
     """What the in-memory store holds. `clock` says what time it is (tests give it one
@@ -32,7 +34,7 @@ class MemoryState:
         node_id: str = "local",
         *,
         lease_seconds: float = DEFAULTS.lease_seconds,
-        max_pending: int = DEFAULTS.max_pending,
+        max_pending: int | None = None,
         idempotency_ttl: float = DEFAULTS.idempotency_ttl,
         max_finished: int = 100_000,
         max_events_per_job: int = 100,
@@ -44,7 +46,7 @@ class MemoryState:
         self._links = links or NodeLinks()  # what it publishes of this node (`nodes`)
         self.clock = clock
         self.lease_seconds = lease_seconds
-        self.max_pending = max_pending
+        self.max_pending = MEMORY_MAX_PENDING if max_pending is None else max_pending
         self.idempotency_ttl = idempotency_ttl
         self.max_finished = max_finished
         self.max_events_per_job = max_events_per_job

@@ -15,8 +15,8 @@ from datetime import datetime
 
 import msgspec
 from goqueue.supervisor.jobs import new_id
-from goqueue.supervisor.store.sqlite.changes import from_ts
 from goqueue.supervisor.store.sqlite.database import Database
+from goqueue.supervisor.store.sqlite.rows import from_ts
 from goqueue.supervisor.webhooks.delivery import Answer, Delivery, DeliveryAttempt, redacted
 from goqueue.supervisor.webhooks.rows import Due
 

@@ -5,12 +5,14 @@ one transaction with the version it brings, so a node started on an older file b
 it up to date and a crash mid-migration leaves the old version whole. A file written by
 a newer GoQueue is refused rather than misread.
 
-A job is one row: its fields as JSON (`job`, the `Job` struct as msgspec writes it) and
-its audit trail (`events`), beside the columns a restart or a prune selects on. A
-result and a workflow step's parents' results have columns of their own (msgspec reads
-no `Raw | None` inside a struct). A workflow is one row (`FlowRecord`); the edges
-between its steps are rebuilt from its jobs at start. The
-working set lives in the node's memory (see `store.py`); the file is what survives.
+The rows are the store's truth (version 3 on). A job is one row: its fields as JSON
+(`job`, the `Job` struct as msgspec writes it), its result and its workflow parents'
+results in columns of their own (msgspec reads no `Raw | None` inside a struct), its
+audit trail (`events`: the events' JSON objects joined by commas), and copies of the
+fields the store selects, orders and fences on, each with the index its query needs
+(partial indexes hold live rows only). `job_counts` keeps the jobs by queue, type,
+priority and status, and `tallies` the dead letters, both by triggers, so counts never
+scan. A workflow is one row (`FlowRecord`) and its edges are rows of their own.
 """
 
 from __future__ import annotations
@@ -68,6 +70,146 @@ MIGRATIONS: tuple[tuple[str, ...], ...] = (
             record BLOB NOT NULL)""",
     ),
 )
+
+_TEXT = "CAST(job AS TEXT)"  # the JSON functions refuse a BLOB
+
+
+def _ts(field: str, doc: str = _TEXT) -> str:
+    """A JSON time field of `doc` as unix seconds (NULL when absent)."""
+    return f"(julianday(json_extract({doc}, '$.{field}')) - 2440587.5) * 86400.0"
+
+
+_LIVE = "('pending', 'claimed', 'running', 'waiting')"
+
+
+def _count_trigger(name: str, when: str, rows: str) -> str:
+    return f"CREATE TRIGGER {name} {when} BEGIN {rows} END"
+
+
+def _add(row: str, delta: int) -> str:
+    return (
+        "INSERT INTO job_counts (queue, type, priority, status, n)"
+        f" VALUES ({row}.queue, {row}.type, {row}.priority, {row}.status, {delta})"
+        f" ON CONFLICT DO UPDATE SET n = n + {delta};"
+    )
+
+
+ROWS_ARE_THE_TRUTH: tuple[str, ...] = (  # 3: the rows are the truth, with their indexes
+    """CREATE TABLE jobs3 (
+        seq INTEGER PRIMARY KEY,
+        id TEXT NOT NULL UNIQUE,
+        type TEXT NOT NULL,
+        queue TEXT NOT NULL,
+        priority INTEGER NOT NULL,
+        status TEXT NOT NULL,
+        run_at REAL NOT NULL,
+        created_at REAL NOT NULL,
+        started_at REAL,
+        finished_at REAL,
+        parent_id TEXT,
+        unique_key TEXT,
+        workflow_id TEXT,
+        waiting_on INTEGER,
+        lease_token TEXT,
+        lease_owner TEXT,
+        lease_expires REAL,
+        reaped_token TEXT,
+        job BLOB NOT NULL,
+        result BLOB,
+        parents BLOB,
+        events BLOB NOT NULL,
+        n_events INTEGER NOT NULL)""",
+    f"""INSERT INTO jobs3 (seq, id, type, queue, priority, status, run_at, created_at,
+        started_at, finished_at, parent_id, unique_key, workflow_id, job, result, parents,
+        events, n_events)
+        SELECT seq, id, json_extract({_TEXT}, '$.type'), json_extract({_TEXT}, '$.queue'),
+        json_extract({_TEXT}, '$.priority'), status, {_ts("run_at")}, {_ts("created_at")},
+        {_ts("started_at")}, {_ts("finished_at")}, json_extract({_TEXT}, '$.parent_id'),
+        json_extract({_TEXT}, '$.unique_key'), json_extract({_TEXT}, '$.workflow_id'),
+        job, result, parents, substr(events, 2, length(events) - 2),
+        json_array_length(CAST(events AS TEXT))
+        FROM jobs""",
+    "DROP TABLE jobs",
+    "ALTER TABLE jobs3 RENAME TO jobs",
+    # a waiting step's parents not done yet (a pruned parent was done)
+    f"""UPDATE jobs SET waiting_on = (
+        SELECT count(*) FROM json_each(json_extract({_TEXT}, '$.parent_ids')) AS p
+        JOIN jobs AS q ON q.id = p.value AND q.status != 'done')
+        WHERE status = 'waiting'""",
+    "CREATE INDEX jobs_due ON jobs (type, priority DESC, run_at, seq) WHERE status = 'pending'",
+    "CREATE INDEX jobs_next_due ON jobs (run_at) WHERE status = 'pending'",
+    "CREATE INDEX jobs_queue_due ON jobs (queue, run_at) WHERE status = 'pending'",
+    "CREATE INDEX jobs_status ON jobs (status, seq)",
+    "CREATE INDEX jobs_finished ON jobs (finished_at) WHERE finished_at IS NOT NULL",
+    "CREATE INDEX jobs_leased ON jobs (lease_token) WHERE lease_token IS NOT NULL",
+    "CREATE INDEX jobs_children ON jobs (parent_id) WHERE parent_id IS NOT NULL",
+    "CREATE INDEX jobs_steps ON jobs (workflow_id) WHERE workflow_id IS NOT NULL",
+    f"CREATE UNIQUE INDEX jobs_unique ON jobs (unique_key)"
+    f" WHERE unique_key IS NOT NULL AND status IN {_LIVE}",
+    """CREATE TABLE job_counts (
+        queue TEXT NOT NULL,
+        type TEXT NOT NULL,
+        priority INTEGER NOT NULL,
+        status TEXT NOT NULL,
+        n INTEGER NOT NULL,
+        PRIMARY KEY (queue, type, priority, status)) WITHOUT ROWID""",
+    "INSERT INTO job_counts SELECT queue, type, priority, status, count(*) FROM jobs"
+    " GROUP BY queue, type, priority, status",
+    _count_trigger("jobs_added", "AFTER INSERT ON jobs", _add("new", 1)),
+    _count_trigger("jobs_removed", "AFTER DELETE ON jobs", _add("old", -1)),
+    _count_trigger(
+        "jobs_moved",
+        "AFTER UPDATE OF status ON jobs WHEN old.status != new.status",
+        _add("old", -1) + _add("new", 1),
+    ),
+    """CREATE TABLE dead3 (
+        seq INTEGER PRIMARY KEY AUTOINCREMENT,
+        id TEXT NOT NULL UNIQUE,
+        job_id TEXT NOT NULL,
+        type TEXT NOT NULL,
+        queue TEXT NOT NULL,
+        last_error TEXT,
+        created_at REAL NOT NULL,
+        letter BLOB NOT NULL,
+        parents BLOB)""",
+    f"""INSERT INTO dead3 (seq, id, job_id, type, queue, last_error, created_at, letter,
+        parents)
+        SELECT seq, id, json_extract(CAST(letter AS TEXT), '$.job_id'),
+        json_extract(CAST(letter AS TEXT), '$.job.type'),
+        json_extract(CAST(letter AS TEXT), '$.job.queue'),
+        json_extract(CAST(letter AS TEXT), '$.job.last_error'),
+        {_ts("created_at", "CAST(letter AS TEXT)")}, letter, parents
+        FROM dead_letters""",
+    "DROP TABLE dead_letters",
+    "ALTER TABLE dead3 RENAME TO dead_letters",
+    "CREATE INDEX dead_of_job ON dead_letters (job_id)",
+    "CREATE TABLE tallies (name TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID",
+    "INSERT INTO tallies SELECT 'dead', count(*) FROM dead_letters",
+    _count_trigger(
+        "dead_added",
+        "AFTER INSERT ON dead_letters",
+        "UPDATE tallies SET n = n + 1 WHERE name = 'dead';",
+    ),
+    _count_trigger(
+        "dead_removed",
+        "AFTER DELETE ON dead_letters",
+        "UPDATE tallies SET n = n - 1 WHERE name = 'dead';",
+    ),
+    "CREATE INDEX keys_expiry ON job_keys (expires)",
+    "ALTER TABLE workflows ADD COLUMN idempotency_key TEXT",
+    "UPDATE workflows SET idempotency_key ="
+    " json_extract(CAST(record AS TEXT), '$.idempotency_key')",
+    "CREATE UNIQUE INDEX workflows_idempotency ON workflows (idempotency_key)"
+    " WHERE idempotency_key IS NOT NULL",
+    "CREATE TABLE workflow_edges (parent_id TEXT NOT NULL, child_id TEXT NOT NULL)",
+    f"""INSERT INTO workflow_edges SELECT p.value, jobs.id
+        FROM jobs, json_each(json_extract({_TEXT}, '$.parent_ids')) AS p
+        WHERE jobs.workflow_id IS NOT NULL""",
+    "CREATE INDEX edges_from ON workflow_edges (parent_id)",
+    "CREATE INDEX edges_to ON workflow_edges (child_id)",
+    "CREATE TABLE probe (n INTEGER)",  # readiness writes here to see that writes go
+)
+MIGRATIONS = (*MIGRATIONS, ROWS_ARE_THE_TRUTH)
 VERSION = len(MIGRATIONS)
 
 

@@ -13,13 +13,22 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from goqueue.supervisor.enums import WorkflowStatus
+from goqueue.supervisor.enums import Status, WorkflowStatus
 from goqueue.supervisor.errors import BootError, DuplicateJob, StoreUnavailable
-from goqueue.supervisor.jobs import JobFilter, JobSpec, Lease, new_id, utcnow
+from goqueue.supervisor.jobs import (
+    DeadLetter,
+    Event,
+    Job,
+    JobFilter,
+    JobSpec,
+    Lease,
+    new_id,
+    utcnow,
+)
 from goqueue.supervisor.observe.summaries import DeadFilter
 from goqueue.supervisor.schedules.schedule import Fired
 from goqueue.supervisor.store.base import NewJob
-from goqueue.supervisor.store.sqlite.schema import VERSION
+from goqueue.supervisor.store.sqlite.schema import MIGRATIONS, VERSION
 from goqueue.supervisor.store.sqlite.store import SqliteStore
 from goqueue.supervisor.webhooks.delivery import Answer
 from goqueue.supervisor.workflows import NewStep, NewWorkflow
@@ -226,17 +235,48 @@ async def test_a_file_from_a_newer_goqueue_is_refused(path: str, clock: Clock) -
 async def test_a_file_of_the_first_schema_is_migrated_and_keeps_its_jobs(
     path: str, clock: Clock
 ) -> None:
-    store = await opened(path, clock)
-    job = (await store.enqueue(new())).job
-    await store.close()
-    with sqlite3.connect(path) as conn:  # back to version 1, as an older GoQueue left it
-        conn.execute("ALTER TABLE jobs DROP COLUMN parents")
-        conn.execute("ALTER TABLE dead_letters DROP COLUMN parents")
-        conn.execute("DROP TABLE workflows")
+    """A file as GoQueue 0.x left it (schema 1: a job's JSON and its trail in one row) is
+    brought up to date, and its jobs, dead letters and trails are found again."""
+    job = Job.from_spec(new().spec, now=clock.now(), max_retries=3)
+    job.seq = 7
+    failed = Job.from_spec(new("b").spec, now=clock.now(), max_retries=0)
+    failed.seq, failed.status, failed.last_error = 8, Status.FAILED, "boom"
+    failed.finished_at = clock.now()
+    letter = DeadLetter(
+        id=new_id(), job_id=failed.id, job=failed, errors=(), created_at=clock.now()
+    )
+    trail = msgspec.json.encode(
+        [Event(job_id=job.id, event="enqueued", at=clock.now(), node="n", attempt=0)]
+    )
+    with sqlite3.connect(path) as conn:
+        conn.isolation_level = None
+        for statement in MIGRATIONS[0]:
+            conn.execute(statement)
         conn.execute("PRAGMA user_version = 1")
+        insert = (
+            "INSERT INTO jobs (id, seq, status, finished_at, job, result, events)"
+            " VALUES (?, ?, ?, ?, ?, ?, ?)"
+        )
+        conn.execute(insert, (job.id, 7, "pending", None, msgspec.json.encode(job), None, trail))
+        done = failed.finished_at.isoformat()
+        conn.execute(
+            insert, (failed.id, 8, "failed", done, msgspec.json.encode(failed), None, b"[]")
+        )
+        conn.execute(
+            "INSERT INTO dead_letters (id, letter) VALUES (?, ?)",
+            (letter.id, msgspec.json.encode(letter)),
+        )
     again = await opened(path, clock)
     kept = await again.get(job.id)
-    assert kept is not None and kept.status == "pending"
+    assert kept is not None and kept.status == "pending" and kept.run_at == job.run_at
+    assert [e.event for e in await again.events(job.id)] == ["enqueued"]
+    assert (await again.stats()).counts["pending"] == 1
+    assert (await again.stats()).dead_letters == 1
+    dead = await again.get_dead(failed.id)
+    assert dead is not None and dead.id == letter.id
+    (lease,) = await again.claim(5, None, ALL)
+    assert lease.job.id == job.id
+    assert (await again.enqueue(new())).job.seq > 8  # the sequence goes on
     with sqlite3.connect(path) as conn:
         assert conn.execute("PRAGMA user_version").fetchone() == (VERSION,)
     await again.close()

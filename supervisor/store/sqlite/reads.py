@@ -1,0 +1,419 @@
+"""The SQLite store's reads, each a few indexed statements: due jobs for a claim, jobs
+and dead letters page by page, counts (from `job_counts` and `tallies`, kept by
+triggers), and the summaries the dashboard shows. None of them changes anything."""
+
+from __future__ import annotations
+
+import heapq
+import sqlite3
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+import msgspec
+from goqueue.supervisor.enums import Status, WorkflowStatus
+from goqueue.supervisor.jobs import (
+    OTHER_QUEUES,
+    STATUSES,
+    CancelFilter,
+    DeadLetter,
+    Job,
+    JobFilter,
+    Page,
+    QueueDepths,
+    QueueStats,
+    Stats,
+)
+from goqueue.supervisor.observe.summaries import (
+    DeadFilter,
+    QueueSummary,
+    TypeStats,
+    percentile,
+)
+from goqueue.supervisor.observe.summaries import (
+    type_stats as stats_by_type,
+)
+from goqueue.supervisor.steps import StepState, Workflow, WorkflowCounts, workflow_status
+from goqueue.supervisor.store.sqlite.rows import SELECT_ROW, Row, from_ts, letter_of
+from goqueue.supervisor.store.sqlite.rules import FLOW
+
+RUN_TIMES_SAMPLE = 10_000  # the latest finished jobs the Types page's percentiles come from
+_IDS = msgspec.json.Decoder(list[str] | None)
+
+
+def _marks(values: Iterable[Any]) -> str:
+    return ",".join("?" for _ in values)
+
+
+# -- claims ------------------------------------------------------------------------------
+
+
+def due(
+    conn: sqlite3.Connection,
+    now: float,
+    queues: frozenset[str] | None,
+    paused: set[str],
+    slots: Mapping[str, int],
+    limit: int,
+) -> list[str]:
+    """The ids of the best `limit` due jobs, at most `slots[type]` of each type, highest
+    priority first, then oldest `run_at`, then enqueue order: per type, one walk of the
+    `jobs_due` index, so a type at its limit never holds up another."""
+    where, params = "", []
+    if queues is not None:
+        where += f" AND queue IN ({_marks(queues)})"
+        params.extend(sorted(queues))
+    if paused:
+        where += f" AND queue NOT IN ({_marks(paused)})"
+        params.extend(sorted(paused))
+    found: list[tuple[int, float, int, str]] = []
+    for job_type, free in slots.items():
+        if free <= 0:
+            continue
+        found.extend(
+            (-priority, run_at, seq, job_id)
+            for priority, run_at, seq, job_id in conn.execute(
+                "SELECT priority, run_at, seq, id FROM jobs INDEXED BY jobs_due"
+                f" WHERE status = 'pending' AND type = ? AND run_at <= ?{where}"
+                " ORDER BY priority DESC, run_at, seq LIMIT ?",
+                (job_type, now, *params, min(free, limit)),
+            )
+        )
+    return [job_id for *_, job_id in heapq.nsmallest(limit, found)]
+
+
+def next_due(conn: sqlite3.Connection, now: float) -> float | None:
+    """When the earliest pending job not yet due becomes due."""
+    (at,) = conn.execute(
+        "SELECT min(run_at) FROM jobs WHERE status = 'pending' AND run_at > ?", (now,)
+    ).fetchone()
+    return None if at is None else float(at)
+
+
+# -- jobs --------------------------------------------------------------------------------
+
+
+def job(conn: sqlite3.Connection, job_id: str) -> Job | None:
+    """One job by id."""
+    found = conn.execute(SELECT_ROW + " WHERE id = ?", (job_id,)).fetchone()
+    return None if found is None else Row.read(found).job
+
+
+def jobs(conn: sqlite3.Connection, filters: JobFilter, limit: int, offset: int) -> Page:
+    """Jobs newest first; the total from the kept counts unless a parent is named."""
+    clauses, params = [], []
+    for column in ("type", "status", "queue", "parent_id"):
+        value = getattr(filters, column)
+        if value is not None:
+            clauses.append(f"{column} = ?")
+            params.append(value)
+    where = f"WHERE {' AND '.join(clauses)}" if clauses else ""
+    rows = conn.execute(
+        f"{SELECT_ROW} {where} ORDER BY seq DESC LIMIT ? OFFSET ?", (*params, limit, offset)
+    ).fetchall()
+    if filters.parent_id is not None:
+        (total,) = conn.execute(f"SELECT count(*) FROM jobs {where}", params).fetchone()
+    else:
+        (total,) = conn.execute(
+            f"SELECT coalesce(sum(n), 0) FROM job_counts {where}", params
+        ).fetchone()
+    return Page([Row.read(r).job for r in rows], int(total))
+
+
+def cancel_filter(filters: CancelFilter) -> tuple[str, tuple[Any, ...]]:
+    """A bulk cancel's filters as a WHERE clause over unfinished jobs."""
+    clauses = ["status IN ('pending', 'claimed', 'running', 'waiting')"]
+    params: list[Any] = []
+    if filters.queue is not None:
+        clauses.append("queue = ?")
+        params.append(filters.queue)
+    if filters.type is not None:
+        clauses.append("type = ?")
+        params.append(filters.type)
+    if filters.created_before is not None:
+        clauses.append("created_at < ?")
+        params.append(filters.created_before.timestamp())
+    return "WHERE " + " AND ".join(clauses), tuple(params)
+
+
+def count_jobs(
+    conn: sqlite3.Connection, where: str, params: tuple[Any, ...], statuses: Iterable[Status]
+) -> int:
+    """How many jobs `where` selects among `statuses`."""
+    chosen = tuple(statuses)
+    if not chosen:
+        return 0
+    (n,) = conn.execute(
+        f"SELECT count(*) FROM jobs {where} AND status IN ({_marks(chosen)})", (*params, *chosen)
+    ).fetchone()
+    return int(n)
+
+
+# -- counts ------------------------------------------------------------------------------
+
+
+def _dead_count(conn: sqlite3.Connection) -> int:
+    (n,) = conn.execute("SELECT n FROM tallies WHERE name = 'dead'").fetchone()
+    return int(n)
+
+
+def _depths(conn: sqlite3.Connection, queue: str | None = None) -> dict[str, dict[str, int]]:
+    """Pending jobs by queue, then priority (highest first), of queues holding any."""
+    where, params = ("AND queue = ?", (queue,)) if queue is not None else ("", ())
+    out: dict[str, dict[str, int]] = {}
+    for name, priority, n in conn.execute(
+        "SELECT queue, priority, sum(n) FROM job_counts WHERE status = 'pending'"
+        f" {where} GROUP BY queue, priority HAVING sum(n) > 0 ORDER BY queue, priority DESC",
+        params,
+    ):
+        out.setdefault(name, {})[str(priority)] = int(n)
+    return out
+
+
+def stats(conn: sqlite3.Connection) -> Stats:
+    """Counts by status and pending depth by queue and priority."""
+    counts = dict.fromkeys(STATUSES, 0)
+    for status, n in conn.execute("SELECT status, sum(n) FROM job_counts GROUP BY status"):
+        counts[Status(status)] = int(n)
+    return Stats({str(k): v for k, v in counts.items()}, _depths(conn), _dead_count(conn))
+
+
+def queue_stats(conn: sqlite3.Connection, queue: str) -> QueueStats:
+    """One queue's counts by status and depth by priority."""
+    counts: dict[str, int] = {str(s): 0 for s in STATUSES}
+    for status, n in conn.execute(
+        "SELECT status, sum(n) FROM job_counts WHERE queue = ? GROUP BY status", (queue,)
+    ):
+        counts[status] = int(n)
+    depth = _depths(conn, queue).get(queue, {})
+    paused = conn.execute("SELECT 1 FROM paused_queues WHERE queue = ?", (queue,)).fetchone()
+    return QueueStats(queue, counts, depth, paused is not None)
+
+
+def _oldest_due(conn: sqlite3.Connection, queue: str, now: float) -> float | None:
+    """The `run_at` of the longest-waiting due job of `queue`."""
+    (at,) = conn.execute(
+        "SELECT min(run_at) FROM jobs WHERE status = 'pending' AND queue = ? AND run_at <= ?",
+        (queue, now),
+    ).fetchone()
+    return None if at is None else float(at)
+
+
+def queue_depths(conn: sqlite3.Connection, top: int, now: float) -> QueueDepths:
+    """The `top` deepest queues by priority, all the others summed by priority, and the
+    longest wait of a due job in each (in all the others together)."""
+    depths = _depths(conn)
+    totals = {q: sum(d.values()) for q, d in depths.items()}
+    deepest = heapq.nsmallest(top, totals.items(), key=lambda item: (-item[1], item[0]))
+    chosen = {q: depths[q] for q, _ in deepest}
+    other: dict[str, int] = {}
+    for queue, depth in depths.items():
+        if queue not in chosen:
+            for priority, n in depth.items():
+                other[priority] = other.get(priority, 0) + n
+    waiting = {}
+    for queue in chosen:
+        at = _oldest_due(conn, queue, now)
+        waiting[queue] = 0.0 if at is None else now - at
+    if len(totals) > len(chosen):
+        (at,) = conn.execute(
+            "SELECT min(run_at) FROM jobs WHERE status = 'pending' AND run_at <= ?"
+            f" AND queue NOT IN ({_marks(chosen)})",
+            (now, *chosen),
+        ).fetchone()
+        waiting[OTHER_QUEUES] = 0.0 if at is None else now - float(at)
+    rest = {p: n for p, n in sorted(other.items(), key=lambda item: int(item[0])) if n}
+    pending = sum(totals.values())
+    return QueueDepths(chosen, rest, len(totals), pending, waiting, _dead_count(conn))
+
+
+def queue_names(conn: sqlite3.Connection, limit: int) -> frozenset[str]:
+    """Queues holding pending jobs, and paused queues (at most `limit`)."""
+    rows = conn.execute(
+        "SELECT queue FROM job_counts WHERE status = 'pending' GROUP BY queue HAVING sum(n) > 0"
+        " UNION SELECT queue FROM paused_queues LIMIT ?",
+        (limit,),
+    )
+    return frozenset(q for (q,) in rows)
+
+
+def queue_summaries(conn: sqlite3.Connection, now: float) -> list[QueueSummary]:
+    """Every queue with pending, claimed or running jobs, and every paused one."""
+    depths = _depths(conn)
+    running = {
+        q: int(n)
+        for q, n in conn.execute(
+            "SELECT queue, sum(n) FROM job_counts WHERE status IN ('running', 'claimed')"
+            " GROUP BY queue HAVING sum(n) > 0"
+        )
+    }
+    scheduled = {
+        q: int(n)
+        for q, n in conn.execute(
+            "SELECT queue, count(*) FROM jobs WHERE status = 'pending' AND run_at > ?"
+            " GROUP BY queue",
+            (now,),
+        )
+    }
+    paused = {q for (q,) in conn.execute("SELECT queue FROM paused_queues")}
+    summaries = []
+    for name in sorted(set(depths) | set(running) | paused):
+        depth = depths.get(name, {})
+        oldest = _oldest_due(conn, name, now) if depth else None
+        summaries.append(
+            QueueSummary(
+                name=name,
+                pending=sum(depth.values()),
+                scheduled=scheduled.get(name, 0),
+                running=running.get(name, 0),
+                depth_by_priority=depth,
+                oldest_due_at=from_ts(oldest),
+                waiting_seconds=None if oldest is None else max(0.0, now - oldest),
+                paused=name in paused,
+            )
+        )
+    return summaries
+
+
+def type_stats(conn: sqlite3.Connection) -> list[TypeStats]:
+    """Counts by status of every type kept, and the p50/p95 run time of the latest
+    `RUN_TIMES_SAMPLE` finished jobs (done or failed), by type."""
+    counts: dict[str, dict[str, int]] = {}
+    for name, status, n in conn.execute(
+        "SELECT type, status, sum(n) FROM job_counts GROUP BY type, status HAVING sum(n) > 0"
+    ):
+        counts.setdefault(name, {})[status] = int(n)
+    runs: dict[str, list[float]] = {}
+    for name, seconds in conn.execute(
+        "SELECT type, finished_at - started_at FROM jobs INDEXED BY jobs_finished"
+        " WHERE finished_at IS NOT NULL AND status IN ('done', 'failed')"
+        " AND started_at IS NOT NULL ORDER BY finished_at DESC LIMIT ?",
+        (RUN_TIMES_SAMPLE,),
+    ):
+        runs.setdefault(name, []).append(float(seconds))
+    quantiles = {}
+    for name, values in runs.items():
+        values.sort()
+        quantiles[name] = (percentile(values, 0.5), percentile(values, 0.95))
+    return stats_by_type(counts, quantiles)
+
+
+# -- dead letters ------------------------------------------------------------------------
+
+
+def _dead_filter(filters: DeadFilter | None) -> tuple[str, list[Any]]:
+    clauses: list[str] = []
+    params: list[Any] = []
+    if filters is not None:
+        for column in ("type", "queue", "job_id"):
+            value = getattr(filters, column)
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                params.append(value)
+        if filters.before is not None:
+            clauses.append("created_at < ?")
+            params.append(filters.before.timestamp())
+        if filters.after is not None:
+            clauses.append("created_at > ?")
+            params.append(filters.after.timestamp())
+        if filters.error is not None:
+            clauses.append("goqueue_contains(last_error, ?)")
+            params.append(filters.error.casefold())
+    return ("WHERE " + " AND ".join(clauses)) if clauses else "", params
+
+
+def contains(text: str | None, needle: str) -> bool:
+    """The dead-letter error filter: a case-insensitive substring (as Python folds case)."""
+    return needle in (text or "").casefold()
+
+
+def letters(conn: sqlite3.Connection, filters: DeadFilter | None, limit: int, offset: int) -> Page:
+    """Dead letters newest first (those passing `filters`)."""
+    where, params = _dead_filter(filters)
+    rows = conn.execute(
+        f"SELECT letter, parents FROM dead_letters {where} ORDER BY seq DESC LIMIT ? OFFSET ?",
+        (*params, limit, offset),
+    ).fetchall()
+    if where:
+        (total,) = conn.execute(f"SELECT count(*) FROM dead_letters {where}", params).fetchone()
+    else:
+        total = _dead_count(conn)
+    return Page([letter_of(letter, parents) for letter, parents in rows], int(total))
+
+
+def oldest_letters(
+    conn: sqlite3.Connection, filters: DeadFilter, limit: int
+) -> tuple[list[DeadLetter], int]:
+    """Up to `limit` letters passing `filters`, oldest first, and how many more pass."""
+    where, params = _dead_filter(filters)
+    rows = conn.execute(
+        f"SELECT letter, parents FROM dead_letters {where} ORDER BY seq LIMIT ?",
+        (*params, limit),
+    ).fetchall()
+    (total,) = conn.execute(f"SELECT count(*) FROM dead_letters {where}", params).fetchone()
+    return [letter_of(letter, parents) for letter, parents in rows], max(0, int(total) - limit)
+
+
+# -- workflows ---------------------------------------------------------------------------
+
+
+def workflow(conn: sqlite3.Connection, workflow_id: str) -> Workflow | None:
+    """One workflow with its steps' live statuses (a pruned step was done)."""
+    found = conn.execute("SELECT record FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
+    if found is None:
+        return None
+    flow = FLOW.decode(found[0])
+    live = {
+        job_id: (status, _IDS.decode(parents) if parents else None)
+        for job_id, status, parents in conn.execute(
+            "SELECT id, status, json_extract(CAST(job AS TEXT), '$.parent_ids') FROM jobs"
+            " WHERE workflow_id = ?",
+            (workflow_id,),
+        )
+    }
+    keys = {job_id: key for key, job_id in flow.steps.items()}
+    steps = []
+    for key, job_id in flow.steps.items():
+        status, parent_ids = live.get(job_id, (Status.DONE, None))
+        after = [keys[p] for p in (parent_ids or ()) if p in keys]
+        steps.append(StepState(key, job_id, Status(status), after))
+    return Workflow(
+        id=flow.id,
+        name=flow.name,
+        status=workflow_status(flow.cancelled, (s.status for s in steps)),
+        created_at=flow.created_at,
+        steps=steps,
+    )
+
+
+def workflows(
+    conn: sqlite3.Connection, status: WorkflowStatus | None, limit: int, offset: int
+) -> Page:
+    """Workflows newest first, of `status` if given."""
+    if status is None:
+        ids = conn.execute(
+            "SELECT id FROM workflows ORDER BY seq DESC LIMIT ? OFFSET ?", (limit, offset)
+        ).fetchall()
+        (total,) = conn.execute("SELECT count(*) FROM workflows").fetchone()
+        found = [w for (i,) in ids if (w := workflow(conn, i)) is not None]
+        return Page(found, int(total))
+    every = conn.execute("SELECT id FROM workflows ORDER BY seq DESC").fetchall()
+    matching = [w for (i,) in every if (w := workflow(conn, i)) and w.status == status]
+    return Page(matching[offset : offset + limit], len(matching))
+
+
+def workflow_counts(conn: sqlite3.Connection) -> WorkflowCounts:
+    """Workflows by status (one pass over the steps kept), and steps waiting."""
+    statuses: dict[str, list[Status]] = {}
+    for workflow_id, status, n in conn.execute(
+        "SELECT workflow_id, status, count(*) FROM jobs WHERE workflow_id IS NOT NULL"
+        " GROUP BY workflow_id, status"
+    ):
+        statuses.setdefault(workflow_id, []).extend([Status(status)] * min(int(n), 1))
+    by_status = dict.fromkeys(WorkflowStatus, 0)
+    for workflow_id, record in conn.execute("SELECT id, record FROM workflows"):
+        cancelled = FLOW.decode(record).cancelled
+        by_status[workflow_status(cancelled, statuses.get(workflow_id, [Status.DONE]))] += 1
+    (waiting,) = conn.execute(
+        "SELECT coalesce(sum(n), 0) FROM job_counts WHERE status = 'waiting'"
+    ).fetchone()
+    return WorkflowCounts({str(k): n for k, n in by_status.items()}, int(waiting))

@@ -1,0 +1,420 @@
+"""The SQLite store's rules, applied to rows inside one transaction (`Tx`): inserting a
+job, leasing and starting it, its statuses, dead letters, chained jobs, and the release
+and cancellation of workflow steps.
+
+The rules are the memory store's, written over rows: a `Tx` loads the rows a call
+touches (each once: a second load returns the same `Row`), changes them, and writes
+each one back with `save`. One `Tx` is one call, run in a savepoint of the turn's
+transaction (`database.py`), so a call that raises changes nothing."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import msgspec
+from goqueue.supervisor.enums import TERMINAL, EventKind, Status
+from goqueue.supervisor.errors import UNIQUE_HELD, DuplicateJob, IdempotencyMismatch, StoreFull
+from goqueue.supervisor.jobs import (
+    DEFAULT_MAX_RETRIES,
+    AttemptError,
+    DeadLetter,
+    Enqueued,
+    Job,
+    JobSpec,
+    new_id,
+)
+from goqueue.supervisor.steps import dependent_error
+from goqueue.supervisor.store.base import NewJob
+from goqueue.supervisor.store.memory.flows import RESULTS, FlowRecord
+from goqueue.supervisor.store.sqlite.rows import (
+    INSERT,
+    INSERT_LETTER,
+    SELECT_ROW,
+    UPDATE,
+    Row,
+    encode,
+    letter_row,
+)
+from goqueue.supervisor.webhooks.delivery import event_of, job_body
+
+DEDUPE, IDEMPOTENCY = "dedupe", "idempotency"
+LIVE = (Status.PENDING, Status.CLAIMED, Status.RUNNING, Status.WAITING)
+_LIVE_SQL = "('pending', 'claimed', 'running', 'waiting')"
+FLOW = msgspec.json.Decoder(FlowRecord)
+NULL = msgspec.Raw(b"null")
+INSERT_DELIVERY = (
+    "INSERT OR IGNORE INTO webhook_deliveries"
+    " (id, job_id, event, url, body, created_at, next_attempt_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class Context:
+    """What a transaction needs of its store (constant while the store is open)."""
+
+    node_id: str
+    lease_seconds: float
+    max_pending: int | None
+    idempotency_ttl: float
+    max_events_per_job: int
+    limits: Mapping[str, int | None]  # this node's declared types and their limits
+    next_seq: Callable[[], int]
+    wake: Callable[[], None]
+
+
+class Tx:
+    """One call's work on the rows, at one instant (`now`)."""
+
+    def __init__(self, ctx: Context, conn: sqlite3.Connection, now: datetime) -> None:
+        self.ctx = ctx
+        self.conn = conn
+        self.now = now
+        self.ts = now.timestamp()
+        self._rows: dict[str, Row] = {}
+
+    # -- rows ------------------------------------------------------------------------
+
+    def load(self, job_id: str) -> Row | None:
+        """The row of `job_id` (the same `Row` for every load in this call)."""
+        row = self._rows.get(job_id)
+        if row is None:
+            found = self.conn.execute(SELECT_ROW + " WHERE id = ?", (job_id,)).fetchone()
+            if found is None:
+                return None
+            row = self._rows[job_id] = Row.read(found)
+        return row
+
+    def load_where(self, where: str, params: tuple[Any, ...] = ()) -> list[Row]:
+        """The rows `where` selects, in its order."""
+        out = []
+        for found in self.conn.execute(f"{SELECT_ROW} {where}", params):
+            row = Row.read(found)
+            out.append(self._rows.setdefault(row.job.id, row))
+        return out
+
+    def save(self, row: Row) -> None:
+        """Write `row` back (its new events appended to its trail)."""
+        self.conn.execute(UPDATE, row.update())
+
+    def event(
+        self, row: Row, kind: EventKind, detail: str | None = None, tb: str | None = None
+    ) -> None:
+        """Add an event to `row`'s trail, written with its next `save`."""
+        row.event(kind, self.now, self.ctx.node_id, detail, tb, self.ctx.max_events_per_job)
+
+    def paused(self) -> set[str]:
+        """The queues dispatch skips."""
+        return {q for (q,) in self.conn.execute("SELECT queue FROM paused_queues")}
+
+    def pending_count(self) -> int:
+        """Pending jobs in every queue."""
+        (n,) = self.conn.execute(
+            "SELECT coalesce(sum(n), 0) FROM job_counts WHERE status = 'pending'"
+        ).fetchone()
+        return int(n)
+
+    def check_room(self, adding: int = 1) -> None:
+        """Raise StoreFull when `--max-pending` is set and `adding` more would pass it."""
+        limit = self.ctx.max_pending
+        if limit is not None and self.pending_count() + adding > limit:
+            raise StoreFull(f"the queue is full ({limit} pending jobs)")
+
+    # -- enqueue ---------------------------------------------------------------------
+
+    def enqueue(self, new: NewJob, detail: str | None = None) -> Enqueued:
+        """Store one job after the idempotency, dedupe and unique key checks."""
+        ts = self.ts
+        if new.idempotency_key is not None:
+            seen = self._key(IDEMPOTENCY, new.idempotency_key)
+            if seen is not None:
+                if seen[1] != (new.request_hash or ""):
+                    raise IdempotencyMismatch(seen[0])
+                row = self.load(seen[0])
+                if row is not None:
+                    return Enqueued(row.job, created=False)
+        spec = new.spec
+        if spec.dedupe_key is not None and spec.dedupe_window_seconds:
+            held = self._key(DEDUPE, spec.dedupe_key)
+            if held is not None:
+                raise DuplicateJob(held[0])
+        if spec.unique_key is not None:
+            holder = self.unique_holder(spec.unique_key)
+            if holder is not None:
+                raise DuplicateJob(holder, UNIQUE_HELD)
+        self.check_room()
+        row = self.insert(
+            spec,
+            new.max_retries,
+            new.parent_id,
+            start=new.start is not None,
+            trace=new.trace_context,
+            detail=detail,
+        )
+        job_id = row.job.id
+        keys = []
+        if spec.dedupe_key is not None and spec.dedupe_window_seconds:
+            keys.append((DEDUPE, spec.dedupe_key, job_id, "", ts + spec.dedupe_window_seconds))
+        if new.idempotency_key is not None:
+            expires = ts + self.ctx.idempotency_ttl
+            keys.append((IDEMPOTENCY, new.idempotency_key, job_id, new.request_hash or "", expires))
+        if keys:
+            self.conn.executemany("INSERT OR REPLACE INTO job_keys VALUES (?, ?, ?, ?, ?)", keys)
+        lease = row.lease() if row.job.status == Status.RUNNING else None
+        return Enqueued(row.job, created=True, lease=lease)
+
+    def _key(self, kind: str, key: str) -> tuple[str, str] | None:
+        """(job id, request hash) of a key not expired."""
+        found = self.conn.execute(
+            "SELECT job_id, request_hash FROM job_keys WHERE kind = ? AND key = ? AND expires > ?",
+            (kind, key, self.ts),
+        ).fetchone()
+        return None if found is None else (found[0], found[1])
+
+    def unique_holder(self, key: str, besides: str = "") -> str | None:
+        """The unfinished job holding unique key `key` (other than `besides`)."""
+        found = self.conn.execute(
+            f"SELECT id FROM jobs WHERE unique_key = ? AND status IN {_LIVE_SQL} AND id != ?",
+            (key, besides),
+        ).fetchone()
+        return None if found is None else str(found[0])
+
+    def insert(
+        self,
+        spec: JobSpec,
+        max_retries: int,
+        parent_id: str | None,
+        *,
+        start: bool = False,
+        trace: dict[str, str] | None = None,
+        detail: str | None = None,
+        prepare: Callable[[Row], None] | None = None,
+    ) -> Row:
+        """Store a new job, pending; or (`start`) running for this node, when it is due
+        now, its queue is not paused and its type has no limit (a worker waits for it: no
+        claim is woken). `prepare` sets what else the row holds before it is written."""
+        job = Job.from_spec(spec, now=self.now, max_retries=max_retries, parent_id=parent_id)
+        job.seq = self.ctx.next_seq()
+        job.trace_context = trace
+        row = self._rows[job.id] = Row(job)
+        self.event(row, EventKind.ENQUEUED, detail)
+        if prepare is not None:
+            prepare(row)
+        if job.status == Status.PENDING:  # not a waiting workflow step
+            if (
+                start
+                and job.run_at <= self.now
+                and self.ctx.limits.get(job.type) is None
+                and job.queue not in self.paused()
+            ):
+                self.lease(row, started=True)
+            else:
+                self.ctx.wake()
+        self.conn.execute(INSERT, row.insert())
+        return row
+
+    def follow_up(self, spec: JobSpec | None, parent: Job) -> list[Job]:
+        """Chain a template (past `--max-pending`: its parent already had its place)."""
+        if spec is None:
+            return []
+        retries = spec.max_retries if spec.max_retries is not None else DEFAULT_MAX_RETRIES
+        child = self.insert(spec, retries, parent.id, trace=parent.trace_context)
+        return [child.job]
+
+    # -- leases and statuses ---------------------------------------------------------
+
+    def lease(self, row: Row, started: bool) -> None:
+        """Lease `row` to this node: its attempt started, or only claimed."""
+        row.lease_token = new_id()
+        row.lease_owner = self.ctx.node_id
+        row.lease_expires = self.ts + self.ctx.lease_seconds
+        if started:
+            self.begin(row)
+        else:
+            self.set_status(row, Status.CLAIMED)
+            row.job.started_at = None
+
+    def begin(self, row: Row) -> None:
+        """The attempt starts: it is charged, and the job is running."""
+        job = row.job
+        self.set_status(row, Status.RUNNING)
+        job.attempts += 1
+        job.started_at = self.now
+        self.event(row, EventKind.STARTED)
+
+    def set_status(self, row: Row, status: Status) -> None:
+        """Move the job to `status`; a terminal one owes its webhook, written with it."""
+        job = row.job
+        job.status = status
+        job.updated_at = self.now
+        if status in TERMINAL and job.webhook_url is not None:
+            event = event_of(job)
+            if event is not None:
+                self.conn.execute(
+                    INSERT_DELIVERY,
+                    (new_id(), job.id, event, job.webhook_url, job_body(job), self.ts, self.ts),
+                )
+
+    def make_pending(self, row: Row) -> None:
+        """Pending again (claimable once due); the dispatcher hears of it."""
+        self.set_status(row, Status.PENDING)
+        self.ctx.wake()
+
+    def record_error(self, row: Row, error: str, traceback: str | None) -> None:
+        """Keep an attempt's error with the job."""
+        job = row.job
+        failed = AttemptError(attempt=job.attempts, error=error, at=self.now, traceback=traceback)
+        job.errors = (*job.errors, failed)
+        job.last_error = error
+
+    def retry_in(self, row: Row, seconds: float) -> None:
+        """Pending again, due `seconds` from now."""
+        row.job.run_at = self.now + timedelta(seconds=seconds)
+        self.make_pending(row)
+
+    def dead_letter(self, row: Row) -> DeadLetter:
+        """Retries exhausted: failed, archived as a dead letter, dependents cancelled."""
+        job = row.job
+        job.finished_at = self.now
+        self.set_status(row, Status.FAILED)
+        dead = DeadLetter(
+            id=new_id(),
+            job_id=job.id,
+            job=msgspec.structs.replace(job),
+            errors=job.errors,
+            created_at=self.now,
+        )
+        self.conn.execute(INSERT_LETTER, letter_row(dead))
+        self.event(row, EventKind.DEAD_LETTERED, dead.id)
+        self.save(row)
+        self.cancel_dependents(row)
+        return dead
+
+    def cancel(self, row: Row, detail: str | None = None, error: str | None = None) -> str | None:
+        """Cancel an unfinished job; the token of the lease it had, if any."""
+        token = row.lease_token
+        row.drop_lease()
+        row.waiting_on = None
+        job = row.job
+        job.finished_at = self.now
+        if error is not None:
+            job.last_error = error
+        self.set_status(row, Status.CANCELLED)
+        self.event(row, EventKind.CANCELLED, detail)
+        self.save(row)
+        self.cancel_dependents(row)
+        return token
+
+    # -- workflows -------------------------------------------------------------------
+
+    def children(self, job_id: str) -> list[str]:
+        """The steps waiting for `job_id`, in creation order."""
+        return [
+            c
+            for (c,) in self.conn.execute(
+                "SELECT child_id FROM workflow_edges WHERE parent_id = ? ORDER BY rowid", (job_id,)
+            )
+        ]
+
+    def descendants(self, job_id: str) -> list[str]:
+        """Every step depending on `job_id`, directly or not, parents before children."""
+        seen: dict[str, None] = {}
+        frontier = self.children(job_id)
+        while frontier:
+            child = frontier.pop(0)
+            if child not in seen:
+                seen[child] = None
+                frontier.extend(self.children(child))
+        return list(seen)
+
+    def release_children(self, parent: Row) -> list[Job]:
+        """A step is done: hand its result to its waiting children, and make pending
+        those whose last parent it was."""
+        job = parent.job
+        if job.workflow_id is None or job.step_key is None:
+            return []
+        result = job.result if job.result is not None else NULL
+        released: list[Job] = []
+        for child_id in self.children(job.id):
+            row = self.load(child_id)
+            if row is None or row.job.status != Status.WAITING:
+                continue
+            results = RESULTS.decode(row.job.parents or b"{}")
+            results[job.step_key] = result
+            row.job.parents = msgspec.Raw(encode(results))
+            row.waiting_on = (row.waiting_on or 1) - 1
+            if row.waiting_on == 0:
+                row.waiting_on = None
+                row.job.run_at = max(row.job.run_at, self.now)
+                self.make_pending(row)
+                released.append(row.job)
+            self.save(row)
+        return released
+
+    def cancel_dependents(self, failed: Row) -> None:
+        """A step failed for good: cancel every step waiting on it, naming it."""
+        job = failed.job
+        if job.workflow_id is None or job.step_key is None:
+            return
+        error = dependent_error(job.step_key)
+        for job_id in self.descendants(job.id):
+            row = self.load(job_id)
+            if row is not None and row.job.status == Status.WAITING:
+                self.cancel(row, error, error)
+
+    def flow(self, workflow_id: str) -> FlowRecord | None:
+        """A workflow's record."""
+        found = self.conn.execute(
+            "SELECT record FROM workflows WHERE id = ?", (workflow_id,)
+        ).fetchone()
+        return None if found is None else FLOW.decode(found[0])
+
+    def save_flow(self, flow: FlowRecord) -> None:
+        """Write a workflow's record back."""
+        self.conn.execute("UPDATE workflows SET record = ? WHERE id = ?", (encode(flow), flow.id))
+
+    def resume(self, old: Job, fresh: Row) -> None:
+        """A dead-lettered step was replayed as `fresh`: it takes the old job's place,
+        and the steps its failure cancelled wait again (for their parents not done)."""
+        flow = None if old.workflow_id is None else self.flow(old.workflow_id)
+        if flow is None or old.step_key is None or flow.cancelled:
+            return
+        new = fresh.job
+        new.workflow_id, new.step_key = old.workflow_id, old.step_key
+        new.parent_ids, new.parents = old.parent_ids, old.parents
+        self.save(fresh)
+        if new.id != old.id:
+            flow.steps[old.step_key] = new.id
+            self.save_flow(flow)
+            for column in ("parent_id", "child_id"):
+                self.conn.execute(
+                    f"UPDATE workflow_edges SET {column} = ? WHERE {column} = ?", (new.id, old.id)
+                )
+            for child_id in self.children(new.id):
+                child = self.load(child_id)
+                if child is not None and child.job.parent_ids is not None:
+                    ids = child.job.parent_ids
+                    child.job.parent_ids = [new.id if p == old.id else p for p in ids]
+                    self.save(child)
+        for job_id in self.descendants(new.id):
+            self._wait_again(job_id, new.id)
+
+    def _wait_again(self, job_id: str, replayed: str) -> None:
+        row = self.load(job_id)
+        if row is None or row.job.status != Status.CANCELLED or row.job.parent_ids is None:
+            return
+        parents = [self.load(p) for p in row.job.parent_ids]
+        done = [p.job for p in parents if p is not None and p.job.status == Status.DONE]
+        if len(done) == len(row.job.parent_ids):  # cannot be while a parent is replayed
+            return
+        row.waiting_on = len(row.job.parent_ids) - len(done)
+        results = {p.step_key or "": p.result or NULL for p in done}
+        job = row.job
+        job.parents = msgspec.Raw(encode(results))
+        job.finished_at, job.last_error = None, None
+        self.set_status(row, Status.WAITING)
+        self.event(row, EventKind.REPLAYED, f"waits again for {replayed}")
+        self.save(row)
