@@ -44,7 +44,10 @@ log = logging.getLogger("goqueue.store.sqlite")
 
 
 WAL_CHECKPOINT_BYTES = 8 << 20  # a checkpoint once the WAL passes this
-WAL_KEEP_BYTES = 16 << 20  # `journal_size_limit`: what a WAL truncated back keeps at most
+# `journal_size_limit`: the WAL starting over is truncated to this. Below the threshold,
+# so that the file's size tells how far the WAL has grown since (frames are written from
+# its start again, and the file grows only past its end).
+WAL_KEEP_BYTES = 4 << 20
 CACHE_KIB = 16_384  # the page cache: bounded, whatever the file holds
 
 

@@ -293,8 +293,16 @@ class Tx:
         self.cancel_dependents(row)
         return dead
 
-    def cancel(self, row: Row, detail: str | None = None, error: str | None = None) -> str | None:
-        """Cancel an unfinished job; the token of the lease it had, if any."""
+    def cancel(
+        self,
+        row: Row,
+        detail: str | None = None,
+        error: str | None = None,
+        *,
+        dependents: bool = True,
+    ) -> str | None:
+        """Cancel an unfinished job (and, with `dependents`, the steps waiting on it);
+        the token of the lease it had, if any."""
         token = row.lease_token
         row.drop_lease()
         row.waiting_on = None
@@ -305,7 +313,8 @@ class Tx:
         self.set_status(row, Status.CANCELLED)
         self.event(row, EventKind.CANCELLED, detail)
         self.save(row)
-        self.cancel_dependents(row)
+        if dependents:
+            self.cancel_dependents(row)
         return token
 
     # -- workflows -------------------------------------------------------------------
@@ -355,7 +364,8 @@ class Tx:
         return released
 
     def cancel_dependents(self, failed: Row) -> None:
-        """A step failed for good: cancel every step waiting on it, naming it."""
+        """A step failed for good: cancel every step waiting on it, directly or not,
+        each naming it."""
         job = failed.job
         if job.workflow_id is None or job.step_key is None:
             return
@@ -363,7 +373,7 @@ class Tx:
         for job_id in self.descendants(job.id):
             row = self.load(job_id)
             if row is not None and row.job.status == Status.WAITING:
-                self.cancel(row, error, error)
+                self.cancel(row, error, error, dependents=False)
 
     def flow(self, workflow_id: str) -> FlowRecord | None:
         """A workflow's record."""

@@ -173,7 +173,10 @@ def test_plain_database_url_works_and_loses_to_the_goqueue_spelling(
 
 def test_migrate_creates_then_finds_up_to_date_a_sqlite_file(migrate: Run, tmp_path: Path) -> None:
     first = migrate("--database-url", "sqlite:///jobs.db")
-    assert (first.returncode, first.stdout) == (0, "SQLite file jobs.db: applied migrations 1, 2\n")
+    assert (first.returncode, first.stdout) == (
+        0,
+        "SQLite file jobs.db: applied migrations 1, 2, 3\n",
+    )
     assert (tmp_path / "jobs.db").exists()
     again = migrate("--database-url", "sqlite:///jobs.db")
     assert (again.returncode, again.stdout) == (0, "SQLite file jobs.db is up to date\n")
