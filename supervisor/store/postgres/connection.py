@@ -262,6 +262,7 @@ class Connections:
 
     @staticmethod
     async def _rows(conn: Conn, query: str, params: Mapping[str, object]) -> list[Row]:
+        """Run one statement on `conn`; its rows (if any)."""
         cur = await conn.execute(query, params)
         result = cur.pgresult  # not `description`: it builds a Column per column
         return await cur.fetchall() if result is not None and result.nfields else []

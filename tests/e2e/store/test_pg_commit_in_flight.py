@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import os
 import signal
 import uuid
@@ -158,5 +159,25 @@ def test_an_autocommitted_write_sent_and_never_answered_is_outcome_unknown(
                     frozen.freeze(pid)
                     await conn.execute("SELECT 1")
             await thawed_and_gone(pid, pg_cluster)
+
+    asyncio.run(body())
+
+
+def test_a_connection_lost_while_its_commit_is_in_flight_is_outcome_unknown(
+    pg_cluster: PgCluster,
+) -> None:
+    """The backend is killed once the COMMIT was sent: the connection ends without an
+    answer (no SQLSTATE), which is not "nothing stored". (The cluster restarts after a
+    backend is killed; nothing else here needs it.)"""
+
+    async def body() -> None:
+        async with connections(pg_cluster) as db, freezer() as frozen:
+            with pytest.raises(OutcomeUnknown, match="connection lost during a commit"):
+                async with db.connection() as conn, db.transaction(conn):
+                    await conn.execute("INSERT INTO t VALUES (3)")
+                    frozen.freeze(conn.info.backend_pid)
+                    # runs at the commit's first wait for its answer, the COMMIT sent
+                    kill = functools.partial(os.kill, conn.info.backend_pid, signal.SIGKILL)
+                    asyncio.get_running_loop().call_soon(kill)
 
     asyncio.run(body())
