@@ -34,7 +34,9 @@ T = TypeVar("T")
 
 
 DEFAULT_URL = "http://127.0.0.1:8080"
-DEFAULT_TIMEOUT = 10.0
+# longer than a node waits on its store (10 s), so the client hears the node's 503 or
+# 504 instead of giving up first, not knowing which
+DEFAULT_TIMEOUT = 15.0
 URL_ENV = "GOQUEUE_URL"
 KEY_ENVS = ("GOQUEUE_API_KEY", "API_KEY")  # as the node reads its key
 API_KEY_HEADER = "X-API-Key"
