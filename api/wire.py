@@ -211,7 +211,7 @@ class BatchEnvelope(msgspec.Struct, forbid_unknown_fields=True):
 class BatchItem(msgspec.Struct):
     """One job's answer in a batch: `status` 201 with `job`, or an error status with
     `error` and `details` (400 naming the field as `jobs[i].…`, 409 with `existing_id`,
-    429 too many queues, 503)."""
+    429 too many queues, 503, 504 when its outcome is unknown)."""
 
     status: int
     job: JobOut | UnsetType = UNSET

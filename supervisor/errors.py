@@ -47,6 +47,13 @@ class StoreUnavailable(StoreError):
     """The store cannot be reached right now (database down); retry later."""
 
 
+class OutcomeUnknown(StoreError):
+    """A write was sent but its answer never came (a timeout, a connection lost while its
+    commit was in flight): it may or may not have been stored. Unlike StoreUnavailable,
+    it does not mean nothing was stored, so only a retry with the same Idempotency-Key
+    is safe."""
+
+
 class StoreMisconfigured(ConfigError):
     """The store's settings are wrong, which no restart of the database would cure (a
     database that does not exist, credentials refused, no permission on the schema): the

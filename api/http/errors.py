@@ -19,6 +19,7 @@ from goqueue.supervisor.errors import (
     InvalidState,
     InvalidWorkflow,
     NotFound,
+    OutcomeUnknown,
     StoreFull,
     StoreUnavailable,
     UnknownJobType,
@@ -33,6 +34,12 @@ STORE_TIMEOUT = 10.0
 RETRY_AFTER_FULL = "1"
 RETRY_AFTER_UNAVAILABLE = "5"
 STORE_UNAVAILABLE = "the store is unavailable; retry later"
+# POST /jobs and POST /workflows take an Idempotency-Key; the other writes are checked by
+# reading the job, queue, schedule or dead letter before repeating them
+OUTCOME_UNKNOWN = (
+    "the outcome is unknown: the request may have been stored; retry with the same "
+    "Idempotency-Key to find out (or, for a write that takes none, read the state first)"
+)
 
 
 class ApiError(Exception):
@@ -116,13 +123,20 @@ def from_domain(exc: GoQueueError) -> ApiError | None:
             return ApiError(
                 503, STORE_UNAVAILABLE, headers={"Retry-After": RETRY_AFTER_UNAVAILABLE}
             )
+        case OutcomeUnknown():
+            log.warning("write outcome unknown", extra={"error": message})
+            return ApiError(504, OUTCOME_UNKNOWN, {"header": "Idempotency-Key"})
         case Draining():
             return ApiError(503, message)
     return None
 
 
-async def within(call: Coroutine[Any, Any, T], seconds: float = STORE_TIMEOUT) -> T:
-    """Await a store-backed call, turning a hang past `seconds` into StoreUnavailable (503).
+async def within(
+    call: Coroutine[Any, Any, T], seconds: float = STORE_TIMEOUT, *, writes: bool = False
+) -> T:
+    """Await a store-backed call, turning a hang past `seconds` into StoreUnavailable (503)
+    for a read, and into OutcomeUnknown (504) for a call that `writes`: its commit may
+    land after the answer, so the client must not be told nothing was stored.
     A call that answers without waiting (the memory store) is not timed: it cannot hang,
     and a deadline would cost a timer per request."""
     try:
@@ -132,5 +146,6 @@ async def within(call: Coroutine[Any, Any, T], seconds: float = STORE_TIMEOUT) -
         async with asyncio.timeout(seconds):
             return await started
     except TimeoutError:
-        log.warning("store call timed out", extra={"seconds": seconds})
-        raise StoreUnavailable(f"the store did not answer within {seconds:g} s") from None
+        log.warning("store call timed out", extra={"seconds": seconds, "writes": writes})
+        message = f"the store did not answer within {seconds:g} s"
+        raise (OutcomeUnknown if writes else StoreUnavailable)(message) from None

@@ -45,6 +45,8 @@ DESCRIPTIONS: Mapping[int, str] = {
     422: "Idempotency-Key reused with a different job",
     429: "Too many queues (`--max-queues`); `details.field` names the queue; see `Retry-After`",
     503: "Queue full, store unavailable, or node draining; see `Retry-After`",
+    504: "The outcome is unknown: the write may have been stored; retry with the same "
+    "Idempotency-Key (or read the state first)",
 }
 
 

@@ -22,6 +22,7 @@ from goqueue.api.wire import ErrorOut
 from goqueue.client.errors import (
     ClientError,
     ConnectionFailed,
+    OutcomeUnknown,
     RequestError,
     Unavailable,
     UnexpectedAnswer,
@@ -33,7 +34,9 @@ T = TypeVar("T")
 
 
 DEFAULT_URL = "http://127.0.0.1:8080"
-DEFAULT_TIMEOUT = 10.0
+# longer than a node waits on its store (10 s), so the client hears the node's 503 or
+# 504 instead of giving up first, not knowing which
+DEFAULT_TIMEOUT = 15.0
 URL_ENV = "GOQUEUE_URL"
 KEY_ENVS = ("GOQUEUE_API_KEY", "API_KEY")  # as the node reads its key
 API_KEY_HEADER = "X-API-Key"
@@ -80,8 +83,8 @@ def key_from(api_key: str | None) -> str | None:
 
 @dataclass(frozen=True, slots=True)
 class Retries:
-    """How a request that is safe to send again is retried after a 503 or a dropped
-    connection: at most `attempts` more times, waiting the project's one backoff
+    """How a request that is safe to send again is retried after a 503, a 504 or a
+    dropped connection: at most `attempts` more times, waiting the project's one backoff
     (`base * 2^(n-1)`, capped, jittered), or the node's Retry-After when that is longer
     (still capped). A request refused before reaching the node is always safe."""
 
@@ -134,7 +137,7 @@ def may_retry(call: Call[Any], error: ClientError) -> bool:
     """True if `call` can be sent again after `error` without doing anything twice."""
     if isinstance(error, ConnectionFailed):
         return not error.timed_out and (not error.sent or call.safe)
-    return isinstance(error, Unavailable) and call.safe
+    return isinstance(error, Unavailable | OutcomeUnknown) and call.safe
 
 
 # -- calls ------------------------------------------------------------------------------

@@ -9,7 +9,8 @@
     │   ├── Conflict                409: a duplicate (`existing_id`) or a job in the wrong state
     │   ├── PayloadTooLarge         413
     │   ├── IdempotencyMismatch     422: an Idempotency-Key reused with another body
-    │   └── Unavailable             503: queue full, node draining, store down (`retry_after`)
+    │   ├── Unavailable             503: queue full, node draining, store down (`retry_after`)
+    │   └── OutcomeUnknown          504: the write may or may not have been stored
     ├── ConnectionFailed      no answer: refused, timed out, dropped
     ├── UnexpectedAnswer      an answer that is not what the API describes
     ├── JobFailed             `wait`: the job failed for good (`JobCancelled`: it was cancelled)
@@ -125,6 +126,15 @@ class Unavailable(RequestError):
         self.retry_after = retry_after
 
 
+class OutcomeUnknown(RequestError):
+    """504: the node's store did not confirm the write in time, so it may or may not
+    have been stored. Unlike a 503, sending it again as it was might do it twice: send it
+    with the same Idempotency-Key (`idempotency_key=`), which answers the job if it was
+    stored and stores it if not. The client's retries already do so for enqueues."""
+
+    status = 504
+
+
 class ConnectionFailed(ClientError):
     """No answer from the node. `sent` is False when the request surely never reached it
     (the connection was refused), so sending it again is always safe; `timed_out` when
@@ -177,6 +187,7 @@ _BY_STATUS: dict[int, type[RequestError]] = {
         PayloadTooLarge,
         IdempotencyMismatch,
         Unavailable,
+        OutcomeUnknown,
     )
 }
 

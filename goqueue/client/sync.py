@@ -103,7 +103,7 @@ class Client(BaseClient):
 
     `url` defaults to $GOQUEUE_URL (else http://127.0.0.1:8080) and `api_key` to
     $GOQUEUE_API_KEY (else $API_KEY); `timeout` bounds each request in seconds; `retries`
-    says how a 503 or a dropped connection is retried (only requests that are safe to
+    says how a 503, a 504 or a dropped connection is retried (only requests that are safe to
     send again: reads, pause and resume, and enqueues, which carry an Idempotency-Key).
     One client can serve every thread of a program; `close()` it (or use `with`) when done.
     """
@@ -138,8 +138,9 @@ class Client(BaseClient):
 
     def enqueue(self, type: str, payload: Any = None, **options: Unpack[JobOptions]) -> JobOut:
         """Enqueue one job of `type` (an actor's name) and return it. The job is checked
-        here first as the node would (BadRequest naming the field); a 503 or a dropped
-        connection is retried with the same Idempotency-Key, so never twice enqueued."""
+        here first as the node would (BadRequest naming the field); a 503, a 504 or a
+        dropped connection is retried with the same Idempotency-Key, so never twice
+        enqueued."""
         return self.submit(type, payload, **options).job
 
     @overload

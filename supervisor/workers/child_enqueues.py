@@ -18,6 +18,7 @@ from goqueue.supervisor.errors import (
     DuplicateJob,
     GoQueueError,
     InvalidJob,
+    OutcomeUnknown,
     StoreFull,
     StoreUnavailable,
     UnknownJobType,
@@ -61,7 +62,7 @@ async def answer(enqueue: EnqueueChild, request: EnqueueRequest) -> EnqueueReply
     except DuplicateJob as exc:
         refuse(reply, Refusal.DUPLICATE, str(exc))
         reply.existing_id = exc.existing_id
-    except (StoreUnavailable, StoreFull, Draining) as exc:
+    except (StoreUnavailable, OutcomeUnknown, StoreFull, Draining) as exc:
         refuse(reply, Refusal.UNAVAILABLE, str(exc))
     except TimeoutError:
         refuse(reply, Refusal.UNAVAILABLE, f"the store did not answer within {ENQUEUE_TIMEOUT:g}s")

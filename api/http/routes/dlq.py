@@ -121,7 +121,7 @@ async def list_dead(request: web.Request) -> web.Response:
 
 
 @routes.post("/dlq/replay")
-@operation(responses={200: BulkReplayed}, errors=(429, 503), query_params=BULK_FILTERS)
+@operation(responses={200: BulkReplayed}, errors=(429, 503, 504), query_params=BULK_FILTERS)
 async def replay_matching(request: web.Request) -> web.Response:
     """Replay the dead letters a filter selects (the oldest `limit`), each as a fresh job."""
     filters = bulk_filter(request)
@@ -130,17 +130,17 @@ async def replay_matching(request: web.Request) -> web.Response:
     if engine.draining:  # a replay adds work, like POST /jobs
         raise Draining("the node is shutting down and accepts no new jobs")
     await admit_queues(request, filters, limit)
-    replayed = await within(engine.replay_many(filters, limit))
+    replayed = await within(engine.replay_many(filters, limit), writes=True)
     return reply(BulkReplayed(len(replayed.jobs), replayed.remaining))
 
 
 @routes.delete("/dlq")
-@operation(responses={200: BulkPurged}, errors=(503,), query_params=BULK_FILTERS)
+@operation(responses={200: BulkPurged}, errors=(503, 504), query_params=BULK_FILTERS)
 async def purge_matching(request: web.Request) -> web.Response:
     """Delete the dead letters a filter selects (the oldest `limit`)."""
     filters = bulk_filter(request)
     limit = BULK_LIMIT.parse(request.query)
-    purged = await within(request.app[ENGINE].purge_many(filters, limit))
+    purged = await within(request.app[ENGINE].purge_many(filters, limit), writes=True)
     return reply(BulkPurged(purged.purged, purged.remaining))
 
 
@@ -153,7 +153,7 @@ async def get_dead(request: web.Request) -> web.Response:
 
 
 @routes.post("/dlq/{id}/replay")
-@operation(responses={201: JobOut}, errors=(404, 429, 503))
+@operation(responses={201: JobOut}, errors=(404, 429, 503, 504))
 async def replay_dead(request: web.Request) -> web.Response:
     """Enqueue a fresh job from a dead letter (by its id or its job's); the letter goes
     once the job is stored."""
@@ -162,15 +162,15 @@ async def replay_dead(request: web.Request) -> web.Response:
         raise Draining("the node is shutting down and accepts no new jobs")
     dead = await find_dead(request)
     await request.app[BUDGET].admit_spec(dead.job.replay_spec(), "job.")
-    job = await within(engine.replay(dead.id))
+    job = await within(engine.replay(dead.id), writes=True)
     return reply(job_out(job), 201, {"Location": f"/jobs/{job.id}"})
 
 
 @routes.delete("/dlq/{id}")
-@operation(responses={200: Purged}, errors=(404, 503))
+@operation(responses={200: Purged}, errors=(404, 503, 504))
 async def purge_dead(request: web.Request) -> web.Response:
     """Delete a dead letter (by its id or its job's)."""
     dead = await find_dead(request)
-    if not await within(request.app[ENGINE].purge_dead(dead.id)):
+    if not await within(request.app[ENGINE].purge_dead(dead.id), writes=True):
         raise not_found(dead.id)
     return reply(Purged(dead.id))

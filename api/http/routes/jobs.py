@@ -68,7 +68,7 @@ IDEMPOTENCY = Header(
 @operation(
     body=JobSpec,
     responses={201: JobOut, 200: JobOut},
-    errors=(408, 409, 422, 429, 503),
+    errors=(408, 409, 422, 429, 503, 504),
     headers=(IDEMPOTENCY,),
     query_params=(STRICT,),
 )
@@ -84,7 +84,8 @@ async def enqueue(request: web.Request) -> web.Response:
     digest = request_digest(spec) if key is not None else None
     engine = app[ENGINE]
     enqueued = await within(
-        engine.enqueue(spec, idempotency_key=key, request_hash=digest, strict=strict)
+        engine.enqueue(spec, idempotency_key=key, request_hash=digest, strict=strict),
+        writes=True,
     )
     job = enqueued.job
     if not enqueued.created:
@@ -94,11 +95,14 @@ async def enqueue(request: web.Request) -> web.Response:
 
 @routes.post("/jobs/batch")
 @operation(
-    body=BatchRequest, responses={200: BatchResponse}, errors=(408, 503), query_params=(STRICT,)
+    body=BatchRequest,
+    responses={200: BatchResponse},
+    errors=(408, 503, 504),
+    query_params=(STRICT,),
 )
 async def enqueue_batch(request: web.Request) -> web.Response:
-    """Enqueue up to 1000 jobs; each is checked and answered on its own (201, 400, 409, 429
-    or 503): bad items do not keep the good ones out."""
+    """Enqueue up to 1000 jobs; each is checked and answered on its own (201, 400, 409, 429,
+    503 or 504): bad items do not keep the good ones out."""
     if IDEMPOTENCY_HEADER in request.headers:  # refuse rather than silently not honour it
         raise bad_request(
             f"{IDEMPOTENCY_HEADER} is only supported on POST /jobs", header=IDEMPOTENCY_HEADER
@@ -120,7 +124,9 @@ async def enqueue_batch(request: web.Request) -> web.Response:
         specs.append(spec)
         answers.append(None)
     stored = iter(
-        await within(request.app[ENGINE].enqueue_many(specs, strict=strict)) if specs else []
+        await within(request.app[ENGINE].enqueue_many(specs, strict=strict), writes=True)
+        if specs
+        else []
     )
     results = [
         answer if answer is not None else batch_item(index, next(stored))
@@ -229,7 +235,7 @@ async def job_events(request: web.Request) -> web.Response:
 
 
 @routes.post("/jobs/cancel")
-@operation(body=BulkCancelRequest, responses={200: BulkCancelled}, errors=(408, 503))
+@operation(body=BulkCancelRequest, responses={200: BulkCancelled}, errors=(408, 503, 504))
 async def cancel_matching(request: web.Request) -> web.Response:
     """Cancel the unfinished jobs a filter selects (the oldest `limit`), running ones only
     with force=true (their workers are killed)."""
@@ -248,15 +254,15 @@ async def cancel_matching(request: web.Request) -> web.Response:
     filters = CancelFilter(
         statuses=statuses, queue=asked.queue, type=asked.type, created_before=asked.created_before
     )
-    done = await within(request.app[ENGINE].cancel_many(filters, asked.limit))
+    done = await within(request.app[ENGINE].cancel_many(filters, asked.limit), writes=True)
     return reply(BulkCancelled(len(done.jobs), done.killed, done.remaining, done.running))
 
 
 @routes.delete("/jobs/{id}")
-@operation(responses={200: JobOut}, errors=(404, 409, 503), query_params=(FORCE,))
+@operation(responses={200: JobOut}, errors=(404, 409, 503, 504), query_params=(FORCE,))
 async def cancel_job(request: web.Request) -> web.Response:
     """Cancel a pending job, or with force=true a running one (its worker is killed)."""
     job_id = path_id(request)
     force = FORCE.parse(request.query)
-    job = await within(request.app[ENGINE].cancel(job_id, force))
+    job = await within(request.app[ENGINE].cancel(job_id, force), writes=True)
     return reply(_shown(request, job))

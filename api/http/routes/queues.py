@@ -30,17 +30,17 @@ async def queue_stats(request: web.Request) -> web.Response:
 
 
 @routes.post("/queues/{name}/pause")
-@operation(responses={200: QueueStats}, errors=(429, 503))
+@operation(responses={200: QueueStats}, errors=(429, 503, 504))
 async def pause(request: web.Request) -> web.Response:
     """Stop dispatching from a queue (on every node sharing the store)."""
     name = queue_name(request)
     await request.app[BUDGET].admit(name, "name")  # a paused queue counts, even empty
-    return reply(await within(request.app[ENGINE].set_paused(name, True)))
+    return reply(await within(request.app[ENGINE].set_paused(name, True), writes=True))
 
 
 @routes.post("/queues/{name}/resume")
-@operation(responses={200: QueueStats}, errors=(503,))
+@operation(responses={200: QueueStats}, errors=(503, 504))
 async def resume(request: web.Request) -> web.Response:
     """Dispatch from a paused queue again."""
     name = queue_name(request)
-    return reply(await within(request.app[ENGINE].set_paused(name, False)))
+    return reply(await within(request.app[ENGINE].set_paused(name, False), writes=True))

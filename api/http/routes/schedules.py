@@ -58,14 +58,14 @@ async def list_schedules(request: web.Request) -> web.Response:
 
 async def _switch(request: web.Request, enabled: bool) -> web.Response:
     name = _name(request)
-    view = await within(request.app[ENGINE].schedules.set_enabled(name, enabled))
+    view = await within(request.app[ENGINE].schedules.set_enabled(name, enabled), writes=True)
     if view is None:
         raise ApiError(404, f"schedule {name} not found", {"parameter": "name"})
     return reply(schedule_out(view))
 
 
 @routes.post("/schedules/{name}/enable")
-@operation(responses={200: ScheduleOut}, errors=(404, 503))
+@operation(responses={200: ScheduleOut}, errors=(404, 503, 504))
 async def enable_schedule(request: web.Request) -> web.Response:
     """Enable a schedule: it fires from its next tick on (kept across restarts with
     PostgreSQL, for every node)."""
@@ -73,7 +73,7 @@ async def enable_schedule(request: web.Request) -> web.Response:
 
 
 @routes.post("/schedules/{name}/disable")
-@operation(responses={200: ScheduleOut}, errors=(404, 503))
+@operation(responses={200: ScheduleOut}, errors=(404, 503, 504))
 async def disable_schedule(request: web.Request) -> web.Response:
     """Disable a schedule: its ticks enqueue nothing until it is enabled again."""
     return await _switch(request, False)

@@ -52,7 +52,7 @@ _CREATED_LINKS = {
 @operation(
     body=WorkflowRequest,
     responses={201: WorkflowOut, 200: WorkflowOut},
-    errors=(408, 413, 422, 429, 503),
+    errors=(408, 413, 422, 429, 503, 504),
     headers=(IDEMPOTENCY,),
     links={201: _CREATED_LINKS, 200: _CREATED_LINKS},
 )
@@ -84,7 +84,8 @@ async def create_workflow(request: web.Request) -> web.Response:
         await app[BUDGET].admit_spec(step, prefix)
     digest = _digest(wanted) if key is not None else None
     made = await within(
-        app[ENGINE].submit_workflow(wanted, idempotency_key=key, request_hash=digest)
+        app[ENGINE].submit_workflow(wanted, idempotency_key=key, request_hash=digest),
+        writes=True,
     )
     out = workflow_out(made.workflow)
     if not made.created:
@@ -125,10 +126,10 @@ async def get_workflow(request: web.Request) -> web.Response:
 
 
 @routes.delete("/workflows/{id}")
-@operation(responses={200: WorkflowOut}, errors=(404, 409, 503))
+@operation(responses={200: WorkflowOut}, errors=(404, 409, 503, 504))
 async def cancel_workflow(request: web.Request) -> web.Response:
     """Cancel a workflow: its waiting and pending steps end cancelled, running ones are
     killed."""
     workflow_id = path_id(request, "workflow")
-    cancelled = await within(request.app[ENGINE].cancel_workflow(workflow_id))
+    cancelled = await within(request.app[ENGINE].cancel_workflow(workflow_id), writes=True)
     return reply(workflow_out(cancelled))

@@ -4,7 +4,9 @@ settings, and the fault policy.
 Every database fault (a lost or refused connection, a timeout, a closed pool) becomes
 `StoreUnavailable`, except, when the store opens, what only a change of the node's
 settings can cure (`misconfigured`: a database that does not exist, credentials refused,
-no permission on the schema), which becomes `StoreMisconfigured`. No operation waits
+no permission on the schema), which becomes `StoreMisconfigured`, and a fault while a
+write's commit is in flight (`committing`), which becomes `OutcomeUnknown`: the commit
+may have landed, so the caller must not hear that nothing was stored. No operation waits
 longer than `command_timeout` (nor over a
 second for a connection while the database is known to be down, so callers answer 503
 promptly). After a fault the pool tests its idle connections, so one outage does not
@@ -20,7 +22,7 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeAlias
 
 import psycopg
-from goqueue.supervisor.errors import StoreMisconfigured, StoreUnavailable
+from goqueue.supervisor.errors import OutcomeUnknown, StoreMisconfigured, StoreUnavailable
 from goqueue.supervisor.store.postgres import rows as pg_rows
 from goqueue.supervisor.store.postgres.rows import Row
 from goqueue.supervisor.store.postgres.sql import schema as pg_schema
@@ -89,6 +91,7 @@ class Connections:
         self._adapters = pg_rows.adapters()
         self._pool: AsyncConnectionPool[Conn] | None = None
         self._lanes: dict[str, Conn] = {}
+        self._committing: set[Conn] = set()  # borrowed connections with a commit sent
         self._down = False  # the last operation failed to reach the database
         self._check_task: asyncio.Task[None] | None = None
 
@@ -162,6 +165,7 @@ class Connections:
         if pool is None:
             raise StoreUnavailable("the PostgreSQL store is not open")
         wait = min(1.0, self.command_timeout) if self._down else self.command_timeout
+        conn: Conn | None = None
         try:
             async with (
                 asyncio.timeout(self.command_timeout),
@@ -170,15 +174,46 @@ class Connections:
                 yield conn
         except (psycopg.OperationalError, psycopg.InterfaceError) as exc:
             self._fault()
+            if self._in_flight(conn, exc):
+                raise OutcomeUnknown(f"PostgreSQL connection lost during a commit: {exc}") from exc
             raise StoreUnavailable(f"PostgreSQL unavailable: {exc}") from exc
         except TimeoutError as exc:
             self._fault()
+            if self._in_flight(conn, None):
+                raise OutcomeUnknown(
+                    f"PostgreSQL did not answer a commit within {self.command_timeout:g}s"
+                ) from exc
             raise StoreUnavailable(
                 f"PostgreSQL did not answer within {self.command_timeout:g}s"
             ) from exc
         except PoolClosed as exc:
             raise StoreUnavailable("the PostgreSQL store is closed") from exc
+        finally:
+            if conn is not None:
+                self._committing.discard(conn)
         self._down = False
+
+    def committing(self, conn: Conn) -> None:
+        """Mark `conn` as sending a commit: its transaction's COMMIT, or a statement that
+        commits on its own (autocommit). A fault from here until `conn` goes back raises
+        OutcomeUnknown: the commit may have landed. Called last in a transaction, so a
+        fault before the COMMIT (the server rolls back) stays StoreUnavailable."""
+        self._committing.add(conn)
+
+    @asynccontextmanager
+    async def transaction(self, conn: Conn) -> AsyncIterator[None]:
+        """`conn.transaction()` for a write: its COMMIT is marked `committing` (in a
+        pipeline its answer comes only when the pipeline syncs, after this block)."""
+        async with conn.transaction():
+            yield
+            self.committing(conn)
+
+    def _in_flight(self, conn: Conn | None, exc: psycopg.Error | None) -> bool:
+        """Whether a fault on `conn` leaves its commit's outcome unknown: one was sent and
+        no answer came back. An error the server sent instead (with a SQLSTATE: the
+        statement cancelled, the server shutting down) is its answer: no commit."""
+        sent = conn is not None and conn in self._committing
+        return sent and (exc is None or exc.sqlstate is None)
 
     @asynccontextmanager
     async def _kept(self, lane: str, wait: float) -> AsyncIterator[Conn]:
@@ -216,9 +251,21 @@ class Connections:
     async def execute(self, query: str, params: Mapping[str, object]) -> list[Row]:
         """Run one statement on a pooled connection; return its rows (if any)."""
         async with self.connection() as conn:
-            cur = await conn.execute(query, params)
-            result = cur.pgresult  # not `description`: it builds a Column per column
-            return await cur.fetchall() if result is not None and result.nfields else []
+            return await self._rows(conn, query, params)
+
+    async def write(self, query: str, params: Mapping[str, object]) -> list[Row]:
+        """`execute` for a write that commits on its own (autocommit), so a fault once it
+        is sent raises OutcomeUnknown (see `committing`)."""
+        async with self.connection() as conn:
+            self.committing(conn)
+            return await self._rows(conn, query, params)
+
+    @staticmethod
+    async def _rows(conn: Conn, query: str, params: Mapping[str, object]) -> list[Row]:
+        """Run one statement on `conn`; its rows (if any)."""
+        cur = await conn.execute(query, params)
+        result = cur.pgresult  # not `description`: it builds a Column per column
+        return await cur.fetchall() if result is not None and result.nfields else []
 
     async def page(
         self,

@@ -120,11 +120,12 @@ class Enqueuer:
         plain = [i for i, new in enumerate(news) if not pg_steps.keyed(new)]
         async with self._db.connection(lane) as conn:
             if keyed:
-                async with conn.pipeline(), conn.transaction():
+                async with conn.pipeline(), self._db.transaction(conn):
                     for i in keyed:
                         answers[i] = await self._enqueue_keyed(conn, news[i])
                     await self._add_plain(conn, news, plain, answers)
             else:
+                self._db.committing(conn)  # autocommit: the insert is its own commit
                 await self._add_plain(conn, news, plain, answers)
         done = [a for a in answers if a is not None]
         assert len(done) == len(news)
@@ -246,7 +247,7 @@ class Enqueuer:
         """Insert a fresh job from the letter and delete the letter, in one transaction."""
         if not pg_rows.is_uuid(dead_id):
             raise NotFound(f"dead letter {dead_id} not found")
-        async with self._db.connection() as conn, conn.transaction():
+        async with self._db.connection() as conn, self._db.transaction(conn):
             row = await self._db.fetchone(conn, self._sql[Sql.TAKE_DEAD], {"id": dead_id})
             if row is None:
                 raise NotFound(f"dead letter {dead_id} not found")
@@ -263,7 +264,7 @@ class Enqueuer:
         params = pg_rows.dead_filter(filters) | {"limit": limit}
         if filters.job_id is not None and not pg_rows.is_uuid(filters.job_id):
             return Replayed([], 0)
-        async with self._db.connection() as conn, conn.transaction():
+        async with self._db.connection() as conn, self._db.transaction(conn):
             cur = await conn.execute(self._sql[Sql.TAKE_DEAD_MANY], params)
             rows = sorted(await cur.fetchall(), key=lambda r: (r[4], r[5]))
             jobs = []

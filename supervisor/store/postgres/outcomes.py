@@ -468,7 +468,7 @@ class Outcomes:
         the holder is fenced out; its token is returned to kill the worker)."""
         if not pg_rows.is_uuid(job_id):
             raise NotFound(f"job {job_id} not found")
-        async with self._db.connection() as conn, conn.transaction():
+        async with self._db.connection() as conn, self._db.transaction(conn):
             found = await self._db.fetchone(conn, self._sql[Sql.LOCK_JOB], {"id": job_id})
             if found is None:
                 raise NotFound(f"job {job_id} not found")
@@ -499,7 +499,7 @@ class Outcomes:
             "node": self.node_id,
             "detail": BULK_CANCEL,
         }
-        rows = await self._db.execute(self._sql[Sql.CANCEL_MANY], params)
+        rows = await self._db.write(self._sql[Sql.CANCEL_MANY], params)
         matching, running = rows[0][0], rows[0][1]
         taken = [row for row in rows if row[3] is not None]
         jobs = [pg_rows.job(row[4:]) for row in taken]

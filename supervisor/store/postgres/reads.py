@@ -165,6 +165,7 @@ class Reads:
         if not pg_rows.is_uuid(dead_id):
             return False
         async with self._db.connection() as conn:
+            self._db.committing(conn)
             cur = await conn.execute(self._sql[Sql.PURGE_DEAD], {"id": dead_id})
             return cur.rowcount > 0
 
@@ -173,7 +174,7 @@ class Reads:
         if filters.job_id is not None and not pg_rows.is_uuid(filters.job_id):
             return Purged(0, 0)
         params = pg_rows.dead_filter(filters) | {"limit": limit}
-        rows = await self._db.execute(self._sql[Sql.PURGE_DEAD_MANY], params)
+        rows = await self._db.write(self._sql[Sql.PURGE_DEAD_MANY], params)
         return Purged(int(rows[0][0]), max(0, int(rows[0][1])))
 
     async def prune(self, finished_before: datetime, limit: int) -> int:

@@ -77,5 +77,5 @@ class ScheduleRows:
     async def switch(self, name: str, enabled: bool) -> ScheduleState:
         """Enable or disable a schedule for every node."""
         params = {"name": name, "enabled": enabled}
-        rows = await self._db.execute(self._sql[Sql.SCHEDULE_SWITCH], params)
+        rows = await self._db.write(self._sql[Sql.SCHEDULE_SWITCH], params)
         return _state(rows[0])

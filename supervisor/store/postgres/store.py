@@ -290,9 +290,9 @@ class PostgresStore:
     async def set_paused(self, queue: str, paused: bool) -> None:
         """Pause or resume a queue for every node; resuming wakes them."""
         if paused:
-            await self._db.execute(self._sql[Sql.PAUSE], {"queue": queue})
+            await self._db.write(self._sql[Sql.PAUSE], {"queue": queue})
             return
-        await self._db.execute(self._sql[Sql.RESUME], {"queue": queue})
+        await self._db.write(self._sql[Sql.RESUME], {"queue": queue})
         self._wakeups.everyone()
 
     # -- rate limits -------------------------------------------------------------------

@@ -51,7 +51,7 @@ class PgWorkflows:
 
     async def create(self, new: NewWorkflow) -> WorkflowCreated:
         """The workflow row, its idempotency key, every step and edge: one transaction."""
-        async with self._db.connection() as conn, conn.transaction():
+        async with self._db.connection() as conn, self._db.transaction(conn):
             if new.idempotency_key is not None:
                 seen = await self._claim_key(conn, new)
                 if seen is not None:
@@ -226,7 +226,7 @@ class PgWorkflows:
         if not pg_rows.is_uuid(workflow_id):
             raise NotFound(f"workflow {workflow_id} not found")
         params = {"id": workflow_id, "error": WORKFLOW_CANCELLED, "node": self.node_id}
-        async with self._db.connection() as conn, conn.transaction():
+        async with self._db.connection() as conn, self._db.transaction(conn):
             if await self._db.fetchone(conn, self._sql[Sql.WORKFLOW_CANCEL], params) is None:
                 if await self._read(conn, workflow_id) is None:
                     raise NotFound(f"workflow {workflow_id} not found")

@@ -19,6 +19,7 @@ from goqueue.client.errors import (
     JobCancelled,
     JobFailed,
     NotFound,
+    OutcomeUnknown,
     PayloadTooLarge,
     RequestError,
     Unauthorized,
@@ -100,6 +101,7 @@ def test_enqueue_carries_its_key_and_reports_a_repeat_of_its_own_key_as_created(
         (413, PayloadTooLarge),
         (422, IdempotencyMismatch),
         (503, Unavailable),
+        (504, OutcomeUnknown),
     ],
 )
 def test_each_refusal_has_its_class(status: int, cls: type[RequestError]) -> None:
@@ -143,6 +145,15 @@ def test_only_what_is_safe_to_send_twice_is_retried() -> None:
     assert not calls.may_retry(enqueue, NotFound("gone"))
     assert not calls.may_retry(core.batch([b"{}"], strict=True), busy)  # no key on batches
     assert calls.may_retry(core.set_paused("q", True), busy)
+
+
+def test_an_unknown_outcome_is_retried_only_where_a_repeat_cannot_do_it_twice() -> None:
+    unknown = OutcomeUnknown("the outcome is unknown")
+    keyed = core.enqueue(b"{}", "k", made_key=True, strict=True)
+    assert keyed.headers["Idempotency-Key"] == "k"
+    assert calls.may_retry(keyed, unknown)  # sent again with the same key: found, not redone
+    assert not calls.may_retry(core.cancel("j", force=False), unknown)
+    assert not calls.may_retry(core.batch([b"{}"], strict=True), unknown)  # no key on batches
 
 
 def test_retries_wait_the_projects_backoff_or_retry_after_within_the_cap() -> None:
