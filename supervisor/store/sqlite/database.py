@@ -52,13 +52,27 @@ CACHE_KIB = 16_384  # the page cache: bounded, whatever the file holds
 
 
 class Batch:
-    """The transaction of one turn of the loop: its commit, and the fsync after it for
-    the calls that asked for one."""
+    """The transaction of one turn of the loop: its commit, and (`synced`, made when a
+    call asks for it) the fsync after it."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
         self.committed: asyncio.Future[None] = loop.create_future()
         self.committed.add_done_callback(_retrieved)
-        self.failed: StoreUnavailable | None = None  # a call's failure undid the batch
+        self.synced: asyncio.Future[None] | None = None
+
+    def durable(self) -> asyncio.Future[None]:
+        """What a call waits for to be on disk: this batch's commit and an fsync after it."""
+        if self.synced is None:
+            self.synced = self.loop.create_future()
+            self.synced.add_done_callback(_retrieved)
+        return self.synced
+
+    def fail(self, exc: StoreUnavailable) -> None:
+        """The transaction is lost: every call of it hears why."""
+        for future in (self.committed, self.synced):
+            if future is not None and not future.done():
+                future.set_exception(exc)
 
 
 class Database:
@@ -79,7 +93,7 @@ class Database:
         self._batch: Batch | None = None  # this turn's open transaction
         self._gate: asyncio.Future[None] | None = None  # a checkpoint: writes wait
         self._unsynced: list[asyncio.Future[None]] = []  # committed, awaiting an fsync
-        self._sync_task: asyncio.Task[None] | None = None
+        self._fsync: asyncio.Future[None] | None = None  # the fsync in flight
 
     # -- lifecycle (on the thread) ---------------------------------------------------
 
@@ -148,8 +162,8 @@ class Database:
         uncommitted is rolled back, as a `kill -9` would lose it)."""
         if self._gate is not None:
             await asyncio.gather(self._gate, return_exceptions=True)
-        if self._sync_task is not None:
-            await asyncio.gather(self._sync_task, return_exceptions=True)
+        while self._fsync is not None:
+            await asyncio.gather(self._fsync, return_exceptions=True)
         await asyncio.get_running_loop().run_in_executor(self._flusher, self._close)
         self._flusher.shutdown(wait=True)
 
@@ -244,9 +258,7 @@ class Database:
                 conn.execute("ROLLBACK")
         if self._batch is batch:
             self._batch = None
-        batch.failed = exc
-        if not batch.committed.done():
-            batch.committed.set_exception(exc)
+        batch.fail(exc)
         self.failing = True
 
     def _commit(self, batch: Batch) -> None:
@@ -263,46 +275,60 @@ class Database:
         self.transactions += 1
         self.failing = False
         batch.committed.set_result(None)
+        if batch.synced is not None:
+            self._unsynced.append(batch.synced)
+            if self._fsync is None:
+                self._start_fsync()
         self._mind_the_wal()
 
     async def committed(self, batch: Batch, durable: bool) -> None:
-        """Wait for `batch`'s commit, and with `durable` for an fsync after it. Raises
-        StoreUnavailable when it failed."""
-        await asyncio.shield(batch.committed)
-        if durable:
-            synced = asyncio.get_running_loop().create_future()
-            synced.add_done_callback(_retrieved)
+        """Wait for `batch`'s commit, and with `durable` for an fsync after it (started
+        as the commit ends). Raises StoreUnavailable when either failed."""
+        if not durable:
+            await asyncio.shield(batch.committed)
+            return
+        late = batch.synced is None and batch.committed.done()
+        synced = batch.durable()
+        if late:  # committed before any call asked: its fsync starts now
+            await asyncio.shield(batch.committed)
             self._unsynced.append(synced)
-            if self._sync_task is None:
-                self._sync_task = asyncio.create_task(self._sync(), name="goqueue-sqlite-fsync")
-            await asyncio.shield(synced)
+            if self._fsync is None:
+                self._start_fsync()
+        await asyncio.shield(synced)
 
-    async def _sync(self) -> None:
-        """Fsync for every durable commit so far; those committed meanwhile share the next."""
-        try:
-            while self._unsynced:
-                waiting, self._unsynced = self._unsynced, []
-                try:
-                    await self.sync()
-                except StoreUnavailable as exc:
-                    for done in waiting:
-                        done.set_exception(exc)
-                else:
-                    for done in waiting:
-                        done.set_result(None)
-        finally:
-            self._sync_task = None
+    def _start_fsync(self) -> None:
+        """Fsync the WAL for the durable commits so far; those committed meanwhile share
+        the next one, started when this one ends."""
+        waiting, self._unsynced = self._unsynced, []
+        loop = asyncio.get_running_loop()
+        self._fsync = done = loop.run_in_executor(self._flusher, self._fsync_wal)
+        done.add_done_callback(lambda finished: self._fsynced(finished, waiting))
+
+    def _fsynced(self, done: asyncio.Future[None], waiting: list[asyncio.Future[None]]) -> None:
+        self._fsync = None
+        exc = None if done.cancelled() else done.exception()
+        for synced in waiting:
+            if synced.done():
+                continue
+            if exc is None:
+                synced.set_result(None)
+            else:
+                message = getattr(exc, "strerror", None) or str(exc)
+                failure = StoreUnavailable(f"SQLite file {self.path}: fsync: {message}")
+                synced.set_exception(failure)
+        if self._unsynced:
+            self._start_fsync()
 
     async def sync(self) -> None:
         """Put every transaction committed so far on disk (an fsync of the WAL), on a
         thread of its own so that writes go on meanwhile. Raises StoreUnavailable."""
         loop = asyncio.get_running_loop()
         try:
-            await loop.run_in_executor(self._flusher, self._fsync)
+            await loop.run_in_executor(self._flusher, self._fsync_wal)
         except OSError as exc:
             raise StoreUnavailable(f"SQLite file {self.path}: fsync: {exc.strerror}") from exc
 
-    def _fsync(self) -> None:
+    def _fsync_wal(self) -> None:
         """On the flusher thread. The WAL exists once this connection wrote (and stays
         while it is open); before that every commit is in the file already (the last
         node's close checkpointed it). Its folder is synced once, for the WAL's name."""

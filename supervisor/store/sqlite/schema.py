@@ -18,6 +18,7 @@ scan. A workflow is one row (`FlowRecord`) and its edges are rows of their own.
 from __future__ import annotations
 
 import sqlite3
+from datetime import datetime
 
 MIGRATIONS: tuple[tuple[str, ...], ...] = (
     (  # 1: jobs, dead letters, keys, paused queues, schedules, the webhook outbox
@@ -75,8 +76,14 @@ _TEXT = "CAST(job AS TEXT)"  # the JSON functions refuse a BLOB
 
 
 def _ts(field: str, doc: str = _TEXT) -> str:
-    """A JSON time field of `doc` as unix seconds (NULL when absent)."""
-    return f"(julianday(json_extract({doc}, '$.{field}')) - 2440587.5) * 86400.0"
+    """A JSON time field of `doc` as unix seconds (NULL when absent), to the microsecond
+    (SQLite's own date functions keep milliseconds)."""
+    return f"goqueue_unix_time(json_extract({doc}, '$.{field}'))"
+
+
+def unix_time(text: str | None) -> float | None:
+    """An RFC 3339 time as unix seconds."""
+    return None if text is None else datetime.fromisoformat(text).timestamp()
 
 
 _LIVE = "('pending', 'claimed', 'running', 'waiting')"
@@ -223,6 +230,7 @@ def migrate(conn: sqlite3.Connection) -> list[int]:
     if current > VERSION:
         raise NewerSchema(f"schema version {current} is newer than this GoQueue's {VERSION}")
     applied: list[int] = []
+    conn.create_function("goqueue_unix_time", 1, unix_time, deterministic=True)
     for version in range(current + 1, VERSION + 1):
         conn.execute("BEGIN IMMEDIATE")
         try:
