@@ -314,7 +314,7 @@ HEAVY_MODULES = frozenset(
      "tests/e2e/supervisor/test_cluster.py", "tests/e2e/test_chaos.py",
      "tests/e2e/test_faults.py", "tests/e2e/test_hardening.py",
      "tests/e2e/supervisor/test_rate_limit_nodes.py", "tests/e2e/supervisor/test_scaling.py",
-     "tests/e2e/ui/test_dashboard.py"}
+     "tests/e2e/supervisor/test_sqlite_disk.py", "tests/e2e/ui/test_dashboard.py"}
 )  # fmt: skip
 
 
