@@ -26,16 +26,41 @@ COLUMNS = (
 )
 SELECT_ROW = f"SELECT {COLUMNS} FROM jobs"
 
-_UPDATE = (
-    "UPDATE jobs SET status = ?, run_at = ?, started_at = ?, finished_at = ?,"
-    " unique_key = ?, workflow_id = ?, waiting_on = ?, lease_token = ?, lease_owner = ?,"
-    " lease_expires = ?, reaped_token = ?, job = ?, result = ?, parents = ?,"
-    " events = events || ?, n_events = ? WHERE seq = ?"
+# the columns that mirror a job's fields, as `Row._columns` gives them
+MIRRORED = (
+    "status",
+    "run_at",
+    "started_at",
+    "finished_at",
+    "unique_key",
+    "workflow_id",
+    "waiting_on",
+    "lease_token",
+    "lease_owner",
+    "lease_expires",
+    "reaped_token",
+    "result",
+    "parents",
 )
+_updates: dict[tuple[str, ...], str] = {}
+
+
+def _update(changed: tuple[str, ...]) -> str:
+    """The UPDATE of the `changed` mirrored columns, the job and its trail: the columns
+    left alone keep their index entries untouched (an UPDATE rewrites the entries of
+    every index on a column it sets)."""
+    sql = _updates.get(changed)
+    if sql is None:
+        sets = "".join(f"{column} = ?, " for column in changed)
+        sql = _updates[changed] = (
+            f"UPDATE jobs SET {sets}job = ?, events = events || ?, n_events = ? WHERE seq = ?"
+        )
+    return sql
+
+
 _INSERT = (
-    "INSERT INTO jobs (status, run_at, started_at, finished_at, unique_key, workflow_id,"
-    " waiting_on, lease_token, lease_owner, lease_expires, reaped_token, job, result,"
-    " parents, events, n_events, seq, id, type, queue, priority, created_at, parent_id)"
+    f"INSERT INTO jobs ({', '.join(MIRRORED)}, job, events, n_events, seq, id, type, queue,"
+    " priority, created_at, parent_id)"
     " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
 )
 
@@ -62,6 +87,11 @@ class Row:
     waiting_on: int | None = None  # a waiting step: its parents not done yet
     n_events: int = 0
     new_events: list[bytes] = field(default_factory=list)
+    _saved: tuple[Any, ...] = ()  # the mirrored columns as the file holds them
+
+    def __post_init__(self) -> None:
+        if not self._saved:
+            self._saved = (None,) * len(MIRRORED)
 
     @classmethod
     def read(cls, row: tuple[Any, ...]) -> Row:
@@ -73,7 +103,9 @@ class Row:
             job.result = msgspec.Raw(result)
         if parents is not None:
             job.parents = msgspec.Raw(parents)
-        return cls(job, token, owner, expires, reaped, waiting, n)
+        row = cls(job, token, owner, expires, reaped, waiting, n)
+        row._saved = row._columns()
+        return row
 
     def lease(self) -> Lease | None:
         """The lease the row holds, if any."""
@@ -115,12 +147,10 @@ class Row:
         text = b",".join(self.new_events)
         return b"," + text if self.n_events and text else text
 
-    def _values(self) -> tuple[Any, ...]:
+    def _columns(self) -> tuple[Any, ...]:
+        """The mirrored columns' values now (`MIRRORED`'s order)."""
         job = self.job
         result, parents = job.result, job.parents
-        bare = job
-        if result is not None or parents is not None:
-            bare = msgspec.structs.replace(job, result=None, parents=None)
         return (
             job.status,
             job.run_at.timestamp(),
@@ -133,25 +163,45 @@ class Row:
             self.lease_owner,
             self.lease_expires,
             self.reaped_token,
-            encode(bare),
             None if result is None else bytes(result),
             None if parents is None else bytes(parents),
-            self._trail(),
-            self.n_events + len(self.new_events),
         )
 
-    def update(self) -> tuple[Any, ...]:
-        """The parameters of `UPDATE` for this row; its new events are then written."""
-        values = (*self._values(), self.job.seq)
-        self.n_events += len(self.new_events)
+    def _bare(self) -> bytes:
+        """The job's JSON without the fields that have columns of their own."""
+        job = self.job
+        if job.result is not None or job.parents is not None:
+            job = msgspec.structs.replace(job, result=None, parents=None)
+        return encode(job)
+
+    def _written(self, columns: tuple[Any, ...]) -> tuple[bytes, int]:
+        """The trail to append and the new count of events, now they are written."""
+        trail, count = self._trail(), self.n_events + len(self.new_events)
+        self.n_events = count
         self.new_events.clear()
-        return values
+        self._saved = columns
+        return trail, count
+
+    def update(self) -> tuple[str, tuple[Any, ...]]:
+        """The UPDATE that writes what changed since the row was read or last written."""
+        columns, saved = self._columns(), self._saved
+        changed = tuple(
+            name for name, now, was in zip(MIRRORED, columns, saved, strict=True) if now != was
+        )
+        values = tuple(now for now, was in zip(columns, saved, strict=True) if now != was)
+        trail, count = self._written(columns)
+        return _update(changed), (*values, self._bare(), trail, count, self.job.seq)
 
     def insert(self) -> tuple[Any, ...]:
         """The parameters of `INSERT` for this new row."""
         job = self.job
-        values = (
-            *self._values(),
+        columns = self._columns()
+        trail, count = self._written(columns)
+        return (
+            *columns,
+            self._bare(),
+            trail,
+            count,
             job.seq,
             job.id,
             job.type,
@@ -160,12 +210,8 @@ class Row:
             job.created_at.timestamp(),
             job.parent_id,
         )
-        self.n_events += len(self.new_events)
-        self.new_events.clear()
-        return values
 
 
-UPDATE = _UPDATE
 INSERT = _INSERT
 
 

@@ -34,7 +34,6 @@ from goqueue.supervisor.store.sqlite.rows import (
     INSERT,
     INSERT_LETTER,
     SELECT_ROW,
-    UPDATE,
     Row,
     encode,
     letter_row,
@@ -98,7 +97,7 @@ class Tx:
 
     def save(self, row: Row) -> None:
         """Write `row` back (its new events appended to its trail)."""
-        self.conn.execute(UPDATE, row.update())
+        self.conn.execute(*row.update())
 
     def event(
         self, row: Row, kind: EventKind, detail: str | None = None, tb: str | None = None
