@@ -5,8 +5,10 @@ The writes of one turn of the loop share one transaction (`run`: each call in a
 savepoint of it, so a call that fails undoes only itself), committed at the end of the
 turn with `synchronous=NORMAL`: appended to the WAL in the page cache, with no fsync
 (tens of microseconds), which is why it runs on the loop itself. What must be on disk
-(`committed(durable=True)`) waits for an fsync of the WAL on the flusher thread, which
-every commit before it shares, while the loop goes on with the next transactions.
+(`committed(durable=True)`) waits for an fsync of the WAL after the commit, which every
+commit before it shares: made at once on the loop while fsyncs are quick (an SSD's take
+about 100 microseconds, less than a hand-off to a thread and back), on the flusher
+thread while they are slow, the loop going on with the next transactions meanwhile.
 That is sound because a checkpoint fsyncs the WAL before copying it into the file: a
 commit is on disk once the WAL is fsynced after it, or once checkpointed.
 
@@ -32,6 +34,7 @@ import fcntl
 import logging
 import os
 import sqlite3
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
@@ -44,6 +47,10 @@ log = logging.getLogger("goqueue.store.sqlite")
 
 
 WAL_CHECKPOINT_BYTES = 8 << 20  # a checkpoint once the WAL passes this
+WAL_FLOOR_BYTES = 1 << 20  # ... or a quarter of the disk's free room, not below this
+LOOK_EVERY = 16  # commits between looks at the WAL's size
+PROBE_BYTES = 256 << 10  # what readiness writes to see that writes go
+INLINE_FSYNC_SECONDS = 0.002  # an fsync quicker than this is made on the loop
 # `journal_size_limit`: the WAL starting over is truncated to this. Below the threshold,
 # so that the file's size tells how far the WAL has grown since (frames are written from
 # its start again, and the file grows only past its end).
@@ -94,6 +101,9 @@ class Database:
         self._gate: asyncio.Future[None] | None = None  # a checkpoint: writes wait
         self._unsynced: list[asyncio.Future[None]] = []  # committed, awaiting an fsync
         self._fsync: asyncio.Future[None] | None = None  # the fsync in flight
+        self._commits_since_look = 0
+        self._fsync_seconds = 0.0  # how long an fsync of the WAL takes, of late
+        self._reclaim = False  # a commit failed: checkpoint at the next that does not
 
     # -- lifecycle (on the thread) ---------------------------------------------------
 
@@ -158,10 +168,12 @@ class Database:
         return conn, applied
 
     async def close(self) -> None:
-        """Close the connections, release the lock and stop the thread (what a turn left
-        uncommitted is rolled back, as a `kill -9` would lose it)."""
+        """Commit what this turn holds, close the connections, release the lock and stop
+        the thread."""
         if self._gate is not None:
             await asyncio.gather(self._gate, return_exceptions=True)
+        if self._batch is not None:  # calls still wait for it: it is theirs to keep
+            self._commit(self._batch)
         while self._fsync is not None:
             await asyncio.gather(self._fsync, return_exceptions=True)
         await asyncio.get_running_loop().run_in_executor(self._flusher, self._close)
@@ -260,6 +272,7 @@ class Database:
             self._batch = None
         batch.fail(exc)
         self.failing = True
+        self._reclaim = True
 
     def _commit(self, batch: Batch) -> None:
         """End of the turn: commit its transaction (on the loop: no fsync)."""
@@ -297,16 +310,25 @@ class Database:
         await asyncio.shield(synced)
 
     def _start_fsync(self) -> None:
-        """Fsync the WAL for the durable commits so far; those committed meanwhile share
-        the next one, started when this one ends."""
+        """Fsync the WAL for the durable commits so far. On a disk whose fsyncs are quick
+        (below `INLINE_FSYNC_SECONDS`, as an SSD's) it is made at once, on the loop: a
+        hand-off to the flusher thread and back costs more than the fsync itself. On a
+        slow one it goes to the thread, and the commits made meanwhile share the next."""
         waiting, self._unsynced = self._unsynced, []
+        if self._fsync_seconds < INLINE_FSYNC_SECONDS:
+            try:
+                self._fsync_wal()
+            except OSError as exc:
+                self._fsynced(waiting, exc)
+            else:
+                self._fsynced(waiting, None)
+            return
         loop = asyncio.get_running_loop()
         self._fsync = done = loop.run_in_executor(self._flusher, self._fsync_wal)
-        done.add_done_callback(lambda finished: self._fsynced(finished, waiting))
+        done.add_done_callback(lambda finished: self._fsynced(waiting, _error(finished)))
 
-    def _fsynced(self, done: asyncio.Future[None], waiting: list[asyncio.Future[None]]) -> None:
+    def _fsynced(self, waiting: list[asyncio.Future[None]], exc: BaseException | None) -> None:
         self._fsync = None
-        exc = None if done.cancelled() else done.exception()
         for synced in waiting:
             if synced.done():
                 continue
@@ -316,7 +338,7 @@ class Database:
                 message = getattr(exc, "strerror", None) or str(exc)
                 failure = StoreUnavailable(f"SQLite file {self.path}: fsync: {message}")
                 synced.set_exception(failure)
-        if self._unsynced:
+        if self._unsynced and self._fsync is None:
             self._start_fsync()
 
     async def sync(self) -> None:
@@ -329,7 +351,7 @@ class Database:
             raise StoreUnavailable(f"SQLite file {self.path}: fsync: {exc.strerror}") from exc
 
     def _fsync_wal(self) -> None:
-        """On the flusher thread. The WAL exists once this connection wrote (and stays
+        """On the loop or the flusher thread. The WAL exists once this connection wrote (and stays
         while it is open); before that every commit is in the file already (the last
         node's close checkpointed it). Its folder is synced once, for the WAL's name."""
         if self._wal_fd is None:
@@ -342,7 +364,10 @@ class Database:
                 os.fsync(folder)
             finally:
                 os.close(folder)
+        started = time.perf_counter()
         os.fsync(self._wal_fd)
+        took = time.perf_counter() - started
+        self._fsync_seconds += (took - self._fsync_seconds) / 8  # a moving average
         self.syncs += 1
 
     def wal_bytes(self) -> int:
@@ -353,22 +378,42 @@ class Database:
             return 0
 
     def _mind_the_wal(self) -> None:
-        """Past `WAL_CHECKPOINT_BYTES` of WAL, close the gate and checkpoint it whole."""
-        if self._gate is not None or self.wal_bytes() < WAL_CHECKPOINT_BYTES:
+        """Close the gate and checkpoint the WAL whole when it has grown past its limit
+        (checked every few commits), or at the first commit after a failed one: the
+        WAL then starts over in the room it has, rather than growing into what a full
+        disk has just freed."""
+        self._commits_since_look += 1
+        if self._gate is not None:
             return
+        if not self._reclaim:
+            if self._commits_since_look < LOOK_EVERY:
+                return
+            self._commits_since_look = 0
+            if self.wal_bytes() < self._wal_limit():
+                return
+        self._reclaim = False
+        self._start_checkpoint()
+
+    def _wal_limit(self) -> int:
+        """`WAL_CHECKPOINT_BYTES`, or a quarter of the disk's free room when that is less
+        (a disk nearly full keeps its WAL small)."""
+        try:
+            room = os.statvfs(os.path.dirname(self.path) or ".")
+        except OSError:
+            return WAL_CHECKPOINT_BYTES
+        return max(WAL_FLOOR_BYTES, min(WAL_CHECKPOINT_BYTES, room.f_bavail * room.f_frsize // 4))
+
+    def _start_checkpoint(self) -> asyncio.Future[None]:
         loop = asyncio.get_running_loop()
         self._gate = gate = loop.create_future()
         done = loop.run_in_executor(self._flusher, self._checkpoint_wal)
         done.add_done_callback(lambda finished: self._checkpointed(finished, gate))
+        return gate
 
     async def checkpoint(self) -> None:
         """Checkpoint the WAL whole now (writes wait meanwhile)."""
         await self.writable()
-        loop = asyncio.get_running_loop()
-        self._gate = gate = loop.create_future()
-        done = loop.run_in_executor(self._flusher, self._checkpoint_wal)
-        done.add_done_callback(lambda finished: self._checkpointed(finished, gate))
-        await asyncio.shield(gate)
+        await asyncio.shield(self._start_checkpoint())
 
     def _checkpoint_wal(self) -> None:
         """Copy the WAL into the file (on the flusher thread, while no write begins, so
@@ -390,12 +435,23 @@ class Database:
             log.warning("WAL checkpoint failed", extra={"err": str(done.exception())})
 
     async def probe(self) -> bool:
-        """True when a write commits (a full disk makes it fail)."""
+        """True when a write of some size commits (`PROBE_BYTES`, written and deleted in
+        one transaction): a full disk refuses it while real writes would fail, where a
+        write of a page could still fit in what the WAL holds already."""
+
+        def write(conn: sqlite3.Connection) -> None:
+            conn.execute("INSERT INTO probe (n) VALUES (zeroblob(?))", (PROBE_BYTES,))
+            conn.execute("DELETE FROM probe")
+
         try:
-            await self.write(lambda conn: conn.execute("DELETE FROM probe"))
+            await self.write(write)
         except StoreUnavailable:
             return False
         return True
+
+
+def _error(done: asyncio.Future[None]) -> BaseException | None:
+    return None if done.cancelled() else done.exception()
 
 
 def _retrieved(future: asyncio.Future[None]) -> None:

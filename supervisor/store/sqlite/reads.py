@@ -33,7 +33,7 @@ from goqueue.supervisor.observe.summaries import (
     type_stats as stats_by_type,
 )
 from goqueue.supervisor.steps import StepState, Workflow, WorkflowCounts, workflow_status
-from goqueue.supervisor.store.sqlite.rows import SELECT_ROW, Row, from_ts, letter_of
+from goqueue.supervisor.store.sqlite.rows import COLUMNS, SELECT_ROW, Row, from_ts, letter_of
 from goqueue.supervisor.store.sqlite.rules import FLOW
 
 RUN_TIMES_SAMPLE = 10_000  # the latest finished jobs the Types page's percentiles come from
@@ -54,8 +54,8 @@ def due(
     paused: set[str],
     slots: Mapping[str, int],
     limit: int,
-) -> list[str]:
-    """The ids of the best `limit` due jobs, at most `slots[type]` of each type, highest
+) -> list[Row]:
+    """The rows of the best `limit` due jobs, at most `slots[type]` of each type, highest
     priority first, then oldest `run_at`, then enqueue order: per type, one walk of the
     `jobs_due` index, so a type at its limit never holds up another."""
     where, params = "", []
@@ -65,26 +65,32 @@ def due(
     if paused:
         where += f" AND queue NOT IN ({_marks(paused)})"
         params.extend(sorted(paused))
-    found: list[tuple[int, float, int, str]] = []
+    found: list[tuple[int, float, int, tuple[Any, ...]]] = []
     for job_type, free in slots.items():
         if free <= 0:
             continue
         found.extend(
-            (-priority, run_at, seq, job_id)
-            for priority, run_at, seq, job_id in conn.execute(
-                "SELECT priority, run_at, seq, id FROM jobs INDEXED BY jobs_due"
+            (-hit[0], hit[1], hit[2], hit[3:])
+            for hit in conn.execute(
+                f"SELECT priority, run_at, seq, {COLUMNS} FROM jobs INDEXED BY jobs_due"
                 f" WHERE status = 'pending' AND type = ? AND run_at <= ?{where}"
                 " ORDER BY priority DESC, run_at, seq LIMIT ?",
                 (job_type, now, *params, min(free, limit)),
             )
         )
-    return [job_id for *_, job_id in heapq.nsmallest(limit, found)]
+    if len(found) > limit:
+        found = heapq.nsmallest(limit, found)
+    elif len(slots) > 1:
+        found.sort()
+    return [Row.read(columns) for *_, columns in found]
 
 
 def next_due(conn: sqlite3.Connection, now: float) -> float | None:
     """When the earliest pending job not yet due becomes due."""
     (at,) = conn.execute(
-        "SELECT min(run_at) FROM jobs WHERE status = 'pending' AND run_at > ?", (now,)
+        "SELECT min(run_at) FROM jobs INDEXED BY jobs_next_due"
+        " WHERE status = 'pending' AND run_at > ?",
+        (now,),
     ).fetchone()
     return None if at is None else float(at)
 
@@ -192,7 +198,8 @@ def queue_stats(conn: sqlite3.Connection, queue: str) -> QueueStats:
 def _oldest_due(conn: sqlite3.Connection, queue: str, now: float) -> float | None:
     """The `run_at` of the longest-waiting due job of `queue`."""
     (at,) = conn.execute(
-        "SELECT min(run_at) FROM jobs WHERE status = 'pending' AND queue = ? AND run_at <= ?",
+        "SELECT min(run_at) FROM jobs INDEXED BY jobs_queue_due"
+        " WHERE status = 'pending' AND queue = ? AND run_at <= ?",
         (queue, now),
     ).fetchone()
     return None if at is None else float(at)
@@ -216,8 +223,8 @@ def queue_depths(conn: sqlite3.Connection, top: int, now: float) -> QueueDepths:
         waiting[queue] = 0.0 if at is None else now - at
     if len(totals) > len(chosen):
         (at,) = conn.execute(
-            "SELECT min(run_at) FROM jobs WHERE status = 'pending' AND run_at <= ?"
-            f" AND queue NOT IN ({_marks(chosen)})",
+            "SELECT min(run_at) FROM jobs INDEXED BY jobs_next_due"
+            f" WHERE status = 'pending' AND run_at <= ? AND queue NOT IN ({_marks(chosen)})",
             (now, *chosen),
         ).fetchone()
         waiting[OTHER_QUEUES] = 0.0 if at is None else now - float(at)
@@ -249,8 +256,8 @@ def queue_summaries(conn: sqlite3.Connection, now: float) -> list[QueueSummary]:
     scheduled = {
         q: int(n)
         for q, n in conn.execute(
-            "SELECT queue, count(*) FROM jobs WHERE status = 'pending' AND run_at > ?"
-            " GROUP BY queue",
+            "SELECT queue, count(*) FROM jobs INDEXED BY jobs_next_due"
+            " WHERE status = 'pending' AND run_at > ? GROUP BY queue",
             (now,),
         )
     }

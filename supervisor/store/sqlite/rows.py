@@ -94,9 +94,9 @@ class Row:
             self._saved = (None,) * len(MIRRORED)
 
     @classmethod
-    def read(cls, row: tuple[Any, ...]) -> Row:
+    def read(cls, found: tuple[Any, ...]) -> Row:
         """A `Row` from the columns `SELECT_ROW` names."""
-        seq, job_json, result, parents, token, owner, expires, reaped, waiting, n = row
+        seq, job_json, result, parents, token, owner, expires, reaped, waiting, n = found
         job = JOB.decode(job_json)
         job.seq = seq
         if result is not None:

@@ -87,6 +87,10 @@ class Tx:
             row = self._rows[job_id] = Row.read(found)
         return row
 
+    def adopt(self, row: Row) -> None:
+        """Take a row read elsewhere as this call's row of its job."""
+        self._rows[row.job.id] = row
+
     def load_where(self, where: str, params: tuple[Any, ...] = ()) -> list[Row]:
         """The rows `where` selects, in its order."""
         out = []

@@ -290,9 +290,8 @@ class SqliteStore:
         def work(tx: Tx) -> list[Lease]:
             best = reads.due(tx.conn, tx.ts, queues, tx.paused(), slots, limit)
             leases = []
-            for i, job_id in enumerate(best):
-                row = tx.load(job_id)
-                assert row is not None
+            for i, row in enumerate(best):
+                tx.adopt(row)
                 tx.lease(row, started=start is None or i < start)
                 tx.save(row)
                 lease = row.lease()
