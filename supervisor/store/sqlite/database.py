@@ -40,6 +40,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from goqueue.supervisor.errors import BootError, StoreUnavailable
+from goqueue.supervisor.store.sqlite.rows import ADD_COUNTS, Group, add_count
 from goqueue.supervisor.store.sqlite.schema import NewerSchema, migrate
 
 T = TypeVar("T")
@@ -67,6 +68,7 @@ class Batch:
         self.committed: asyncio.Future[None] = loop.create_future()
         self.committed.add_done_callback(_retrieved)
         self.synced: asyncio.Future[None] | None = None
+        self.counts: dict[Group, int] = {}  # the jobs its calls moved, by group
 
     def durable(self) -> asyncio.Future[None]:
         """What a call waits for to be on disk: this batch's commit and an fsync after it."""
@@ -74,6 +76,11 @@ class Batch:
             self.synced = self.loop.create_future()
             self.synced.add_done_callback(_retrieved)
         return self.synced
+
+    def count(self, counts: dict[Group, int]) -> None:
+        """Add a call's moves to what the commit writes to `job_counts`."""
+        for group, delta in counts.items():
+            add_count(self.counts, group, delta)
 
     def fail(self, exc: StoreUnavailable) -> None:
         """The transaction is lost: every call of it hears why."""
@@ -280,6 +287,9 @@ class Database:
             return
         self._batch = None
         try:
+            if batch.counts:
+                moved = [(*group, n) for group, n in batch.counts.items() if n]
+                self._conn.executemany(ADD_COUNTS, moved)
             self._conn.execute("COMMIT")
         except sqlite3.Error as exc:
             log.warning("SQLite commit failed", extra={"path": self.path, "err": str(exc)})

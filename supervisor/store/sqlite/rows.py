@@ -182,6 +182,15 @@ class Row:
         self._saved = columns
         return trail, count
 
+    def moved(self, counts: dict[Group, int]) -> None:
+        """Count the job's move from the status the file holds to its status now."""
+        was, now = self._saved[0], self.job.status
+        if was != now:
+            job = self.job
+            if was is not None:
+                add_count(counts, (job.queue, job.type, job.priority, was), -1)
+            add_count(counts, (job.queue, job.type, job.priority, now), 1)
+
     def update(self) -> tuple[str, tuple[Any, ...]]:
         """The UPDATE that writes what changed since the row was read or last written."""
         columns, saved = self._columns(), self._saved
@@ -249,6 +258,18 @@ def letter_row(dead: DeadLetter) -> tuple[Any, ...]:
         encode(bare),
         None if job.parents is None else bytes(job.parents),
     )
+
+
+Group = tuple[str, str, int, str]  # a job's queue, type, priority and status
+ADD_COUNTS = (
+    "INSERT INTO job_counts (queue, type, priority, status, n) VALUES (?, ?, ?, ?, ?)"
+    " ON CONFLICT DO UPDATE SET n = n + excluded.n"
+)
+
+
+def add_count(counts: dict[Group, int], group: Group, delta: int) -> None:
+    """Count `delta` more jobs in `group`."""
+    counts[group] = counts.get(group, 0) + delta
 
 
 INSERT_LETTER = (

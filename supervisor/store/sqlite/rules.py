@@ -34,6 +34,7 @@ from goqueue.supervisor.store.sqlite.rows import (
     INSERT,
     INSERT_LETTER,
     SELECT_ROW,
+    Group,
     Row,
     encode,
     letter_row,
@@ -68,12 +69,19 @@ class Context:
 class Tx:
     """One call's work on the rows, at one instant (`now`)."""
 
-    def __init__(self, ctx: Context, conn: sqlite3.Connection, now: datetime) -> None:
+    conn: sqlite3.Connection
+
+    def __init__(self, ctx: Context, now: datetime) -> None:
         self.ctx = ctx
-        self.conn = conn
         self.now = now
         self.ts = now.timestamp()
         self._rows: dict[str, Row] = {}
+        self.counts: dict[Group, int] = {}  # jobs by group this call moved
+
+    def on(self, conn: sqlite3.Connection) -> Tx:
+        """This call, on `conn` (inside its savepoint)."""
+        self.conn = conn
+        return self
 
     # -- rows ------------------------------------------------------------------------
 
@@ -101,6 +109,7 @@ class Tx:
 
     def save(self, row: Row) -> None:
         """Write `row` back (its new events appended to its trail)."""
+        row.moved(self.counts)
         self.conn.execute(*row.update())
 
     def event(
@@ -216,6 +225,7 @@ class Tx:
                 self.lease(row, started=True)
             else:
                 self.ctx.wake()
+        row.moved(self.counts)
         self.conn.execute(INSERT, row.insert())
         return row
 

@@ -11,8 +11,9 @@ results in columns of their own (msgspec reads no `Raw | None` inside a struct),
 audit trail (`events`: the events' JSON objects joined by commas), and copies of the
 fields the store selects, orders and fences on, each with the index its query needs
 (partial indexes hold live rows only). `job_counts` keeps the jobs by queue, type,
-priority and status, and `tallies` the dead letters, both by triggers, so counts never
-scan. A workflow is one row (`FlowRecord`) and its edges are rows of their own.
+priority and status (the store adds each transaction's changes to it as it commits),
+and `tallies` the dead letters (by triggers), so counts never scan. A workflow is one
+row (`FlowRecord`) and its edges are rows of their own.
 """
 
 from __future__ import annotations
@@ -93,14 +94,6 @@ def _count_trigger(name: str, when: str, rows: str) -> str:
     return f"CREATE TRIGGER {name} {when} BEGIN {rows} END"
 
 
-def _add(row: str, delta: int) -> str:
-    return (
-        "INSERT INTO job_counts (queue, type, priority, status, n)"
-        f" VALUES ({row}.queue, {row}.type, {row}.priority, {row}.status, {delta})"
-        f" ON CONFLICT DO UPDATE SET n = n + {delta};"
-    )
-
-
 ROWS_ARE_THE_TRUTH: tuple[str, ...] = (  # 3: the rows are the truth, with their indexes
     """CREATE TABLE jobs3 (
         seq INTEGER PRIMARY KEY,
@@ -162,13 +155,6 @@ ROWS_ARE_THE_TRUTH: tuple[str, ...] = (  # 3: the rows are the truth, with their
         PRIMARY KEY (queue, type, priority, status)) WITHOUT ROWID""",
     "INSERT INTO job_counts SELECT queue, type, priority, status, count(*) FROM jobs"
     " GROUP BY queue, type, priority, status",
-    _count_trigger("jobs_added", "AFTER INSERT ON jobs", _add("new", 1)),
-    _count_trigger("jobs_removed", "AFTER DELETE ON jobs", _add("old", -1)),
-    _count_trigger(
-        "jobs_moved",
-        "AFTER UPDATE OF status ON jobs WHEN old.status != new.status",
-        _add("old", -1) + _add("new", 1),
-    ),
     """CREATE TABLE dead3 (
         seq INTEGER PRIMARY KEY AUTOINCREMENT,
         id TEXT NOT NULL UNIQUE,

@@ -80,7 +80,14 @@ from goqueue.supervisor.store.base import EMBEDDED, LATE_OUTCOME, NewJob, NodeLi
 from goqueue.supervisor.store.sqlite import reads
 from goqueue.supervisor.store.sqlite.database import Database
 from goqueue.supervisor.store.sqlite.outbox import SqliteOutboxRows
-from goqueue.supervisor.store.sqlite.rows import Row, encode, events_of, from_ts, letter_of
+from goqueue.supervisor.store.sqlite.rows import (
+    Row,
+    add_count,
+    encode,
+    events_of,
+    from_ts,
+    letter_of,
+)
 from goqueue.supervisor.store.sqlite.rules import FLOW, Context, Tx
 from goqueue.supervisor.workflows import WORKFLOW_CANCELLED, NewWorkflow, Workflow, WorkflowCreated
 
@@ -144,8 +151,9 @@ class SqliteStore:
         """Run `work` in one savepoint at one instant, and wait for its commit (with
         `durable`, for the fsync after it)."""
         await self.db.writable()
-        now = self.clock()
-        out, batch = self.db.run(lambda conn: work(Tx(self._ctx, conn, now)))
+        tx = Tx(self._ctx, self.clock())
+        out, batch = self.db.run(lambda conn: work(tx.on(conn)))
+        batch.count(tx.counts)
         await self.db.committed(batch, durable)
         return out
 
@@ -827,13 +835,16 @@ def _prune_chunk(tx: Tx, *, cutoff: float, limit: int) -> int:
     """Delete up to `limit` jobs finished before `cutoff`; drop the workflows left with
     no step."""
     rows = tx.conn.execute(
-        "SELECT seq, workflow_id FROM jobs WHERE finished_at < ? ORDER BY finished_at LIMIT ?",
+        "SELECT seq, workflow_id, queue, type, priority, status FROM jobs"
+        " WHERE finished_at < ? ORDER BY finished_at LIMIT ?",
         (cutoff, limit),
     ).fetchall()
     if not rows:
         return 0
-    tx.conn.executemany("DELETE FROM jobs WHERE seq = ?", [(seq,) for seq, _ in rows])
-    for workflow_id in {w for _, w in rows if w is not None}:
+    tx.conn.executemany("DELETE FROM jobs WHERE seq = ?", [(row[0],) for row in rows])
+    for _, _, *group in rows:
+        add_count(tx.counts, tuple(group), -1)
+    for workflow_id in {row[1] for row in rows if row[1] is not None}:
         left = tx.conn.execute(
             "SELECT 1 FROM jobs WHERE workflow_id = ? LIMIT 1", (workflow_id,)
         ).fetchone()

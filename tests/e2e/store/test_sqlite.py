@@ -474,3 +474,52 @@ async def test_a_pruned_workflow_leaves_the_file(path: str, clock: Clock) -> Non
     rows = await again.db.read(lambda c: c.execute("SELECT count(*) FROM workflows").fetchone())
     assert rows == (0,)
     await again.close()
+
+
+def kept_counts(conn: sqlite3.Connection) -> dict[tuple[str, str, int, str], int]:
+    return {
+        (q, t, p, s): n
+        for q, t, p, s, n in conn.execute(
+            "SELECT queue, type, priority, status, n FROM job_counts WHERE n != 0"
+        )
+    }
+
+
+def counted_rows(conn: sqlite3.Connection) -> dict[tuple[str, str, int, str], int]:
+    return {
+        (q, t, p, s): n
+        for q, t, p, s, n in conn.execute(
+            "SELECT queue, type, priority, status, count(*) FROM jobs"
+            " GROUP BY queue, type, priority, status"
+        )
+    }
+
+
+async def test_the_kept_counts_are_the_rows_counted_after_every_kind_of_change(
+    path: str, clock: Clock
+) -> None:
+    store = await opened(path, clock)
+    for priority in (1, 5, 9):
+        for kind in ("a", "b"):
+            await store.enqueue(new(kind, priority=priority, queue=f"q{priority}"))
+    await store.enqueue(new(delay_seconds=3600))
+    leases = await store.claim(4, None, ALL, start=2)
+    await store.complete(leases[0], None)
+    await store.fail(leases[1], "boom", None)
+    await store.release(leases[2])
+    started = await store.start(leases[3])
+    assert started is not None
+    (await store.cancel((await store.enqueue(new())).job.id, force=False))
+    await store.create_workflow(workflow(("a", []), ("b", ["a"])))
+    pages = await store.db.read(lambda c: c.execute("PRAGMA page_count").fetchone()[0])
+    await store.db.read(lambda c: c.execute(f"PRAGMA max_page_count = {pages}").fetchone())
+    with pytest.raises(StoreUnavailable):  # a failed commit counts nothing
+        await store.enqueue(new(payload={"big": "x" * 200_000}))
+    await store.db.read(lambda c: c.execute("PRAGMA max_page_count = 1073741823").fetchone())
+    clock.advance(60)
+    await store.reap_expired()
+    assert await store.prune(clock.now(), 1000) >= 2
+    counts = await store.db.read(kept_counts)
+    assert counts == await store.db.read(counted_rows)
+    assert sum(counts.values()) == sum((await store.stats()).counts.values())
+    await store.close()
