@@ -32,8 +32,10 @@ import asyncio
 import contextlib
 import fcntl
 import logging
+import mmap
 import os
 import sqlite3
+import struct
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
@@ -52,10 +54,17 @@ WAL_FLOOR_BYTES = 1 << 20  # ... or a quarter of the disk's free room, not below
 LOOK_EVERY = 16  # commits between looks at the WAL's size
 PROBE_BYTES = 256 << 10  # what readiness writes to see that writes go
 INLINE_FSYNC_SECONDS = 0.002  # an fsync quicker than this is made on the loop
-# `journal_size_limit`: the WAL starting over is truncated to this. Below the threshold,
-# so that the file's size tells how far the WAL has grown since (frames are written from
-# its start again, and the file grows only past its end).
-WAL_KEEP_BYTES = 4 << 20
+# `journal_size_limit`: a WAL starting over is truncated to this. Above the threshold, so
+# that the WAL's file keeps the blocks it has: an fsync of a commit written in room the
+# file already has takes half the time of one that must grow the file (measured: 45 us
+# against 109 us for 32 KB). How far the WAL has grown is read from SQLite's index of
+# it (`wal_bytes`), not from the file's size.
+WAL_KEEP_BYTES = 64 << 20
+# The wal-index header at the start of the `-shm` file (SQLite's documented WAL format):
+# `mxFrame`, the last valid frame, is the native 32-bit word at byte 16.
+_MX_FRAME = struct.Struct("=I")
+_MX_FRAME_AT = 16
+_FRAME_HEADER = 24
 CACHE_KIB = 16_384  # the page cache: bounded, whatever the file holds
 
 
@@ -110,6 +119,8 @@ class Database:
         self._fsync: asyncio.Future[None] | None = None  # the fsync in flight
         self._commits_since_look = 0
         self._fsync_seconds = 0.0  # how long an fsync of the WAL takes, of late
+        self._shm: mmap.mmap | None = None  # SQLite's index of the WAL, read-only
+        self._page_size = 4096
         self._reclaim = False  # a commit failed: checkpoint at the next that does not
 
     # -- lifecycle (on the thread) ---------------------------------------------------
@@ -141,6 +152,7 @@ class Database:
         self._lock_fd = fd
         try:
             self._conn, self.applied = self._connect(path)
+            (self._page_size,) = self._conn.execute("PRAGMA page_size").fetchone()
         except BaseException:
             self._close()
             raise
@@ -187,6 +199,9 @@ class Database:
         self._flusher.shutdown(wait=True)
 
     def _close(self) -> None:
+        if self._shm is not None:
+            self._shm.close()
+            self._shm = None
         if self._checkpointer is not None:
             self._checkpointer.close()
             self._checkpointer = None
@@ -381,7 +396,20 @@ class Database:
         self.syncs += 1
 
     def wal_bytes(self) -> int:
-        """The WAL's size now (0 when there is none)."""
+        """How much of the WAL is in use now: its frames since it last started over,
+        from SQLite's own index of it (the `-shm` file, mapped once); the file's size
+        where that cannot be read."""
+        if self._shm is None:
+            try:
+                with open(self.path + "-shm", "rb") as shm:
+                    self._shm = mmap.mmap(shm.fileno(), 0, access=mmap.ACCESS_READ)
+            except (OSError, ValueError):
+                return self.wal_file_bytes()
+        (frames,) = _MX_FRAME.unpack_from(self._shm, _MX_FRAME_AT)
+        return int(frames) * (self._page_size + _FRAME_HEADER)
+
+    def wal_file_bytes(self) -> int:
+        """The WAL file's size (0 when there is none)."""
         try:
             return os.stat(self.path + "-wal").st_size
         except FileNotFoundError:

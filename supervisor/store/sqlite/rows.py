@@ -115,6 +115,12 @@ class Row:
         owner = self.lease_owner or ""
         return Lease(job=self.job, token=self.lease_token, owner=owner, expires_at=expires)
 
+    def extend(self, expires: float) -> None:
+        """The lease was extended in the file to `expires`."""
+        self.lease_expires = expires
+        at = MIRRORED.index("lease_expires")
+        self._saved = (*self._saved[:at], expires, *self._saved[at + 1 :])
+
     def drop_lease(self) -> None:
         """The row holds no lease any more."""
         self.lease_token = self.lease_owner = self.lease_expires = None

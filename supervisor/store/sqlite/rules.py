@@ -64,6 +64,10 @@ class Context:
     limits: Mapping[str, int | None]  # this node's declared types and their limits
     next_seq: Callable[[], int]
     wake: Callable[[], None]
+    # The rows of the jobs this node holds a lease on, as last written: a cache bounded
+    # by the attempts in flight, so a start or an outcome does not read its row back.
+    # A call that fails forgets every row it touched (`Tx.forget`).
+    leased: dict[str, Row]
 
 
 class Tx:
@@ -87,12 +91,13 @@ class Tx:
 
     def load(self, job_id: str) -> Row | None:
         """The row of `job_id` (the same `Row` for every load in this call)."""
-        row = self._rows.get(job_id)
+        row = self._rows.get(job_id) or self.ctx.leased.get(job_id)
         if row is None:
             found = self.conn.execute(SELECT_ROW + " WHERE id = ?", (job_id,)).fetchone()
             if found is None:
                 return None
-            row = self._rows[job_id] = Row.read(found)
+            row = Row.read(found)
+        self._rows[job_id] = row
         return row
 
     def adopt(self, row: Row) -> None:
@@ -104,13 +109,30 @@ class Tx:
         out = []
         for found in self.conn.execute(f"{SELECT_ROW} {where}", params):
             row = Row.read(found)
-            out.append(self._rows.setdefault(row.job.id, row))
+            job_id = row.job.id
+            row = self._rows.get(job_id) or self.ctx.leased.get(job_id) or row
+            self._rows[job_id] = row
+            out.append(row)
         return out
 
     def save(self, row: Row) -> None:
         """Write `row` back (its new events appended to its trail)."""
         row.moved(self.counts)
         self.conn.execute(*row.update())
+        self._mind(row)
+
+    def _mind(self, row: Row) -> None:
+        """Keep a leased row in the cache of leased rows, or drop it from there."""
+        if row.lease_token is None:
+            self.ctx.leased.pop(row.job.id, None)
+        else:
+            self.ctx.leased[row.job.id] = row
+
+    def forget(self) -> None:
+        """This call failed (or the commit it was in): the rows it touched, changed in
+        memory and not in the file, leave the cache."""
+        for job_id in self._rows:
+            self.ctx.leased.pop(job_id, None)
 
     def event(
         self, row: Row, kind: EventKind, detail: str | None = None, tb: str | None = None
@@ -227,6 +249,7 @@ class Tx:
                 self.ctx.wake()
         row.moved(self.counts)
         self.conn.execute(INSERT, row.insert())
+        self._mind(row)
         return row
 
     def follow_up(self, spec: JobSpec | None, parent: Job) -> list[Job]:

@@ -140,6 +140,7 @@ class SqliteStore:
             limits=self._limits,
             next_seq=self._next_seq,
             wake=wake,
+            leased={},
         )
 
     def _next_seq(self) -> int:
@@ -152,9 +153,13 @@ class SqliteStore:
         `durable`, for the fsync after it)."""
         await self.db.writable()
         tx = Tx(self._ctx, self.clock())
-        out, batch = self.db.run(lambda conn: work(tx.on(conn)))
-        batch.count(tx.counts)
-        await self.db.committed(batch, durable)
+        try:
+            out, batch = self.db.run(lambda conn: work(tx.on(conn)))
+            batch.count(tx.counts)
+            await self.db.committed(batch, durable)
+        except BaseException:
+            tx.forget()
+            raise
         return out
 
     def _read(self, work: Callable[[sqlite3.Connection], T]) -> T:
@@ -348,6 +353,10 @@ class SqliteStore:
                 )
                 if moved.rowcount == 0:
                     lost.append(lease.token)
+                row = tx.ctx.leased.get(lease.job.id)
+                if row is not None and row.lease_token == lease.token:
+                    tx.adopt(row)  # forgotten with the call if it fails
+                    row.extend(expires)
             return lost
 
         return await self._write(work)
