@@ -366,15 +366,6 @@ class Database:
         if self._unsynced and self._fsync is None:
             self._start_fsync()
 
-    async def sync(self) -> None:
-        """Put every transaction committed so far on disk (an fsync of the WAL), on a
-        thread of its own so that writes go on meanwhile. Raises StoreUnavailable."""
-        loop = asyncio.get_running_loop()
-        try:
-            await loop.run_in_executor(self._flusher, self._fsync_wal)
-        except OSError as exc:
-            raise StoreUnavailable(f"SQLite file {self.path}: fsync: {exc.strerror}") from exc
-
     def _fsync_wal(self) -> None:
         """On the loop or the flusher thread. The WAL exists once this connection wrote (and stays
         while it is open); before that every commit is in the file already (the last
@@ -430,7 +421,10 @@ class Database:
             if self.wal_bytes() < self._wal_limit():
                 return
         self._reclaim = False
-        self._start_checkpoint()
+        loop = asyncio.get_running_loop()
+        self._gate = gate = loop.create_future()
+        done = loop.run_in_executor(self._flusher, self._checkpoint_wal)
+        done.add_done_callback(lambda finished: self._checkpointed(finished, gate))
 
     def _wal_limit(self) -> int:
         """`WAL_CHECKPOINT_BYTES`, or a quarter of the disk's free room when that is less
@@ -440,18 +434,6 @@ class Database:
         except OSError:
             return WAL_CHECKPOINT_BYTES
         return max(WAL_FLOOR_BYTES, min(WAL_CHECKPOINT_BYTES, room.f_bavail * room.f_frsize // 4))
-
-    def _start_checkpoint(self) -> asyncio.Future[None]:
-        loop = asyncio.get_running_loop()
-        self._gate = gate = loop.create_future()
-        done = loop.run_in_executor(self._flusher, self._checkpoint_wal)
-        done.add_done_callback(lambda finished: self._checkpointed(finished, gate))
-        return gate
-
-    async def checkpoint(self) -> None:
-        """Checkpoint the WAL whole now (writes wait meanwhile)."""
-        await self.writable()
-        await asyncio.shield(self._start_checkpoint())
 
     def _checkpoint_wal(self) -> None:
         """Copy the WAL into the file (on the flusher thread, while no write begins, so
