@@ -51,7 +51,7 @@ log = logging.getLogger("goqueue.store.sqlite")
 
 WAL_CHECKPOINT_BYTES = 8 << 20  # a checkpoint once the WAL passes this
 WAL_FLOOR_BYTES = 1 << 20  # ... or a quarter of the disk's free room, not below this
-LOOK_EVERY = 16  # commits between looks at the WAL's size
+ROOM_EVERY = 64  # commits between looks at the disk's free room
 PROBE_BYTES = 256 << 10  # what readiness writes to see that writes go
 INLINE_FSYNC_SECONDS = 0.002  # an fsync quicker than this is made on the loop
 # `journal_size_limit`: a WAL starting over is truncated to this. Above the threshold, so
@@ -117,7 +117,8 @@ class Database:
         self._gate: asyncio.Future[None] | None = None  # a checkpoint: writes wait
         self._unsynced: list[asyncio.Future[None]] = []  # committed, awaiting an fsync
         self._fsync: asyncio.Future[None] | None = None  # the fsync in flight
-        self._commits_since_look = 0
+        self._commits_since_room = 0
+        self._wal_limit = WAL_CHECKPOINT_BYTES  # `_room_for_wal`, as last looked at
         self._fsync_seconds = 0.0  # how long an fsync of the WAL takes, of late
         self._shm: mmap.mmap | None = None  # SQLite's index of the WAL, read-only
         self._page_size = 4096
@@ -295,6 +296,7 @@ class Database:
         batch.fail(exc)
         self.failing = True
         self._reclaim = True
+        self._commits_since_room = ROOM_EVERY  # look at the disk's room at once
 
     def _commit(self, batch: Batch) -> None:
         """End of the turn: commit its transaction (on the loop: no fsync)."""
@@ -408,25 +410,24 @@ class Database:
 
     def _mind_the_wal(self) -> None:
         """Close the gate and checkpoint the WAL whole when it has grown past its limit
-        (checked every few commits), or at the first commit after a failed one: the
-        WAL then starts over in the room it has, rather than growing into what a full
-        disk has just freed."""
-        self._commits_since_look += 1
+        (looked at after every commit: reading SQLite's index of it costs a memory
+        read), or at the first commit after a failed one: the WAL then starts over in
+        the room it has, rather than growing into what a full disk has just freed."""
         if self._gate is not None:
             return
-        if not self._reclaim:
-            if self._commits_since_look < LOOK_EVERY:
-                return
-            self._commits_since_look = 0
-            if self.wal_bytes() < self._wal_limit():
-                return
+        self._commits_since_room += 1
+        if self._commits_since_room >= ROOM_EVERY:
+            self._commits_since_room = 0
+            self._wal_limit = self._room_for_wal()
+        if not self._reclaim and self.wal_bytes() < self._wal_limit:
+            return
         self._reclaim = False
         loop = asyncio.get_running_loop()
         self._gate = gate = loop.create_future()
         done = loop.run_in_executor(self._flusher, self._checkpoint_wal)
         done.add_done_callback(lambda finished: self._checkpointed(finished, gate))
 
-    def _wal_limit(self) -> int:
+    def _room_for_wal(self) -> int:
         """`WAL_CHECKPOINT_BYTES`, or a quarter of the disk's free room when that is less
         (a disk nearly full keeps its WAL small)."""
         try:
