@@ -9,6 +9,7 @@ from datetime import datetime
 import msgspec
 from goqueue.supervisor.enums import Status
 from goqueue.supervisor.jobs import Job
+from goqueue.supervisor.steps import StepState, Workflow, workflow_status
 
 RESULTS = msgspec.json.Decoder(dict[str, msgspec.Raw])
 
@@ -74,3 +75,22 @@ class FlowBook:
                 seen[child] = None
                 frontier.extend(self.children.get(child, ()))
         return list(seen)
+
+
+def workflow_of(flow: FlowRecord, kept: Mapping[str, tuple[Status, list[str] | None]]) -> Workflow:
+    """A workflow as its steps are now: `kept` gives each kept step's status and parents'
+    job ids, by job id (a step not kept was pruned after it finished: only finished jobs
+    are ever pruned, and it counts as done)."""
+    keys = {job_id: key for key, job_id in flow.steps.items()}
+    steps = []
+    for key, job_id in flow.steps.items():
+        status, parent_ids = kept.get(job_id, (Status.DONE, None))
+        after = [keys[p] for p in (parent_ids or ()) if p in keys]
+        steps.append(StepState(key, job_id, status, after))
+    return Workflow(
+        id=flow.id,
+        name=flow.name,
+        status=workflow_status(flow.cancelled, (s.status for s in steps)),
+        created_at=flow.created_at,
+        steps=steps,
+    )

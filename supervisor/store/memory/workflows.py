@@ -14,16 +14,14 @@ from goqueue.supervisor.enums import TERMINAL, EventKind, Status, WorkflowStatus
 from goqueue.supervisor.errors import IdempotencyMismatch, InvalidState, NotFound, StoreFull
 from goqueue.supervisor.jobs import Job, Page
 from goqueue.supervisor.steps import WorkflowCounts
-from goqueue.supervisor.store.memory.flows import FlowRecord
+from goqueue.supervisor.store.memory.flows import FlowRecord, workflow_of
 from goqueue.supervisor.store.memory.reads import MemoryReads
 from goqueue.supervisor.workflows import (
     WORKFLOW_CANCELLED,
     NewWorkflow,
-    StepState,
     Workflow,
     WorkflowCreated,
     dependent_error,
-    workflow_status,
 )
 
 
@@ -183,21 +181,12 @@ class MemoryWorkflows(MemoryReads):
         flow = self._flows.flows.get(workflow_id)
         if flow is None:
             return None
-        steps = []
-        keys = {job_id: key for key, job_id in flow.steps.items()}
-        for key, job_id in flow.steps.items():
-            job = self._jobs.get(job_id)
-            # a step pruned after it finished: only finished jobs are ever pruned
-            status = job.status if job else Status.DONE
-            after = [keys[p] for p in (job.parent_ids or ()) if p in keys] if job else []
-            steps.append(StepState(key, job_id, status, after))
-        return Workflow(
-            id=flow.id,
-            name=flow.name,
-            status=workflow_status(flow.cancelled, (s.status for s in steps)),
-            created_at=flow.created_at,
-            steps=steps,
-        )
+        kept = {
+            job_id: (job.status, job.parent_ids)
+            for job_id in flow.steps.values()
+            if (job := self._jobs.get(job_id)) is not None
+        }
+        return workflow_of(flow, kept)
 
     async def get_workflow(self, workflow_id: str) -> Workflow | None:
         """One workflow with its steps' live statuses."""

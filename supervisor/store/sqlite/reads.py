@@ -32,7 +32,8 @@ from goqueue.supervisor.observe.summaries import (
 from goqueue.supervisor.observe.summaries import (
     type_stats as stats_by_type,
 )
-from goqueue.supervisor.steps import StepState, Workflow, WorkflowCounts, workflow_status
+from goqueue.supervisor.steps import Workflow, WorkflowCounts, workflow_status
+from goqueue.supervisor.store.memory.flows import workflow_of
 from goqueue.supervisor.store.sqlite.rows import COLUMNS, SELECT_ROW, Row, from_ts, letter_of
 from goqueue.supervisor.store.sqlite.rules import FLOW
 
@@ -368,28 +369,15 @@ def workflow(conn: sqlite3.Connection, workflow_id: str) -> Workflow | None:
     found = conn.execute("SELECT record FROM workflows WHERE id = ?", (workflow_id,)).fetchone()
     if found is None:
         return None
-    flow = FLOW.decode(found[0])
-    live = {
-        job_id: (status, _IDS.decode(parents) if parents else None)
+    kept = {
+        job_id: (Status(status), _IDS.decode(parents) if parents else None)
         for job_id, status, parents in conn.execute(
             "SELECT id, status, json_extract(CAST(job AS TEXT), '$.parent_ids') FROM jobs"
             " WHERE workflow_id = ?",
             (workflow_id,),
         )
     }
-    keys = {job_id: key for key, job_id in flow.steps.items()}
-    steps = []
-    for key, job_id in flow.steps.items():
-        status, parent_ids = live.get(job_id, (Status.DONE, None))
-        after = [keys[p] for p in (parent_ids or ()) if p in keys]
-        steps.append(StepState(key, job_id, Status(status), after))
-    return Workflow(
-        id=flow.id,
-        name=flow.name,
-        status=workflow_status(flow.cancelled, (s.status for s in steps)),
-        created_at=flow.created_at,
-        steps=steps,
-    )
+    return workflow_of(FLOW.decode(found[0]), kept)
 
 
 def workflows(

@@ -381,11 +381,10 @@ class SqliteStore:
         """Record success, then chain `on_success` and release waiting steps, atomically."""
 
         def work(tx: Tx) -> Outcome | None:
-            row = _held(tx, lease) or _salvage(tx, lease)
+            row = _outcome_of(tx, lease)
             if row is None:
                 return None
             job = row.job
-            row.drop_lease()
             job.result = result
             job.finished_at = tx.now
             tx.set_status(row, Status.DONE)
@@ -402,11 +401,10 @@ class SqliteStore:
         """Record a failed attempt: retry at `retry_at`, or dead-letter and chain."""
 
         def work(tx: Tx) -> Outcome | None:
-            row = _held(tx, lease) or _salvage(tx, lease)
+            row = _outcome_of(tx, lease)
             if row is None:
                 return None
             job = row.job
-            row.drop_lease()
             tx.record_error(row, error, traceback)
             tx.event(row, EventKind.ATTEMPT_FAILED, error, traceback)
             if retry_at is None:
@@ -697,6 +695,15 @@ def _held(tx: Tx, lease: Lease, *statuses: Status) -> Row | None:
     if row is None or row.lease_token != lease.token:
         return None
     return row if row.job.status in (statuses or (Status.RUNNING,)) else None
+
+
+def _outcome_of(tx: Tx, lease: Lease) -> Row | None:
+    """The row an attempt's outcome is written to, its lease dropped: held by `lease`,
+    or reopened for a late outcome (`_salvage`); None when the outcome is refused."""
+    row = _held(tx, lease) or _salvage(tx, lease)
+    if row is not None:
+        row.drop_lease()
+    return row
 
 
 def _reap(tx: Tx, row: Row, retry_delay: Callable[[int], float] | None) -> None:
