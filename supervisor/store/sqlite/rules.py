@@ -52,6 +52,34 @@ INSERT_DELIVERY = (
 )
 
 
+class PausedQueues:
+    """The paused queues, read from the file once and kept as they change (one node owns
+    the file, so nothing else changes them); read again after a change that failed."""
+
+    def __init__(self) -> None:
+        self._names: set[str] | None = None
+
+    def of(self, conn: sqlite3.Connection) -> set[str]:
+        """The paused queues (as this transaction sees them)."""
+        if self._names is None:
+            self._names = {q for (q,) in conn.execute("SELECT queue FROM paused_queues")}
+        return self._names
+
+    def set(self, conn: sqlite3.Connection, queue: str, paused: bool) -> None:
+        """Pause or resume `queue`, in the file and here."""
+        names = self.of(conn)
+        if paused:
+            conn.execute("INSERT OR IGNORE INTO paused_queues (queue) VALUES (?)", (queue,))
+            names.add(queue)
+        else:
+            conn.execute("DELETE FROM paused_queues WHERE queue = ?", (queue,))
+            names.discard(queue)
+
+    def forget(self) -> None:
+        """A change failed: read them from the file again."""
+        self._names = None
+
+
 @dataclass(frozen=True, slots=True)
 class Context:
     """What a transaction needs of its store (constant while the store is open)."""
@@ -68,6 +96,7 @@ class Context:
     # by the attempts in flight, so a start or an outcome does not read its row back.
     # A call that fails forgets every row it touched (`Tx.forget`).
     leased: dict[str, Row]
+    paused: PausedQueues
 
 
 class Tx:
@@ -142,7 +171,7 @@ class Tx:
 
     def paused(self) -> set[str]:
         """The queues dispatch skips."""
-        return {q for (q,) in self.conn.execute("SELECT queue FROM paused_queues")}
+        return self.ctx.paused.of(self.conn)
 
     def pending_count(self) -> int:
         """Pending jobs in every queue."""

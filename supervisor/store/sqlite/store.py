@@ -88,7 +88,7 @@ from goqueue.supervisor.store.sqlite.rows import (
     from_ts,
     letter_of,
 )
-from goqueue.supervisor.store.sqlite.rules import FLOW, Context, Tx
+from goqueue.supervisor.store.sqlite.rules import FLOW, Context, PausedQueues, Tx
 from goqueue.supervisor.workflows import WORKFLOW_CANCELLED, NewWorkflow, Workflow, WorkflowCreated
 
 T = TypeVar("T")
@@ -141,6 +141,7 @@ class SqliteStore:
             next_seq=self._next_seq,
             wake=wake,
             leased={},
+            paused=PausedQueues(),
         )
 
     def _next_seq(self) -> int:
@@ -478,13 +479,15 @@ class SqliteStore:
         """Pause or resume a queue, kept across restarts."""
 
         def work(tx: Tx) -> None:
-            if paused:
-                tx.conn.execute("INSERT OR IGNORE INTO paused_queues (queue) VALUES (?)", (queue,))
-            else:
-                tx.conn.execute("DELETE FROM paused_queues WHERE queue = ?", (queue,))
+            tx.ctx.paused.set(tx.conn, queue, paused)
+            if not paused:
                 tx.ctx.wake()
 
-        await self._write(work, durable=True)
+        try:
+            await self._write(work, durable=True)
+        except BaseException:
+            self._ctx.paused.forget()
+            raise
 
     async def prune(self, finished_before: datetime, limit: int) -> int:
         """Delete up to `limit` finished jobs that finished before `finished_before`, with
