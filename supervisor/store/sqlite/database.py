@@ -52,6 +52,7 @@ log = logging.getLogger("goqueue.store.sqlite")
 WAL_CHECKPOINT_BYTES = 8 << 20  # a checkpoint once the WAL passes this
 WAL_FLOOR_BYTES = 1 << 20  # ... or a quarter of the disk's free room, not below this
 ROOM_EVERY = 64  # commits between looks at the disk's free room
+RETRY_CHECKPOINT_SECONDS = 1.0  # after a checkpoint a reader kept short of the end
 PROBE_BYTES = 256 << 10  # what readiness writes to see that writes go
 INLINE_FSYNC_SECONDS = 0.002  # an fsync quicker than this is made on the loop
 # `journal_size_limit`: a WAL starting over is truncated to this. Above the threshold, so
@@ -106,6 +107,7 @@ class Database:
         self.transactions = 0  # write transactions committed (each a WAL append)
         self.syncs = 0  # fsyncs of the WAL
         self.checkpoints = 0  # whole checkpoints (the WAL then starts over)
+        self.checkpoints_tried = 0
         self.applied: list[int] = []  # migrations the last open applied
         self.failing = False  # the last commit failed (a full disk): readiness says so
         self._flusher = ThreadPoolExecutor(1, thread_name_prefix="goqueue-sqlite-flush")
@@ -119,6 +121,7 @@ class Database:
         self._fsync: asyncio.Future[None] | None = None  # the fsync in flight
         self._commits_since_room = 0
         self._wal_limit = WAL_CHECKPOINT_BYTES  # `_room_for_wal`, as last looked at
+        self._checkpoint_after = 0.0  # a checkpoint left short: none again before this
         self._fsync_seconds = 0.0  # how long an fsync of the WAL takes, of late
         self._shm: mmap.mmap | None = None  # SQLite's index of the WAL, read-only
         self._page_size = 4096
@@ -419,9 +422,12 @@ class Database:
         if self._commits_since_room >= ROOM_EVERY:
             self._commits_since_room = 0
             self._wal_limit = self._room_for_wal()
-        if not self._reclaim and self.wal_bytes() < self._wal_limit:
+        if not self._reclaim and (
+            self.wal_bytes() < self._wal_limit or time.monotonic() < self._checkpoint_after
+        ):
             return
         self._reclaim = False
+        self.checkpoints_tried += 1
         loop = asyncio.get_running_loop()
         self._gate = gate = loop.create_future()
         done = loop.run_in_executor(self._flusher, self._checkpoint_wal)
@@ -446,14 +452,19 @@ class Database:
         busy, frames, copied = self._checkpointer.execute(
             "PRAGMA wal_checkpoint(PASSIVE)"
         ).fetchone()
-        if not busy and frames == copied:
-            self.checkpoints += 1
+        if busy or frames != copied:  # a reader (a backup) still needs the old frames
+            raise _Partial
+        self.checkpoints += 1
 
     def _checkpointed(self, done: asyncio.Future[None], gate: asyncio.Future[None]) -> None:
         self._gate = None
         gate.set_result(None)
-        if not done.cancelled() and done.exception() is not None:
-            log.warning("WAL checkpoint failed", extra={"err": str(done.exception())})
+        exc = _error(done)
+        if isinstance(exc, _Partial):  # the WAL grows until the reader is done
+            self._checkpoint_after = time.monotonic() + RETRY_CHECKPOINT_SECONDS
+        elif exc is not None:
+            self._checkpoint_after = time.monotonic() + RETRY_CHECKPOINT_SECONDS
+            log.warning("WAL checkpoint failed", extra={"err": str(exc)})
 
     async def probe(self) -> bool:
         """True when a write of some size commits (`PROBE_BYTES`, written and deleted in
@@ -469,6 +480,10 @@ class Database:
         except StoreUnavailable:
             return False
         return True
+
+
+class _Partial(Exception):
+    """A checkpoint could not copy every frame (a reader needs the old ones)."""
 
 
 def _error(done: asyncio.Future[None]) -> BaseException | None:

@@ -523,3 +523,29 @@ async def test_the_kept_counts_are_the_rows_counted_after_every_kind_of_change(
     assert counts == await store.db.read(counted_rows)
     assert sum(counts.values()) == sum((await store.stats()).counts.values())
     await store.close()
+
+
+async def test_a_reader_holding_old_frames_costs_one_checkpoint_then_the_wal_starts_over(
+    path: str, clock: Clock
+) -> None:
+    store = await opened(path, clock)
+    await store.enqueue(new())
+    backup = sqlite3.connect(path)  # a `.backup` in progress: a read that keeps its snapshot
+    backup.execute("BEGIN")
+    backup.execute("SELECT count(*) FROM jobs").fetchone()
+    payload = {"blob": "w" * 2000}
+    while store.db.wal_bytes() < 12 << 20:  # past the threshold while the reader holds on
+        await store.enqueue_many([new(payload=payload) for _ in range(50)])
+    for _ in range(20):
+        await store.enqueue_many([new(payload=payload) for _ in range(50)])
+    assert store.db.checkpoints == 0
+    assert store.db.checkpoints_tried <= 2  # not one per commit while it cannot finish
+    backup.rollback()
+    backup.close()
+    deadline = asyncio.get_running_loop().time() + 10
+    while store.db.checkpoints == 0:  # once the retry window passes, the WAL starts over
+        assert asyncio.get_running_loop().time() < deadline, "no whole checkpoint"
+        await store.enqueue(new())
+    await store.enqueue(new())
+    assert store.db.wal_bytes() < 1 << 20
+    await store.close()
