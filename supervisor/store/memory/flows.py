@@ -1,5 +1,7 @@
 """What the in-memory store keeps of workflows: the workflows themselves, each step's
-children and count of unfinished parents, and its parents' results as they come in."""
+children and count of unfinished parents, and its parents' results as they come in.
+A workflow's record (`FlowRecord`) and its view (`workflow_of`) serve the SQLite store
+too, which keeps the record in a row."""
 
 from __future__ import annotations
 
@@ -8,7 +10,6 @@ from datetime import datetime
 
 import msgspec
 from goqueue.supervisor.enums import Status
-from goqueue.supervisor.jobs import Job
 from goqueue.supervisor.steps import StepState, Workflow, workflow_status
 
 RESULTS = msgspec.json.Decoder(dict[str, msgspec.Raw])
@@ -40,30 +41,6 @@ class FlowBook:
     def parents_json(self, job_id: str) -> msgspec.Raw:
         """The results of a step's finished parents, by key, as one JSON object."""
         return msgspec.Raw(msgspec.json.encode(self.results.get(job_id, {})))
-
-    def restore(self, record: FlowRecord, jobs: Mapping[str, Job]) -> list[Job]:
-        """Take back a workflow read from a file: its steps' edges, their waiting counts
-        and their parents' results are rebuilt from its jobs. Returns the waiting steps
-        whose parents are all done (none, unless the file was written half-way)."""
-        self.flows[record.id] = record
-        if record.idempotency_key is not None:
-            self.idempotency[record.idempotency_key] = (record.request_hash, record.id)
-        ready: list[Job] = []
-        for job_id in record.steps.values():
-            job = jobs.get(job_id)
-            if job is None or not job.parent_ids:
-                continue
-            for parent in job.parent_ids:
-                self.children.setdefault(parent, []).append(job_id)
-            if job.status != Status.WAITING:
-                continue
-            done = [p for p in job.parent_ids if (q := jobs.get(p)) is None or q.status == "done"]
-            self.results[job_id] = RESULTS.decode(job.parents or b"{}")
-            self.unfinished[job_id] = len(job.parent_ids) - len(done)
-            if len(done) == len(job.parent_ids):
-                del self.unfinished[job_id]
-                ready.append(job)
-        return ready
 
     def descendants(self, job_id: str) -> list[str]:
         """Every step depending on `job_id`, directly or not, parents before children."""

@@ -30,10 +30,6 @@ class ScheduleBook:
             return Fired.TAKEN
         return None
 
-    def restore(self, state: ScheduleState) -> None:
-        """Remember a state kept elsewhere (the SQLite store's file)."""
-        self._states[state.name] = state
-
     def fired(self, name: str, tick: datetime, job_id: str) -> None:
         """Record that `tick` made job `job_id`."""
         state = self._states.get(name) or ScheduleState(name=name)
