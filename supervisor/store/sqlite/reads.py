@@ -36,6 +36,7 @@ from goqueue.supervisor.steps import Workflow, WorkflowCounts, workflow_status
 from goqueue.supervisor.store.memory.flows import workflow_of
 from goqueue.supervisor.store.sqlite.rows import COLUMNS, SELECT_ROW, Row, from_ts, letter_of
 from goqueue.supervisor.store.sqlite.rules import FLOW
+from goqueue.supervisor.store.sqlite.schema import LIVE_SQL
 
 RUN_TIMES_SAMPLE = 10_000  # the latest finished jobs the Types page's percentiles come from
 _IDS = msgspec.json.Decoder(list[str] | None)
@@ -128,7 +129,7 @@ def jobs(conn: sqlite3.Connection, filters: JobFilter, limit: int, offset: int) 
 
 def cancel_filter(filters: CancelFilter) -> tuple[str, tuple[Any, ...]]:
     """A bulk cancel's filters as a WHERE clause over unfinished jobs."""
-    clauses = ["status IN ('pending', 'claimed', 'running', 'waiting')"]
+    clauses = [f"status IN {LIVE_SQL}"]
     params: list[Any] = []
     if filters.queue is not None:
         clauses.append("queue = ?")
@@ -399,11 +400,10 @@ def workflows(
 def workflow_counts(conn: sqlite3.Connection) -> WorkflowCounts:
     """Workflows by status (one pass over the steps kept), and steps waiting."""
     statuses: dict[str, list[Status]] = {}
-    for workflow_id, status, n in conn.execute(
-        "SELECT workflow_id, status, count(*) FROM jobs WHERE workflow_id IS NOT NULL"
-        " GROUP BY workflow_id, status"
+    for workflow_id, status in conn.execute(
+        "SELECT DISTINCT workflow_id, status FROM jobs WHERE workflow_id IS NOT NULL"
     ):
-        statuses.setdefault(workflow_id, []).extend([Status(status)] * min(int(n), 1))
+        statuses.setdefault(workflow_id, []).append(Status(status))
     by_status = dict.fromkeys(WorkflowStatus, 0)
     for workflow_id, record in conn.execute("SELECT id, record FROM workflows"):
         cancelled = FLOW.decode(record).cancelled

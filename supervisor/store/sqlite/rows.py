@@ -58,11 +58,20 @@ def _update(changed: tuple[str, ...]) -> str:
     return sql
 
 
-_INSERT = (
-    f"INSERT INTO jobs ({', '.join(MIRRORED)}, job, events, n_events, seq, id, type, queue,"
-    " priority, created_at, parent_id)"
-    " VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+_INSERTED = (
+    *MIRRORED,
+    *("job", "events", "n_events", "seq", "id", "type", "queue", "priority", "created_at"),
+    "parent_id",
 )
+INSERT = f"INSERT INTO jobs ({', '.join(_INSERTED)}) VALUES ({', '.join('?' * len(_INSERTED))})"
+
+
+def without_raw(job: Job) -> Job:
+    """`job` without the raw fields that have columns of their own (its result, its
+    parents' results): msgspec reads no `Raw | None` inside a struct."""
+    if job.result is None and job.parents is None:
+        return job
+    return msgspec.structs.replace(job, result=None, parents=None)
 
 
 def ts(moment: datetime | None) -> float | None:
@@ -175,10 +184,7 @@ class Row:
 
     def _bare(self) -> bytes:
         """The job's JSON without the fields that have columns of their own."""
-        job = self.job
-        if job.result is not None or job.parents is not None:
-            job = msgspec.structs.replace(job, result=None, parents=None)
-        return encode(job)
+        return encode(without_raw(self.job))
 
     def _written(self, columns: tuple[Any, ...]) -> tuple[bytes, int]:
         """The trail to append and the new count of events, now they are written."""
@@ -199,13 +205,15 @@ class Row:
 
     def update(self) -> tuple[str, tuple[Any, ...]]:
         """The UPDATE that writes what changed since the row was read or last written."""
-        columns, saved = self._columns(), self._saved
-        changed = tuple(
-            name for name, now, was in zip(MIRRORED, columns, saved, strict=True) if now != was
-        )
-        values = tuple(now for now, was in zip(columns, saved, strict=True) if now != was)
+        columns = self._columns()
+        changed = [
+            (name, now)
+            for name, now, was in zip(MIRRORED, columns, self._saved, strict=True)
+            if now != was
+        ]
         trail, count = self._written(columns)
-        return _update(changed), (*values, self._bare(), trail, count, self.job.seq)
+        sql = _update(tuple(name for name, _ in changed))
+        return sql, (*(now for _, now in changed), self._bare(), trail, count, self.job.seq)
 
     def insert(self) -> tuple[Any, ...]:
         """The parameters of `INSERT` for this new row."""
@@ -227,9 +235,6 @@ class Row:
         )
 
 
-INSERT = _INSERT
-
-
 def events_of(trail: bytes | str) -> list[Event]:
     """A row's trail as events, oldest first (SQLite's `||` makes the column text)."""
     if not trail:
@@ -249,11 +254,7 @@ def letter_of(letter: bytes, parents: bytes | None) -> DeadLetter:
 def letter_row(dead: DeadLetter) -> tuple[Any, ...]:
     """A dead letter's row: its filters' columns, and its job's parents' results apart."""
     job = dead.job
-    bare = dead
-    if job.parents is not None or job.result is not None:
-        bare = msgspec.structs.replace(
-            dead, job=msgspec.structs.replace(job, result=None, parents=None)
-        )
+    bare = without_raw(job)
     return (
         dead.id,
         dead.job_id,
@@ -261,7 +262,7 @@ def letter_row(dead: DeadLetter) -> tuple[Any, ...]:
         job.queue,
         job.last_error,
         dead.created_at.timestamp(),
-        encode(bare),
+        encode(dead if bare is job else msgspec.structs.replace(dead, job=bare)),
         None if job.parents is None else bytes(job.parents),
     )
 

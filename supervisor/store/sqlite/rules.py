@@ -39,11 +39,10 @@ from goqueue.supervisor.store.sqlite.rows import (
     encode,
     letter_row,
 )
+from goqueue.supervisor.store.sqlite.schema import LIVE_SQL
 from goqueue.supervisor.webhooks.delivery import event_of, job_body
 
 DEDUPE, IDEMPOTENCY = "dedupe", "idempotency"
-LIVE = (Status.PENDING, Status.CLAIMED, Status.RUNNING, Status.WAITING)
-_LIVE_SQL = "('pending', 'claimed', 'running', 'waiting')"
 FLOW = msgspec.json.Decoder(FlowRecord)
 NULL = msgspec.Raw(b"null")
 INSERT_DELIVERY = (
@@ -240,7 +239,7 @@ class Tx:
     def unique_holder(self, key: str, besides: str = "") -> str | None:
         """The unfinished job holding unique key `key` (other than `besides`)."""
         found = self.conn.execute(
-            f"SELECT id FROM jobs WHERE unique_key = ? AND status IN {_LIVE_SQL} AND id != ?",
+            f"SELECT id FROM jobs WHERE unique_key = ? AND status IN {LIVE_SQL} AND id != ?",
             (key, besides),
         ).fetchone()
         return None if found is None else str(found[0])

@@ -87,7 +87,9 @@ def unix_time(text: str | None) -> float | None:
     return None if text is None else datetime.fromisoformat(text).timestamp()
 
 
-_LIVE = "('pending', 'claimed', 'running', 'waiting')"
+# the unfinished statuses, as the unique-key index and the queries it serves spell them
+# (SQLite uses a partial index only for a query whose condition matches its own)
+LIVE_SQL = "('pending', 'claimed', 'running', 'waiting')"
 
 
 def _count_trigger(name: str, when: str, rows: str) -> str:
@@ -145,7 +147,7 @@ ROWS_ARE_THE_TRUTH: tuple[str, ...] = (  # 3: the rows are the truth, with their
     "CREATE INDEX jobs_children ON jobs (parent_id) WHERE parent_id IS NOT NULL",
     "CREATE INDEX jobs_steps ON jobs (workflow_id) WHERE workflow_id IS NOT NULL",
     f"CREATE UNIQUE INDEX jobs_unique ON jobs (unique_key)"
-    f" WHERE unique_key IS NOT NULL AND status IN {_LIVE}",
+    f" WHERE unique_key IS NOT NULL AND status IN {LIVE_SQL}",
     """CREATE TABLE job_counts (
         queue TEXT NOT NULL,
         type TEXT NOT NULL,

@@ -77,6 +77,7 @@ from goqueue.supervisor.schedules.schedule import Fired, ScheduleState, fire_det
 from goqueue.supervisor.settings.config import DEFAULTS
 from goqueue.supervisor.steps import WorkflowCounts
 from goqueue.supervisor.store.base import EMBEDDED, LATE_OUTCOME, NewJob, NodeLinks
+from goqueue.supervisor.store.memory.flows import FlowRecord
 from goqueue.supervisor.store.sqlite import reads
 from goqueue.supervisor.store.sqlite.database import Database
 from goqueue.supervisor.store.sqlite.outbox import SqliteOutboxRows
@@ -585,11 +586,11 @@ class SqliteStore:
 
     async def get_workflow(self, workflow_id: str) -> Workflow | None:
         """One workflow with its steps' live statuses."""
-        return self._read(lambda c: _workflow(c, workflow_id, missing_ok=True))
+        return self._read(lambda c: reads.workflow(c, workflow_id))
 
     async def list_workflows(self, status: WorkflowStatus | None, limit: int, offset: int) -> Page:
         """Workflows newest first, of `status` if given."""
-        return self._read(lambda c: _list_workflows(c, status, limit, offset))
+        return self._read(lambda c: reads.workflows(c, status, limit, offset))
 
     async def workflow_counts(self) -> WorkflowCounts:
         """Workflows by status, and steps waiting."""
@@ -801,8 +802,6 @@ def _save_schedule(tx: Tx, state: ScheduleState) -> None:
 
 def _create_workflow(tx: Tx, new: NewWorkflow) -> None:
     """Every step's row, its edges, and the workflow's record."""
-    from goqueue.supervisor.store.memory.flows import FlowRecord
-
     ids: dict[str, str] = {}
     for step in new.steps:
         parents = [ids[key] for key in step.after]
@@ -837,17 +836,12 @@ def _create_workflow(tx: Tx, new: NewWorkflow) -> None:
     )
 
 
-def _workflow(conn: sqlite3.Connection, workflow_id: str, *, missing_ok: bool = False) -> Workflow:
+def _workflow(conn: sqlite3.Connection, workflow_id: str) -> Workflow:
+    """A workflow this call made or found (NotFound if it is gone after all)."""
     found = reads.workflow(conn, workflow_id)
-    if found is None and not missing_ok:
+    if found is None:
         raise NotFound(f"workflow {workflow_id} not found")
-    return found  # type: ignore[return-value]
-
-
-def _list_workflows(
-    conn: sqlite3.Connection, status: WorkflowStatus | None, limit: int, offset: int
-) -> Page:
-    return reads.workflows(conn, status, limit, offset)
+    return found
 
 
 def _prune_chunk(tx: Tx, *, cutoff: float, limit: int) -> int:
