@@ -28,6 +28,7 @@ from goqueue.supervisor.dispatch.leases import PRUNE_BATCH
 from goqueue.supervisor.dispatch.policy import Policy
 from goqueue.supervisor.enums import RESTART_AFTER, KillReason, RestartReason, WorkerState
 from goqueue.supervisor.errors import BootError, ConfigError, StoreUnavailable
+from goqueue.supervisor.lifecycle import NodePhase
 from goqueue.supervisor.node import Node
 from goqueue.supervisor.settings.config import Settings
 from goqueue.supervisor.shutdown import abort, drain, kill_busy
@@ -193,6 +194,7 @@ class Arbiter:
         register = partial(self.store.register_node, self.catalog.limits())
         await self._retrying("registering the node", register, StoreUnavailable)
         self.node.engine.starting = False
+        self.node.lifecycle.enter(NodePhase.SERVING)
 
     async def _reap_first(self) -> None:
         """Reap before the first claim: the first node up after a total outage gives the

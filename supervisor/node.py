@@ -18,6 +18,7 @@ from goqueue.supervisor.dispatch.leases import Leases
 from goqueue.supervisor.dispatch.policy import Policy
 from goqueue.supervisor.dispatch.waiters import Waiters
 from goqueue.supervisor.engine import Engine
+from goqueue.supervisor.lifecycle import Lifecycle
 from goqueue.supervisor.observe.history import History
 from goqueue.supervisor.observe.loop import Work
 from goqueue.supervisor.observe.metrics import Metrics
@@ -59,6 +60,7 @@ class Node:
     """The parts of one node, wired: pool → dispatcher → store → hooks."""
 
     settings: Settings
+    lifecycle: Lifecycle  # the node's phase: the arbiter moves it, the parts read it
     store: Store
     pool: Pool
     dispatcher: Dispatcher
@@ -113,6 +115,7 @@ def build_node(
     """Every part of one node, each given what it needs as it is made. Call it on the
     running loop the node will use; `http` makes the HTTP server over the engine."""
     metrics = Metrics(settings.metrics_max_queues)
+    lifecycle = Lifecycle()
     wakeup = Wakeup()  # the dispatcher's, made first: the store calls it
     links = NodeLinks()  # what else the store calls back: named below, as the parts are made
     store, webhooks = make_store(settings, wakeup.wake, metrics, links)
@@ -144,6 +147,7 @@ def build_node(
         hooks,
         traits=store.traits,
         wakeup=wakeup,
+        lifecycle=lifecycle,
         policy=Policy.of(settings),
         prefetch=settings.prefetch,
         on_rate_wait=metrics.rate_limit_wait,
@@ -174,6 +178,7 @@ def build_node(
     links.report = engine.node_report  # published with each heartbeat
     return Node(
         settings=settings,
+        lifecycle=lifecycle,
         store=store,
         pool=pool,
         dispatcher=dispatcher,

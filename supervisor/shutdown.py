@@ -12,6 +12,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 
 from goqueue.supervisor.enums import KillReason, WorkerState
+from goqueue.supervisor.lifecycle import NodePhase
 from goqueue.supervisor.node import Node
 from goqueue.supervisor.workers.pool import Pool
 
@@ -34,7 +35,7 @@ async def abort(node: Node, grace: float, tasks: Sequence[asyncio.Task[None]]) -
     loop): workers, webhooks, HTTP, the store; within the shutdown `grace` (at least
     `ABORT_FLOOR`), whatever hangs (a database that does not answer)."""
     node.engine.draining = True
-    node.dispatcher.dispatching = False
+    node.lifecycle.enter(NodePhase.DRAINING)
     for task in tasks:
         task.cancel()
     await node.scheduler.stop()
@@ -65,7 +66,7 @@ async def drain(node: Node, grace: float, tasks: Sequence[asyncio.Task[None]]) -
     deadline = time.monotonic() + grace
     node.engine.draining = True
     await node.scheduler.stop()  # a draining node enqueues nothing
-    node.dispatcher.dispatching = False
+    node.lifecycle.enter(NodePhase.DRAINING)
     node.dispatcher.release_buffer()  # let other nodes have them now
     log.info("draining", extra={"grace": grace})
     await node.pool.wait_idle(grace)
@@ -78,3 +79,4 @@ async def drain(node: Node, grace: float, tasks: Sequence[asyncio.Task[None]]) -
     await node.webhooks.close(max(0.0, deadline - time.monotonic()))
     await node.http.stop()
     await node.store.close()
+    node.lifecycle.enter(NodePhase.STOPPED)

@@ -18,6 +18,7 @@ from goqueue.supervisor.arbiter import Arbiter
 from goqueue.supervisor.dispatch.catalog import Catalog
 from goqueue.supervisor.enums import KillReason, RestartReason, WorkerState
 from goqueue.supervisor.errors import StoreUnavailable
+from goqueue.supervisor.lifecycle import Lifecycle
 from goqueue.supervisor.node import Node
 from goqueue.supervisor.observe.history import History
 from goqueue.supervisor.observe.metrics import Metrics
@@ -104,6 +105,7 @@ def arbiter() -> tuple[Arbiter, FakePool, FakeDispatcher, Metrics]:
     parts["engine"] = SimpleNamespace(tracing=None)  # the arbiter reads only whether it traces
     node = Node(
         settings=settings,
+        lifecycle=Lifecycle(),
         pool=pool,
         dispatcher=dispatcher,
         metrics=metrics,
@@ -310,8 +312,6 @@ class FakeEngine:
 
 @dataclass
 class BootDispatcher(FakeDispatcher):
-    dispatching: bool = True
-
     def reconfigure(self, catalog: Catalog, policy: Any) -> None:
         self.catalog = catalog
 
@@ -321,6 +321,7 @@ def booting(recorder: Recorder) -> tuple[Arbiter, FakeEngine]:
     engine = FakeEngine()
     node = Node(
         settings=settings,
+        lifecycle=Lifecycle(),
         store=recorder,  # type: ignore[arg-type]
         pool=BootingPool(recorder.calls),  # type: ignore[arg-type]
         dispatcher=BootDispatcher(),  # type: ignore[arg-type]

@@ -13,6 +13,7 @@ from typing import Any
 import msgspec
 import pytest
 from goqueue.actors.protocol import ActorInfo, JobDone, JobFailed
+from goqueue.supervisor.dispatch.attempts import Phase
 from goqueue.supervisor.dispatch.catalog import Catalog
 from goqueue.supervisor.dispatch.dispatcher import Dispatcher
 from goqueue.supervisor.dispatch.hooks import Hook, Hooks
@@ -374,6 +375,11 @@ async def test_a_write_that_must_wait_for_the_store_goes_on_in_a_task_holding_it
     assert r.log[-2:] == [("complete", held.job.id), ("hook", "outcome", held.job.id, Status.DONE)]
 
 
+def in_hand(r: Rig) -> list[Lease]:
+    """The leases in the dispatcher's hand, in order."""
+    return [attempt.lease for attempt in r.dispatcher.attempts.hand]
+
+
 async def into_hand(r: Rig, *leases: Lease) -> Worker:
     """Put `leases` in the dispatcher's hand the way a running node does: a worker busy
     with a job has room in its queue, so the next due jobs are claimed for it; these are
@@ -386,7 +392,7 @@ async def into_hand(r: Rig, *leases: Lease) -> Worker:
     r.dispatcher.depth.current = 4
     r.store.leases += leases
     await r.dispatcher.fill()
-    assert list(r.dispatcher._hand) == list(leases)
+    assert in_hand(r) == list(leases)
     return busy
 
 
@@ -398,7 +404,7 @@ async def test_leases_in_hand_are_handed_out_best_first_to_workers_that_know_the
     assert len(r.store.claims) == 1  # nothing more is claimed behind them meanwhile
     only_b, any_type = worker(frozenset({"b"})), worker(both())
     r.pool.workers += [only_b, any_type]
-    r.dispatcher._seen = r.dispatcher.wakeup.news  # nothing more to claim
+    r.dispatcher.wakeup.seen = r.dispatcher.wakeup.news  # nothing more to claim
     await r.dispatcher.fill()
     assert [(w, held) for w, held, _ in r.pool.runs] == [(only_b, best_b), (any_type, best_a)]
     assert r.dispatcher.held_leases() == [best_b, best_a, next_a]  # running, then in hand
@@ -449,7 +455,7 @@ async def test_a_lease_in_hand_that_may_lapse_before_its_next_heartbeat_is_hande
     ticks[0] = 12.5  # stale: 2.5 s old, less than a heartbeat's interval left
     idle = worker(both())
     r.pool.workers.append(idle)
-    r.dispatcher._seen = r.dispatcher.wakeup.news  # nothing more to claim
+    r.dispatcher.wakeup.seen = r.dispatcher.wakeup.news  # nothing more to claim
     await r.dispatcher.fill()
     await r.dispatcher.flush(5)
     assert [held for _, held, _ in r.pool.runs] == [fresh]
@@ -477,7 +483,7 @@ async def test_a_claimed_lease_is_started_in_the_store_before_its_worker_gets_it
     await into_hand(r, held)
     idle = worker(both())
     r.pool.workers.append(idle)
-    r.dispatcher._seen = r.dispatcher.wakeup.news  # nothing more to claim
+    r.dispatcher.wakeup.seen = r.dispatcher.wakeup.news  # nothing more to claim
     await r.dispatcher.fill()
     assert r.pool.runs == [] and r.dispatcher.held_leases() == [held]  # being started
     await r.dispatcher.flush(5)
@@ -491,7 +497,7 @@ async def test_a_worker_takes_a_lease_already_started_before_one_only_claimed() 
     r = rig(prefetch=3)
     await into_hand(r, claimed, started)
     r.pool.workers.append(worker(both()))
-    r.dispatcher._seen = r.dispatcher.wakeup.news
+    r.dispatcher.wakeup.seen = r.dispatcher.wakeup.news
     await r.dispatcher.fill()
     assert [x for _, x, _ in r.pool.runs] == [started]  # charged: it must run first
 
@@ -506,7 +512,7 @@ async def test_a_claimed_lease_of_a_rate_limited_type_goes_back_once_its_window_
     r.store.window_left = 0.5  # the window ends at 10.5 s; the guard makes it 10.45 s
     await into_hand(r, early, late)
     r.pool.workers.append(worker(both()))
-    r.dispatcher._seen = r.dispatcher.wakeup.news
+    r.dispatcher.wakeup.seen = r.dispatcher.wakeup.news
     await r.dispatcher.fill()
     await r.dispatcher.flush(5)
     assert [x for _, x, _ in r.pool.runs] == [early]  # in its window: started
@@ -639,7 +645,7 @@ async def test_a_long_job_among_the_claimed_waits_for_an_idle_worker_and_holds_t
     busy.types = frozenset({"a", "b", "c"})
     await r.dispatcher.fill()
     assert [h.lease for h in r.pool.handoffs[0][1]] == [first]  # FIFO: none overtakes "c"
-    assert list(r.dispatcher._hand) == [long_one, after]
+    assert in_hand(r) == [long_one, after]
     r.store.leases.append(claimed("a", 1))
     r.dispatcher.wake()
     await r.dispatcher.fill()
@@ -658,12 +664,13 @@ async def test_no_attempt_is_queued_ahead_of_a_higher_priority_one_queued_elsewh
     high = claimed("a", 9)  # the second worker holds one more, then a higher-priority one
     for queued in (claimed("a", 9), high):
         second.queue(queued, 1.0, 100.0)
-        r.dispatcher._queued[queued.token] = queued
+        attempt = r.dispatcher.attempts.add(queued, Phase.IN_HAND, 0.0)
+        r.dispatcher.attempts.move(attempt, Phase.QUEUED, worker=second)
     low = claimed("a", 3)
     r.store.leases[:] = [low]
     await r.dispatcher.fill()  # on the first worker it would come second: before `high`
     assert not any(w is first for w, _ in r.pool.handoffs)
-    assert list(r.dispatcher._hand) == [low]
+    assert in_hand(r) == [low]
 
 
 async def test_a_cancelled_queued_attempt_is_withdrawn_and_killed_if_it_started_meanwhile() -> None:
@@ -730,7 +737,9 @@ async def test_queued_attempts_of_a_stuck_worker_go_back_once_it_cannot_start_th
     await r.dispatcher.fill()
     await r.dispatcher.flush(5)  # both starts written ahead: either may run
     (granted,) = [e for e in busy.queued if e.lease.token == first.token]
-    r.dispatcher._granted.discard(second.token)  # as if it lay beyond the go-ahead
+    unwritten = r.dispatcher.attempts.get(second.token)
+    assert unwritten is not None
+    unwritten.written = False  # as if it lay beyond the go-ahead
     ticks[0] = 3.5  # queued a whole lease (3 s) ago; the worker answers nothing
     r.dispatcher.release_stale()
     await r.dispatcher.flush(5)

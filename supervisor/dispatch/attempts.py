@@ -1,0 +1,229 @@
+"""One record per attempt this node holds, and the phases it moves through.
+
+An attempt is born when a lease comes back from the store (a claim, or an enqueue that
+started its job) and ends when its outcome is handed to `outcomes.py` or its lease is
+handed back. In between it is in exactly one `Phase`, and every move names the phases it
+may leave from (`MOVES`): a move from any other phase is a bug, refused with `WrongPhase`
+before it changes anything.
+
+    NEW ─┬─> IN_HAND ─> STARTING ─> RUNNING ─> GONE
+         │      │  └──> QUEUED ─> GOING ─> GRANTED
+         │      │         └──────┴────┬──> MOVING ─> IN_HAND (for an idle worker)
+         │      │                     └──> WITHDRAWN
+         └──────┴──────────────────────────> RUNNING
+
+Queued attempts (`QUEUED`, `GOING`, `GRANTED`, `MOVING`, `WITHDRAWN`) are on a worker's
+own queue, in the child's pipe: each leaves it when the worker says it started
+(`RUNNING`) or dropped it (`GONE`, or `IN_HAND` when it was moving). Those in hand are kept
+in order, best first.
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from collections.abc import Iterator
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import TYPE_CHECKING
+
+from goqueue.supervisor.enums import KillReason, Status
+from goqueue.supervisor.jobs import Lease
+
+if TYPE_CHECKING:
+    from goqueue.supervisor.workers.handle import Worker
+
+
+class Phase(StrEnum):
+    """Where an attempt is, and what is under way for it."""
+
+    NEW = "new"  # not in the table yet
+    IN_HAND = "in hand"  # claimed (or started), on no worker yet
+    STARTING = "starting"  # its start being written, for an idle worker kept for it
+    QUEUED = "queued"  # on a worker's queue; its start not written
+    GOING = "going"  # on a worker's queue; its start being written, to let it go
+    GRANTED = "granted"  # on a worker's queue; its start written, the worker told to go
+    MOVING = "moving"  # being taken back from a worker's queue, for an idle worker
+    WITHDRAWN = "withdrawn"  # taken back from a worker's queue: no longer ours, never to run
+    RUNNING = "running"  # running on its worker
+    GONE = "gone"  # out of the table: ran, or handed back
+
+
+ON_A_QUEUE = frozenset({Phase.QUEUED, Phase.GOING, Phase.GRANTED, Phase.MOVING, Phase.WITHDRAWN})
+
+# to -> the phases it may be reached from
+MOVES: dict[Phase, frozenset[Phase]] = {
+    Phase.NEW: frozenset(),
+    Phase.IN_HAND: frozenset({Phase.NEW, Phase.STARTING, Phase.MOVING}),
+    Phase.STARTING: frozenset({Phase.IN_HAND}),
+    Phase.QUEUED: frozenset({Phase.IN_HAND, Phase.GOING}),
+    Phase.GOING: frozenset({Phase.QUEUED}),
+    Phase.GRANTED: frozenset({Phase.GOING}),
+    Phase.MOVING: frozenset({Phase.QUEUED, Phase.GRANTED}),
+    Phase.WITHDRAWN: frozenset({Phase.QUEUED, Phase.GOING, Phase.GRANTED, Phase.MOVING}),
+    Phase.RUNNING: frozenset(
+        {Phase.NEW, Phase.IN_HAND, Phase.STARTING, Phase.QUEUED, Phase.GRANTED, Phase.MOVING}
+        | {Phase.WITHDRAWN}
+    ),
+    Phase.GONE: frozenset(set(Phase) - {Phase.NEW, Phase.GONE}),
+}
+
+# the phases whose lease this node holds: extended by heartbeats, reported as held
+HELD = frozenset(set(Phase) - {Phase.NEW, Phase.WITHDRAWN, Phase.GONE})
+
+
+class WrongPhase(RuntimeError):
+    """A move asked of an attempt from a phase it may not leave that way (a bug)."""
+
+
+@dataclass(slots=True, eq=False)
+class Attempt:
+    """One attempt: its lease (the started one once its start is written), its worker
+    while it has one, and its times (monotonic seconds)."""
+
+    lease: Lease
+    phase: Phase
+    renewed: float  # when the lease was last known extended
+    taken: float = 0.0  # when it was taken in hand
+    window_end: float | None = None  # the end of its start's rate window, while claimed
+    worker: Worker | None = None  # the worker it is queued on, runs on, or is kept for
+    written: bool = False  # its start is written (its job is running in the store)
+    reason: KillReason | None = None  # why it was withdrawn: no longer ours
+
+    @property
+    def token(self) -> str:
+        """Its lease's token: the attempt's key."""
+        return self.lease.token
+
+    @property
+    def type(self) -> str:
+        """Its job's type."""
+        return self.lease.job.type
+
+
+class Attempts:
+    """Every attempt this node holds, keyed by lease token, with the ones in hand in
+    order and counts by phase and type kept as they move."""
+
+    def __init__(self) -> None:
+        self._by_token: dict[str, Attempt] = {}
+        self.hand: deque[Attempt] = deque()  # IN_HAND, best first: `if hand` costs no call
+        self._counts: dict[Phase, Counter[str]] = {phase: Counter() for phase in Phase}
+
+    def __len__(self) -> int:
+        return len(self._by_token)
+
+    def __iter__(self) -> Iterator[Attempt]:
+        return iter(list(self._by_token.values()))
+
+    def get(self, token: str) -> Attempt | None:
+        """The attempt of `token`, if this node holds it."""
+        return self._by_token.get(token)
+
+    def by_type(self, phase: Phase) -> Counter[str]:
+        """How many attempts of each type are in `phase` (read-only)."""
+        return self._counts[phase]
+
+    def count(self, phase: Phase) -> int:
+        """How many attempts are in `phase`."""
+        return sum(self._counts[phase].values())
+
+    def in_phase(self, *phases: Phase) -> list[Attempt]:
+        """The attempts in any of `phases` (those in hand in their order)."""
+        wanted = set(phases)
+        if wanted == {Phase.IN_HAND}:
+            return list(self.hand)
+        return [a for a in self._by_token.values() if a.phase in wanted]
+
+    # -- moves -----------------------------------------------------------------------
+
+    def add(
+        self,
+        lease: Lease,
+        phase: Phase,
+        renewed: float,
+        *,
+        window_end: float | None = None,
+        worker: Worker | None = None,
+        first: bool = False,
+    ) -> Attempt:
+        """A lease that came back from the store, in hand (`first`: ahead of the others)
+        or running on `worker` (its start written by the claim or the enqueue)."""
+        if Phase.NEW not in MOVES[phase]:
+            raise WrongPhase(f"attempt of job {lease.job.id}: {Phase.NEW} -> {phase}")
+        attempt = Attempt(lease, Phase.NEW, renewed, taken=renewed)
+        attempt.written = lease.job.status == Status.RUNNING
+        self._by_token[lease.token] = attempt
+        self.move(attempt, phase, worker=worker, window_end=window_end, first=first)
+        return attempt
+
+    def move(
+        self,
+        attempt: Attempt,
+        to: Phase,
+        *,
+        worker: Worker | None = None,
+        window_end: float | None = None,
+        first: bool = False,
+    ) -> None:
+        """Move `attempt` to `to`, from a phase `MOVES` allows. Into hand it goes last
+        (`first`: ahead of the others, a lease put back), with `window_end` kept while it
+        is merely claimed; onto a worker it takes `worker`."""
+        came = attempt.phase
+        if came not in MOVES[to]:
+            raise WrongPhase(f"attempt of job {attempt.lease.job.id}: {came} -> {to}")
+        job_type = attempt.type
+        if came is not Phase.NEW:
+            counts = self._counts[came]
+            counts[job_type] -= 1
+            if counts[job_type] <= 0:
+                del counts[job_type]
+        if came is Phase.IN_HAND:
+            self.hand.remove(attempt)
+        attempt.phase = to
+        del self._by_token[attempt.token]  # re-added last: each phase in order of entry
+        if to is Phase.GONE:
+            return
+        self._by_token[attempt.token] = attempt
+        self._counts[to][job_type] += 1
+        if to is Phase.IN_HAND:
+            attempt.worker = None
+            attempt.window_end = None if attempt.written else window_end
+            if came is not Phase.NEW:
+                attempt.taken = attempt.renewed
+            if first:
+                self.hand.appendleft(attempt)
+            else:
+                self.hand.append(attempt)
+        elif worker is not None:
+            attempt.worker = worker
+        if to is Phase.GRANTED:
+            attempt.written = True
+
+    def withdraw(self, attempt: Attempt, reason: KillReason) -> None:
+        """Take `attempt` back from its worker's queue: no longer ours, for `reason`."""
+        self.move(attempt, Phase.WITHDRAWN)
+        attempt.reason = reason
+
+    def started(self, attempt: Attempt, lease: Lease) -> None:
+        """The store started `attempt`'s job: `lease` is the started lease."""
+        attempt.lease = lease
+        attempt.written = True
+
+    def renew(self, leases: list[Lease], at: float) -> None:
+        """The store extended `leases` as of `at`."""
+        for lease in leases:
+            attempt = self._by_token.get(lease.token)
+            if attempt is not None:
+                attempt.renewed = max(at, attempt.renewed)
+
+    def next_for(self, types: frozenset[str]) -> Attempt | None:
+        """The attempt in hand a worker that runs `types` should take: the best already
+        started first, else the best."""
+        first = None
+        for attempt in self.hand:
+            if attempt.type in types:
+                if attempt.written:
+                    return attempt
+                if first is None:
+                    first = attempt
+        return first

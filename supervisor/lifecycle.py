@@ -1,0 +1,43 @@
+"""The node's phase: booting, serving, draining, stopped. The arbiter owns it (and moves
+it, through its start-up and `shutdown.py`); the parts it is handed to only read it."""
+
+from __future__ import annotations
+
+import asyncio
+from enum import StrEnum
+
+
+class NodePhase(StrEnum):
+    """Where a node is in its life."""
+
+    BOOTING = "booting"  # the store opens, the first worker boots: no jobs accepted yet
+    SERVING = "serving"  # jobs accepted and dispatched
+    DRAINING = "draining"  # a stop was asked (or the start failed): nothing new is taken
+    STOPPED = "stopped"  # every part is closed
+
+
+class Lifecycle:
+    """The one place a node's phase lives; `serving` is set once it first serves."""
+
+    def __init__(self) -> None:
+        self.phase = NodePhase.BOOTING
+        self.serving = asyncio.Event()  # set once the node serves (never cleared)
+
+    @property
+    def booting(self) -> bool:
+        """True until the node first serves (or winds down without ever serving)."""
+        return self.phase is NodePhase.BOOTING
+
+    @property
+    def winding_down(self) -> bool:
+        """True once the node drains or stopped: it takes and hands out no new work."""
+        return self.phase in (NodePhase.DRAINING, NodePhase.STOPPED)
+
+    def enter(self, phase: NodePhase) -> None:
+        """Move to `phase` (forward only: a node that drains never serves again)."""
+        order = list(NodePhase)
+        if order.index(phase) < order.index(self.phase):
+            return
+        self.phase = phase
+        if phase is NodePhase.SERVING:
+            self.serving.set()
