@@ -12,11 +12,12 @@ from functools import partial
 from typing import Protocol
 
 from goqueue.supervisor.dispatch.catalog import Catalog
-from goqueue.supervisor.dispatch.dispatcher import Dispatcher, Wakeup
+from goqueue.supervisor.dispatch.dispatcher import Dispatcher
 from goqueue.supervisor.dispatch.hooks import Hooks, LogHook, MetricsHook, WebhookHook
 from goqueue.supervisor.dispatch.leases import Leases
 from goqueue.supervisor.dispatch.policy import Policy
 from goqueue.supervisor.dispatch.waiters import Waiters
+from goqueue.supervisor.dispatch.wakeup import Wakeup
 from goqueue.supervisor.engine import Engine
 from goqueue.supervisor.lifecycle import Lifecycle
 from goqueue.supervisor.observe.history import History

@@ -23,6 +23,7 @@ from __future__ import annotations
 from collections import Counter, deque
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
@@ -133,6 +134,30 @@ class Attempts:
         if wanted == {Phase.IN_HAND}:
             return list(self.hand)
         return [a for a in self._by_token.values() if a.phase in wanted]
+
+    def held(self, recording: list[Lease]) -> list[Lease]:
+        """Every lease this node holds: attempts on workers, then `recording` (finished,
+        their outcome being written), attempts being started, queued on workers, then
+        those in hand, in order."""
+        groups: dict[Phase, list[Lease]] = {phase: [] for phase in HELD}
+        for attempt in self._by_token.values():
+            if attempt.phase in HELD:
+                groups[attempt.phase].append(attempt.lease)
+        queued = (Phase.QUEUED, Phase.GOING, Phase.GRANTED, Phase.MOVING)
+        return [
+            *groups[Phase.RUNNING],
+            *recording,
+            *groups[Phase.STARTING],
+            *(lease for phase in queued for lease in groups[phase]),
+            *(attempt.lease for attempt in self.hand),
+        ]
+
+    def oldest_due(self) -> datetime | None:
+        """When the job of the longest-waiting attempt claimed and not started (in hand,
+        or queued on a worker) was due; None with none."""
+        waiting = (Phase.IN_HAND, Phase.QUEUED, Phase.GOING, Phase.GRANTED, Phase.MOVING)
+        dues = [a.lease.job.run_at for a in self._by_token.values() if a.phase in waiting]
+        return min(dues) if dues else None
 
     # -- moves -----------------------------------------------------------------------
 

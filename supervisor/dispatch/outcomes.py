@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable
 from datetime import datetime, timedelta
 from functools import partial
@@ -24,10 +25,11 @@ from goqueue.supervisor.dispatch import eager
 from goqueue.supervisor.dispatch.backoff import Backoff, backoff
 from goqueue.supervisor.dispatch.hooks import Hook
 from goqueue.supervisor.dispatch.policy import DEFAULT_POLICY, Policy
-from goqueue.supervisor.enums import AttemptOutcome
+from goqueue.supervisor.enums import AttemptOutcome, KillReason
 from goqueue.supervisor.errors import StoreUnavailable
 from goqueue.supervisor.jobs import Job, Lease, Outcome, utcnow
 from goqueue.supervisor.store.base import Store
+from goqueue.supervisor.workers.handle import Worker, death_notice
 
 log = logging.getLogger("goqueue.dispatch")
 
@@ -109,6 +111,21 @@ class Outcomes:
         self.hooks.after_error(lease.job, error, "")
         retry_at = self.retry_at(lease.job, True, None)
         self.record(lease, partial(self.store.fail, lease, error, retry_at))
+
+    def lost(self, lease: Lease, worker: Worker, timeout: float) -> None:
+        """`worker` died running `lease`'s attempt (its deadline `timeout` seconds): as
+        its kill reason says, nothing (cancelled, lost: the store moved on), handed back
+        uncounted (shutdown), or `died`, counted unless it was ended on purpose."""
+        reason = worker.kill_reason
+        if reason in (KillReason.CANCEL, KillReason.LEASE_LOST):
+            return  # the store already moved on; any write would be fenced anyway
+        if reason == KillReason.SHUTDOWN:
+            self.released(lease)
+            return
+        counted = {KillReason.TIMEOUT: AttemptOutcome.TIMEOUT, None: AttemptOutcome.CRASHED}
+        error = death_notice(worker, timeout)
+        duration = time.monotonic() - worker.attempt_started
+        self.died(lease, error, counted.get(reason), duration)
 
     def released(self, lease: Lease) -> asyncio.Future[object]:
         """Hand `lease` back to the store uncounted (shutdown, a stale or unstarted lease)."""

@@ -145,6 +145,16 @@ class WorkerQueues:
         if ids:
             self.pool.withdraw(worker, ids)
 
+    def release_stale(self, lease_seconds: float, fresh_for: float) -> None:
+        """Take back the attempts queued a whole lease ago (`start_by` is the handoff plus
+        `fresh_for`): the job ahead of them runs far longer than its type's usual, or the
+        worker is stuck."""
+        limit = self.monotonic() - lease_seconds
+        for worker in self.pool:
+            late = [e for e in worker.queued if e.start_by - fresh_for <= limit]
+            if late:
+                self.take_back(worker, late)
+
     def started(self, lease: Lease, worker: Worker) -> Attempt | None:
         """A queued attempt started on `worker`: charge it (unless its start was written
         before it ran), and let the next ones on that worker go. Returns it, None when it
