@@ -3,7 +3,10 @@
 moves: cProfile of the supervisor (`python -m cProfile -m goqueue.api.cli.main serve`),
 (calls for 5,000 jobs - calls for 1,000 jobs) / 4,000, so that boot and shutdown cancel.
 
-    python -m benchmarks.calls [--jobs 1000 5000] [--workers 2]
+    python -m benchmarks.calls [--jobs 1000 5000] [--workers 2] [--files]
+
+`--files` lists the project's files a job crosses in the supervisor: those whose
+functions are called at least once per job, with their calls per job.
 """
 
 from __future__ import annotations
@@ -66,18 +69,43 @@ def main() -> None:
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--database-url", default="memory://", help="the store (memory://)")
     parser.add_argument("--keep", help="write the larger run's profile here")
+    parser.add_argument("--files", action="store_true", help="list the files a job crosses")
     args = parser.parse_args()
     small, large = args.jobs
     calls = {}
+    by_file: dict[int, dict[str, int]] = {}
     with tempfile.TemporaryDirectory() as tmp:
         for n in (small, large):
             out = Path(tmp) / f"{n}.prof"
             asyncio.run(profiled_run(n, args.workers, out, args.database_url))
-            calls[n] = pstats.Stats(str(out)).total_calls  # type: ignore[attr-defined]  # untyped in typeshed
+            stats = pstats.Stats(str(out))
+            calls[n] = stats.total_calls  # type: ignore[attr-defined]  # untyped in typeshed
+            by_file[n] = _calls_by_file(stats)
             if args.keep and n == large:
                 Path(args.keep).write_bytes(out.read_bytes())
     per_job = (calls[large] - calls[small]) / (large - small)
     print(f"calls: {calls}; per job: {per_job:.1f}")
+    if args.files:
+        crossed = {
+            name: (by_file[large].get(name, 0) - by_file[small].get(name, 0)) / (large - small)
+            for name in by_file[large]
+        }
+        trip = sorted((name for name, n in crossed.items() if n >= 1.0), key=crossed.__getitem__)
+        print(f"files a job crosses: {len(trip)}")
+        for name in reversed(trip):
+            print(f"  {crossed[name]:7.1f}  {name}")
+
+
+def _calls_by_file(stats: pstats.Stats) -> dict[str, int]:
+    """Calls into each of the checkout's files (relative paths)."""
+    totals: dict[str, int] = {}
+    root = str(CHECKOUT) + os.sep
+    entries = stats.stats  # type: ignore[attr-defined]  # untyped in typeshed
+    for (filename, _line, _name), (_cc, calls, *_rest) in entries.items():
+        if filename.startswith(root) and not ("/benchmarks/" in filename or "/.venv/" in filename):
+            name = filename[len(root) :]
+            totals[name] = totals.get(name, 0) + calls
+    return totals
 
 
 if __name__ == "__main__":
