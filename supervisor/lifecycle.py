@@ -22,16 +22,14 @@ class Lifecycle:
     def __init__(self) -> None:
         self.phase = NodePhase.BOOTING
         self.serving = asyncio.Event()  # set once the node serves (never cleared)
+        # True once the node drains or stopped: it takes and hands out no new work (an
+        # attribute, not a property: the dispatcher reads it several times per job)
+        self.winding_down = False
 
     @property
     def booting(self) -> bool:
         """True until the node first serves (or winds down without ever serving)."""
         return self.phase is NodePhase.BOOTING
-
-    @property
-    def winding_down(self) -> bool:
-        """True once the node drains or stopped: it takes and hands out no new work."""
-        return self.phase in (NodePhase.DRAINING, NodePhase.STOPPED)
 
     def enter(self, phase: NodePhase) -> None:
         """Move to `phase` (forward only: a node that drains never serves again)."""
@@ -39,5 +37,6 @@ class Lifecycle:
         if order.index(phase) < order.index(self.phase):
             return
         self.phase = phase
+        self.winding_down = phase in (NodePhase.DRAINING, NodePhase.STOPPED)
         if phase is NodePhase.SERVING:
             self.serving.set()

@@ -172,7 +172,7 @@ def build_node(
         kill=dispatcher.cancel_lease,
         webhooks=webhooks,
         waiters=waiters,
-        dispatch=dispatcher.enqueue,
+        dispatch=dispatcher.at_enqueue.enqueue,
         tracing=tracing,
     )
     listeners.children = engine.enqueue_child  # ctx.enqueue in a running job

@@ -11,6 +11,7 @@ from collections.abc import Callable
 from goqueue.supervisor.dispatch.attempts import Attempts, Phase
 from goqueue.supervisor.dispatch.catalog import Catalog
 from goqueue.supervisor.dispatch.policy import Policy
+from goqueue.supervisor.dispatch.wakeup import Wakeup
 from goqueue.supervisor.jobs import Enqueued, Lease
 from goqueue.supervisor.lifecycle import Lifecycle
 from goqueue.supervisor.store.base import NewJob, StartNow, Store
@@ -22,8 +23,8 @@ class AtEnqueue:
     """Keeps an idle worker for a new job while it is stored, and runs it there.
 
     `kept` holds the ids of idle workers kept for a start being written (shared with the
-    dispatcher's claims); `drained` says whether this node's last claim found nothing
-    more it could take; `run` runs a started lease on an idle worker."""
+    dispatcher's claims); `wakeup` says whether this node's last claim found nothing
+    more it could take (and nothing arrived since); `run` runs a started lease on an idle worker."""
 
     def __init__(
         self,
@@ -36,7 +37,7 @@ class AtEnqueue:
         *,
         lifecycle: Lifecycle,
         sees_ahead: bool,
-        drained: Callable[[], bool],
+        wakeup: Wakeup,
         run: Callable[[Lease, Worker], None],
         nudge: Callable[[], None],
         monotonic: Callable[[], float],
@@ -47,7 +48,7 @@ class AtEnqueue:
         self.kept = kept
         self.lifecycle = lifecycle
         self.sees_ahead = sees_ahead
-        self.drained = drained
+        self.wakeup = wakeup
         self.run = run
         self.nudge = nudge
         self.monotonic = monotonic
@@ -86,7 +87,8 @@ class AtEnqueue:
         nodes) or else this node's last claim found nothing more it could take."""
         if self.lifecycle.winding_down or self.attempts.hand:
             return None
-        if not self.sees_ahead and not self.drained():
+        wakeup = self.wakeup
+        if not self.sees_ahead and wakeup.seen != wakeup.news:
             return None
         spec, catalog, queues = new.spec, self.catalog, self.queues
         if spec.run_at is not None or spec.delay_seconds or spec.type in catalog.rates:

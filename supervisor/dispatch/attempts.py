@@ -196,7 +196,8 @@ class Attempts:
         came = attempt.phase
         if came not in MOVES[to]:
             raise WrongPhase(f"attempt of job {attempt.lease.job.id}: {came} -> {to}")
-        job_type = attempt.type
+        lease = attempt.lease
+        job_type, token = lease.job.type, lease.token
         if came is not Phase.NEW:
             counts = self._counts[came]
             counts[job_type] -= 1
@@ -205,10 +206,10 @@ class Attempts:
         if came is Phase.IN_HAND:
             self.hand.remove(attempt)
         attempt.phase = to
-        del self._by_token[attempt.token]  # re-added last: each phase in order of entry
+        del self._by_token[token]  # re-added last: each phase in order of entry
         if to is Phase.GONE:
             return
-        self._by_token[attempt.token] = attempt
+        self._by_token[token] = attempt
         self._counts[to][job_type] += 1
         if to is Phase.IN_HAND:
             attempt.worker = None
@@ -246,7 +247,7 @@ class Attempts:
         started first, else the best."""
         first = None
         for attempt in self.hand:
-            if attempt.type in types:
+            if attempt.lease.job.type in types:
                 if attempt.written:
                     return attempt
                 if first is None:

@@ -35,9 +35,9 @@ from goqueue.supervisor.dispatch.throttle import Throttle
 from goqueue.supervisor.dispatch.wakeup import Wakeup
 from goqueue.supervisor.dispatch.worker_queues import WorkerQueues
 from goqueue.supervisor.enums import KillReason
-from goqueue.supervisor.jobs import Enqueued, Job, Lease, utcnow
+from goqueue.supervisor.jobs import Job, Lease, utcnow
 from goqueue.supervisor.lifecycle import Lifecycle
-from goqueue.supervisor.store.base import NewJob, Store, StoreTraits
+from goqueue.supervisor.store.base import Store, StoreTraits
 from goqueue.supervisor.workers.handle import Worker
 from goqueue.supervisor.workers.pool import Handoff, Pool
 
@@ -143,7 +143,7 @@ class Dispatcher:
             policy,
             lifecycle=self.lifecycle,
             sees_ahead=traits.sees_ahead,
-            drained=self.wakeup.drained,
+            wakeup=self.wakeup,
             run=self._start,
             nudge=self.nudge,
             monotonic=monotonic,
@@ -275,8 +275,8 @@ class Dispatcher:
     # -- attempts on workers -------------------------------------------------------------
 
     def _start(self, lease: Lease, worker: Worker, attempt: Attempt | None = None) -> None:
-        """Run a started lease on an idle worker now."""
-        attempt = attempt or self.attempts.get(lease.token)
+        """Run a started lease on an idle worker now (`attempt`: the one it is already,
+        else a new one)."""
         if attempt is None:
             self.attempts.add(lease, Phase.RUNNING, self.monotonic(), worker=worker)
         else:
@@ -391,7 +391,3 @@ class Dispatcher:
     async def flush(self, timeout: float) -> None:
         """Wait for outstanding writes (shutdown)."""
         await self.outcomes.flush(timeout)
-
-    async def enqueue(self, new: NewJob) -> Enqueued:
-        """Store `new` (`AtEnqueue.enqueue`: started at once when a worker waits for it)."""
-        return await self.at_enqueue.enqueue(new)

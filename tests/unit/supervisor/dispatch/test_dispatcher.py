@@ -533,9 +533,9 @@ async def test_a_job_may_start_at_its_enqueue_only_when_nothing_could_wait_ahead
     r = rig(actors=actors, workers=[worker(frozenset({"a"}))])
     d = r.dispatcher
     await d.fill()  # the store is empty: drained
-    assert (await d.enqueue(new_job("b"))).lease is None  # a limited type waits its turn
-    assert (await d.enqueue(new_job("a", delay_seconds=5))).lease is None  # not due
-    started = (await d.enqueue(new_job("a"))).lease
+    assert (await d.at_enqueue.enqueue(new_job("b"))).lease is None  # a limited type waits its turn
+    assert (await d.at_enqueue.enqueue(new_job("a", delay_seconds=5))).lease is None  # not due
+    started = (await d.at_enqueue.enqueue(new_job("a"))).lease
     assert started is not None
     assert r.pool.runs == []  # on the next turn: the enqueue's answer goes first
     await asyncio.sleep(0)
@@ -543,25 +543,25 @@ async def test_a_job_may_start_at_its_enqueue_only_when_nothing_could_wait_ahead
     r.pool.workers.append(worker(frozenset({"a"})))
     hold = r.store.hold = asyncio.Event()
     first = new_job("a")
-    in_flight = asyncio.ensure_future(d.enqueue(first))
+    in_flight = asyncio.ensure_future(d.at_enqueue.enqueue(first))
     await asyncio.sleep(0)
     assert first.start is not None  # asked to start while its enqueue is in flight
-    assert (await d.enqueue(new_job("a"))).lease is None  # its only worker is kept for it
+    assert (await d.at_enqueue.enqueue(new_job("a"))).lease is None  # its only worker is kept
     hold.set()
     assert (await in_flight).lease is not None
     await asyncio.sleep(0)
     r.pool.workers.append(worker(both()))
     d.wake()  # news since the last claim: something may wait ahead in the store
-    assert (await d.enqueue(new_job("a"))).lease is None
+    assert (await d.at_enqueue.enqueue(new_job("a"))).lease is None
     await d.fill()
     r.store.keep_pending = True
     kept = new_job("a")
-    assert (await d.enqueue(kept)).lease is None
+    assert (await d.at_enqueue.enqueue(kept)).lease is None
     assert (
         kept.start is not None
     )  # the store kept it pending (a paused queue): the worker is free again
     r.store.keep_pending = False
-    assert (await d.enqueue(new_job("a"))).lease is not None
+    assert (await d.at_enqueue.enqueue(new_job("a"))).lease is not None
 
 
 # -- a worker's own queue ----------------------------------------------------------------
