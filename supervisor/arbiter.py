@@ -125,7 +125,6 @@ class Arbiter:
 
     async def _run(self) -> int:
         # HTTP first: /health answers and /ready says what is missing while the rest boots
-        self.node.engine.starting = True
         try:
             await self.node.http.start()
         except OSError as exc:  # the port is taken, or the address is not ours
@@ -193,7 +192,6 @@ class Arbiter:
             raise BootError(problems[0])
         register = partial(self.store.register_node, self.catalog.limits())
         await self._retrying("registering the node", register, StoreUnavailable)
-        self.node.engine.starting = False
         self.node.lifecycle.enter(NodePhase.SERVING)
 
     async def _reap_first(self) -> None:

@@ -45,6 +45,7 @@ from goqueue.supervisor.jobs import (
     spec_problem,
     utcnow,
 )
+from goqueue.supervisor.lifecycle import Lifecycle
 from goqueue.supervisor.observe.history import History, Window
 from goqueue.supervisor.observe.metrics import Metrics
 from goqueue.supervisor.observe.shared_reads import Coalesced
@@ -96,6 +97,8 @@ class Engine:
         kill: Callable[[str], bool],
         webhooks: Webhooks,
         waiters: Waiters,
+        schedules: Scheduler,
+        lifecycle: Lifecycle,
         dispatch: Callable[[NewJob], Awaitable[Enqueued]] | None = None,
         tracing: Tracing | None = None,
     ) -> None:
@@ -109,18 +112,11 @@ class Engine:
         self.waiters = waiters  # one of the hooks: outcomes recorded here wake them
         # periodic jobs (GET /schedules, enabling and disabling); the jobs they fire are
         # told to the enqueue hooks as the engine's own are
-        self.schedules = Scheduler(
-            store,
-            hooks.after_enqueue,
-            metrics,
-            produced=None if tracing is None else tracing.produced,
-        )
+        self.schedules = schedules
         # stores a new job, starting it at once on a worker that waits for it (the
         # dispatcher's `enqueue`; the store's own without one)
         self.dispatch = dispatch or store.enqueue
-        self._draining = False
-        self._started = asyncio.Event()  # set once the node has booted (see `starting`)
-        self._started.set()
+        self.lifecycle = lifecycle  # the node's phase, moved by the arbiter
         self._types: frozenset[str] = frozenset()
         self._types_at = 0.0
         self.history = history
@@ -131,14 +127,7 @@ class Engine:
     @property
     def draining(self) -> bool:
         """True once the node is shutting down: it accepts no new jobs."""
-        return self._draining
-
-    @draining.setter
-    def draining(self, value: bool) -> None:
-        self._draining = value
-        if value:  # a long wait must not hold the HTTP server open while it stops
-            self.waiters.release_all()
-            self._started.set()  # nor one for a boot that will not end (`until_started`)
+        return self.lifecycle.winding_down
 
     def set_catalog(self, catalog: Catalog) -> None:
         """Adopt the actors of a reload (and forget the cached list of known types)."""
@@ -205,9 +194,9 @@ class Engine:
         parent_id: str | None = None,
     ) -> NewJob:
         """Check types (templates too) and resolve the defaults."""
-        if self._draining:
+        if self.lifecycle.winding_down:
             raise Draining("the node is shutting down and accepts no new jobs")
-        if not self._started.is_set():
+        if not self.lifecycle.settled.is_set():
             await self.until_started()
         known = await self._known_types() if strict else None
         resolved = resolve_spec(spec, self.catalog.actors.get, known)
@@ -228,24 +217,18 @@ class Engine:
     def starting(self) -> bool:
         """True while the node boots (store, first worker, registration): an enqueue then
         waits up to `BOOT_WAIT` seconds for the boot to end, and is refused (503) after."""
-        return not self._started.is_set()
-
-    @starting.setter
-    def starting(self, value: bool) -> None:
-        if value:
-            self._started.clear()
-        else:
-            self._started.set()
+        return self.lifecycle.booting
 
     async def until_started(self) -> None:
         """Return once the node has booted: at once if it has, else within `BOOT_WAIT`
         seconds, or raise StoreUnavailable (503), or Draining (503) as soon as the node
         gives its boot up."""
-        if self._started.is_set():
+        settled = self.lifecycle.settled
+        if settled.is_set():
             return
         try:
             async with asyncio.timeout(BOOT_WAIT):
-                await self._started.wait()
+                await settled.wait()
         except TimeoutError:
             raise StoreUnavailable("the node is starting and accepts no jobs yet") from None
         if self.draining:  # the boot failed or was stopped

@@ -17,11 +17,12 @@ class NodePhase(StrEnum):
 
 
 class Lifecycle:
-    """The one place a node's phase lives; `serving` is set once it first serves."""
+    """The one place a node's phase lives; `settled` is set once the boot is over
+    (the node serves, or gave its boot up)."""
 
     def __init__(self) -> None:
         self.phase = NodePhase.BOOTING
-        self.serving = asyncio.Event()  # set once the node serves (never cleared)
+        self.settled = asyncio.Event()  # set once it leaves BOOTING (never cleared)
         # True once the node drains or stopped: it takes and hands out no new work (an
         # attribute, not a property: the dispatcher reads it several times per job)
         self.winding_down = False
@@ -38,5 +39,5 @@ class Lifecycle:
             return
         self.phase = phase
         self.winding_down = phase in (NodePhase.DRAINING, NodePhase.STOPPED)
-        if phase is NodePhase.SERVING:
-            self.serving.set()
+        if phase is not NodePhase.BOOTING:
+            self.settled.set()

@@ -162,6 +162,13 @@ def build_node(
         from goqueue.supervisor.observe.tracing import Tracing
 
         tracing = Tracing(store.node_id)
+    # periodic jobs; the jobs they fire are told to the enqueue hooks as the engine's own are
+    scheduler = Scheduler(
+        store,
+        hooks.after_enqueue,
+        metrics,
+        produced=None if tracing is None else tracing.produced,
+    )
     engine = Engine(
         store,
         pool,
@@ -172,6 +179,8 @@ def build_node(
         kill=dispatcher.cancel_lease,
         webhooks=webhooks,
         waiters=waiters,
+        schedules=scheduler,
+        lifecycle=lifecycle,
         dispatch=dispatcher.at_enqueue.enqueue,
         tracing=tracing,
     )
@@ -189,7 +198,7 @@ def build_node(
         metrics=metrics,
         webhooks=webhooks,
         leases=Leases(store, dispatcher, pool),
-        scheduler=engine.schedules,  # given its schedules with the catalog
+        scheduler=scheduler,  # given its schedules with the catalog
         http=http(engine),
         reload_settings=reload_settings,
     )

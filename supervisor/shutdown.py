@@ -34,8 +34,8 @@ async def abort(node: Node, grace: float, tasks: Sequence[asyncio.Task[None]]) -
     """Close whatever is open after a failed or interrupted start (or a failure of the
     loop): workers, webhooks, HTTP, the store; within the shutdown `grace` (at least
     `ABORT_FLOOR`), whatever hangs (a database that does not answer)."""
-    node.engine.draining = True
     node.lifecycle.enter(NodePhase.DRAINING)
+    node.engine.waiters.release_all()  # a long wait must not hold the HTTP server open
     for task in tasks:
         task.cancel()
     await node.scheduler.stop()
@@ -64,9 +64,9 @@ async def drain(node: Node, grace: float, tasks: Sequence[asyncio.Task[None]]) -
     """Refuse new jobs, let running attempts finish within `grace`, hand back the rest,
     stop the children, then the HTTP server and the store."""
     deadline = time.monotonic() + grace
-    node.engine.draining = True
-    await node.scheduler.stop()  # a draining node enqueues nothing
     node.lifecycle.enter(NodePhase.DRAINING)
+    node.engine.waiters.release_all()  # a long wait must not hold the HTTP server open
+    await node.scheduler.stop()  # a draining node enqueues nothing
     node.dispatcher.release_buffer()  # let other nodes have them now
     log.info("draining", extra={"grace": grace})
     await node.pool.wait_idle(grace)

@@ -27,6 +27,7 @@ from goqueue.api.cli.serve import build_served_node
 from goqueue.api.http.app import create_app
 from goqueue.supervisor.dispatch.catalog import Catalog
 from goqueue.supervisor.engine import Engine
+from goqueue.supervisor.lifecycle import NodePhase
 from goqueue.supervisor.node import Node
 from goqueue.supervisor.settings.config import Settings
 from goqueue.supervisor.store.memory.store import MemoryStore
@@ -122,6 +123,7 @@ class ApiServer:
         catalog = Catalog(ACTORS, {})
         node.engine.set_catalog(catalog)
         await self.store.register_node(catalog.limits())
+        node.lifecycle.enter(NodePhase.SERVING)
         await node.webhooks.start()
         self.runner = web.AppRunner(create_app(self.engine, self.settings), access_log=None)
         await self.runner.setup()

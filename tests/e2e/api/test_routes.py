@@ -24,6 +24,7 @@ from goqueue.api.http.replies import HIDDEN_JOB_FIELDS, LIVE_JOB_FIELDS, JobOut
 from goqueue.supervisor.enums import Status, WorkerState
 from goqueue.supervisor.errors import StoreUnavailable
 from goqueue.supervisor.jobs import Job, JobSpec
+from goqueue.supervisor.lifecycle import NodePhase
 from goqueue.supervisor.observe.metrics import Metrics
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
@@ -607,7 +608,8 @@ def test_health_ready_and_draining(api_server: ApiServer) -> None:
     letter = make_dead_letter(api_server)
 
     def drain() -> None:
-        engine.draining = True
+        assert api_server.node is not None
+        api_server.node.lifecycle.enter(NodePhase.DRAINING)
 
     api_server.sync(drain)
     draining = api_server.get("/ready")

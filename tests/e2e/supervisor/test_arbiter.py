@@ -18,7 +18,7 @@ from goqueue.supervisor.arbiter import Arbiter
 from goqueue.supervisor.dispatch.catalog import Catalog
 from goqueue.supervisor.enums import KillReason, RestartReason, WorkerState
 from goqueue.supervisor.errors import StoreUnavailable
-from goqueue.supervisor.lifecycle import Lifecycle
+from goqueue.supervisor.lifecycle import Lifecycle, NodePhase
 from goqueue.supervisor.node import Node
 from goqueue.supervisor.observe.history import History
 from goqueue.supervisor.observe.metrics import Metrics
@@ -302,9 +302,15 @@ class BootingPool(FakePool):
 
 @dataclass
 class FakeEngine:
-    starting: bool = False
-    draining: bool = False
     catalog: Any = None
+    released: int = 0  # waits ended by a stop
+
+    @property
+    def waiters(self) -> FakeEngine:
+        return self
+
+    def release_all(self) -> None:
+        self.released += 1
 
     def set_catalog(self, catalog: Catalog) -> None:
         self.catalog = catalog
@@ -346,17 +352,16 @@ def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
 
 async def test_the_store_and_the_registration_are_retried_at_boot(quick_retries: None) -> None:
     recorder = Recorder(opens_failing=3, registers_failing=2)
-    arb, engine = booting(recorder)
+    arb, _ = booting(recorder)
     http = arb.node.http
     await http.start()
-    engine.starting = True
     await arb._boot()
     assert recorder.calls == [
         "http.start",
         *["store.open"] * 4,
         *["store.register"] * 3,
     ]
-    assert not engine.starting and "noop" in arb.catalog.types
+    assert arb.node.lifecycle.phase is NodePhase.SERVING and "noop" in arb.catalog.types
 
 
 async def test_a_failure_while_booting_closes_what_was_opened_and_exits_non_zero(
