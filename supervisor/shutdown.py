@@ -67,9 +67,21 @@ async def drain(node: Node, grace: float, tasks: Sequence[asyncio.Task[None]]) -
     node.lifecycle.enter(NodePhase.DRAINING)
     node.engine.waiters.release_all()  # a long wait must not hold the HTTP server open
     await node.scheduler.stop()  # a draining node enqueues nothing
-    node.dispatcher.release_buffer()  # let other nodes have them now
+    handed = node.dispatcher.release_buffer()  # let other nodes have them now
+    if handed:
+        log.info(
+            f"handing back {len(handed)} {'job' if len(handed) == 1 else 'jobs'} claimed ahead",
+            extra={"job_ids": handed},
+        )
     log.info("draining", extra={"grace": grace})
     await node.pool.wait_idle(grace)
+    running = [w.lease.job for w in node.pool if w.lease is not None and not w.gone]
+    if running:
+        log.warning(
+            f"the shutdown grace ran out: killing {len(running)} running "
+            + ("job and handing it back" if len(running) == 1 else "jobs and handing them back"),
+            extra={"job_ids": [job.id for job in running], "types": [j.type for j in running]},
+        )
     kill_busy(node.pool, KillReason.SHUTDOWN)
     await node.pool.shutdown(timeout=5.0)
     await node.dispatcher.flush(timeout=10.0)

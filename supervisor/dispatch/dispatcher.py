@@ -335,15 +335,19 @@ class Dispatcher:
         """Stop a cancelled job's attempt (the engine's `kill`)."""
         return self.stop_lease(token, KillReason.CANCEL)
 
-    def release_buffer(self) -> None:
+    def release_buffer(self) -> list[str]:
         """Hand every attempt in hand back to the store, uncounted, and take back every
-        attempt queued on a worker (shutdown)."""
+        attempt queued on a worker (shutdown); the ids of their jobs."""
+        handed = []
         for attempt in list(self.attempts.hand):
             self.attempts.move(attempt, Phase.GONE)
             self.outcomes.released(attempt.lease)
+            handed.append(attempt.lease.job.id)
         for worker in self.pool:
             if worker.queued:
+                handed += [entry.lease.job.id for entry in worker.queued]
                 self.worker_queues.take_back(worker, list(worker.queued))
+        return handed
 
     # -- outcomes (the pool's JobEvents) ---------------------------------------------
 

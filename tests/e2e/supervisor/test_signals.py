@@ -41,6 +41,8 @@ def test_drain_timeout_kills_and_hands_the_job_back(make_node, tmp_path: Path) -
     assert "draining" in logs and job["id"] not in [
         line for line in logs.splitlines() if "dead-lettered" in line
     ]
+    (ran_out,) = [line for line in logs.splitlines() if "shutdown grace ran out" in line]
+    assert "killing 1 running job and handing it back" in ran_out and job["id"] in ran_out
 
 
 def test_sighup_reloads_actor_code_with_the_same_pid(make_node, tmp_path: Path) -> None:
