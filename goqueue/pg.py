@@ -46,8 +46,14 @@ from goqueue.client.errors import (
     IdempotencyMismatch,
     Unavailable,
 )
-from goqueue.supervisor import errors
-from goqueue.supervisor.jobs import DEFAULT_MAX_RETRIES, Declared, Enqueued, JobSpec, resolve_spec
+from goqueue.supervisor.common import errors
+from goqueue.supervisor.common.jobs import (
+    DEFAULT_MAX_RETRIES,
+    Declared,
+    Enqueued,
+    JobSpec,
+    resolve_spec,
+)
 from goqueue.supervisor.settings.config import Settings
 from goqueue.supervisor.store.base import NewJob
 from goqueue.supervisor.store.postgres import enqueue_steps as pg_steps

@@ -14,18 +14,17 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 import msgspec
-from goqueue.supervisor.dispatch.catalog import Catalog
-from goqueue.supervisor.dispatch.hooks import Hook
-from goqueue.supervisor.dispatch.waiters import Waiters
-from goqueue.supervisor.enums import TERMINAL, Status, WorkerState, WorkflowStatus
-from goqueue.supervisor.errors import (
+from goqueue.supervisor.common.catalog import Catalog
+from goqueue.supervisor.common.enums import TERMINAL, Status, WorkerState, WorkflowStatus
+from goqueue.supervisor.common.errors import (
     Draining,
     InvalidJob,
     StoreError,
     StoreUnavailable,
     UnknownJobType,
 )
-from goqueue.supervisor.jobs import (
+from goqueue.supervisor.common.hooks import Hook
+from goqueue.supervisor.common.jobs import (
     DEFAULT_MAX_RETRIES,
     CancelFilter,
     Cancelled,
@@ -45,10 +44,7 @@ from goqueue.supervisor.jobs import (
     spec_problem,
     utcnow,
 )
-from goqueue.supervisor.observe.history import History, Window
-from goqueue.supervisor.observe.metrics import Metrics
-from goqueue.supervisor.observe.shared_reads import Coalesced
-from goqueue.supervisor.observe.summaries import (
+from goqueue.supervisor.common.summaries import (
     REPORT_WORKERS,
     DeadFilter,
     LiveStats,
@@ -60,8 +56,12 @@ from goqueue.supervisor.observe.summaries import (
     WorkerSummary,
     rss_kb,
 )
+from goqueue.supervisor.observe.history import History, Window
+from goqueue.supervisor.observe.metrics import Metrics
+from goqueue.supervisor.observe.shared_reads import Coalesced
 from goqueue.supervisor.schedules.scheduler import Scheduler
 from goqueue.supervisor.store.base import NewJob, Store
+from goqueue.supervisor.waiters import Waiters
 from goqueue.supervisor.webhooks.delivery import Delivery, Webhooks
 from goqueue.supervisor.workers.pool import Pool
 from goqueue.supervisor.workflows import (

@@ -11,7 +11,7 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 
-from goqueue.supervisor.enums import KillReason, WorkerState
+from goqueue.supervisor.common.enums import KillReason, WorkerState
 from goqueue.supervisor.node import Node
 from goqueue.supervisor.workers.pool import Pool
 

@@ -7,7 +7,7 @@ it pending in the same atomic step (a counter of unfinished parents, decremented
 each parent's success). A step dead-lettered cancels every step depending on it; its
 replay puts a fresh job in its place and makes those wait again.
 
-The request, its validation and the records are in `steps.py`; this module holds what
+The request, its validation and the records are in `common/steps.py`; this module holds what
 the engine hands a store (`NewWorkflow`) and how it builds it.
 """
 
@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 import msgspec
-from goqueue.supervisor.errors import UnknownJobType
-from goqueue.supervisor.jobs import JobSpec
-from goqueue.supervisor.steps import (
+from goqueue.supervisor.common.errors import UnknownJobType
+from goqueue.supervisor.common.jobs import JobSpec
+from goqueue.supervisor.common.steps import (
     WORKFLOW_CANCELLED,
     StepState,
     Workflow,

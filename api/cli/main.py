@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from goqueue.supervisor.errors import ConfigError
+from goqueue.supervisor.common.errors import ConfigError
 from goqueue.supervisor.observe import logs
 from goqueue.supervisor.settings import config
 from goqueue.supervisor.settings.config import Settings
@@ -151,7 +151,7 @@ def _migrate(args: argparse.Namespace) -> int:
 
 def _migrate_sqlite(path: str) -> int:
     """Open the file as a node does (lock, check, migrate), then close it."""
-    from goqueue.supervisor.errors import BootError
+    from goqueue.supervisor.common.errors import BootError
     from goqueue.supervisor.store.sqlite.database import Database
 
     async def run() -> list[int]:

@@ -28,7 +28,7 @@ from goqueue.client.errors import (
     UnexpectedAnswer,
     error_for,
 )
-from goqueue.supervisor.dispatch.backoff import backoff
+from goqueue.supervisor.common.backoff import backoff
 
 T = TypeVar("T")
 

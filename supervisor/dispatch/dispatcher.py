@@ -25,17 +25,17 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 
 from goqueue.actors.protocol import JobDone, JobFailed
-from goqueue.supervisor.dispatch import eager
-from goqueue.supervisor.dispatch.catalog import Catalog
-from goqueue.supervisor.dispatch.hooks import Hook
+from goqueue.supervisor.common import eager
+from goqueue.supervisor.common.catalog import Catalog
+from goqueue.supervisor.common.enums import AttemptOutcome, KillReason, Status, WorkerState
+from goqueue.supervisor.common.errors import StoreUnavailable
+from goqueue.supervisor.common.hooks import Hook
+from goqueue.supervisor.common.jobs import Enqueued, Job, Lease, utcnow
 from goqueue.supervisor.dispatch.in_hand import Hand
 from goqueue.supervisor.dispatch.outcomes import Outcomes
 from goqueue.supervisor.dispatch.policy import DEFAULT_POLICY, Policy
 from goqueue.supervisor.dispatch.queues import Depth, Durations
 from goqueue.supervisor.dispatch.throttle import Held, Throttle
-from goqueue.supervisor.enums import AttemptOutcome, KillReason, Status, WorkerState
-from goqueue.supervisor.errors import StoreUnavailable
-from goqueue.supervisor.jobs import Enqueued, Job, Lease, utcnow
 from goqueue.supervisor.store.base import NewJob, StartNow, Store, StoreTraits
 from goqueue.supervisor.workers.handle import Queued, Worker, death_notice
 from goqueue.supervisor.workers.pool import EXTEND_EVERY, Handoff, Pool

@@ -13,8 +13,8 @@ from collections import Counter, deque
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from goqueue.supervisor.enums import Status
-from goqueue.supervisor.jobs import Lease
+from goqueue.supervisor.common.enums import Status
+from goqueue.supervisor.common.jobs import Lease
 
 
 @dataclass(slots=True)

@@ -30,9 +30,9 @@ from typing import Any
 
 import msgspec
 from goqueue.actors.tracebacks import DEFAULT_MAX_TRACEBACK_BYTES
-from goqueue.supervisor.dispatch.rates import parse_rate
-from goqueue.supervisor.errors import ConfigError
-from goqueue.supervisor.schedules.schedule import ScheduleSpec
+from goqueue.supervisor.common.errors import ConfigError
+from goqueue.supervisor.common.rates import parse_rate
+from goqueue.supervisor.common.schedule import ScheduleSpec
 from goqueue.supervisor.settings.options import (
     BY_NAME,
     EXPECTED,

@@ -24,8 +24,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
 import msgspec
-from goqueue.supervisor.dispatch.rates import Rate, Taken
-from goqueue.supervisor.jobs import (
+from goqueue.supervisor.common.jobs import (
     CancelFilter,
     Cancelled,
     DeadLetter,
@@ -43,20 +42,21 @@ from goqueue.supervisor.jobs import (
     Replayed,
     Stats,
 )
-from goqueue.supervisor.observe.summaries import (
+from goqueue.supervisor.common.rates import Rate, Taken
+from goqueue.supervisor.common.schedule import Fired, ScheduleState
+from goqueue.supervisor.common.summaries import (
     DeadFilter,
     NodeReport,
     NodeSummary,
     QueueSummary,
     TypeStats,
 )
-from goqueue.supervisor.schedules.schedule import Fired, ScheduleState
 
 LATE_OUTCOME = "the outcome arrived after its lease was reaped"  # its event's detail
 
 if TYPE_CHECKING:  # `workflows` builds on `NewJob`, defined here
-    from goqueue.supervisor.enums import WorkflowStatus
-    from goqueue.supervisor.steps import WorkflowCounts
+    from goqueue.supervisor.common.enums import WorkflowStatus
+    from goqueue.supervisor.common.steps import WorkflowCounts
     from goqueue.supervisor.workflows import NewWorkflow, Workflow, WorkflowCreated
 
 
@@ -305,7 +305,7 @@ class Store(Protocol):
 
     async def take_starts(self, job_type: str, rate: Rate, want: int) -> Taken:
         """Take up to `want` of the starts of `job_type` due now under `rate` (GCRA, see
-        `dispatch/rates.py`; PostgreSQL: across every node, on the database's clock;
+        `common/rates.py`; PostgreSQL: across every node, on the database's clock;
         memory: this node's). Raises StoreUnavailable."""
 
     async def return_starts(self, job_type: str, tat: float, count: int) -> None:

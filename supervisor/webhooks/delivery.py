@@ -23,9 +23,9 @@ from typing import Protocol
 import aiohttp
 import msgspec
 from aiohttp.abc import AbstractResolver
-from goqueue.supervisor.dispatch.backoff import backoff
-from goqueue.supervisor.enums import TERMINAL, Status, WebhookEvent, WebhookOutcome
-from goqueue.supervisor.jobs import SHOWN_FIELDS, Job
+from goqueue.supervisor.common.backoff import backoff
+from goqueue.supervisor.common.enums import TERMINAL, Status, WebhookEvent, WebhookOutcome
+from goqueue.supervisor.common.jobs import SHOWN_FIELDS, Job
 from goqueue.supervisor.webhooks.egress import EgressPolicy, EgressRefused, GuardedResolver
 from yarl import URL
 

@@ -18,10 +18,10 @@ import contextlib
 import logging
 import random
 
-from goqueue.supervisor.dispatch.backoff import Backoff
-from goqueue.supervisor.enums import WebhookOutcome
-from goqueue.supervisor.errors import StoreUnavailable
-from goqueue.supervisor.jobs import Job
+from goqueue.supervisor.common.backoff import Backoff
+from goqueue.supervisor.common.enums import WebhookOutcome
+from goqueue.supervisor.common.errors import StoreUnavailable
+from goqueue.supervisor.common.jobs import Job
 from goqueue.supervisor.webhooks.delivery import (
     Answer,
     Delivery,

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 import msgspec
-from goqueue.supervisor.enums import WebhookEvent, WebhookOutcome
-from goqueue.supervisor.jobs import Job, new_id, utcnow
+from goqueue.supervisor.common.enums import WebhookEvent, WebhookOutcome
+from goqueue.supervisor.common.jobs import Job, new_id, utcnow
 from goqueue.supervisor.webhooks.delivery import (
     Answer,
     Delivery,

@@ -31,9 +31,9 @@ from goqueue.api.http.replies import (
     reply,
 )
 from goqueue.api.http.state import BUDGET, ENGINE
-from goqueue.supervisor.errors import Draining
-from goqueue.supervisor.jobs import DeadLetter
-from goqueue.supervisor.observe.summaries import DeadFilter
+from goqueue.supervisor.common.errors import Draining
+from goqueue.supervisor.common.jobs import DeadLetter
+from goqueue.supervisor.common.summaries import DeadFilter
 
 routes = web.RouteTableDef()
 

@@ -42,10 +42,10 @@ from goqueue.api.http.replies import (
 from goqueue.api.http.state import BUDGET, EGRESS, ENGINE, SETTINGS
 from goqueue.api.http.strict import request_digest
 from goqueue.api.wire import TimeoutOut
-from goqueue.supervisor.dispatch.catalog import Catalog
-from goqueue.supervisor.enums import Status
-from goqueue.supervisor.errors import GoQueueError
-from goqueue.supervisor.jobs import CancelFilter, Enqueued, Job, JobFilter, JobSpec
+from goqueue.supervisor.common.catalog import Catalog
+from goqueue.supervisor.common.enums import Status
+from goqueue.supervisor.common.errors import GoQueueError
+from goqueue.supervisor.common.jobs import CancelFilter, Enqueued, Job, JobFilter, JobSpec
 
 log = logging.getLogger("goqueue.api")
 

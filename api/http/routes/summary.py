@@ -30,11 +30,10 @@ from goqueue.api.http.params import (
 )
 from goqueue.api.http.replies import reply
 from goqueue.api.http.state import ENGINE
-from goqueue.supervisor.enums import Status
-from goqueue.supervisor.errors import StoreUnavailable
-from goqueue.supervisor.jobs import JobFilter
-from goqueue.supervisor.observe.history import BUCKET_SECONDS, Window, WorkerCount, WorkerExit
-from goqueue.supervisor.observe.summaries import (
+from goqueue.supervisor.common.enums import Status
+from goqueue.supervisor.common.errors import StoreUnavailable
+from goqueue.supervisor.common.jobs import JobFilter
+from goqueue.supervisor.common.summaries import (
     DEFAULT_PREVIEW,
     MAX_PREVIEW,
     DeadBrief,
@@ -46,6 +45,7 @@ from goqueue.supervisor.observe.summaries import (
     TypeStats,
     WorkerSummary,
 )
+from goqueue.supervisor.observe.history import BUCKET_SECONDS, Window, WorkerCount, WorkerExit
 from msgspec import UNSET, UnsetType
 
 routes = web.RouteTableDef()

@@ -27,7 +27,7 @@ from goqueue.api.http.routes.jobs import IDEMPOTENCY
 from goqueue.api.http.state import BUDGET, EGRESS, ENGINE, SETTINGS
 from goqueue.api.http.strict import check_spec_text, check_utf8, request_digest
 from goqueue.api.wire import WorkflowList, WorkflowOut, WorkflowRequest, workflow_out
-from goqueue.supervisor.enums import WorkflowStatus
+from goqueue.supervisor.common.enums import WorkflowStatus
 
 routes = web.RouteTableDef()
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 
-from goqueue.supervisor.jobs import DeadLetter, Page
-from goqueue.supervisor.observe.summaries import DeadFilter
+from goqueue.supervisor.common.jobs import DeadLetter, Page
+from goqueue.supervisor.common.summaries import DeadFilter
 
 
 class DeadLetters:

@@ -12,9 +12,9 @@ from collections import deque
 from collections.abc import Callable
 from datetime import datetime
 
-from goqueue.supervisor.dispatch.rates import StartTimes
-from goqueue.supervisor.enums import TERMINAL, EventKind, Status
-from goqueue.supervisor.jobs import STATUSES, Event, Job, Lease, utcnow
+from goqueue.supervisor.common.enums import TERMINAL, EventKind, Status
+from goqueue.supervisor.common.jobs import STATUSES, Event, Job, Lease, utcnow
+from goqueue.supervisor.common.rates import StartTimes
 from goqueue.supervisor.settings.config import DEFAULTS
 from goqueue.supervisor.store.base import NodeLinks
 from goqueue.supervisor.store.memory.dead import DeadLetters

@@ -11,9 +11,8 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 
 import msgspec
-from goqueue.supervisor.dispatch.rates import Rate, Taken
-from goqueue.supervisor.enums import TERMINAL, EventKind, Status
-from goqueue.supervisor.errors import (
+from goqueue.supervisor.common.enums import TERMINAL, EventKind, Status
+from goqueue.supervisor.common.errors import (
     UNIQUE_HELD,
     DuplicateJob,
     IdempotencyMismatch,
@@ -21,7 +20,7 @@ from goqueue.supervisor.errors import (
     NotFound,
     StoreFull,
 )
-from goqueue.supervisor.jobs import (
+from goqueue.supervisor.common.jobs import (
     BULK_CANCEL,
     DEFAULT_MAX_RETRIES,
     AttemptError,
@@ -37,8 +36,9 @@ from goqueue.supervisor.jobs import (
     Replayed,
     new_id,
 )
-from goqueue.supervisor.observe.summaries import DeadFilter
-from goqueue.supervisor.schedules.schedule import Fired, ScheduleState, fire_detail
+from goqueue.supervisor.common.rates import Rate, Taken
+from goqueue.supervisor.common.schedule import Fired, ScheduleState, fire_detail
+from goqueue.supervisor.common.summaries import DeadFilter
 from goqueue.supervisor.store.base import IN_PROCESS, LATE_OUTCOME, NewJob
 from goqueue.supervisor.store.memory.workflows import MemoryWorkflows
 

@@ -10,10 +10,10 @@ from __future__ import annotations
 from datetime import datetime
 
 import msgspec
-from goqueue.supervisor.enums import TERMINAL, EventKind, Status, WorkflowStatus
-from goqueue.supervisor.errors import IdempotencyMismatch, InvalidState, NotFound, StoreFull
-from goqueue.supervisor.jobs import Job, Page
-from goqueue.supervisor.steps import WorkflowCounts
+from goqueue.supervisor.common.enums import TERMINAL, EventKind, Status, WorkflowStatus
+from goqueue.supervisor.common.errors import IdempotencyMismatch, InvalidState, NotFound, StoreFull
+from goqueue.supervisor.common.jobs import Job, Page
+from goqueue.supervisor.common.steps import WorkflowCounts
 from goqueue.supervisor.store.memory.flows import FlowRecord, workflow_of
 from goqueue.supervisor.store.memory.reads import MemoryReads
 from goqueue.supervisor.workflows import (

@@ -22,7 +22,7 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeAlias
 
 import psycopg
-from goqueue.supervisor.errors import OutcomeUnknown, StoreMisconfigured, StoreUnavailable
+from goqueue.supervisor.common.errors import OutcomeUnknown, StoreMisconfigured, StoreUnavailable
 from goqueue.supervisor.store.postgres import rows as pg_rows
 from goqueue.supervisor.store.postgres.rows import Row
 from goqueue.supervisor.store.postgres.sql import schema as pg_schema

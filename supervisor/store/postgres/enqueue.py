@@ -14,9 +14,14 @@ from contextlib import suppress
 from typing import Any
 
 import psycopg
-from goqueue.supervisor.enums import EventKind, Status
-from goqueue.supervisor.errors import DuplicateJob, IdempotencyMismatch, NotFound, StoreUnavailable
-from goqueue.supervisor.jobs import (
+from goqueue.supervisor.common.enums import EventKind, Status
+from goqueue.supervisor.common.errors import (
+    DuplicateJob,
+    IdempotencyMismatch,
+    NotFound,
+    StoreUnavailable,
+)
+from goqueue.supervisor.common.jobs import (
     DEFAULT_MAX_RETRIES,
     Enqueued,
     Job,
@@ -25,7 +30,7 @@ from goqueue.supervisor.jobs import (
     Replayed,
     new_id,
 )
-from goqueue.supervisor.observe.summaries import DeadFilter
+from goqueue.supervisor.common.summaries import DeadFilter
 from goqueue.supervisor.store.base import NewJob, StartNow
 from goqueue.supervisor.store.postgres import enqueue_steps as pg_steps
 from goqueue.supervisor.store.postgres import rows as pg_rows

@@ -20,9 +20,9 @@ from typing import Any
 
 import msgspec
 import psycopg
-from goqueue.supervisor.enums import TERMINAL, EventKind, Status
-from goqueue.supervisor.errors import InvalidState, NotFound
-from goqueue.supervisor.jobs import (
+from goqueue.supervisor.common.enums import TERMINAL, EventKind, Status
+from goqueue.supervisor.common.errors import InvalidState, NotFound
+from goqueue.supervisor.common.jobs import (
     BULK_CANCEL,
     CancelFilter,
     Cancelled,

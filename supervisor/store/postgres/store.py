@@ -31,8 +31,8 @@ from collections.abc import Callable, Mapping
 from contextlib import suppress
 from datetime import datetime
 
-from goqueue.supervisor.dispatch.rates import Rate, Taken
-from goqueue.supervisor.errors import StoreUnavailable
+from goqueue.supervisor.common.errors import StoreUnavailable
+from goqueue.supervisor.common.rates import Rate, Taken
 from goqueue.supervisor.settings.config import DEFAULTS
 from goqueue.supervisor.store.base import SHARED, NodeLinks
 from goqueue.supervisor.store.postgres import rows as pg_rows

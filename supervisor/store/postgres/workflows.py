@@ -7,10 +7,15 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from goqueue.supervisor.enums import Status, WorkflowStatus
-from goqueue.supervisor.errors import IdempotencyMismatch, InvalidState, NotFound, StoreUnavailable
-from goqueue.supervisor.jobs import Job, Page, new_id
-from goqueue.supervisor.steps import WorkflowCounts
+from goqueue.supervisor.common.enums import Status, WorkflowStatus
+from goqueue.supervisor.common.errors import (
+    IdempotencyMismatch,
+    InvalidState,
+    NotFound,
+    StoreUnavailable,
+)
+from goqueue.supervisor.common.jobs import Job, Page, new_id
+from goqueue.supervisor.common.steps import WorkflowCounts
 from goqueue.supervisor.store.postgres import rows as pg_rows
 from goqueue.supervisor.store.postgres.connection import Conn, Connections
 from goqueue.supervisor.store.postgres.notify import Wakeups

@@ -14,7 +14,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 import msgspec
-from goqueue.supervisor.jobs import new_id
+from goqueue.supervisor.common.jobs import new_id
 from goqueue.supervisor.store.sqlite.database import Database
 from goqueue.supervisor.store.sqlite.rows import from_ts
 from goqueue.supervisor.webhooks.delivery import Answer, Delivery, DeliveryAttempt, redacted

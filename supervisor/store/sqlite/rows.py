@@ -12,8 +12,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
-from goqueue.supervisor.enums import EventKind
-from goqueue.supervisor.jobs import DeadLetter, Event, Job, Lease
+from goqueue.supervisor.common.enums import EventKind
+from goqueue.supervisor.common.jobs import DeadLetter, Event, Job, Lease
 
 encode = msgspec.json.Encoder().encode
 JOB = msgspec.json.Decoder(Job)

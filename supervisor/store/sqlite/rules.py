@@ -16,9 +16,14 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
-from goqueue.supervisor.enums import TERMINAL, EventKind, Status
-from goqueue.supervisor.errors import UNIQUE_HELD, DuplicateJob, IdempotencyMismatch, StoreFull
-from goqueue.supervisor.jobs import (
+from goqueue.supervisor.common.enums import TERMINAL, EventKind, Status
+from goqueue.supervisor.common.errors import (
+    UNIQUE_HELD,
+    DuplicateJob,
+    IdempotencyMismatch,
+    StoreFull,
+)
+from goqueue.supervisor.common.jobs import (
     DEFAULT_MAX_RETRIES,
     AttemptError,
     DeadLetter,
@@ -27,7 +32,7 @@ from goqueue.supervisor.jobs import (
     JobSpec,
     new_id,
 )
-from goqueue.supervisor.steps import dependent_error
+from goqueue.supervisor.common.steps import dependent_error
 from goqueue.supervisor.store.base import NewJob
 from goqueue.supervisor.store.memory.flows import RESULTS, FlowRecord
 from goqueue.supervisor.store.sqlite.rows import (

@@ -37,16 +37,15 @@ from functools import partial
 from typing import TypeVar
 
 import msgspec
-from goqueue.supervisor.dispatch.rates import Rate, StartTimes, Taken
-from goqueue.supervisor.enums import TERMINAL, EventKind, Status, WorkflowStatus
-from goqueue.supervisor.errors import (
+from goqueue.supervisor.common.enums import TERMINAL, EventKind, Status, WorkflowStatus
+from goqueue.supervisor.common.errors import (
     DuplicateJob,
     IdempotencyMismatch,
     InvalidState,
     NotFound,
     StoreFull,
 )
-from goqueue.supervisor.jobs import (
+from goqueue.supervisor.common.jobs import (
     BULK_CANCEL,
     CancelFilter,
     Cancelled,
@@ -65,7 +64,10 @@ from goqueue.supervisor.jobs import (
     Stats,
     utcnow,
 )
-from goqueue.supervisor.observe.summaries import (
+from goqueue.supervisor.common.rates import Rate, StartTimes, Taken
+from goqueue.supervisor.common.schedule import Fired, ScheduleState, fire_detail
+from goqueue.supervisor.common.steps import WorkflowCounts
+from goqueue.supervisor.common.summaries import (
     DeadFilter,
     NodeSummary,
     QueueSummary,
@@ -73,9 +75,7 @@ from goqueue.supervisor.observe.summaries import (
     dead_brief,
     job_brief,
 )
-from goqueue.supervisor.schedules.schedule import Fired, ScheduleState, fire_detail
 from goqueue.supervisor.settings.config import DEFAULTS
-from goqueue.supervisor.steps import WorkflowCounts
 from goqueue.supervisor.store.base import EMBEDDED, LATE_OUTCOME, NewJob, NodeLinks
 from goqueue.supervisor.store.memory.flows import FlowRecord
 from goqueue.supervisor.store.sqlite import reads

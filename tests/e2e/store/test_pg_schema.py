@@ -11,8 +11,8 @@ from itertools import product
 
 import msgspec
 import pytest
-from goqueue.supervisor.errors import ConfigError
-from goqueue.supervisor.jobs import AttemptError, Job, JobFilter, JobSpec
+from goqueue.supervisor.common.errors import ConfigError
+from goqueue.supervisor.common.jobs import AttemptError, Job, JobFilter, JobSpec
 from goqueue.supervisor.settings import config
 from goqueue.supervisor.store.postgres import rows as pg_rows
 from goqueue.supervisor.store.postgres.sql import schema as pg_schema

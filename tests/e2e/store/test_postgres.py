@@ -18,14 +18,14 @@ from typing import Any, TypeVar
 import msgspec
 import psycopg
 import pytest
-from goqueue.supervisor.errors import (
+from goqueue.supervisor.common.errors import (
     DuplicateJob,
     IdempotencyMismatch,
     InvalidState,
     NotFound,
     StoreUnavailable,
 )
-from goqueue.supervisor.jobs import Enqueued, JobFilter, JobSpec, Lease, Outcome, utcnow
+from goqueue.supervisor.common.jobs import Enqueued, JobFilter, JobSpec, Lease, Outcome, utcnow
 from goqueue.supervisor.store.base import NewJob
 from goqueue.supervisor.store.postgres.group_commit import Batcher
 from goqueue.supervisor.store.postgres.sql import schema as pg_schema

@@ -15,7 +15,7 @@ from enum import StrEnum, auto
 from typing import Final
 
 import msgspec
-from goqueue.supervisor.jobs import Job
+from goqueue.supervisor.common.jobs import Job
 from goqueue.supervisor.store.postgres.sql.schema import channel
 from goqueue.supervisor.store.postgres.webhook_body import body_sql
 

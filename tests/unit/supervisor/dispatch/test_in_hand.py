@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from datetime import UTC, datetime
 
+from goqueue.supervisor.common.enums import Status
+from goqueue.supervisor.common.jobs import Job, JobSpec, Lease
 from goqueue.supervisor.dispatch.in_hand import Hand
-from goqueue.supervisor.enums import Status
-from goqueue.supervisor.jobs import Job, JobSpec, Lease
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

@@ -13,7 +13,7 @@ import socket
 
 import pytest
 from aiohttp.abc import AbstractResolver, ResolveResult
-from goqueue.supervisor.errors import ConfigError
+from goqueue.supervisor.common.errors import ConfigError
 from goqueue.supervisor.settings import config
 from goqueue.supervisor.webhooks.egress import (
     EgressPolicy,

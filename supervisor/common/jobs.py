@@ -12,8 +12,8 @@ from functools import partial
 from typing import Annotated, Any, Protocol
 
 import msgspec
-from goqueue.supervisor.enums import TERMINAL, Status
-from goqueue.supervisor.errors import UnknownJobType
+from goqueue.supervisor.common.enums import TERMINAL, Status
+from goqueue.supervisor.common.errors import UnknownJobType
 
 STATUSES: tuple[Status, ...] = tuple(Status)
 

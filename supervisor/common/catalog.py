@@ -7,7 +7,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 
 from goqueue.actors.protocol import ActorInfo
-from goqueue.supervisor.dispatch.rates import Rate, parse_rate
+from goqueue.supervisor.common.rates import Rate, parse_rate
 
 
 class Catalog:
