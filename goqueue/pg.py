@@ -55,10 +55,10 @@ from goqueue.supervisor.common.jobs import (
     resolve_spec,
 )
 from goqueue.supervisor.settings.config import Settings
+from goqueue.supervisor.settings.stores import channel, schema_name_problem
 from goqueue.supervisor.store.base import NewJob
 from goqueue.supervisor.store.postgres import enqueue_steps as pg_steps
 from goqueue.supervisor.store.postgres import rows as pg_rows
-from goqueue.supervisor.store.postgres.sql.schema import channel, schema_name_problem
 from goqueue.supervisor.store.postgres.sql.statements import Sql, Statements
 from psycopg import AsyncConnection, AsyncCursor, Connection, Cursor
 from psycopg.pq import TransactionStatus

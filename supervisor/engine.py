@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 import msgspec
 from goqueue.supervisor.common.catalog import Catalog
+from goqueue.supervisor.common.deliveries import Delivery
 from goqueue.supervisor.common.enums import TERMINAL, Status, WorkerState, WorkflowStatus
 from goqueue.supervisor.common.errors import (
     Draining,
@@ -44,6 +45,7 @@ from goqueue.supervisor.common.jobs import (
     spec_problem,
     utcnow,
 )
+from goqueue.supervisor.common.steps import Workflow, WorkflowRequest
 from goqueue.supervisor.common.summaries import (
     REPORT_WORKERS,
     DeadFilter,
@@ -61,15 +63,10 @@ from goqueue.supervisor.observe.metrics import Metrics
 from goqueue.supervisor.observe.shared_reads import Coalesced
 from goqueue.supervisor.schedules.scheduler import Scheduler
 from goqueue.supervisor.store.base import NewJob, Store
+from goqueue.supervisor.store.new_workflow import WorkflowCreated, prepare_workflow
 from goqueue.supervisor.waiters import Waiters
-from goqueue.supervisor.webhooks.delivery import Delivery, Webhooks
+from goqueue.supervisor.webhooks.delivery import Webhooks
 from goqueue.supervisor.workers.pool import Pool
-from goqueue.supervisor.workflows import (
-    Workflow,
-    WorkflowCreated,
-    WorkflowRequest,
-    prepare_workflow,
-)
 
 if TYPE_CHECKING:  # imported only with --otel on
     from goqueue.supervisor.observe.tracing import Tracing
@@ -272,7 +269,7 @@ class Engine:
         request_hash: str | None = None,
         strict: bool = True,
     ) -> WorkflowCreated:
-        """Validate a workflow (`supervisor/workflows.py`) and store it whole."""
+        """Validate a workflow (`supervisor/store/new_workflow.py`) and store it whole."""
 
         async def prepare(spec: JobSpec) -> NewJob:
             return await self._prepare(spec, None, None, strict)

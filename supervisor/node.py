@@ -24,10 +24,10 @@ from goqueue.supervisor.observe.metrics import Metrics
 from goqueue.supervisor.schedules.scheduler import Scheduler
 from goqueue.supervisor.settings import config
 from goqueue.supervisor.settings.config import Settings
+from goqueue.supervisor.settings.stores import is_postgres
 from goqueue.supervisor.store.base import NodeLinks, Store
 from goqueue.supervisor.store.sqlite.choose import embedded_store
 from goqueue.supervisor.store.sqlite.store import SqliteStore
-from goqueue.supervisor.store.sqlite.url import is_postgres
 from goqueue.supervisor.waiters import Waiters
 from goqueue.supervisor.webhooks.delivery import Poster, Webhooks
 from goqueue.supervisor.webhooks.egress import EgressPolicy

@@ -124,7 +124,7 @@ def _migrate(args: argparse.Namespace) -> int:
             "or database_url in the --config file)",
             EXIT_USAGE,
         )
-    from goqueue.supervisor.store.sqlite.url import StoreKind, store_url
+    from goqueue.supervisor.settings.stores import StoreKind, store_url
 
     url = store_url(settings.database_url)
     if url.kind == StoreKind.MEMORY:

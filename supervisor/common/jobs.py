@@ -238,7 +238,7 @@ class Job(msgspec.Struct, kw_only=True, gc=False):
     # last among the shown fields, as in `JobOut` (webhook bodies are the API's bytes); a
     # default: dead letters stored before unique keys existed lack it
     unique_key: str | None = None
-    # A workflow step (see `supervisor/workflows.py`): its workflow, its key there, its
+    # A workflow step (see `supervisor/store/new_workflow.py`): its workflow, its key there, its
     # parents' job ids, and their results by key as they finish (a JSON object).
     workflow_id: str | None = None
     step_key: str | None = None

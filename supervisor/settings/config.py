@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ipaddress
 import os
 import socket
 import tomllib
@@ -43,8 +44,7 @@ from goqueue.supervisor.settings.options import (
     OPTIONS,
     Option,
 )
-from goqueue.supervisor.store.postgres.sql.schema import schema_name_problem
-from goqueue.supervisor.store.sqlite.url import StoreKind, store_url
+from goqueue.supervisor.settings.stores import StoreKind, schema_name_problem, store_url
 
 __all__ = [
     "COMPUTED_DEFAULTS",
@@ -59,6 +59,15 @@ __all__ = [
     "load",
     "reload",
 ]
+
+
+def network_problem(text: str) -> str | None:
+    """What is wrong with `text` as a CIDR of `allow_networks`, or None."""
+    try:
+        ipaddress.ip_network(text, strict=False)
+    except ValueError as exc:
+        return f"not a network in CIDR notation ({exc})"
+    return None
 
 
 def cpu_count() -> int:
@@ -159,10 +168,6 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
             if problem:
                 raise ConfigError(f"limits: {problem}")
         for network in self.webhook_allow_networks or ():
-            from goqueue.supervisor.webhooks.egress import (
-                network_problem,  # loads aiohttp: only here
-            )
-
             if problem := network_problem(network):
                 raise ConfigError(f"webhook_allow_networks: {network!r} is {problem}")
         _check_schedules(self.schedules)
@@ -206,7 +211,7 @@ def _check_schedules(schedules: tuple[ScheduleSpec, ...]) -> None:
 
 def _check_database_url(url: str) -> None:
     """A SQLite URL names a file; anything but SQLite or memory is a PostgreSQL DSN."""
-    from goqueue.supervisor.store.sqlite.url import StoreKind, store_url
+    from goqueue.supervisor.settings.stores import StoreKind, store_url
 
     try:
         kind = store_url(url).kind

@@ -56,8 +56,8 @@ LATE_OUTCOME = "the outcome arrived after its lease was reaped"  # its event's d
 
 if TYPE_CHECKING:  # `workflows` builds on `NewJob`, defined here
     from goqueue.supervisor.common.enums import WorkflowStatus
-    from goqueue.supervisor.common.steps import WorkflowCounts
-    from goqueue.supervisor.workflows import NewWorkflow, Workflow, WorkflowCreated
+    from goqueue.supervisor.common.steps import Workflow, WorkflowCounts
+    from goqueue.supervisor.store.new_workflow import NewWorkflow, WorkflowCreated
 
 
 class StartNow(msgspec.Struct, frozen=True, gc=False):
@@ -333,7 +333,7 @@ class Store(Protocol):
         """Enable or disable a schedule (PostgreSQL: for every node, and kept across
         restarts); returns its state."""
 
-    # -- workflows (see `supervisor/workflows.py`) --------------------------------------
+    # -- workflows (see `store/new_workflow.py`) --------------------------------------
     # `complete` makes pending, in its atomic step, each waiting step whose last parent
     # it completes (`Outcome.released`), handing it the parent's result (`Job.parents`);
     # a dead-lettering (`fail`, `reap_expired`) or a `cancel` cancels, in its atomic step,

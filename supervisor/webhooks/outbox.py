@@ -19,21 +19,18 @@ import logging
 import random
 
 from goqueue.supervisor.common.backoff import Backoff
+from goqueue.supervisor.common.deliveries import (
+    Answer,
+    Delivery,
+    DeliveryRows,
+    Due,
+    event_of,
+    redacted,
+)
 from goqueue.supervisor.common.enums import WebhookOutcome
 from goqueue.supervisor.common.errors import StoreUnavailable
 from goqueue.supervisor.common.jobs import Job
-from goqueue.supervisor.webhooks.delivery import (
-    Answer,
-    Delivery,
-    OutcomeHook,
-    Poster,
-    RetrySchedule,
-    event_of,
-    headers,
-    redacted,
-    tell,
-)
-from goqueue.supervisor.webhooks.rows import DeliveryRows, Due
+from goqueue.supervisor.webhooks.delivery import OutcomeHook, Poster, RetrySchedule, headers, tell
 
 POLL_SECONDS = 1.0
 RECORD_AT_CLOSE = 5.0  # seconds to record the attempts cut short at shutdown

@@ -13,16 +13,15 @@ import msgspec
 from goqueue.supervisor.common.enums import TERMINAL, EventKind, Status, WorkflowStatus
 from goqueue.supervisor.common.errors import IdempotencyMismatch, InvalidState, NotFound, StoreFull
 from goqueue.supervisor.common.jobs import Job, Page
-from goqueue.supervisor.common.steps import WorkflowCounts
-from goqueue.supervisor.store.memory.flows import FlowRecord, workflow_of
-from goqueue.supervisor.store.memory.reads import MemoryReads
-from goqueue.supervisor.workflows import (
+from goqueue.supervisor.common.steps import (
     WORKFLOW_CANCELLED,
-    NewWorkflow,
     Workflow,
-    WorkflowCreated,
+    WorkflowCounts,
     dependent_error,
 )
+from goqueue.supervisor.store.memory.flows import FlowRecord, workflow_of
+from goqueue.supervisor.store.memory.reads import MemoryReads
+from goqueue.supervisor.store.new_workflow import NewWorkflow, WorkflowCreated
 
 
 class MemoryWorkflows(MemoryReads):

@@ -34,6 +34,7 @@ from datetime import datetime
 from goqueue.supervisor.common.errors import StoreUnavailable
 from goqueue.supervisor.common.rates import Rate, Taken
 from goqueue.supervisor.settings.config import DEFAULTS
+from goqueue.supervisor.settings.stores import channel
 from goqueue.supervisor.store.base import SHARED, NodeLinks
 from goqueue.supervisor.store.postgres import rows as pg_rows
 from goqueue.supervisor.store.postgres.connection import Connections
@@ -75,7 +76,7 @@ class PostgresStore:
         self.dsn = dsn
         self.node_id = node_id
         self.schema = pg_schema.check_schema_name(schema)
-        self.channel = pg_schema.channel(schema)
+        self.channel = channel(schema)
         self.lease_seconds = lease_seconds
         self.command_timeout = command_timeout
         self._sql = Statements(schema)

@@ -15,7 +15,15 @@ from goqueue.supervisor.common.errors import (
     StoreUnavailable,
 )
 from goqueue.supervisor.common.jobs import Job, Page, new_id
-from goqueue.supervisor.common.steps import WorkflowCounts
+from goqueue.supervisor.common.steps import (
+    WORKFLOW_CANCELLED,
+    StepState,
+    Workflow,
+    WorkflowCounts,
+    dependent_error,
+    workflow_status,
+)
+from goqueue.supervisor.store.new_workflow import NewWorkflow, WorkflowCreated
 from goqueue.supervisor.store.postgres import rows as pg_rows
 from goqueue.supervisor.store.postgres.connection import Conn, Connections
 from goqueue.supervisor.store.postgres.notify import Wakeups
@@ -24,15 +32,6 @@ from goqueue.supervisor.store.postgres.sql.statements import (
     WORKFLOW_KEY_PREFIX,
     Sql,
     Statements,
-)
-from goqueue.supervisor.workflows import (
-    WORKFLOW_CANCELLED,
-    NewWorkflow,
-    StepState,
-    Workflow,
-    WorkflowCreated,
-    dependent_error,
-    workflow_status,
 )
 
 

@@ -16,6 +16,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
+from goqueue.supervisor.common.deliveries import event_of, job_body
 from goqueue.supervisor.common.enums import TERMINAL, EventKind, Status
 from goqueue.supervisor.common.errors import (
     UNIQUE_HELD,
@@ -45,7 +46,6 @@ from goqueue.supervisor.store.sqlite.rows import (
     letter_row,
 )
 from goqueue.supervisor.store.sqlite.schema import LIVE_SQL
-from goqueue.supervisor.webhooks.delivery import event_of, job_body
 
 DEDUPE, IDEMPOTENCY = "dedupe", "idempotency"
 FLOW = msgspec.json.Decoder(FlowRecord)

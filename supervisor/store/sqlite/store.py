@@ -66,7 +66,7 @@ from goqueue.supervisor.common.jobs import (
 )
 from goqueue.supervisor.common.rates import Rate, StartTimes, Taken
 from goqueue.supervisor.common.schedule import Fired, ScheduleState, fire_detail
-from goqueue.supervisor.common.steps import WorkflowCounts
+from goqueue.supervisor.common.steps import WORKFLOW_CANCELLED, Workflow, WorkflowCounts
 from goqueue.supervisor.common.summaries import (
     DeadFilter,
     NodeSummary,
@@ -78,6 +78,7 @@ from goqueue.supervisor.common.summaries import (
 from goqueue.supervisor.settings.config import DEFAULTS
 from goqueue.supervisor.store.base import EMBEDDED, LATE_OUTCOME, NewJob, NodeLinks
 from goqueue.supervisor.store.memory.flows import FlowRecord
+from goqueue.supervisor.store.new_workflow import NewWorkflow, WorkflowCreated
 from goqueue.supervisor.store.sqlite import reads
 from goqueue.supervisor.store.sqlite.database import Database
 from goqueue.supervisor.store.sqlite.outbox import SqliteOutboxRows
@@ -90,7 +91,6 @@ from goqueue.supervisor.store.sqlite.rows import (
     letter_of,
 )
 from goqueue.supervisor.store.sqlite.rules import FLOW, Context, PausedQueues, Tx
-from goqueue.supervisor.workflows import WORKFLOW_CANCELLED, NewWorkflow, Workflow, WorkflowCreated
 
 T = TypeVar("T")
 log = logging.getLogger("goqueue.store.sqlite")

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
+from goqueue.supervisor.common.deliveries import Answer
 from goqueue.supervisor.common.enums import Status, WorkflowStatus
 from goqueue.supervisor.common.errors import BootError, DuplicateJob, StoreUnavailable
 from goqueue.supervisor.common.jobs import (
@@ -28,10 +29,9 @@ from goqueue.supervisor.common.jobs import (
 from goqueue.supervisor.common.schedule import Fired
 from goqueue.supervisor.common.summaries import DeadFilter
 from goqueue.supervisor.store.base import NewJob
+from goqueue.supervisor.store.new_workflow import NewStep, NewWorkflow
 from goqueue.supervisor.store.sqlite.schema import MIGRATIONS, VERSION
 from goqueue.supervisor.store.sqlite.store import SqliteStore
-from goqueue.supervisor.webhooks.delivery import Answer
-from goqueue.supervisor.workflows import NewStep, NewWorkflow
 
 pytestmark = pytest.mark.timeout(30)
 
