@@ -108,9 +108,6 @@ class Retries:
         return self.delay(retry, error)
 
 
-NO_RETRIES = Retries(attempts=0)
-
-
 class BaseClient:
     """What `Client` and `AsyncClient` are set up with: the node (`url`, else
     $GOQUEUE_URL, else http://127.0.0.1:8080), its API key (else $GOQUEUE_API_KEY, else

@@ -15,7 +15,6 @@ from goqueue.supervisor.common.enums import Status, WorkflowStatus
 from goqueue.supervisor.common.errors import InvalidWorkflow
 from goqueue.supervisor.common.jobs import JobSpec, Name
 
-DEFAULT_MAX_WORKFLOW_JOBS = 10_000
 MAX_PARENTS = 1_000  # keys one step may wait for
 
 StepKey = Name

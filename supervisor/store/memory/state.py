@@ -2,7 +2,7 @@
 
 Every dict, heap and counter the store keeps, and the few steps that change them together
 (status counts, pending depths, events, retiring finished jobs). The reads in
-`memory_reads.py` and the write path in `memory.py` build on it.
+`reads.py` and the write path in `store.py` build on it.
 """
 
 from __future__ import annotations
