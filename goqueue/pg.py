@@ -48,7 +48,6 @@ from goqueue.client.errors import (
 )
 from goqueue.supervisor.common import errors
 from goqueue.supervisor.common.jobs import (
-    DEFAULT_MAX_RETRIES,
     Declared,
     Enqueued,
     JobSpec,
@@ -193,7 +192,7 @@ class _Enqueue:
         spec = resolve_spec(self.spec, self._declared, known)
         new = NewJob(
             spec=spec,
-            max_retries=spec.max_retries if spec.max_retries is not None else DEFAULT_MAX_RETRIES,
+            max_retries=spec.max_retries,
             idempotency_key=self.key,
             request_hash=self.request_hash,
             trace_context=_sent(spec),

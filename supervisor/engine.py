@@ -210,9 +210,7 @@ class Engine:
         resolved = resolve_spec(spec, self.catalog.actors.get, known)
         new = NewJob(
             spec=resolved,
-            max_retries=(
-                resolved.max_retries if resolved.max_retries is not None else DEFAULT_MAX_RETRIES
-            ),
+            max_retries=resolved.max_retries,
             idempotency_key=idempotency_key,
             request_hash=request_hash,
             parent_id=parent_id,

@@ -632,7 +632,7 @@ class Dispatcher:
 
     def timeout_of(self, job: Job) -> float:
         """The deadline in seconds that applies to one attempt of `job`."""
-        return job.timeout_seconds or self.catalog.timeout(job.type, self.policy.default_timeout)
+        return self.catalog.deadline(job, self.policy.default_timeout)[0]
 
     def job_started(self, lease: Lease, worker: Worker) -> None:
         """A queued attempt started on its worker: charge it (unless its start was

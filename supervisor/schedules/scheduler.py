@@ -25,7 +25,7 @@ from datetime import datetime
 import msgspec
 from goqueue.supervisor.common.catalog import Catalog
 from goqueue.supervisor.common.errors import StoreError
-from goqueue.supervisor.common.jobs import DEFAULT_MAX_RETRIES, Job, JobSpec, resolve_spec, utcnow
+from goqueue.supervisor.common.jobs import Job, JobSpec, resolve_spec, utcnow
 from goqueue.supervisor.common.schedule import (
     Fired,
     Missed,
@@ -216,8 +216,7 @@ class Scheduler:
             payload=msgspec.Raw(msgspec.json.encode(spec.payload)),
         )
         resolved = resolve_spec(job, self.catalog.actors.get)
-        retries = resolved.max_retries
-        new = NewJob(spec=resolved, max_retries=DEFAULT_MAX_RETRIES if retries is None else retries)
+        new = NewJob(spec=resolved, max_retries=resolved.max_retries)
         if self.produced is not None:
             self.produced(new)
         return new

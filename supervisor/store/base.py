@@ -53,6 +53,7 @@ from goqueue.supervisor.common.summaries import (
 )
 
 LATE_OUTCOME = "the outcome arrived after its lease was reaped"  # its event's detail
+EVENTS_KEPT = 100  # a job's audit trail in the embedded stores: its first events, at most
 
 if TYPE_CHECKING:  # `workflows` builds on `NewJob`, defined here
     from goqueue.supervisor.common.enums import WorkflowStatus

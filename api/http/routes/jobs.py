@@ -212,14 +212,10 @@ def _shown(request: web.Request, job: Job) -> JobOut:
 def effective_timeout(job: Job, catalog: Catalog, default: float) -> TimeoutOut | None:
     """The deadline an attempt of `job` gets here and its source, as the dispatcher picks
     it; None when the job names none and this node does not know its actor."""
-    if job.timeout_seconds:
-        return TimeoutOut(job.timeout_seconds, "job")
-    info = catalog.actors.get(job.type)
-    if info is None:
+    seconds, source = catalog.deadline(job, default)
+    if source == "node" and job.type not in catalog.actors:
         return None
-    if info.timeout:
-        return TimeoutOut(info.timeout, "actor")
-    return TimeoutOut(default, "node")
+    return TimeoutOut(seconds, source)
 
 
 @routes.get("/jobs/{id}/events")

@@ -16,7 +16,7 @@ from goqueue.supervisor.common.enums import TERMINAL, EventKind, Status
 from goqueue.supervisor.common.jobs import STATUSES, Event, Job, Lease, utcnow
 from goqueue.supervisor.common.rates import StartTimes
 from goqueue.supervisor.settings.config import DEFAULTS
-from goqueue.supervisor.store.base import NodeLinks
+from goqueue.supervisor.store.base import EVENTS_KEPT, NodeLinks
 from goqueue.supervisor.store.memory.dead import DeadLetters
 from goqueue.supervisor.store.memory.flows import FlowBook
 from goqueue.supervisor.store.memory.heaps import OldestByQueue, PendingHeaps
@@ -37,7 +37,7 @@ class MemoryState:
         max_pending: int | None = None,
         idempotency_ttl: float = DEFAULTS.idempotency_ttl,
         max_finished: int = 100_000,
-        max_events_per_job: int = 100,
+        max_events_per_job: int = EVENTS_KEPT,
         clock: Callable[[], datetime] = utcnow,
         wake: Callable[[], None] = lambda: None,
         links: NodeLinks | None = None,

@@ -22,7 +22,6 @@ from goqueue.supervisor.common.errors import (
 )
 from goqueue.supervisor.common.jobs import (
     BULK_CANCEL,
-    DEFAULT_MAX_RETRIES,
     AttemptError,
     CancelFilter,
     Cancelled,
@@ -153,8 +152,7 @@ class MemoryStore(MemoryWorkflows):
         """Chain a template; bypasses max_pending since the parent already had its place."""
         if spec is None:
             return []
-        max_retries = spec.max_retries if spec.max_retries is not None else DEFAULT_MAX_RETRIES
-        child = self._insert(spec, now, max_retries, parent.id)
+        child = self._insert(spec, now, spec.max_retries_value, parent.id)
         child.trace_context = parent.trace_context  # a chained job stays in its trace
         return [child]
 

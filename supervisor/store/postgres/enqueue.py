@@ -22,7 +22,6 @@ from goqueue.supervisor.common.errors import (
     StoreUnavailable,
 )
 from goqueue.supervisor.common.jobs import (
-    DEFAULT_MAX_RETRIES,
     Enqueued,
     Job,
     JobSpec,
@@ -240,11 +239,15 @@ class Enqueuer:
         """Chain a template after `parent` (in the caller's transaction)."""
         if spec is None:
             return []
-        max_retries = spec.max_retries if spec.max_retries is not None else DEFAULT_MAX_RETRIES
         events = [(EventKind.ENQUEUED, f"after {parent.id}")]
         context = parent.trace_context  # a chained job stays in its parent's trace
         job = await self.insert(
-            conn, spec, max_retries, parent_id=parent.id, events=events, trace_context=context
+            conn,
+            spec,
+            spec.max_retries_value,
+            parent_id=parent.id,
+            events=events,
+            trace_context=context,
         )
         return [job]
 

@@ -25,7 +25,6 @@ from goqueue.supervisor.common.errors import (
     StoreFull,
 )
 from goqueue.supervisor.common.jobs import (
-    DEFAULT_MAX_RETRIES,
     AttemptError,
     DeadLetter,
     Enqueued,
@@ -289,8 +288,7 @@ class Tx:
         """Chain a template (past `--max-pending`: its parent already had its place)."""
         if spec is None:
             return []
-        retries = spec.max_retries if spec.max_retries is not None else DEFAULT_MAX_RETRIES
-        child = self.insert(spec, retries, parent.id, trace=parent.trace_context)
+        child = self.insert(spec, spec.max_retries_value, parent.id, trace=parent.trace_context)
         return [child.job]
 
     # -- leases and statuses ---------------------------------------------------------

@@ -76,7 +76,7 @@ from goqueue.supervisor.common.summaries import (
     job_brief,
 )
 from goqueue.supervisor.settings.config import DEFAULTS
-from goqueue.supervisor.store.base import EMBEDDED, LATE_OUTCOME, NewJob, NodeLinks
+from goqueue.supervisor.store.base import EMBEDDED, EVENTS_KEPT, LATE_OUTCOME, NewJob, NodeLinks
 from goqueue.supervisor.store.memory.flows import FlowRecord
 from goqueue.supervisor.store.new_workflow import NewWorkflow, WorkflowCreated
 from goqueue.supervisor.store.sqlite import reads
@@ -114,9 +114,9 @@ class SqliteStore:
         node_id: str = "local",
         *,
         lease_seconds: float = DEFAULTS.lease_seconds,
-        max_pending: int | None = None,
+        max_pending: int | None = DEFAULTS.max_pending,
         idempotency_ttl: float = DEFAULTS.idempotency_ttl,
-        max_events_per_job: int = 100,
+        max_events_per_job: int = EVENTS_KEPT,
         clock: Callable[[], datetime] = utcnow,
         wake: Callable[[], None] = lambda: None,
         links: NodeLinks | None = None,
