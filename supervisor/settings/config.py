@@ -34,15 +34,14 @@ from goqueue.actors.tracebacks import DEFAULT_MAX_TRACEBACK_BYTES
 from goqueue.supervisor.common.errors import ConfigError
 from goqueue.supervisor.common.rates import parse_rate
 from goqueue.supervisor.common.schedule import ScheduleSpec
+from goqueue.supervisor.settings.option import EXPECTED, Option
 from goqueue.supervisor.settings.options import (
     BY_NAME,
-    EXPECTED,
     LIMIT_DEFAULT,
     LIMIT_FLAG,
     LIMIT_HELP,
     LIMIT_METAVAR,
     OPTIONS,
-    Option,
 )
 from goqueue.supervisor.settings.stores import StoreKind, schema_name_problem, store_url
 
