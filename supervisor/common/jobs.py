@@ -309,6 +309,12 @@ class Job(msgspec.Struct, kw_only=True, gc=False):
             on_failure=self.on_failure,
         )
 
+    def record_error(self, error: str, traceback: str | None, at: datetime) -> None:
+        """Keep the error of this job's current attempt (its last error, too)."""
+        failed = AttemptError(attempt=self.attempts, error=error, at=at, traceback=traceback)
+        self.errors = (*self.errors, failed)
+        self.last_error = error
+
     @property
     def unfinished(self) -> bool:
         """True while the job may still run (not done, failed nor cancelled)."""

@@ -13,8 +13,9 @@ from collections.abc import Callable
 from datetime import datetime
 
 from goqueue.supervisor.common.enums import TERMINAL, EventKind, Status
+from goqueue.supervisor.common.errors import StoreFull
 from goqueue.supervisor.common.jobs import STATUSES, Event, Job, Lease, utcnow
-from goqueue.supervisor.common.rates import StartTimes
+from goqueue.supervisor.common.rates import Rate, StartTimes, Taken
 from goqueue.supervisor.settings.config import DEFAULTS
 from goqueue.supervisor.store.base import EVENTS_KEPT, NodeLinks
 from goqueue.supervisor.store.memory.dead import DeadLetters
@@ -125,6 +126,21 @@ class MemoryState:
             self._queue_totals.pop(queue, None)
             del self._depth[queue]
             self._ages.forget(queue)
+
+    # -- rate limits (this node's own) -----------------------------------------------
+
+    async def take_starts(self, job_type: str, rate: Rate, want: int) -> Taken:
+        """Take the starts due now, on this node."""
+        return self._starts.take(job_type, rate, want, self.clock().timestamp())
+
+    async def return_starts(self, job_type: str, tat: float, count: int) -> None:
+        """Give back unused starts."""
+        self._starts.give_back(job_type, tat, count)
+
+    def _check_room(self, adding: int = 1) -> None:
+        """Raise StoreFull unless `adding` more pending jobs fit under `max_pending`."""
+        if self._counts[Status.PENDING] + adding > self.max_pending:
+            raise StoreFull(f"the queue is full ({self.max_pending} pending jobs)")
 
     def _event(
         self,

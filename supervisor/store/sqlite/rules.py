@@ -25,7 +25,6 @@ from goqueue.supervisor.common.errors import (
     StoreFull,
 )
 from goqueue.supervisor.common.jobs import (
-    AttemptError,
     DeadLetter,
     Enqueued,
     Job,
@@ -332,10 +331,7 @@ class Tx:
 
     def record_error(self, row: Row, error: str, traceback: str | None) -> None:
         """Keep an attempt's error with the job."""
-        job = row.job
-        failed = AttemptError(attempt=job.attempts, error=error, at=self.now, traceback=traceback)
-        job.errors = (*job.errors, failed)
-        job.last_error = error
+        row.job.record_error(error, traceback, self.now)
 
     def retry_in(self, row: Row, seconds: float) -> None:
         """Pending again, due `seconds` from now."""
