@@ -42,19 +42,6 @@ class Pipe:
         with self._lock:
             self.sock.sendall(buffer)
 
-    def send_nowait(self, message: FromWorker) -> bool:
-        """Write one frame only if nothing else is writing and the socket takes it now
-        (the inbox's last word before the worker kills itself must never block it)."""
-        frame = self.codec.frame(message)
-        if not self._lock.acquire(blocking=False):
-            return False
-        try:
-            return self.sock.send(frame, socket.MSG_DONTWAIT) == len(frame)
-        except OSError:
-            return False
-        finally:
-            self._lock.release()
-
     def read(self) -> ToWorker | None:
         """Block for one whole frame (boot only: later the inbox reads); None at EOF."""
         header = self._read_exactly(HEADER.size)

@@ -17,10 +17,11 @@ supervisor arms its deadline then. An attempt whose start is not yet durable wai
 those the supervisor takes back (`Withdraw`) before they start. The worker answers each
 attempt with `JobDone` or `JobFailed`, and sends what it has to say in one write when
 it moves on to the next attempt (an outcome and the next `Started`). `Extend` comes
-every supervisor tick while it holds attempts. While a job runs, the worker may send
-`Progress` and `EnqueueRequest` (each request answered by one `EnqueueReply`). A worker
-the supervisor stopped extending dies by SIGALRM at the end of its allowance, saying
-nothing (`lease_alarm.py`). `Shutdown` ends an idle worker.
+from the pool's own timer, a few times per allowance, while the worker holds attempts
+(never from the arbiter's tick, which may be waiting on a database). While a job runs,
+the worker may send `Progress` and `EnqueueRequest` (each request answered by one
+`EnqueueReply`). A worker the supervisor stopped extending dies by SIGALRM at the end of
+its allowance, saying nothing (`lease_alarm.py`). `Shutdown` ends an idle worker.
 """
 
 from __future__ import annotations

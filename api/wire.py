@@ -13,8 +13,8 @@ import re
 from typing import Annotated, Any, Literal
 
 import msgspec
-from goqueue.supervisor.enums import TERMINAL, Status, WorkflowStatus
-from goqueue.supervisor.jobs import (
+from goqueue.supervisor.common.enums import TERMINAL, Status, WorkflowStatus
+from goqueue.supervisor.common.jobs import (
     AttemptError,
     AwareTime,
     DeadLetter,
@@ -23,10 +23,10 @@ from goqueue.supervisor.jobs import (
     JobSpec,
     Name,
 )
-from goqueue.supervisor.jobs import QueueStats as QueueStats
-from goqueue.supervisor.steps import Workflow
-from goqueue.supervisor.steps import WorkflowRequest as WorkflowRequest
-from goqueue.supervisor.steps import WorkflowStep as WorkflowStep
+from goqueue.supervisor.common.jobs import QueueStats as QueueStats
+from goqueue.supervisor.common.steps import Workflow
+from goqueue.supervisor.common.steps import WorkflowRequest as WorkflowRequest
+from goqueue.supervisor.common.steps import WorkflowStep as WorkflowStep
 from msgspec import UNSET, UnsetType
 
 MAX_BATCH = 1000

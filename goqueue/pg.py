@@ -46,13 +46,18 @@ from goqueue.client.errors import (
     IdempotencyMismatch,
     Unavailable,
 )
-from goqueue.supervisor import errors
-from goqueue.supervisor.jobs import DEFAULT_MAX_RETRIES, Declared, Enqueued, JobSpec, resolve_spec
+from goqueue.supervisor.common import errors
+from goqueue.supervisor.common.jobs import (
+    Declared,
+    Enqueued,
+    JobSpec,
+    resolve_spec,
+)
 from goqueue.supervisor.settings.config import Settings
+from goqueue.supervisor.settings.stores import channel, schema_name_problem
 from goqueue.supervisor.store.base import NewJob
 from goqueue.supervisor.store.postgres import enqueue_steps as pg_steps
 from goqueue.supervisor.store.postgres import rows as pg_rows
-from goqueue.supervisor.store.postgres.sql.schema import channel, schema_name_problem
 from goqueue.supervisor.store.postgres.sql.statements import Sql, Statements
 from psycopg import AsyncConnection, AsyncCursor, Connection, Cursor
 from psycopg.pq import TransactionStatus
@@ -187,7 +192,7 @@ class _Enqueue:
         spec = resolve_spec(self.spec, self._declared, known)
         new = NewJob(
             spec=spec,
-            max_retries=spec.max_retries if spec.max_retries is not None else DEFAULT_MAX_RETRIES,
+            max_retries=spec.max_retries,
             idempotency_key=self.key,
             request_hash=self.request_hash,
             trace_context=_sent(spec),

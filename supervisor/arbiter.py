@@ -22,13 +22,13 @@ from collections.abc import Awaitable, Callable
 from functools import partial
 
 from goqueue.actors.protocol import BootFailed, Ready
-from goqueue.supervisor.dispatch.backoff import Backoff, backoff
-from goqueue.supervisor.dispatch.catalog import Catalog
+from goqueue.supervisor.common.backoff import Backoff, backoff
+from goqueue.supervisor.common.catalog import Catalog
+from goqueue.supervisor.common.enums import RESTART_AFTER, KillReason, RestartReason, WorkerState
+from goqueue.supervisor.common.errors import BootError, ConfigError, StoreUnavailable
+from goqueue.supervisor.common.lifecycle import NodePhase
 from goqueue.supervisor.dispatch.leases import PRUNE_BATCH
 from goqueue.supervisor.dispatch.policy import Policy
-from goqueue.supervisor.enums import RESTART_AFTER, KillReason, RestartReason, WorkerState
-from goqueue.supervisor.errors import BootError, ConfigError, StoreUnavailable
-from goqueue.supervisor.lifecycle import NodePhase
 from goqueue.supervisor.node import Node
 from goqueue.supervisor.settings.config import Settings
 from goqueue.supervisor.shutdown import abort, drain, kill_busy

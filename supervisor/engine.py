@@ -14,28 +14,24 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 import msgspec
-from goqueue.supervisor.dispatch.catalog import Catalog
-from goqueue.supervisor.dispatch.hooks import Hook
-from goqueue.supervisor.dispatch.waiters import Waiters
-from goqueue.supervisor.enums import TERMINAL, Status, WorkerState, WorkflowStatus
-from goqueue.supervisor.errors import (
+from goqueue.supervisor.common.catalog import Catalog
+from goqueue.supervisor.common.deliveries import Delivery
+from goqueue.supervisor.common.enums import TERMINAL, Status, WorkerState
+from goqueue.supervisor.common.errors import (
     Draining,
     InvalidJob,
     StoreError,
     StoreUnavailable,
     UnknownJobType,
 )
-from goqueue.supervisor.jobs import (
+from goqueue.supervisor.common.hooks import Hook
+from goqueue.supervisor.common.jobs import (
     DEFAULT_MAX_RETRIES,
     CancelFilter,
     Cancelled,
-    DeadLetter,
     Enqueued,
-    Event,
     Job,
-    JobFilter,
     JobSpec,
-    Page,
     Purged,
     QueueStats,
     Replayed,
@@ -45,32 +41,27 @@ from goqueue.supervisor.jobs import (
     spec_problem,
     utcnow,
 )
-from goqueue.supervisor.lifecycle import Lifecycle
-from goqueue.supervisor.observe.history import History, Window
-from goqueue.supervisor.observe.metrics import Metrics
-from goqueue.supervisor.observe.shared_reads import Coalesced
-from goqueue.supervisor.observe.summaries import (
+from goqueue.supervisor.common.lifecycle import Lifecycle
+from goqueue.supervisor.common.steps import Workflow, WorkflowRequest
+from goqueue.supervisor.common.summaries import (
     REPORT_WORKERS,
     DeadFilter,
     LiveStats,
     NodeReport,
-    NodeSummary,
     QueueDepth,
     QueueSummary,
-    TypeStats,
     WorkerSummary,
     rss_kb,
 )
+from goqueue.supervisor.observe.history import History
+from goqueue.supervisor.observe.metrics import Metrics
+from goqueue.supervisor.observe.shared_reads import Coalesced
 from goqueue.supervisor.schedules.scheduler import Scheduler
 from goqueue.supervisor.store.base import NewJob, Store
-from goqueue.supervisor.webhooks.delivery import Delivery, Webhooks
+from goqueue.supervisor.store.new_workflow import WorkflowCreated, prepare_workflow
+from goqueue.supervisor.waiters import Waiters
+from goqueue.supervisor.webhooks.delivery import Webhooks
 from goqueue.supervisor.workers.pool import Pool
-from goqueue.supervisor.workflows import (
-    Workflow,
-    WorkflowCreated,
-    WorkflowRequest,
-    prepare_workflow,
-)
 
 if TYPE_CHECKING:  # imported only with --otel on
     from goqueue.supervisor.observe.tracing import Tracing
@@ -202,9 +193,7 @@ class Engine:
         resolved = resolve_spec(spec, self.catalog.actors.get, known)
         new = NewJob(
             spec=resolved,
-            max_retries=(
-                resolved.max_retries if resolved.max_retries is not None else DEFAULT_MAX_RETRIES
-            ),
+            max_retries=resolved.max_retries,
             idempotency_key=idempotency_key,
             request_hash=request_hash,
             parent_id=parent_id,
@@ -255,7 +244,7 @@ class Engine:
         request_hash: str | None = None,
         strict: bool = True,
     ) -> WorkflowCreated:
-        """Validate a workflow (`supervisor/workflows.py`) and store it whole."""
+        """Validate a workflow (`supervisor/store/new_workflow.py`) and store it whole."""
 
         async def prepare(spec: JobSpec) -> NewJob:
             return await self._prepare(spec, None, None, strict)
@@ -268,14 +257,6 @@ class Engine:
             request_hash=request_hash,
         )
         return await self.store.create_workflow(new)
-
-    async def get_workflow(self, workflow_id: str) -> Workflow | None:
-        """One workflow with its steps' live statuses."""
-        return await self.store.get_workflow(workflow_id)
-
-    async def list_workflows(self, status: WorkflowStatus | None, limit: int, offset: int) -> Page:
-        """Workflows newest first."""
-        return await self.store.list_workflows(status, limit, offset)
 
     async def cancel_workflow(self, workflow_id: str) -> Workflow:
         """Cancel a workflow's unfinished steps; the running ones' workers are killed."""
@@ -319,10 +300,6 @@ class Engine:
 
     # -- reads -----------------------------------------------------------------------
 
-    async def get(self, job_id: str) -> Job | None:
-        """One job."""
-        return await self.store.get(job_id)
-
     async def wait(self, job_id: str, seconds: float) -> Job | None:
         """One job, once it has finished or when `seconds` have passed (its state then).
         Waiting holds no store connection: see `Waiters`."""
@@ -337,14 +314,6 @@ class Engine:
                 done = None
         return done or await self.store.get(job_id) or job
 
-    async def list_jobs(self, filters: JobFilter, limit: int, offset: int) -> Page:
-        """Jobs newest first."""
-        return await self.store.list_jobs(filters, limit, offset)
-
-    async def events(self, job_id: str) -> list[Event]:
-        """A job's audit trail."""
-        return await self.store.events(job_id)
-
     async def deliveries(self, job_id: str) -> list[Delivery] | None:
         """A job's webhook deliveries, oldest first; None when there is no such job."""
         found = await self.webhooks.deliveries(job_id)
@@ -356,23 +325,11 @@ class Engine:
         """Store counts plus this node's workers by state."""
         return await self.store.stats(), self.workers()
 
-    async def queue_stats(self, queue: str) -> QueueStats:
-        """One queue's counts."""
-        return await self.store.queue_stats(queue)
-
     async def set_paused(self, queue: str, paused: bool) -> QueueStats:
         """Pause or resume a queue; answers its stats."""
         await self.store.set_paused(queue, paused)
         self._queues.invalidate()
         return await self.store.queue_stats(queue)
-
-    async def list_dead(self, limit: int, offset: int, filters: DeadFilter | None = None) -> Page:
-        """Dead letters newest first (those passing `filters`)."""
-        return await self.store.list_dead(limit, offset, filters)
-
-    async def get_dead(self, dead_id: str) -> DeadLetter | None:
-        """One dead letter."""
-        return await self.store.get_dead(dead_id)
 
     async def purge_dead(self, dead_id: str) -> bool:
         """Delete a dead letter."""
@@ -442,10 +399,6 @@ class Engine:
         depths.sort(key=lambda d: (-d.pending, d.name))
         return LiveStats(utcnow(), stats.counts, stats.dead_letters, depths[:BUSIEST])
 
-    def history_window(self, since: int) -> Window:
-        """This node's ring buffer from `since` (unix seconds)."""
-        return self.history.window(since)
-
     async def queue_summaries(self) -> list[QueueSummary]:
         """Every queue with work or paused, at most `QUEUES_TTL` old."""
         return await self._queues.get()
@@ -479,19 +432,3 @@ class Engine:
                 )
             )
         return out
-
-    async def nodes(self) -> list[NodeSummary]:
-        """The nodes sharing the store (just this one in memory)."""
-        return await self.store.nodes()
-
-    async def type_stats(self) -> list[TypeStats]:
-        """Per-type counts, run times and failure rates, from the store."""
-        return await self.store.type_stats()
-
-    async def job_briefs(self, filters: JobFilter, limit: int, offset: int, preview: int) -> Page:
-        """Jobs newest first as list rows with previews."""
-        return await self.store.job_briefs(filters, limit, offset, preview)
-
-    async def dead_briefs(self, filters: DeadFilter, limit: int, offset: int, preview: int) -> Page:
-        """Dead letters newest first as list rows with previews."""
-        return await self.store.dead_briefs(filters, limit, offset, preview)

@@ -11,27 +11,29 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Protocol
 
-from goqueue.supervisor.dispatch.catalog import Catalog
+from goqueue.supervisor.common.catalog import Catalog
+from goqueue.supervisor.common.hooks import Hooks
+from goqueue.supervisor.common.lifecycle import Lifecycle
 from goqueue.supervisor.dispatch.dispatcher import Dispatcher
-from goqueue.supervisor.dispatch.hooks import Hooks, LogHook, MetricsHook, WebhookHook
 from goqueue.supervisor.dispatch.leases import Leases
 from goqueue.supervisor.dispatch.policy import Policy
-from goqueue.supervisor.dispatch.waiters import Waiters
 from goqueue.supervisor.dispatch.wakeup import Wakeup
 from goqueue.supervisor.engine import Engine
-from goqueue.supervisor.lifecycle import Lifecycle
 from goqueue.supervisor.observe.history import History
+from goqueue.supervisor.observe.hooks import LogHook, MetricsHook
 from goqueue.supervisor.observe.loop import Work
 from goqueue.supervisor.observe.metrics import Metrics
 from goqueue.supervisor.schedules.scheduler import Scheduler
 from goqueue.supervisor.settings import config
 from goqueue.supervisor.settings.config import Settings
+from goqueue.supervisor.settings.stores import is_postgres
 from goqueue.supervisor.store.base import NodeLinks, Store
 from goqueue.supervisor.store.sqlite.choose import embedded_store
 from goqueue.supervisor.store.sqlite.store import SqliteStore
-from goqueue.supervisor.store.sqlite.url import is_postgres
+from goqueue.supervisor.waiters import Waiters
 from goqueue.supervisor.webhooks.delivery import Poster, Webhooks
 from goqueue.supervisor.webhooks.egress import EgressPolicy
+from goqueue.supervisor.webhooks.hook import WebhookHook
 from goqueue.supervisor.webhooks.outbox import Outbox
 from goqueue.supervisor.webhooks.sender import WebhookSender
 from goqueue.supervisor.workers.events import Listeners

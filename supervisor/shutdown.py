@@ -11,8 +11,8 @@ import time
 from collections.abc import Awaitable, Callable, Sequence
 from functools import partial
 
-from goqueue.supervisor.enums import KillReason, WorkerState
-from goqueue.supervisor.lifecycle import NodePhase
+from goqueue.supervisor.common.enums import KillReason, WorkerState
+from goqueue.supervisor.common.lifecycle import NodePhase
 from goqueue.supervisor.node import Node
 from goqueue.supervisor.workers.pool import Pool
 

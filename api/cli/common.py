@@ -42,10 +42,6 @@ EXIT_UNREACHABLE = 2
 EXIT_USAGE = 2  # as argparse
 EXIT_DECLINED = 1  # a confirmation was answered no: nothing was done
 
-# The connection options, also accepted before the command (`goqueue --url U jobs`);
-# given after it, they win.
-CONNECTION_OPTIONS = ("url", "api_key", "http_timeout")
-
 
 def exit_code(exc: ClientError) -> int:
     """What a command returns for a failed request (a job the client refuses to send

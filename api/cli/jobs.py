@@ -46,7 +46,7 @@ from goqueue.api.cli.output import (
 from goqueue.api.cli.schedules import add_schedules
 from goqueue.client.errors import Conflict
 from goqueue.client.sync import Client
-from goqueue.supervisor.jobs import (
+from goqueue.supervisor.common.jobs import (
     DEFAULT_MAX_RETRIES,
     DEFAULT_PRIORITY,
     DEFAULT_QUEUE,

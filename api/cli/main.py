@@ -9,21 +9,22 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING
 
-from goqueue.supervisor.errors import ConfigError
+from goqueue.supervisor.common.errors import ConfigError
 from goqueue.supervisor.observe import logs
 from goqueue.supervisor.settings import config
 from goqueue.supervisor.settings.config import Settings
-
-if TYPE_CHECKING:
-    pass
 
 # What `migrate` reads of the node's options; it loads them as `serve` does.
 MIGRATE_OPTIONS = ("config", "database_url", "database_schema")
 MIGRATE_CONNECT_TIMEOUT = 10
 EXIT_FAILED = 1
 EXIT_USAGE = 2
+
+# The client's connection options, also accepted before the command (`goqueue --url U
+# jobs`); given after it, they win. Here, not beside the client commands: `serve` checks
+# them without loading the client.
+CONNECTION_OPTIONS = ("url", "api_key", "http_timeout")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -124,7 +125,7 @@ def _migrate(args: argparse.Namespace) -> int:
             "or database_url in the --config file)",
             EXIT_USAGE,
         )
-    from goqueue.supervisor.store.sqlite.url import StoreKind, store_url
+    from goqueue.supervisor.settings.stores import StoreKind, store_url
 
     url = store_url(settings.database_url)
     if url.kind == StoreKind.MEMORY:
@@ -151,7 +152,7 @@ def _migrate(args: argparse.Namespace) -> int:
 
 def _migrate_sqlite(path: str) -> int:
     """Open the file as a node does (lock, check, migrate), then close it."""
-    from goqueue.supervisor.errors import BootError
+    from goqueue.supervisor.common.errors import BootError
     from goqueue.supervisor.store.sqlite.database import Database
 
     async def run() -> list[int]:
@@ -188,7 +189,7 @@ async def _apply_migrations(dsn: str, schema: str) -> list[int]:
 def _connection_before(args: argparse.Namespace) -> str | None:
     """A complaint when client connection options came before `serve` or `migrate`
     (`goqueue --api-key K serve` must not start a node without the key it names)."""
-    given = [name for name in ("url", "api_key", "http_timeout") if getattr(args, f"global_{name}")]
+    given = [name for name in CONNECTION_OPTIONS if getattr(args, f"global_{name}")]
     if not given:
         return None
     flags = ", ".join("--" + name.replace("_", "-") for name in given)

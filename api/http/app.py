@@ -29,6 +29,7 @@ from goqueue.api.http.state import (
     GAUGES,
     OPENAPI,
     SETTINGS,
+    STORE,
 )
 from goqueue.supervisor.engine import Engine
 from goqueue.supervisor.settings.config import Settings
@@ -70,6 +71,7 @@ def create_app(engine: Engine, settings: Settings) -> web.Application:
         ],
     )
     app[ENGINE] = engine
+    app[STORE] = engine.store
     app[SETTINGS] = settings
     app[EGRESS] = EgressPolicy.of(settings.webhook_allow_hosts, settings.webhook_allow_networks)
     app[CONNECTIONS] = guard

@@ -10,8 +10,8 @@ from typing import Any, TypeVar, cast
 
 from aiohttp import web
 from goqueue.api.http.replies import JSON, ErrorOut, encode
-from goqueue.supervisor.dispatch import eager
-from goqueue.supervisor.errors import (
+from goqueue.supervisor.common import eager
+from goqueue.supervisor.common.errors import (
     Draining,
     DuplicateJob,
     GoQueueError,

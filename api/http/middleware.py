@@ -22,7 +22,7 @@ from aiohttp import web
 from aiohttp.typedefs import Middleware
 from goqueue.api.http.errors import ApiError, from_domain
 from goqueue.api.http.params import QUERY_ATTR, QueryParam, check_query, too_large
-from goqueue.supervisor.errors import GoQueueError
+from goqueue.supervisor.common.errors import GoQueueError
 from goqueue.supervisor.observe.metrics import Metrics
 
 if TYPE_CHECKING:

@@ -21,9 +21,9 @@ from collections.abc import Awaitable, Callable, Container, Iterable, Iterator
 
 from goqueue.actors.protocol import ActorInfo
 from goqueue.api.http.errors import ApiError, within
-from goqueue.supervisor.jobs import DEFAULT_QUEUE, JobSpec
+from goqueue.supervisor.common.jobs import DEFAULT_QUEUE, JobSpec
+from goqueue.supervisor.common.schedule import ScheduleSpec
 from goqueue.supervisor.observe.shared_reads import Coalesced
-from goqueue.supervisor.schedules.schedule import ScheduleSpec
 from goqueue.supervisor.store.base import Store
 
 NAMES_TTL = 2.0

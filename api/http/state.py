@@ -9,9 +9,11 @@ from goqueue.api.http.queue_budget import QueueBudget
 from goqueue.api.http.scrape_gauges import GaugeRefresh
 from goqueue.supervisor.engine import Engine
 from goqueue.supervisor.settings.config import Settings
+from goqueue.supervisor.store.base import Store
 from goqueue.supervisor.webhooks.egress import EgressPolicy
 
 ENGINE = web.AppKey("engine", Engine)
+STORE = web.AppKey("store", Store)  # reads go straight to it; writes go through the engine
 SETTINGS = web.AppKey("settings", Settings)
 OPENAPI = web.AppKey("openapi", bytes)
 EGRESS = web.AppKey("egress", EgressPolicy)  # where webhooks may go, checked at enqueue

@@ -21,7 +21,7 @@ from urllib.parse import unquote_to_bytes
 
 import msgspec
 from goqueue.api.http.errors import bad_request
-from goqueue.supervisor.jobs import JobSpec
+from goqueue.supervisor.common.jobs import JobSpec
 
 MAX_LOCATE_DEPTH = 32  # nesting the locator walks into before it names the enclosing field
 _CONTAINER = msgspec.json.Decoder(dict[str, msgspec.Raw] | list[msgspec.Raw])

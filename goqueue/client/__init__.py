@@ -49,7 +49,7 @@ from goqueue.client.workflows import (
     group,
     task,
 )
-from goqueue.supervisor.jobs import Event, JobSpec
+from goqueue.supervisor.common.jobs import Event, JobSpec
 
 if TYPE_CHECKING:
     from goqueue.client.aio import AsyncClient

@@ -35,7 +35,7 @@ from goqueue.client.calls import DEFAULT_TIMEOUT, BaseClient, Call, Retries
 from goqueue.client.core import PAGE_SIZE, JobOptions, Submitted
 from goqueue.client.errors import ClientError, ConnectionFailed, RequestError
 from goqueue.client.workflows import Submittable
-from goqueue.supervisor.jobs import Event, JobSpec
+from goqueue.supervisor.common.jobs import Event, JobSpec
 
 T = TypeVar("T")
 

@@ -28,7 +28,7 @@ from goqueue.client.errors import (
     UnexpectedAnswer,
     error_for,
 )
-from goqueue.supervisor.dispatch.backoff import backoff
+from goqueue.supervisor.common.backoff import backoff
 
 T = TypeVar("T")
 
@@ -106,9 +106,6 @@ class Retries:
         if retry > self.attempts or not may_retry(call, error):
             return None
         return self.delay(retry, error)
-
-
-NO_RETRIES = Retries(attempts=0)
 
 
 class BaseClient:

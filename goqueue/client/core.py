@@ -44,7 +44,7 @@ from goqueue.client.errors import (
     RequestError,
     error_for,
 )
-from goqueue.supervisor.jobs import Event, JobSpec, spec_problem
+from goqueue.supervisor.common.jobs import Event, JobSpec, spec_problem
 
 T = TypeVar("T")
 

@@ -15,7 +15,7 @@ from goqueue.api.wire import MAX_WAIT_SECONDS, JobOut
 from goqueue.client.calls import Call
 from goqueue.client.core import batch, batch_bodies, chunks, get, outcome
 from goqueue.client.errors import RequestError, WaitTimeout
-from goqueue.supervisor.jobs import JobSpec
+from goqueue.supervisor.common.jobs import JobSpec
 
 RESUBMIT_PAUSE = 0.5  # a wait the node ended early (draining) is asked again after this
 SWEEP_LIMIT = 500  # letters per request when a bulk action takes every match

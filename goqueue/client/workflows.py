@@ -25,8 +25,8 @@ from goqueue.api.wire import WorkflowOut, WorkflowRequest
 from goqueue.client.calls import Call, decoder, quote
 from goqueue.client.core import IDEMPOTENCY_HEADER, SPEC_OPTIONS, JobOptions, check, new_key
 from goqueue.client.errors import ClientError, InvalidJob
-from goqueue.supervisor.errors import InvalidWorkflow
-from goqueue.supervisor.steps import plan
+from goqueue.supervisor.common.errors import InvalidWorkflow
+from goqueue.supervisor.common.steps import plan
 
 if TYPE_CHECKING:
     from goqueue.client.aio import AsyncClient

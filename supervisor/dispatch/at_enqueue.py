@@ -8,12 +8,12 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 
+from goqueue.supervisor.common.catalog import Catalog
+from goqueue.supervisor.common.jobs import Enqueued, Lease
+from goqueue.supervisor.common.lifecycle import Lifecycle
 from goqueue.supervisor.dispatch.attempts import Attempts, Phase
-from goqueue.supervisor.dispatch.catalog import Catalog
 from goqueue.supervisor.dispatch.policy import Policy
 from goqueue.supervisor.dispatch.wakeup import Wakeup
-from goqueue.supervisor.jobs import Enqueued, Lease
-from goqueue.supervisor.lifecycle import Lifecycle
 from goqueue.supervisor.store.base import NewJob, StartNow, Store
 from goqueue.supervisor.workers.handle import Worker
 from goqueue.supervisor.workers.pool import Pool

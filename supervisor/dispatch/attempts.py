@@ -27,8 +27,8 @@ from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
-from goqueue.supervisor.enums import KillReason, Status
-from goqueue.supervisor.jobs import Lease
+from goqueue.supervisor.common.enums import KillReason, Status
+from goqueue.supervisor.common.jobs import Lease
 
 if TYPE_CHECKING:
     from goqueue.supervisor.workers.handle import Worker

@@ -14,18 +14,18 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from goqueue.supervisor.common.catalog import Catalog
+from goqueue.supervisor.common.enums import Status
+from goqueue.supervisor.common.errors import StoreUnavailable
+from goqueue.supervisor.common.jobs import Lease
+from goqueue.supervisor.common.lifecycle import Lifecycle
 from goqueue.supervisor.dispatch.attempts import Attempt, Attempts, Phase
-from goqueue.supervisor.dispatch.catalog import Catalog
 from goqueue.supervisor.dispatch.feeding import types_of
 from goqueue.supervisor.dispatch.in_hand import InHand
 from goqueue.supervisor.dispatch.policy import Policy
 from goqueue.supervisor.dispatch.queues import Depth
 from goqueue.supervisor.dispatch.throttle import Held, Throttle
 from goqueue.supervisor.dispatch.wakeup import Wakeup
-from goqueue.supervisor.enums import Status
-from goqueue.supervisor.errors import StoreUnavailable
-from goqueue.supervisor.jobs import Lease
-from goqueue.supervisor.lifecycle import Lifecycle
 from goqueue.supervisor.store.base import Store
 from goqueue.supervisor.workers.handle import Worker
 from goqueue.supervisor.workers.pool import Pool

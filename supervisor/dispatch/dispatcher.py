@@ -21,12 +21,15 @@ from collections.abc import Awaitable, Callable
 from datetime import datetime
 
 from goqueue.actors.protocol import JobDone, JobFailed
+from goqueue.supervisor.common.catalog import Catalog
+from goqueue.supervisor.common.enums import KillReason
+from goqueue.supervisor.common.hooks import Hook
+from goqueue.supervisor.common.jobs import Job, Lease, utcnow
+from goqueue.supervisor.common.lifecycle import Lifecycle
 from goqueue.supervisor.dispatch.at_enqueue import AtEnqueue
 from goqueue.supervisor.dispatch.attempts import Attempt, Attempts, Phase
-from goqueue.supervisor.dispatch.catalog import Catalog
 from goqueue.supervisor.dispatch.claims import RETRY_CLAIM, Claims
 from goqueue.supervisor.dispatch.feeding import Feeding
-from goqueue.supervisor.dispatch.hooks import Hook
 from goqueue.supervisor.dispatch.in_hand import InHand
 from goqueue.supervisor.dispatch.outcomes import Outcomes
 from goqueue.supervisor.dispatch.policy import DEFAULT_POLICY, Policy
@@ -34,9 +37,6 @@ from goqueue.supervisor.dispatch.queues import Depth, Durations
 from goqueue.supervisor.dispatch.throttle import Throttle
 from goqueue.supervisor.dispatch.wakeup import Wakeup
 from goqueue.supervisor.dispatch.worker_queues import WorkerQueues
-from goqueue.supervisor.enums import KillReason
-from goqueue.supervisor.jobs import Job, Lease, utcnow
-from goqueue.supervisor.lifecycle import Lifecycle
 from goqueue.supervisor.store.base import Store, StoreTraits
 from goqueue.supervisor.workers.handle import Worker
 from goqueue.supervisor.workers.pool import Handoff, Pool
@@ -286,7 +286,7 @@ class Dispatcher:
 
     def timeout_of(self, job: Job) -> float:
         """The deadline in seconds that applies to one attempt of `job`."""
-        return job.timeout_seconds or self.catalog.timeout(job.type, self.policy.default_timeout)
+        return self.catalog.deadline(job, self.policy.default_timeout)[0]
 
     def job_started(self, lease: Lease, worker: Worker) -> None:
         """A queued attempt started on its worker (`WorkerQueues.started`)."""

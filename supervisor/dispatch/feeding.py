@@ -10,10 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from goqueue.supervisor.common.enums import WorkerState
+from goqueue.supervisor.common.jobs import Job
 from goqueue.supervisor.dispatch.attempts import Attempt, Attempts, Phase
 from goqueue.supervisor.dispatch.queues import Depth, Durations
-from goqueue.supervisor.enums import WorkerState
-from goqueue.supervisor.jobs import Job
 from goqueue.supervisor.workers.handle import Worker
 from goqueue.supervisor.workers.pool import Handoff, Pool
 

@@ -12,12 +12,12 @@ import asyncio
 import logging
 from collections.abc import Callable
 
+from goqueue.supervisor.common.enums import Status
+from goqueue.supervisor.common.errors import StoreUnavailable
+from goqueue.supervisor.common.jobs import Lease
+from goqueue.supervisor.common.lifecycle import Lifecycle
 from goqueue.supervisor.dispatch.attempts import Attempt, Attempts, Phase
 from goqueue.supervisor.dispatch.outcomes import Outcomes
-from goqueue.supervisor.enums import Status
-from goqueue.supervisor.errors import StoreUnavailable
-from goqueue.supervisor.jobs import Lease
-from goqueue.supervisor.lifecycle import Lifecycle
 from goqueue.supervisor.store.base import Store
 from goqueue.supervisor.workers.handle import Worker
 from goqueue.supervisor.workers.pool import Pool

@@ -13,10 +13,10 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
+from goqueue.supervisor.common.enums import KillReason
+from goqueue.supervisor.common.errors import StoreUnavailable
+from goqueue.supervisor.common.jobs import utcnow
 from goqueue.supervisor.dispatch.dispatcher import Dispatcher
-from goqueue.supervisor.enums import KillReason
-from goqueue.supervisor.errors import StoreUnavailable
-from goqueue.supervisor.jobs import utcnow
 from goqueue.supervisor.store.base import Store
 from goqueue.supervisor.workers.pool import Pool
 

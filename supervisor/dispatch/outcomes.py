@@ -21,13 +21,13 @@ from typing import TypeVar
 
 import msgspec
 from goqueue.actors.protocol import JobFailed
-from goqueue.supervisor.dispatch import eager
-from goqueue.supervisor.dispatch.backoff import Backoff, backoff
-from goqueue.supervisor.dispatch.hooks import Hook
+from goqueue.supervisor.common import eager
+from goqueue.supervisor.common.backoff import Backoff, backoff
+from goqueue.supervisor.common.enums import AttemptOutcome, KillReason
+from goqueue.supervisor.common.errors import StoreUnavailable
+from goqueue.supervisor.common.hooks import Hook
+from goqueue.supervisor.common.jobs import Job, Lease, Outcome, utcnow
 from goqueue.supervisor.dispatch.policy import DEFAULT_POLICY, Policy
-from goqueue.supervisor.enums import AttemptOutcome, KillReason
-from goqueue.supervisor.errors import StoreUnavailable
-from goqueue.supervisor.jobs import Job, Lease, Outcome, utcnow
 from goqueue.supervisor.store.base import Store
 from goqueue.supervisor.workers.handle import Worker, death_notice
 

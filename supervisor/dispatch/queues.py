@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 
-from goqueue.supervisor.dispatch.catalog import Catalog
+from goqueue.supervisor.common.catalog import Catalog
 
 SHORT = 0.05  # seconds: types whose attempts usually take less may wait in a worker's queue
 GO_AHEAD = 0.05  # seconds of work ahead within which queued starts are written early

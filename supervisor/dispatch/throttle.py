@@ -1,4 +1,4 @@
-"""The dispatcher's rate limits (`supervisor/dispatch/rates.py`): before a claim, take starts
+"""The dispatcher's rate limits (`supervisor/common/rates.py`): before a claim, take starts
 from the store for each rate-limited type it may claim, and cap that type's slots to
 them; after it, give back what the claim did not use. A type with no start due is left
 out of the claim (its jobs stay pending, holding no worker; other types keep flowing),
@@ -12,9 +12,9 @@ from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from goqueue.supervisor.dispatch.catalog import Catalog
-from goqueue.supervisor.dispatch.rates import Taken
-from goqueue.supervisor.jobs import Lease
+from goqueue.supervisor.common.catalog import Catalog
+from goqueue.supervisor.common.jobs import Lease
+from goqueue.supervisor.common.rates import Taken
 from goqueue.supervisor.store.base import Store
 
 WAKE_MARGIN = 0.002  # seconds past a type's next start before claiming again (clocks, rounding)

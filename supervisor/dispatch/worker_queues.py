@@ -13,14 +13,14 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from goqueue.supervisor.dispatch import eager
+from goqueue.supervisor.common import eager
+from goqueue.supervisor.common.enums import KillReason
+from goqueue.supervisor.common.errors import StoreUnavailable
+from goqueue.supervisor.common.jobs import Lease
+from goqueue.supervisor.common.lifecycle import Lifecycle
 from goqueue.supervisor.dispatch.attempts import Attempt, Attempts, Phase
 from goqueue.supervisor.dispatch.outcomes import Outcomes
 from goqueue.supervisor.dispatch.queues import Durations
-from goqueue.supervisor.enums import KillReason
-from goqueue.supervisor.errors import StoreUnavailable
-from goqueue.supervisor.jobs import Lease
-from goqueue.supervisor.lifecycle import Lifecycle
 from goqueue.supervisor.store.base import Store
 from goqueue.supervisor.workers.handle import Queued, Worker
 from goqueue.supervisor.workers.pool import EXTEND_EVERY, Handoff, Pool

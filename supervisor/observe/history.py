@@ -16,9 +16,9 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 import msgspec
-from goqueue.supervisor.dispatch.hooks import Hook
-from goqueue.supervisor.enums import Status
-from goqueue.supervisor.jobs import AwareTime, Outcome, utcnow
+from goqueue.supervisor.common.enums import Status
+from goqueue.supervisor.common.hooks import Hook
+from goqueue.supervisor.common.jobs import AwareTime, Outcome, utcnow
 from goqueue.supervisor.workers.handle import Worker
 from goqueue.supervisor.workers.pool import describe_exit
 

@@ -16,7 +16,7 @@ from enum import StrEnum
 from typing import TextIO
 
 from goqueue.actors.logs import JsonFormatter, rfc3339
-from goqueue.supervisor.errors import ConfigError
+from goqueue.supervisor.common.errors import ConfigError
 
 __all__ = ["LEVELS", "JsonFormatter", "configure", "rfc3339"]
 

@@ -10,7 +10,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from enum import StrEnum
 from typing import Any
 
-from goqueue.supervisor.enums import (
+from goqueue.supervisor.common.enums import (
     TERMINAL,
     AttemptOutcome,
     RestartReason,
@@ -18,8 +18,8 @@ from goqueue.supervisor.enums import (
     WebhookOutcome,
     WorkerState,
 )
-from goqueue.supervisor.jobs import OTHER_QUEUES as OTHER_QUEUES
-from goqueue.supervisor.jobs import QueueDepths
+from goqueue.supervisor.common.jobs import OTHER_QUEUES as OTHER_QUEUES
+from goqueue.supervisor.common.jobs import QueueDepths
 from goqueue.supervisor.observe.loop import LoopWatch, Work
 from goqueue.supervisor.observe.tallies import Tally, TallyHistogram
 from prometheus_client import (

@@ -24,7 +24,7 @@ from opentelemetry.trace import SpanKind, Status, StatusCode
 
 if TYPE_CHECKING:
     from aiohttp import web
-    from goqueue.supervisor.jobs import Job
+    from goqueue.supervisor.common.jobs import Job
     from goqueue.supervisor.store.base import NewJob
 
 SYSTEM = "goqueue"

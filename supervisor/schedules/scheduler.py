@@ -1,4 +1,4 @@
-"""The scheduler: fires a node's periodic jobs (`supervisor/schedules/schedule.py`).
+"""The scheduler: fires a node's periodic jobs (`supervisor/common/schedule.py`).
 
 It sleeps until the next tick of any schedule, then asks the store to fire the latest
 due tick of each schedule whose time has come (`Store.fire_schedule`): with PostgreSQL
@@ -23,11 +23,10 @@ from dataclasses import dataclass
 from datetime import datetime
 
 import msgspec
-from goqueue.supervisor.dispatch.catalog import Catalog
-from goqueue.supervisor.errors import StoreError
-from goqueue.supervisor.jobs import DEFAULT_MAX_RETRIES, Job, JobSpec, resolve_spec, utcnow
-from goqueue.supervisor.observe.metrics import Metrics
-from goqueue.supervisor.schedules.schedule import (
+from goqueue.supervisor.common.catalog import Catalog
+from goqueue.supervisor.common.errors import StoreError
+from goqueue.supervisor.common.jobs import Job, JobSpec, resolve_spec, utcnow
+from goqueue.supervisor.common.schedule import (
     Fired,
     Missed,
     ScheduleSpec,
@@ -36,6 +35,7 @@ from goqueue.supervisor.schedules.schedule import (
     from_actors,
     merged,
 )
+from goqueue.supervisor.observe.metrics import Metrics
 from goqueue.supervisor.store.base import NewJob, Store
 
 log = logging.getLogger("goqueue.scheduler")
@@ -216,8 +216,7 @@ class Scheduler:
             payload=msgspec.Raw(msgspec.json.encode(spec.payload)),
         )
         resolved = resolve_spec(job, self.catalog.actors.get)
-        retries = resolved.max_retries
-        new = NewJob(spec=resolved, max_retries=DEFAULT_MAX_RETRIES if retries is None else retries)
+        new = NewJob(spec=resolved, max_retries=resolved.max_retries)
         if self.produced is not None:
             self.produced(new)
         return new

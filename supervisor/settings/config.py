@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ipaddress
 import os
 import socket
 import tomllib
@@ -30,21 +31,19 @@ from typing import Any
 
 import msgspec
 from goqueue.actors.tracebacks import DEFAULT_MAX_TRACEBACK_BYTES
-from goqueue.supervisor.dispatch.rates import parse_rate
-from goqueue.supervisor.errors import ConfigError
-from goqueue.supervisor.schedules.schedule import ScheduleSpec
+from goqueue.supervisor.common.errors import ConfigError
+from goqueue.supervisor.common.rates import parse_rate
+from goqueue.supervisor.common.schedule import ScheduleSpec
+from goqueue.supervisor.settings.option import EXPECTED, Option
 from goqueue.supervisor.settings.options import (
     BY_NAME,
-    EXPECTED,
     LIMIT_DEFAULT,
     LIMIT_FLAG,
     LIMIT_HELP,
     LIMIT_METAVAR,
     OPTIONS,
-    Option,
 )
-from goqueue.supervisor.store.postgres.sql.schema import schema_name_problem
-from goqueue.supervisor.store.sqlite.url import StoreKind, store_url
+from goqueue.supervisor.settings.stores import StoreKind, schema_name_problem, store_url
 
 __all__ = [
     "COMPUTED_DEFAULTS",
@@ -59,6 +58,15 @@ __all__ = [
     "load",
     "reload",
 ]
+
+
+def network_problem(text: str) -> str | None:
+    """What is wrong with `text` as a CIDR of `allow_networks`, or None."""
+    try:
+        ipaddress.ip_network(text, strict=False)
+    except ValueError as exc:
+        return f"not a network in CIDR notation ({exc})"
+    return None
 
 
 def cpu_count() -> int:
@@ -159,10 +167,6 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
             if problem:
                 raise ConfigError(f"limits: {problem}")
         for network in self.webhook_allow_networks or ():
-            from goqueue.supervisor.webhooks.egress import (
-                network_problem,  # loads aiohttp: only here
-            )
-
             if problem := network_problem(network):
                 raise ConfigError(f"webhook_allow_networks: {network!r} is {problem}")
         _check_schedules(self.schedules)
@@ -206,7 +210,7 @@ def _check_schedules(schedules: tuple[ScheduleSpec, ...]) -> None:
 
 def _check_database_url(url: str) -> None:
     """A SQLite URL names a file; anything but SQLite or memory is a PostgreSQL DSN."""
-    from goqueue.supervisor.store.sqlite.url import StoreKind, store_url
+    from goqueue.supervisor.settings.stores import StoreKind, store_url
 
     try:
         kind = store_url(url).kind

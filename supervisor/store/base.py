@@ -24,8 +24,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
 import msgspec
-from goqueue.supervisor.dispatch.rates import Rate, Taken
-from goqueue.supervisor.jobs import (
+from goqueue.supervisor.common.jobs import (
     CancelFilter,
     Cancelled,
     DeadLetter,
@@ -43,21 +42,23 @@ from goqueue.supervisor.jobs import (
     Replayed,
     Stats,
 )
-from goqueue.supervisor.observe.summaries import (
+from goqueue.supervisor.common.rates import Rate, Taken
+from goqueue.supervisor.common.schedule import Fired, ScheduleState
+from goqueue.supervisor.common.summaries import (
     DeadFilter,
     NodeReport,
     NodeSummary,
     QueueSummary,
     TypeStats,
 )
-from goqueue.supervisor.schedules.schedule import Fired, ScheduleState
 
 LATE_OUTCOME = "the outcome arrived after its lease was reaped"  # its event's detail
+EVENTS_KEPT = 100  # a job's audit trail in the embedded stores: its first events, at most
 
 if TYPE_CHECKING:  # `workflows` builds on `NewJob`, defined here
-    from goqueue.supervisor.enums import WorkflowStatus
-    from goqueue.supervisor.steps import WorkflowCounts
-    from goqueue.supervisor.workflows import NewWorkflow, Workflow, WorkflowCreated
+    from goqueue.supervisor.common.enums import WorkflowStatus
+    from goqueue.supervisor.common.steps import Workflow, WorkflowCounts
+    from goqueue.supervisor.store.new_workflow import NewWorkflow, WorkflowCreated
 
 
 class StartNow(msgspec.Struct, frozen=True, gc=False):
@@ -305,7 +306,7 @@ class Store(Protocol):
 
     async def take_starts(self, job_type: str, rate: Rate, want: int) -> Taken:
         """Take up to `want` of the starts of `job_type` due now under `rate` (GCRA, see
-        `dispatch/rates.py`; PostgreSQL: across every node, on the database's clock;
+        `common/rates.py`; PostgreSQL: across every node, on the database's clock;
         memory: this node's). Raises StoreUnavailable."""
 
     async def return_starts(self, job_type: str, tat: float, count: int) -> None:
@@ -333,7 +334,7 @@ class Store(Protocol):
         """Enable or disable a schedule (PostgreSQL: for every node, and kept across
         restarts); returns its state."""
 
-    # -- workflows (see `supervisor/workflows.py`) --------------------------------------
+    # -- workflows (see `store/new_workflow.py`) --------------------------------------
     # `complete` makes pending, in its atomic step, each waiting step whose last parent
     # it completes (`Outcome.released`), handing it the parent's result (`Job.parents`);
     # a dead-lettering (`fail`, `reap_expired`) or a `cancel` cancels, in its atomic step,

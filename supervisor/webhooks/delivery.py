@@ -2,11 +2,12 @@
 
 A job reaching a terminal status (done, failed, cancelled) with a `webhook_url` gets one
 delivery: its body (the job as the API shows it, encoded once), its event, a stable id.
-Two implementations of `Webhooks` deliver them: `webhook_sender.WebhookSender`, best
-effort in this process (the in-memory store), and `outbox.Outbox`, at least once from a
-PostgreSQL table written in the terminal status's own transaction. Both use what is
-here: the request's headers and signature, one retry schedule, the `Poster` that makes
-one attempt under the egress policy, and the view `GET /jobs/{id}/deliveries` shows.
+Two implementations of `Webhooks` deliver them: `sender.WebhookSender`, best effort in
+this process (the in-memory store), and `outbox.Outbox`, at least once from a table
+(PostgreSQL's or SQLite's) written in the terminal status's own transaction. Both use
+what is here: the request's headers and signature, one retry schedule and the `Poster`
+that makes one attempt under the egress policy. The records, and the view
+`GET /jobs/{id}/deliveries` shows, are in `common/deliveries.py`.
 """
 
 from __future__ import annotations
@@ -17,30 +18,21 @@ import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import datetime
 from typing import Protocol
 
 import aiohttp
-import msgspec
 from aiohttp.abc import AbstractResolver
-from goqueue.supervisor.dispatch.backoff import backoff
-from goqueue.supervisor.enums import TERMINAL, Status, WebhookEvent, WebhookOutcome
-from goqueue.supervisor.jobs import SHOWN_FIELDS, Job
+from goqueue.supervisor.common.backoff import backoff
+from goqueue.supervisor.common.deliveries import Answer, Delivery
+from goqueue.supervisor.common.enums import WebhookOutcome
+from goqueue.supervisor.common.jobs import Job
 from goqueue.supervisor.webhooks.egress import EgressPolicy, EgressRefused, GuardedResolver
-from yarl import URL
 
 DELIVERY_HEADER = "X-GoQueue-Delivery"
 EVENT_HEADER = "X-GoQueue-Event"
 JOB_ID_HEADER = "X-GoQueue-Job-Id"
 SIGNATURE_HEADER = "X-GoQueue-Signature"
 USER_AGENT = "goqueue-webhook"
-
-EVENTS: dict[Status, WebhookEvent] = {
-    Status.DONE: WebhookEvent.DONE,
-    Status.FAILED: WebhookEvent.FAILED,
-    Status.CANCELLED: WebhookEvent.CANCELLED,
-}
-_encode = msgspec.json.Encoder().encode
 
 
 OutcomeHook = Callable[[WebhookOutcome], None]  # told every delivery's outcome (metrics)
@@ -62,18 +54,6 @@ def sign(secret: bytes, body: bytes) -> str:
     return "sha256=" + hmac.new(secret, body, hashlib.sha256).hexdigest()
 
 
-def job_body(job: Job) -> bytes:
-    """The body of a job's webhook: the job as `GET /jobs/{id}` shows it."""
-    return _encode({name: getattr(job, name) for name in SHOWN_FIELDS})
-
-
-def event_of(job: Job) -> WebhookEvent | None:
-    """The event a job's status fires, or None (not terminal, or no `webhook_url`)."""
-    if not job.webhook_url or job.status not in TERMINAL:
-        return None
-    return EVENTS[job.status]
-
-
 def headers(
     delivery_id: str, event: str, job_id: str, body: bytes, secret: bytes | None
 ) -> dict[str, str]:
@@ -90,39 +70,7 @@ def headers(
     return out
 
 
-def redacted(url: str) -> str:
-    """`url` fit for logs and the API: no credentials, query string or fragment (where
-    receivers often put tokens)."""
-    try:
-        return str(URL(url).with_user(None).with_query(None).with_fragment(None))
-    except (TypeError, ValueError):
-        return "(unparseable URL)"
-
-
 # -- the view ------------------------------------------------------------------------
-
-
-class DeliveryAttempt(msgspec.Struct, kw_only=True):
-    """One attempt: when it ended, the receiver's status (null if it never answered),
-    why it failed (null on success), and the node that made it."""
-
-    at: datetime
-    status_code: int | None = None
-    error: str | None = None
-    node: str
-
-
-class Delivery(msgspec.Struct, kw_only=True):
-    """One webhook of a job and every attempt at it. `id` is the `X-GoQueue-Delivery`
-    header; `next_attempt_at` is null once delivered or given up."""
-
-    id: str
-    event: str  # a WebhookEvent, declared str: the API documents a plain string
-    url: str  # credentials, query and fragment removed
-    attempts: list[DeliveryAttempt]
-    delivered_at: datetime | None = None
-    next_attempt_at: datetime | None = None
-    given_up: bool = False
 
 
 class Webhooks(Protocol):
@@ -164,21 +112,6 @@ class RetrySchedule:
 
 
 # -- one attempt ---------------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class Answer:
-    """How one attempt went: the status code (None if no answer), or why it failed;
-    `refused` when the egress policy stopped it before anything was sent."""
-
-    status_code: int | None = None
-    error: str | None = None
-    refused: bool = False
-
-    @property
-    def delivered(self) -> bool:
-        """A 2xx answer."""
-        return self.status_code is not None and 200 <= self.status_code < 300
 
 
 class Poster:

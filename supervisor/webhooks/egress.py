@@ -88,15 +88,6 @@ def literal_address(host: str) -> Address | None:
         return None
 
 
-def network_problem(text: str) -> str | None:
-    """What is wrong with `text` as a CIDR of `allow_networks`, or None."""
-    try:
-        ipaddress.ip_network(text, strict=False)
-    except ValueError as exc:
-        return f"not a network in CIDR notation ({exc})"
-    return None
-
-
 def _host_key(host: str) -> str:
     """A host name as compared: lower case, without the root's trailing dot."""
     return host.lower().rstrip(".")

@@ -18,22 +18,19 @@ import contextlib
 import logging
 import random
 
-from goqueue.supervisor.dispatch.backoff import Backoff
-from goqueue.supervisor.enums import WebhookOutcome
-from goqueue.supervisor.errors import StoreUnavailable
-from goqueue.supervisor.jobs import Job
-from goqueue.supervisor.webhooks.delivery import (
+from goqueue.supervisor.common.backoff import Backoff
+from goqueue.supervisor.common.deliveries import (
     Answer,
     Delivery,
-    OutcomeHook,
-    Poster,
-    RetrySchedule,
+    DeliveryRows,
+    Due,
     event_of,
-    headers,
     redacted,
-    tell,
 )
-from goqueue.supervisor.webhooks.rows import DeliveryRows, Due
+from goqueue.supervisor.common.enums import WebhookOutcome
+from goqueue.supervisor.common.errors import StoreUnavailable
+from goqueue.supervisor.common.jobs import Job
+from goqueue.supervisor.webhooks.delivery import OutcomeHook, Poster, RetrySchedule, headers, tell
 
 POLL_SECONDS = 1.0
 RECORD_AT_CLOSE = 5.0  # seconds to record the attempts cut short at shutdown

@@ -23,21 +23,17 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 import msgspec
-from goqueue.supervisor.enums import WebhookEvent, WebhookOutcome
-from goqueue.supervisor.jobs import Job, new_id, utcnow
-from goqueue.supervisor.webhooks.delivery import (
+from goqueue.supervisor.common.deliveries import (
     Answer,
     Delivery,
     DeliveryAttempt,
-    OutcomeHook,
-    Poster,
-    RetrySchedule,
     event_of,
-    headers,
     job_body,
     redacted,
-    tell,
 )
+from goqueue.supervisor.common.enums import WebhookEvent, WebhookOutcome
+from goqueue.supervisor.common.jobs import Job, new_id, utcnow
+from goqueue.supervisor.webhooks.delivery import OutcomeHook, Poster, RetrySchedule, headers, tell
 
 
 @dataclass(eq=False)

@@ -13,7 +13,7 @@ from collections.abc import Awaitable, Callable
 
 import msgspec
 from goqueue.actors.protocol import EnqueueReply, EnqueueRequest, Refusal
-from goqueue.supervisor.errors import (
+from goqueue.supervisor.common.errors import (
     Draining,
     DuplicateJob,
     GoQueueError,
@@ -23,7 +23,7 @@ from goqueue.supervisor.errors import (
     StoreUnavailable,
     UnknownJobType,
 )
-from goqueue.supervisor.jobs import JobSpec
+from goqueue.supervisor.common.jobs import JobSpec
 
 log = logging.getLogger("goqueue.pool")
 

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from goqueue.actors.protocol import BootFailed, JobDone, JobFailed, Ready
-from goqueue.supervisor.jobs import Lease
+from goqueue.supervisor.common.jobs import Lease
 from goqueue.supervisor.workers import child_enqueues as child_jobs
 from goqueue.supervisor.workers.child_enqueues import EnqueueChild
 from goqueue.supervisor.workers.handle import Worker

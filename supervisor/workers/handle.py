@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 
 import msgspec
 from goqueue.actors.protocol import JobFailed
-from goqueue.supervisor.enums import KillReason, WorkerState
-from goqueue.supervisor.jobs import Lease
+from goqueue.supervisor.common.enums import KillReason, WorkerState
+from goqueue.supervisor.common.jobs import Lease
 
 if TYPE_CHECKING:
     from goqueue.supervisor.workers.channel import Channel

@@ -52,8 +52,8 @@ from goqueue.actors.protocol import (
     ToWorker,
     Withdraw,
 )
-from goqueue.supervisor.enums import KillReason, Status, WorkerState
-from goqueue.supervisor.jobs import Lease
+from goqueue.supervisor.common.enums import KillReason, Status, WorkerState
+from goqueue.supervisor.common.jobs import Lease
 from goqueue.supervisor.workers import child_enqueues as child_jobs
 from goqueue.supervisor.workers.channel import Channel
 from goqueue.supervisor.workers.events import JobEvents, Listeners, WorkerEvents

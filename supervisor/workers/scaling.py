@@ -19,9 +19,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from goqueue.supervisor.enums import WorkerState
-from goqueue.supervisor.errors import StoreUnavailable
-from goqueue.supervisor.jobs import OTHER_QUEUES
+from goqueue.supervisor.common.enums import WorkerState
+from goqueue.supervisor.common.errors import StoreUnavailable
+from goqueue.supervisor.common.jobs import OTHER_QUEUES
 
 if TYPE_CHECKING:
     from goqueue.supervisor.store.base import Store

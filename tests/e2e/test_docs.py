@@ -30,8 +30,8 @@ import yaml
 from goqueue.api.cli import jobs as client
 from goqueue.api.cli import main as cli
 from goqueue.client import calls
-from goqueue.supervisor.enums import EventKind
-from goqueue.supervisor.jobs import DEFAULT_PRIORITY, DEFAULT_QUEUE, JobSpec
+from goqueue.supervisor.common.enums import EventKind
+from goqueue.supervisor.common.jobs import DEFAULT_PRIORITY, DEFAULT_QUEUE, JobSpec
 from goqueue.supervisor.settings import config
 from goqueue.supervisor.settings import reference as config_docs
 

@@ -9,7 +9,7 @@ from goqueue.api.http.openapi import operation
 from goqueue.api.http.params import path_id
 from goqueue.api.http.replies import reply
 from goqueue.api.http.state import ENGINE
-from goqueue.supervisor.webhooks.delivery import Delivery
+from goqueue.supervisor.common.deliveries import Delivery
 
 routes = web.RouteTableDef()
 

@@ -30,10 +30,10 @@ from goqueue.api.http.replies import (
     job_out,
     reply,
 )
-from goqueue.api.http.state import BUDGET, ENGINE
-from goqueue.supervisor.errors import Draining
-from goqueue.supervisor.jobs import DeadLetter
-from goqueue.supervisor.observe.summaries import DeadFilter
+from goqueue.api.http.state import BUDGET, ENGINE, STORE
+from goqueue.supervisor.common.errors import Draining
+from goqueue.supervisor.common.jobs import DeadLetter
+from goqueue.supervisor.common.summaries import DeadFilter
 
 routes = web.RouteTableDef()
 
@@ -81,7 +81,7 @@ def bulk_filter(request: web.Request) -> DeadFilter:
 async def find_dead(request: web.Request) -> DeadLetter:
     """The dead letter `{id}` names, by its own id or its job's; 404 naming both."""
     some_id = path_id(request, "dead letter or job")
-    dead = await within(request.app[ENGINE].get_dead(some_id))
+    dead = await within(request.app[STORE].get_dead(some_id))
     if dead is None:
         raise not_found(some_id)
     return dead
@@ -101,11 +101,10 @@ async def admit_queues(request: web.Request, filters: DeadFilter, limit: int) ->
     """Admit (`--max-queues`) the queues of the letters a bulk replay will take, the
     oldest `limit` matching: 429 naming the first refused, before anything is replayed.
     Read just before the replay, as the single replay does: a guard, not a lock."""
-    engine = request.app[ENGINE]
-    first = await within(engine.dead_briefs(filters, limit, 0, 1))
+    first = await within(request.app[STORE].dead_briefs(filters, limit, 0, 1))
     page = first
     if first.total > limit:  # listed newest first: the oldest `limit` are the last ones
-        page = await within(engine.dead_briefs(filters, limit, first.total - limit, 1))
+        page = await within(request.app[STORE].dead_briefs(filters, limit, first.total - limit, 1))
     for queue in dict.fromkeys(brief.queue for brief in page.items):
         await request.app[BUDGET].admit(queue, "queue")
 
@@ -115,7 +114,7 @@ async def admit_queues(request: web.Request, filters: DeadFilter, limit: int) ->
 async def list_dead(request: web.Request) -> web.Response:
     """List dead letters, newest first; filtered, the ones a bulk action would take."""
     limit, offset = LIMIT.parse(request.query), OFFSET.parse(request.query)
-    page = await within(request.app[ENGINE].list_dead(limit, offset, dead_filter(request)))
+    page = await within(request.app[STORE].list_dead(limit, offset, dead_filter(request)))
     letters = [dead_out(dead) for dead in page.items]
     return reply(DeadLetterList(letters, page.total, limit, offset))
 

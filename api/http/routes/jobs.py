@@ -39,13 +39,13 @@ from goqueue.api.http.replies import (
     job_out,
     reply,
 )
-from goqueue.api.http.state import BUDGET, EGRESS, ENGINE, SETTINGS
+from goqueue.api.http.state import BUDGET, EGRESS, ENGINE, SETTINGS, STORE
 from goqueue.api.http.strict import request_digest
 from goqueue.api.wire import TimeoutOut
-from goqueue.supervisor.dispatch.catalog import Catalog
-from goqueue.supervisor.enums import Status
-from goqueue.supervisor.errors import GoQueueError
-from goqueue.supervisor.jobs import CancelFilter, Enqueued, Job, JobFilter, JobSpec
+from goqueue.supervisor.common.catalog import Catalog
+from goqueue.supervisor.common.enums import Status
+from goqueue.supervisor.common.errors import GoQueueError
+from goqueue.supervisor.common.jobs import CancelFilter, Enqueued, Job, JobFilter, JobSpec
 
 log = logging.getLogger("goqueue.api")
 
@@ -170,7 +170,7 @@ async def list_jobs(request: web.Request) -> web.Response:
     )
     limit, offset = LIMIT.parse(query), OFFSET.parse(query)
     engine = request.app[ENGINE]
-    page = await within(engine.list_jobs(filters, limit, offset))
+    page = await within(request.app[STORE].list_jobs(filters, limit, offset))
     jobs = [
         job_out(job, engine.progress(job.id) if job.status == Status.RUNNING else None)
         for job in page.items
@@ -192,7 +192,7 @@ async def get_job(request: web.Request) -> web.Response:
     if wait:
         job = await within(engine.wait(job_id, wait), wait + STORE_TIMEOUT)
     else:
-        job = await within(engine.get(job_id))
+        job = await within(request.app[STORE].get(job_id))
     if job is None:
         raise ApiError(404, f"job {job_id} not found")
     return reply(_shown(request, job))
@@ -212,14 +212,10 @@ def _shown(request: web.Request, job: Job) -> JobOut:
 def effective_timeout(job: Job, catalog: Catalog, default: float) -> TimeoutOut | None:
     """The deadline an attempt of `job` gets here and its source, as the dispatcher picks
     it; None when the job names none and this node does not know its actor."""
-    if job.timeout_seconds:
-        return TimeoutOut(job.timeout_seconds, "job")
-    info = catalog.actors.get(job.type)
-    if info is None:
+    seconds, source = catalog.deadline(job, default)
+    if source == "node" and job.type not in catalog.actors:
         return None
-    if info.timeout:
-        return TimeoutOut(info.timeout, "actor")
-    return TimeoutOut(default, "node")
+    return TimeoutOut(seconds, source)
 
 
 @routes.get("/jobs/{id}/events")
@@ -227,9 +223,8 @@ def effective_timeout(job: Job, catalog: Catalog, default: float) -> TimeoutOut 
 async def job_events(request: web.Request) -> web.Response:
     """Show a job's audit trail, oldest first."""
     job_id = path_id(request)
-    engine = request.app[ENGINE]
-    events = await within(engine.events(job_id))
-    if not events and await within(engine.get(job_id)) is None:
+    events = await within(request.app[STORE].events(job_id))
+    if not events and await within(request.app[STORE].get(job_id)) is None:
         raise ApiError(404, f"job {job_id} not found")
     return reply(EventList(events))
 

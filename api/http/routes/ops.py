@@ -7,7 +7,7 @@ from goqueue.api.http.errors import within
 from goqueue.api.http.openapi import Text, operation
 from goqueue.api.http.replies import JSON, Health, Ready, reply
 from goqueue.api.http.state import ENGINE, EXPOSURE, GAUGES, OPENAPI
-from goqueue.supervisor.errors import StoreUnavailable
+from goqueue.supervisor.common.errors import StoreUnavailable
 from msgspec import UNSET
 
 routes = web.RouteTableDef()

@@ -7,8 +7,8 @@ from goqueue.api.http.errors import within
 from goqueue.api.http.openapi import operation
 from goqueue.api.http.params import queue_name
 from goqueue.api.http.replies import StatsOut, reply
-from goqueue.api.http.state import BUDGET, ENGINE
-from goqueue.supervisor.jobs import QueueStats
+from goqueue.api.http.state import BUDGET, ENGINE, STORE
+from goqueue.supervisor.common.jobs import QueueStats
 
 routes = web.RouteTableDef()
 
@@ -26,7 +26,7 @@ async def stats(request: web.Request) -> web.Response:
 async def queue_stats(request: web.Request) -> web.Response:
     """One queue's counts by status and pending depth by priority."""
     name = queue_name(request)
-    return reply(await within(request.app[ENGINE].queue_stats(name)))
+    return reply(await within(request.app[STORE].queue_stats(name)))
 
 
 @routes.post("/queues/{name}/pause")

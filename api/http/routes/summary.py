@@ -29,12 +29,11 @@ from goqueue.api.http.params import (
     IntParam,
 )
 from goqueue.api.http.replies import reply
-from goqueue.api.http.state import ENGINE
-from goqueue.supervisor.enums import Status
-from goqueue.supervisor.errors import StoreUnavailable
-from goqueue.supervisor.jobs import JobFilter
-from goqueue.supervisor.observe.history import BUCKET_SECONDS, Window, WorkerCount, WorkerExit
-from goqueue.supervisor.observe.summaries import (
+from goqueue.api.http.state import ENGINE, STORE
+from goqueue.supervisor.common.enums import Status
+from goqueue.supervisor.common.errors import StoreUnavailable
+from goqueue.supervisor.common.jobs import JobFilter
+from goqueue.supervisor.common.summaries import (
     DEFAULT_PREVIEW,
     MAX_PREVIEW,
     DeadBrief,
@@ -46,6 +45,7 @@ from goqueue.supervisor.observe.summaries import (
     TypeStats,
     WorkerSummary,
 )
+from goqueue.supervisor.observe.history import BUCKET_SECONDS, Window, WorkerCount, WorkerExit
 from msgspec import UNSET, UnsetType
 
 routes = web.RouteTableDef()
@@ -167,7 +167,7 @@ async def history(request: web.Request) -> web.Response:
         out.latest = await within(engine.live_stats())
     except StoreUnavailable:  # the node's own numbers are still worth answering
         out.store_error = "the store is unavailable"
-    out.series = engine.history_window(since)  # after the read: it may note the depth
+    out.series = engine.history.window(since)  # after the read: it may note the depth
     return reply(out)
 
 
@@ -183,7 +183,7 @@ async def queues(request: web.Request) -> web.Response:
 async def workers(request: web.Request) -> web.Response:
     """This node's workers and their recent exits, and the live nodes of the store."""
     engine = request.app[ENGINE]
-    nodes = await within(engine.nodes())
+    nodes = await within(request.app[STORE].nodes())
     history = engine.history
     return reply(
         WorkersOut(
@@ -214,7 +214,7 @@ async def job_briefs(request: web.Request) -> web.Response:
     )
     limit, offset, cut = LIMIT.parse(query), OFFSET.parse(query), PREVIEW.parse(query)
     engine = request.app[ENGINE]
-    page = await within(engine.job_briefs(filters, limit, offset, cut))
+    page = await within(request.app[STORE].job_briefs(filters, limit, offset, cut))
     briefs = [_with_progress(brief, engine.progress(brief.id)) for brief in page.items]
     return reply(JobBriefList(briefs, page.total, limit, offset))
 
@@ -231,7 +231,7 @@ def _with_progress(brief: JobBrief, progress: msgspec.Raw | None) -> JobBrief:
 @operation(responses={200: TypeStatsList}, errors=(503,))
 async def type_stats(request: web.Request) -> web.Response:
     """Per job type: counts by status, p50/p95 run time and failure rate."""
-    return reply(TypeStatsList(await within(request.app[ENGINE].type_stats())))
+    return reply(TypeStatsList(await within(request.app[STORE].type_stats())))
 
 
 @routes.get("/summary/dlq")
@@ -252,5 +252,5 @@ async def dead_briefs(request: web.Request) -> web.Response:
         after=AFTER.parse(query),
     )
     limit, offset, cut = LIMIT.parse(query), OFFSET.parse(query), PREVIEW.parse(query)
-    page = await within(request.app[ENGINE].dead_briefs(filters, limit, offset, cut))
+    page = await within(request.app[STORE].dead_briefs(filters, limit, offset, cut))
     return reply(DeadBriefList(page.items, page.total, limit, offset))

@@ -24,10 +24,10 @@ from goqueue.api.http.params import (
 )
 from goqueue.api.http.replies import reply
 from goqueue.api.http.routes.jobs import IDEMPOTENCY
-from goqueue.api.http.state import BUDGET, EGRESS, ENGINE, SETTINGS
+from goqueue.api.http.state import BUDGET, EGRESS, ENGINE, SETTINGS, STORE
 from goqueue.api.http.strict import check_spec_text, check_utf8, request_digest
 from goqueue.api.wire import WorkflowList, WorkflowOut, WorkflowRequest, workflow_out
-from goqueue.supervisor.enums import WorkflowStatus
+from goqueue.supervisor.common.enums import WorkflowStatus
 
 routes = web.RouteTableDef()
 
@@ -109,7 +109,7 @@ async def list_workflows(request: web.Request) -> web.Response:
     status = WORKFLOW_STATUS.parse(request.query)
     limit, offset = LIMIT.parse(request.query), OFFSET.parse(request.query)
     chosen = None if status is None else WorkflowStatus(status)
-    page = await within(request.app[ENGINE].list_workflows(chosen, limit, offset))
+    page = await within(request.app[STORE].list_workflows(chosen, limit, offset))
     items = [workflow_out(w) for w in page.items]
     return reply(WorkflowList(items, page.total, limit, offset))
 
@@ -119,7 +119,7 @@ async def list_workflows(request: web.Request) -> web.Response:
 async def get_workflow(request: web.Request) -> web.Response:
     """Show a workflow with its steps' live statuses."""
     workflow_id = path_id(request, "workflow")
-    found = await within(request.app[ENGINE].get_workflow(workflow_id))
+    found = await within(request.app[STORE].get_workflow(workflow_id))
     if found is None:
         raise ApiError(404, f"workflow {workflow_id} not found")
     return reply(workflow_out(found))

@@ -7,8 +7,8 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 
-from goqueue.supervisor.jobs import DeadLetter, Page
-from goqueue.supervisor.observe.summaries import DeadFilter
+from goqueue.supervisor.common.jobs import DeadLetter, Page, Purged
+from goqueue.supervisor.common.summaries import DeadFilter
 
 
 class DeadLetters:
@@ -56,6 +56,13 @@ class DeadLetters:
             return Page(letters, len(self._by_id))
         matches = list(self.newest_first(filters))
         return Page(matches[offset : offset + limit], len(matches))
+
+    def purge_matching(self, filters: DeadFilter, limit: int) -> Purged:
+        """Delete up to `limit` letters passing `filters`, oldest first."""
+        letters, more = self.oldest_matching(filters, limit)
+        for dead in letters:
+            self.pop(dead.id)
+        return Purged(len(letters), more)
 
     def oldest_matching(self, filters: DeadFilter, limit: int) -> tuple[list[DeadLetter], int]:
         """Up to `limit` letters passing `filters`, oldest first, and how many more pass."""

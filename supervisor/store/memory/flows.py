@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from datetime import datetime
 
 import msgspec
-from goqueue.supervisor.enums import Status
-from goqueue.supervisor.steps import StepState, Workflow, workflow_status
+from goqueue.supervisor.common.enums import Status
+from goqueue.supervisor.common.steps import StepState, Workflow, workflow_status
 
 RESULTS = msgspec.json.Decoder(dict[str, msgspec.Raw])
 

@@ -13,8 +13,8 @@ from collections import Counter
 from collections.abc import Container, Mapping
 from datetime import datetime
 
-from goqueue.supervisor.enums import Status
-from goqueue.supervisor.jobs import Job
+from goqueue.supervisor.common.enums import Status
+from goqueue.supervisor.common.jobs import Job
 
 ReadyKey = tuple[str, str]  # (queue, type)
 ReadyEntry = tuple[int, float, int, str]  # (-priority, run_at, seq, job id)

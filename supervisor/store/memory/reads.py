@@ -8,8 +8,8 @@ import itertools
 from collections import Counter
 from datetime import UTC, datetime
 
-from goqueue.supervisor.enums import Status
-from goqueue.supervisor.jobs import (
+from goqueue.supervisor.common.enums import Status
+from goqueue.supervisor.common.jobs import (
     OTHER_QUEUES,
     STATUSES,
     DeadLetter,
@@ -21,7 +21,7 @@ from goqueue.supervisor.jobs import (
     QueueStats,
     Stats,
 )
-from goqueue.supervisor.observe.summaries import (
+from goqueue.supervisor.common.summaries import (
     DeadFilter,
     NodeSummary,
     QueueSummary,

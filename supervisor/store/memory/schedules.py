@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import datetime
 
 import msgspec
-from goqueue.supervisor.schedules.schedule import Fired, ScheduleState
+from goqueue.supervisor.common.schedule import Fired, ScheduleState
 
 
 class ScheduleBook:

@@ -2,7 +2,7 @@
 
 Every dict, heap and counter the store keeps, and the few steps that change them together
 (status counts, pending depths, events, retiring finished jobs). The reads in
-`memory_reads.py` and the write path in `memory.py` build on it.
+`reads.py` and the write path in `store.py` build on it.
 """
 
 from __future__ import annotations
@@ -12,11 +12,12 @@ from collections import deque
 from collections.abc import Callable
 from datetime import datetime
 
-from goqueue.supervisor.dispatch.rates import StartTimes
-from goqueue.supervisor.enums import TERMINAL, EventKind, Status
-from goqueue.supervisor.jobs import STATUSES, Event, Job, Lease, utcnow
+from goqueue.supervisor.common.enums import TERMINAL, EventKind, Status
+from goqueue.supervisor.common.errors import StoreFull
+from goqueue.supervisor.common.jobs import STATUSES, Event, Job, Lease, utcnow
+from goqueue.supervisor.common.rates import Rate, StartTimes, Taken
 from goqueue.supervisor.settings.config import DEFAULTS
-from goqueue.supervisor.store.base import NodeLinks
+from goqueue.supervisor.store.base import EVENTS_KEPT, NodeLinks
 from goqueue.supervisor.store.memory.dead import DeadLetters
 from goqueue.supervisor.store.memory.flows import FlowBook
 from goqueue.supervisor.store.memory.heaps import OldestByQueue, PendingHeaps
@@ -37,7 +38,7 @@ class MemoryState:
         max_pending: int | None = None,
         idempotency_ttl: float = DEFAULTS.idempotency_ttl,
         max_finished: int = 100_000,
-        max_events_per_job: int = 100,
+        max_events_per_job: int = EVENTS_KEPT,
         clock: Callable[[], datetime] = utcnow,
         wake: Callable[[], None] = lambda: None,
         links: NodeLinks | None = None,
@@ -125,6 +126,21 @@ class MemoryState:
             self._queue_totals.pop(queue, None)
             del self._depth[queue]
             self._ages.forget(queue)
+
+    # -- rate limits (this node's own) -----------------------------------------------
+
+    async def take_starts(self, job_type: str, rate: Rate, want: int) -> Taken:
+        """Take the starts due now, on this node."""
+        return self._starts.take(job_type, rate, want, self.clock().timestamp())
+
+    async def return_starts(self, job_type: str, tat: float, count: int) -> None:
+        """Give back unused starts."""
+        self._starts.give_back(job_type, tat, count)
+
+    def _check_room(self, adding: int = 1) -> None:
+        """Raise StoreFull unless `adding` more pending jobs fit under `max_pending`."""
+        if self._counts[Status.PENDING] + adding > self.max_pending:
+            raise StoreFull(f"the queue is full ({self.max_pending} pending jobs)")
 
     def _event(
         self,

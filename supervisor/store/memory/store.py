@@ -11,9 +11,8 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime, timedelta
 
 import msgspec
-from goqueue.supervisor.dispatch.rates import Rate, Taken
-from goqueue.supervisor.enums import TERMINAL, EventKind, Status
-from goqueue.supervisor.errors import (
+from goqueue.supervisor.common.enums import TERMINAL, EventKind, Status
+from goqueue.supervisor.common.errors import (
     UNIQUE_HELD,
     DuplicateJob,
     IdempotencyMismatch,
@@ -21,10 +20,8 @@ from goqueue.supervisor.errors import (
     NotFound,
     StoreFull,
 )
-from goqueue.supervisor.jobs import (
+from goqueue.supervisor.common.jobs import (
     BULK_CANCEL,
-    DEFAULT_MAX_RETRIES,
-    AttemptError,
     CancelFilter,
     Cancelled,
     DeadLetter,
@@ -37,8 +34,8 @@ from goqueue.supervisor.jobs import (
     Replayed,
     new_id,
 )
-from goqueue.supervisor.observe.summaries import DeadFilter
-from goqueue.supervisor.schedules.schedule import Fired, ScheduleState, fire_detail
+from goqueue.supervisor.common.schedule import Fired, ScheduleState, fire_detail
+from goqueue.supervisor.common.summaries import DeadFilter
 from goqueue.supervisor.store.base import IN_PROCESS, LATE_OUTCOME, NewJob
 from goqueue.supervisor.store.memory.workflows import MemoryWorkflows
 
@@ -106,8 +103,7 @@ class MemoryStore(MemoryWorkflows):
                 raise DuplicateJob(held[0])
         if spec.unique_key is not None and spec.unique_key in self._unique:
             raise DuplicateJob(self._unique[spec.unique_key], UNIQUE_HELD)
-        if self._counts[Status.PENDING] >= self.max_pending:
-            raise StoreFull(f"the queue is full ({self.max_pending} pending jobs)")
+        self._check_room()
         job = self._insert(spec, now, new.max_retries, new.parent_id, start=new.start is not None)
         job.trace_context = new.trace_context
         if spec.dedupe_key is not None and spec.dedupe_window_seconds:
@@ -153,20 +149,9 @@ class MemoryStore(MemoryWorkflows):
         """Chain a template; bypasses max_pending since the parent already had its place."""
         if spec is None:
             return []
-        max_retries = spec.max_retries if spec.max_retries is not None else DEFAULT_MAX_RETRIES
-        child = self._insert(spec, now, max_retries, parent.id)
+        child = self._insert(spec, now, spec.max_retries_value, parent.id)
         child.trace_context = parent.trace_context  # a chained job stays in its trace
         return [child]
-
-    # -- rate limits (this node's own) -----------------------------------------------
-
-    async def take_starts(self, job_type: str, rate: Rate, want: int) -> Taken:
-        """Take the starts due now, on this node."""
-        return self._starts.take(job_type, rate, want, self.clock().timestamp())
-
-    async def return_starts(self, job_type: str, tat: float, count: int) -> None:
-        """Give back unused starts."""
-        self._starts.give_back(job_type, tat, count)
 
     # -- periodic jobs (this node's own) ---------------------------------------------
 
@@ -285,7 +270,7 @@ class MemoryStore(MemoryWorkflows):
                 continue
             self._event(job, EventKind.LEASE_EXPIRED, now)
             self._reaped[job.id] = token
-            self._record_error(job, error, None, now)
+            job.record_error(error, None, now)
             if job.attempts > job.max_retries:
                 self._event(job, EventKind.ATTEMPT_FAILED, now, error)
                 self._dead_letter(job, now)
@@ -364,7 +349,7 @@ class MemoryStore(MemoryWorkflows):
             return None
         now = self.clock()
         self._drop_lease(lease.token)
-        self._record_error(job, error, traceback, now)
+        job.record_error(error, traceback, now)
         self._event(job, EventKind.ATTEMPT_FAILED, now, error, traceback)
         if retry_at is None:
             dead = self._dead_letter(job, now)
@@ -374,11 +359,6 @@ class MemoryStore(MemoryWorkflows):
         self._make_pending(job, now)
         self._event(job, EventKind.RETRY_SCHEDULED, now, retry_at.isoformat())
         return Outcome(job, [])
-
-    def _record_error(self, job: Job, error: str, traceback: str | None, now: datetime) -> None:
-        failed = AttemptError(attempt=job.attempts, error=error, at=now, traceback=traceback)
-        job.errors = (*job.errors, failed)
-        job.last_error = error
 
     def _dead_letter(self, job: Job, now: datetime) -> DeadLetter:
         job.finished_at = now
@@ -479,8 +459,7 @@ class MemoryStore(MemoryWorkflows):
         dead = self._dead.get(dead_id)
         if dead is None:
             raise NotFound(f"dead letter {dead_id} not found")
-        if self._counts[Status.PENDING] >= self.max_pending:
-            raise StoreFull(f"the queue is full ({self.max_pending} pending jobs)")
+        self._check_room()
         return self._replay(dead, max_retries, self.clock())
 
     def _replay(self, dead: DeadLetter, max_retries: int, now: datetime) -> Job:
@@ -497,9 +476,11 @@ class MemoryStore(MemoryWorkflows):
         now = self.clock()
         jobs: list[Job] = []
         for dead in letters:
-            if self._counts[Status.PENDING] >= self.max_pending:
+            try:
+                self._check_room()
+            except StoreFull:
                 if not jobs:
-                    raise StoreFull(f"the queue is full ({self.max_pending} pending jobs)")
+                    raise
                 break
             jobs.append(self._replay(dead, dead.job.max_retries, now))
         return Replayed(jobs, more + len(letters) - len(jobs))
@@ -510,7 +491,4 @@ class MemoryStore(MemoryWorkflows):
 
     async def purge_dead_many(self, filters: DeadFilter, limit: int) -> Purged:
         """Delete up to `limit` matching letters, oldest first."""
-        letters, more = self._dead.oldest_matching(filters, limit)
-        for dead in letters:
-            self._dead.pop(dead.id)
-        return Purged(len(letters), more)
+        return self._dead.purge_matching(filters, limit)

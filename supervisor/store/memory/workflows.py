@@ -10,19 +10,18 @@ from __future__ import annotations
 from datetime import datetime
 
 import msgspec
-from goqueue.supervisor.enums import TERMINAL, EventKind, Status, WorkflowStatus
-from goqueue.supervisor.errors import IdempotencyMismatch, InvalidState, NotFound, StoreFull
-from goqueue.supervisor.jobs import Job, Page
-from goqueue.supervisor.steps import WorkflowCounts
-from goqueue.supervisor.store.memory.flows import FlowRecord, workflow_of
-from goqueue.supervisor.store.memory.reads import MemoryReads
-from goqueue.supervisor.workflows import (
+from goqueue.supervisor.common.enums import TERMINAL, EventKind, Status, WorkflowStatus
+from goqueue.supervisor.common.errors import IdempotencyMismatch, InvalidState, NotFound
+from goqueue.supervisor.common.jobs import Job, Page
+from goqueue.supervisor.common.steps import (
     WORKFLOW_CANCELLED,
-    NewWorkflow,
     Workflow,
-    WorkflowCreated,
+    WorkflowCounts,
     dependent_error,
 )
+from goqueue.supervisor.store.memory.flows import FlowRecord, workflow_of
+from goqueue.supervisor.store.memory.reads import MemoryReads
+from goqueue.supervisor.store.new_workflow import NewWorkflow, WorkflowCreated
 
 
 class MemoryWorkflows(MemoryReads):
@@ -40,8 +39,7 @@ class MemoryWorkflows(MemoryReads):
                 if found is not None:
                     return WorkflowCreated(found, created=False)
         roots = sum(1 for step in new.steps if not step.after)
-        if self._counts[Status.PENDING] + roots > self.max_pending:
-            raise StoreFull(f"the queue is full ({self.max_pending} pending jobs)")
+        self._check_room(roots)
         now = self.clock()
         ids: dict[str, str] = {}
         for step in new.steps:

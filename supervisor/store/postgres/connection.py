@@ -22,7 +22,7 @@ from contextlib import asynccontextmanager
 from typing import Any, TypeAlias
 
 import psycopg
-from goqueue.supervisor.errors import OutcomeUnknown, StoreMisconfigured, StoreUnavailable
+from goqueue.supervisor.common.errors import OutcomeUnknown, StoreMisconfigured, StoreUnavailable
 from goqueue.supervisor.store.postgres import rows as pg_rows
 from goqueue.supervisor.store.postgres.rows import Row
 from goqueue.supervisor.store.postgres.sql import schema as pg_schema
@@ -291,10 +291,3 @@ class Connections:
         """Run one statement on `conn`; its first row, if any."""
         cur = await conn.execute(query, params)
         return await cur.fetchone()
-
-    @staticmethod
-    async def scalar(conn: Conn, query: str, params: Mapping[str, object]) -> object:
-        """Run one statement on `conn`; the first column of its first row (None if none)."""
-        cur = await conn.execute(query, params)
-        row = await cur.fetchone()
-        return None if row is None else row[0]

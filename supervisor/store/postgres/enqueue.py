@@ -14,10 +14,14 @@ from contextlib import suppress
 from typing import Any
 
 import psycopg
-from goqueue.supervisor.enums import EventKind, Status
-from goqueue.supervisor.errors import DuplicateJob, IdempotencyMismatch, NotFound, StoreUnavailable
-from goqueue.supervisor.jobs import (
-    DEFAULT_MAX_RETRIES,
+from goqueue.supervisor.common.enums import EventKind, Status
+from goqueue.supervisor.common.errors import (
+    DuplicateJob,
+    IdempotencyMismatch,
+    NotFound,
+    StoreUnavailable,
+)
+from goqueue.supervisor.common.jobs import (
     Enqueued,
     Job,
     JobSpec,
@@ -25,7 +29,7 @@ from goqueue.supervisor.jobs import (
     Replayed,
     new_id,
 )
-from goqueue.supervisor.observe.summaries import DeadFilter
+from goqueue.supervisor.common.summaries import DeadFilter
 from goqueue.supervisor.store.base import NewJob, StartNow
 from goqueue.supervisor.store.postgres import enqueue_steps as pg_steps
 from goqueue.supervisor.store.postgres import rows as pg_rows
@@ -235,11 +239,15 @@ class Enqueuer:
         """Chain a template after `parent` (in the caller's transaction)."""
         if spec is None:
             return []
-        max_retries = spec.max_retries if spec.max_retries is not None else DEFAULT_MAX_RETRIES
         events = [(EventKind.ENQUEUED, f"after {parent.id}")]
         context = parent.trace_context  # a chained job stays in its parent's trace
         job = await self.insert(
-            conn, spec, max_retries, parent_id=parent.id, events=events, trace_context=context
+            conn,
+            spec,
+            spec.max_retries_value,
+            parent_id=parent.id,
+            events=events,
+            trace_context=context,
         )
         return [job]
 

@@ -14,14 +14,14 @@ from collections.abc import Generator, Mapping, Sequence
 from typing import Any, TypeVar
 
 import psycopg
-from goqueue.supervisor.enums import EventKind
-from goqueue.supervisor.errors import (
+from goqueue.supervisor.common.enums import EventKind
+from goqueue.supervisor.common.errors import (
     UNIQUE_HELD,
     DuplicateJob,
     IdempotencyMismatch,
     StoreUnavailable,
 )
-from goqueue.supervisor.jobs import Enqueued, JobSpec, new_id
+from goqueue.supervisor.common.jobs import Enqueued, JobSpec, new_id
 from goqueue.supervisor.store.base import NewJob
 from goqueue.supervisor.store.postgres import rows as pg_rows
 from goqueue.supervisor.store.postgres.rows import Row

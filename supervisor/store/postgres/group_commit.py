@@ -16,7 +16,7 @@ from contextlib import suppress
 from typing import Generic, TypeVar
 
 import psycopg
-from goqueue.supervisor.errors import StoreUnavailable
+from goqueue.supervisor.common.errors import StoreUnavailable
 
 T = TypeVar("T")
 R = TypeVar("R")

@@ -20,9 +20,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import psycopg
-from goqueue.supervisor.dispatch.backoff import Backoff
-from goqueue.supervisor.errors import StoreUnavailable
-from goqueue.supervisor.jobs import Job
+from goqueue.supervisor.common.backoff import Backoff
+from goqueue.supervisor.common.errors import StoreUnavailable
+from goqueue.supervisor.common.jobs import Job
 from goqueue.supervisor.store.postgres.sql.statements import Sql, Statements
 from psycopg import AsyncConnection
 

@@ -13,11 +13,10 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+from goqueue.supervisor.common.deliveries import Answer, Delivery, DeliveryAttempt, Due, redacted
 from goqueue.supervisor.store.postgres import rows as pg_rows
 from goqueue.supervisor.store.postgres.connection import Connections
 from goqueue.supervisor.store.postgres.sql.statements import Sql, Statements
-from goqueue.supervisor.webhooks.delivery import Answer, Delivery, DeliveryAttempt, redacted
-from goqueue.supervisor.webhooks.rows import Due
 
 _HISTORY = msgspec.json.Decoder(list[DeliveryAttempt])
 

@@ -1,6 +1,6 @@
 """What happens to a PostgreSQL job once it may run: claims, and every write about an
 attempt (heartbeat, complete, fail, release), each fenced by the lease token; reaping
-expired leases; cancelling.
+expired leases. Cancels are `cancels.py`'s.
 
 A claim is one statement (the schema's claim function) and writes a `started` event per
 lease. Completes are group-committed like enqueues. Every state change writes its audit
@@ -20,12 +20,8 @@ from typing import Any
 
 import msgspec
 import psycopg
-from goqueue.supervisor.enums import TERMINAL, EventKind, Status
-from goqueue.supervisor.errors import InvalidState, NotFound
-from goqueue.supervisor.jobs import (
-    BULK_CANCEL,
-    CancelFilter,
-    Cancelled,
+from goqueue.supervisor.common.enums import EventKind, Status
+from goqueue.supervisor.common.jobs import (
     DeadLetter,
     Job,
     Lease,
@@ -462,50 +458,3 @@ class Outcomes:
             return False
         self._wakeups.pending([pg_rows.job(rows[0])])
         return True
-
-    async def cancel(self, job_id: str, force: bool) -> tuple[Job, str | None]:
-        """Cancel a pending job, or a running one with `force` (its lease is cleared, so
-        the holder is fenced out; its token is returned to kill the worker)."""
-        if not pg_rows.is_uuid(job_id):
-            raise NotFound(f"job {job_id} not found")
-        async with self._db.connection() as conn, self._db.transaction(conn):
-            found = await self._db.fetchone(conn, self._sql[Sql.LOCK_JOB], {"id": job_id})
-            if found is None:
-                raise NotFound(f"job {job_id} not found")
-            status, token = found
-            if status in TERMINAL:
-                raise InvalidState(f"job {job_id} is already {status}", status)
-            if status == Status.RUNNING and not force:
-                raise InvalidState(f"job {job_id} is running; use force=true to kill it", "running")
-            params = {"id": job_id, "node": self.node_id}
-            row = await self._db.fetchone(conn, self._sql[Sql.CANCEL], params)
-            assert row is not None
-            job = pg_rows.job(row)
-            await self._workflows.cancel_below_in(conn, job)
-        if status not in (Status.RUNNING, Status.CLAIMED):
-            return job, None
-        self._wakeups.freed(job)
-        return job, token
-
-    async def cancel_many(self, filters: CancelFilter, limit: int) -> Cancelled:
-        """Cancel up to `limit` matching jobs, oldest first, in one statement; a lease
-        cleared fences its holder out (the tokens are returned to kill the workers)."""
-        params = {
-            "statuses": [str(s) for s in filters.statuses],
-            "queue": filters.queue,
-            "type": filters.type,
-            "before": filters.created_before,
-            "limit": limit,
-            "node": self.node_id,
-            "detail": BULK_CANCEL,
-        }
-        rows = await self._db.write(self._sql[Sql.CANCEL_MANY], params)
-        matching, running = rows[0][0], rows[0][1]
-        taken = [row for row in rows if row[3] is not None]
-        jobs = [pg_rows.job(row[4:]) for row in taken]
-        for job in jobs:
-            self._wakeups.freed(job)
-        tokens = [row[2] for row in taken if row[2] is not None]
-        killed = sum(1 for row in taken if row[3] == Status.RUNNING)
-        left_alone = 0 if Status.RUNNING in filters.statuses else running
-        return Cancelled(jobs, tokens, matching - len(jobs), left_alone, killed)

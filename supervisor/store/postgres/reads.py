@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from goqueue.supervisor.jobs import (
+from goqueue.supervisor.common.jobs import (
     OTHER_QUEUES,
     STATUSES,
     DeadLetter,
@@ -22,7 +22,7 @@ from goqueue.supervisor.jobs import (
     QueueStats,
     Stats,
 )
-from goqueue.supervisor.observe.summaries import DeadFilter
+from goqueue.supervisor.common.summaries import DeadFilter
 from goqueue.supervisor.store.postgres import rows as pg_rows
 from goqueue.supervisor.store.postgres.connection import Connections
 from goqueue.supervisor.store.postgres.rows import Row

@@ -16,9 +16,9 @@ from typing import Any
 
 import msgspec
 import psycopg
-from goqueue.supervisor.enums import Status
-from goqueue.supervisor.jobs import AttemptError, DeadLetter, Job, JobFilter, JobSpec, new_id
-from goqueue.supervisor.observe.summaries import DeadFilter
+from goqueue.supervisor.common.enums import Status
+from goqueue.supervisor.common.jobs import AttemptError, DeadLetter, Job, JobFilter, JobSpec, new_id
+from goqueue.supervisor.common.summaries import DeadFilter
 from goqueue.supervisor.store.postgres.sql.statements import JOB_FIELDS
 from psycopg.adapt import AdaptersMap, Dumper, Loader
 from psycopg.types.string import TextLoader

@@ -12,9 +12,9 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from goqueue.supervisor.enums import EventKind
-from goqueue.supervisor.jobs import Job, new_id
-from goqueue.supervisor.schedules.schedule import Fired, ScheduleState, fire_detail
+from goqueue.supervisor.common.enums import EventKind
+from goqueue.supervisor.common.jobs import Job, new_id
+from goqueue.supervisor.common.schedule import Fired, ScheduleState, fire_detail
 from goqueue.supervisor.store.base import NewJob
 from goqueue.supervisor.store.postgres.connection import Connections
 from goqueue.supervisor.store.postgres.enqueue import Enqueuer

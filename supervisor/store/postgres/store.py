@@ -15,7 +15,7 @@ on leases, due-ness and windows.
 `PostgresStore` owns the lifecycle and this node's row; every other request is answered
 by one of its parts, each a module beside it, whose own methods it hands out at
 construction: `connection` (pool, lanes, fault policy), `enqueue` (enqueues, follow-ups,
-replays), `outcomes` (claims and lease-fenced writes), `workflows`, `reads` (reads and
+replays), `outcomes` (claims and lease-fenced writes), `cancels`, `workflows`, `reads` (reads and
 pruning), `summaries` (what the dashboard shows), `schedules` (periodic jobs fired once
 per tick across nodes), `outbox` (the webhook outbox, delivered by `webhooks.outbox`),
 `notify` (NOTIFY, LISTEN and wake-ups), `group_commit`, `rows` (values to and from rows)
@@ -31,11 +31,13 @@ from collections.abc import Callable, Mapping
 from contextlib import suppress
 from datetime import datetime
 
-from goqueue.supervisor.dispatch.rates import Rate, Taken
-from goqueue.supervisor.errors import StoreUnavailable
+from goqueue.supervisor.common.errors import StoreUnavailable
+from goqueue.supervisor.common.rates import Rate, Taken
 from goqueue.supervisor.settings.config import DEFAULTS
+from goqueue.supervisor.settings.stores import channel
 from goqueue.supervisor.store.base import SHARED, NodeLinks
 from goqueue.supervisor.store.postgres import rows as pg_rows
+from goqueue.supervisor.store.postgres.cancels import Cancels
 from goqueue.supervisor.store.postgres.connection import Connections
 from goqueue.supervisor.store.postgres.enqueue import Enqueuer
 from goqueue.supervisor.store.postgres.notify import Listener, Notifier, Wakeups, cancel_note
@@ -75,7 +77,7 @@ class PostgresStore:
         self.dsn = dsn
         self.node_id = node_id
         self.schema = pg_schema.check_schema_name(schema)
-        self.channel = pg_schema.channel(schema)
+        self.channel = channel(schema)
         self.lease_seconds = lease_seconds
         self.command_timeout = command_timeout
         self._sql = Statements(schema)
@@ -112,6 +114,7 @@ class PostgresStore:
             schema=schema,
             lease_seconds=lease_seconds,
         )
+        self._cancels = Cancels(self._db, self._sql, node_id, self._wakeups, self._workflows)
         self._reads = Reads(self._db, self._sql)
         self.outbox = OutboxRows(self._db, self._sql, node_id)  # delivered by `Outbox`
         self._summaries = Summaries(self._db, self._sql, self._outcomes.live_window)
@@ -133,8 +136,8 @@ class PostgresStore:
         self.complete = self._outcomes.complete
         self.fail = self._outcomes.fail
         self.release = self._outcomes.release
-        self.cancel = self._outcomes.cancel
-        self.cancel_many = self._outcomes.cancel_many
+        self.cancel = self._cancels.cancel
+        self.cancel_many = self._cancels.cancel_many
         self.get = self._reads.get
         self.list_jobs = self._reads.list_jobs
         self.stats = self._reads.stats

@@ -9,8 +9,8 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
-from goqueue.supervisor.jobs import JobFilter, Page
-from goqueue.supervisor.observe.summaries import (
+from goqueue.supervisor.common.jobs import JobFilter, Page
+from goqueue.supervisor.common.summaries import (
     DeadBrief,
     DeadFilter,
     JobBrief,

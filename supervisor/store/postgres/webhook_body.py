@@ -12,7 +12,7 @@ if its kind is new) without anyone remembering to.
 from __future__ import annotations
 
 import msgspec
-from goqueue.supervisor.jobs import SHOWN_FIELDS, Job
+from goqueue.supervisor.common.jobs import SHOWN_FIELDS, Job
 
 # `to_char` patterns: msgspec writes microseconds only when there are some.
 _WHOLE = """'YYYY-MM-DD"T"HH24:MI:SS"Z"'"""

@@ -7,10 +7,23 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from goqueue.supervisor.enums import Status, WorkflowStatus
-from goqueue.supervisor.errors import IdempotencyMismatch, InvalidState, NotFound, StoreUnavailable
-from goqueue.supervisor.jobs import Job, Page, new_id
-from goqueue.supervisor.steps import WorkflowCounts
+from goqueue.supervisor.common.enums import Status, WorkflowStatus
+from goqueue.supervisor.common.errors import (
+    IdempotencyMismatch,
+    InvalidState,
+    NotFound,
+    StoreUnavailable,
+)
+from goqueue.supervisor.common.jobs import Job, Page, new_id
+from goqueue.supervisor.common.steps import (
+    WORKFLOW_CANCELLED,
+    StepState,
+    Workflow,
+    WorkflowCounts,
+    dependent_error,
+    workflow_status,
+)
+from goqueue.supervisor.store.new_workflow import NewWorkflow, WorkflowCreated
 from goqueue.supervisor.store.postgres import rows as pg_rows
 from goqueue.supervisor.store.postgres.connection import Conn, Connections
 from goqueue.supervisor.store.postgres.notify import Wakeups
@@ -19,15 +32,6 @@ from goqueue.supervisor.store.postgres.sql.statements import (
     WORKFLOW_KEY_PREFIX,
     Sql,
     Statements,
-)
-from goqueue.supervisor.workflows import (
-    WORKFLOW_CANCELLED,
-    NewWorkflow,
-    StepState,
-    Workflow,
-    WorkflowCreated,
-    dependent_error,
-    workflow_status,
 )
 
 

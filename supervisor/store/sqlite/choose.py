@@ -5,10 +5,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from goqueue.supervisor.settings.config import Settings
+from goqueue.supervisor.settings.stores import StoreKind, store_url
 from goqueue.supervisor.store.base import NodeLinks
 from goqueue.supervisor.store.memory.store import MemoryStore
 from goqueue.supervisor.store.sqlite.store import SqliteStore
-from goqueue.supervisor.store.sqlite.url import StoreKind, store_url
 
 
 def embedded_store(

@@ -41,7 +41,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from goqueue.supervisor.errors import BootError, StoreUnavailable
+from goqueue.supervisor.common.errors import BootError, StoreUnavailable
 from goqueue.supervisor.store.sqlite.rows import ADD_COUNTS, Group, add_count
 from goqueue.supervisor.store.sqlite.schema import NewerSchema, migrate
 

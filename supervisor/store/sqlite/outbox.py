@@ -14,11 +14,10 @@ from collections.abc import Callable
 from datetime import datetime
 
 import msgspec
-from goqueue.supervisor.jobs import new_id
+from goqueue.supervisor.common.deliveries import Answer, Delivery, DeliveryAttempt, Due, redacted
+from goqueue.supervisor.common.jobs import new_id
 from goqueue.supervisor.store.sqlite.database import Database
 from goqueue.supervisor.store.sqlite.rows import from_ts
-from goqueue.supervisor.webhooks.delivery import Answer, Delivery, DeliveryAttempt, redacted
-from goqueue.supervisor.webhooks.rows import Due
 
 _HISTORY = msgspec.json.Decoder(list[DeliveryAttempt])
 _encode = msgspec.json.Encoder().encode

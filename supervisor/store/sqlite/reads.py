@@ -10,8 +10,8 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import msgspec
-from goqueue.supervisor.enums import Status, WorkflowStatus
-from goqueue.supervisor.jobs import (
+from goqueue.supervisor.common.enums import Status, WorkflowStatus
+from goqueue.supervisor.common.jobs import (
     OTHER_QUEUES,
     STATUSES,
     CancelFilter,
@@ -23,16 +23,16 @@ from goqueue.supervisor.jobs import (
     QueueStats,
     Stats,
 )
-from goqueue.supervisor.observe.summaries import (
+from goqueue.supervisor.common.steps import Workflow, WorkflowCounts, workflow_status
+from goqueue.supervisor.common.summaries import (
     DeadFilter,
     QueueSummary,
     TypeStats,
     percentile,
 )
-from goqueue.supervisor.observe.summaries import (
+from goqueue.supervisor.common.summaries import (
     type_stats as stats_by_type,
 )
-from goqueue.supervisor.steps import Workflow, WorkflowCounts, workflow_status
 from goqueue.supervisor.store.memory.flows import workflow_of
 from goqueue.supervisor.store.sqlite.rows import COLUMNS, SELECT_ROW, Row, from_ts, letter_of
 from goqueue.supervisor.store.sqlite.rules import FLOW

@@ -12,8 +12,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
-from goqueue.supervisor.enums import EventKind
-from goqueue.supervisor.jobs import DeadLetter, Event, Job, Lease
+from goqueue.supervisor.common.enums import EventKind
+from goqueue.supervisor.common.jobs import DeadLetter, Event, Job, Lease
+from goqueue.supervisor.store.base import EVENTS_KEPT
 
 encode = msgspec.json.Encoder().encode
 JOB = msgspec.json.Decoder(Job)
@@ -141,7 +142,7 @@ class Row:
         node: str,
         detail: str | None = None,
         traceback: str | None = None,
-        cap: int = 100,
+        cap: int = EVENTS_KEPT,
     ) -> None:
         """Add an event to the job's trail (at most `cap` are kept)."""
         if self.n_events + len(self.new_events) >= cap:

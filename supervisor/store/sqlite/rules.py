@@ -16,18 +16,22 @@ from datetime import datetime, timedelta
 from typing import Any
 
 import msgspec
-from goqueue.supervisor.enums import TERMINAL, EventKind, Status
-from goqueue.supervisor.errors import UNIQUE_HELD, DuplicateJob, IdempotencyMismatch, StoreFull
-from goqueue.supervisor.jobs import (
-    DEFAULT_MAX_RETRIES,
-    AttemptError,
+from goqueue.supervisor.common.deliveries import event_of, job_body
+from goqueue.supervisor.common.enums import TERMINAL, EventKind, Status
+from goqueue.supervisor.common.errors import (
+    UNIQUE_HELD,
+    DuplicateJob,
+    IdempotencyMismatch,
+    StoreFull,
+)
+from goqueue.supervisor.common.jobs import (
     DeadLetter,
     Enqueued,
     Job,
     JobSpec,
     new_id,
 )
-from goqueue.supervisor.steps import dependent_error
+from goqueue.supervisor.common.steps import dependent_error
 from goqueue.supervisor.store.base import NewJob
 from goqueue.supervisor.store.memory.flows import RESULTS, FlowRecord
 from goqueue.supervisor.store.sqlite.rows import (
@@ -40,7 +44,6 @@ from goqueue.supervisor.store.sqlite.rows import (
     letter_row,
 )
 from goqueue.supervisor.store.sqlite.schema import LIVE_SQL
-from goqueue.supervisor.webhooks.delivery import event_of, job_body
 
 DEDUPE, IDEMPOTENCY = "dedupe", "idempotency"
 FLOW = msgspec.json.Decoder(FlowRecord)
@@ -284,8 +287,7 @@ class Tx:
         """Chain a template (past `--max-pending`: its parent already had its place)."""
         if spec is None:
             return []
-        retries = spec.max_retries if spec.max_retries is not None else DEFAULT_MAX_RETRIES
-        child = self.insert(spec, retries, parent.id, trace=parent.trace_context)
+        child = self.insert(spec, spec.max_retries_value, parent.id, trace=parent.trace_context)
         return [child.job]
 
     # -- leases and statuses ---------------------------------------------------------
@@ -329,10 +331,7 @@ class Tx:
 
     def record_error(self, row: Row, error: str, traceback: str | None) -> None:
         """Keep an attempt's error with the job."""
-        job = row.job
-        failed = AttemptError(attempt=job.attempts, error=error, at=self.now, traceback=traceback)
-        job.errors = (*job.errors, failed)
-        job.last_error = error
+        row.job.record_error(error, traceback, self.now)
 
     def retry_in(self, row: Row, seconds: float) -> None:
         """Pending again, due `seconds` from now."""

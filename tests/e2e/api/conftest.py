@@ -25,9 +25,9 @@ from aiohttp import web
 from goqueue.actors.protocol import ActorInfo, BootFailed, Ready
 from goqueue.api.cli.serve import build_served_node
 from goqueue.api.http.app import create_app
-from goqueue.supervisor.dispatch.catalog import Catalog
+from goqueue.supervisor.common.catalog import Catalog
+from goqueue.supervisor.common.lifecycle import NodePhase
 from goqueue.supervisor.engine import Engine
-from goqueue.supervisor.lifecycle import NodePhase
 from goqueue.supervisor.node import Node
 from goqueue.supervisor.settings.config import Settings
 from goqueue.supervisor.store.memory.store import MemoryStore

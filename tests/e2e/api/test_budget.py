@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 from goqueue.api.http.errors import ApiError
 from goqueue.api.http.queue_budget import QueueBudget
-from goqueue.supervisor.jobs import JobSpec
+from goqueue.supervisor.common.jobs import JobSpec
 from goqueue.supervisor.store.memory.store import MemoryStore
 
 from tests.conftest import Node, wait_for

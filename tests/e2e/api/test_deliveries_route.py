@@ -12,9 +12,9 @@ from datetime import UTC, datetime, timedelta
 import msgspec
 import pytest
 from goqueue.api.http.replies import encode, job_out
-from goqueue.supervisor.enums import Status
-from goqueue.supervisor.jobs import AttemptError, Job, JobSpec
-from goqueue.supervisor.webhooks.delivery import job_body
+from goqueue.supervisor.common.deliveries import job_body
+from goqueue.supervisor.common.enums import Status
+from goqueue.supervisor.common.jobs import AttemptError, Job, JobSpec
 
 from tests.e2e.api.conftest import ApiServer, wait_until
 

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 from goqueue.api.http.errors import STORE_UNAVAILABLE, from_domain
-from goqueue.supervisor.errors import StoreUnavailable
+from goqueue.supervisor.common.errors import StoreUnavailable
 
 from tests.conftest import Node, wait_for
 from tests.e2e.api.hostile import Raw, send, state

@@ -21,10 +21,10 @@ from aiohttp import web
 from goqueue.api.http.errors import from_domain, within
 from goqueue.api.http.middleware import front_middleware
 from goqueue.api.http.replies import HIDDEN_JOB_FIELDS, LIVE_JOB_FIELDS, JobOut
-from goqueue.supervisor.enums import Status, WorkerState
-from goqueue.supervisor.errors import StoreUnavailable
-from goqueue.supervisor.jobs import Job, JobSpec
-from goqueue.supervisor.lifecycle import NodePhase
+from goqueue.supervisor.common.enums import Status, WorkerState
+from goqueue.supervisor.common.errors import StoreUnavailable
+from goqueue.supervisor.common.jobs import Job, JobSpec
+from goqueue.supervisor.common.lifecycle import NodePhase
 from goqueue.supervisor.observe.metrics import Metrics
 from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st

@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 from goqueue.actors.protocol import ActorInfo
-from goqueue.supervisor.dispatch.catalog import Catalog
+from goqueue.supervisor.common.catalog import Catalog
 
 from tests.conftest import wait_for
 from tests.e2e.api.conftest import ACTORS, ApiServer, Reply

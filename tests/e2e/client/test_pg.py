@@ -12,7 +12,7 @@ import goqueue
 import goqueue.pg
 import psycopg
 import pytest
-from goqueue.supervisor.store.postgres.sql.schema import channel
+from goqueue.supervisor.settings.stores import channel
 
 from tests.conftest import Node
 from tests.e2e.client.conftest import Database

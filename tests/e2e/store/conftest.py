@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from goqueue.supervisor.jobs import utcnow
+from goqueue.supervisor.common.jobs import utcnow
 from goqueue.supervisor.store.base import Store
 from goqueue.supervisor.store.memory.store import MemoryStore
 from goqueue.supervisor.store.sqlite.store import SqliteStore

@@ -7,13 +7,13 @@ from datetime import timedelta
 
 import msgspec
 import pytest
-from goqueue.supervisor.errors import (
+from goqueue.supervisor.common.errors import (
     DuplicateJob,
     IdempotencyMismatch,
     InvalidState,
     NotFound,
 )
-from goqueue.supervisor.jobs import JobFilter, JobSpec
+from goqueue.supervisor.common.jobs import JobFilter, JobSpec
 from goqueue.supervisor.store.base import NewJob, StartNow, Store
 
 pytestmark = pytest.mark.timeout(30)

@@ -7,9 +7,9 @@ import asyncio
 
 import msgspec
 import pytest
-from goqueue.supervisor.errors import DuplicateJob
-from goqueue.supervisor.jobs import OTHER_QUEUES, DeadLetter, JobFilter
-from goqueue.supervisor.observe.summaries import DeadFilter
+from goqueue.supervisor.common.errors import DuplicateJob
+from goqueue.supervisor.common.jobs import OTHER_QUEUES, DeadLetter, JobFilter
+from goqueue.supervisor.common.summaries import DeadFilter
 from goqueue.supervisor.store.base import Store
 
 from tests.e2e.store.test_contract import ALL, claim_one, new

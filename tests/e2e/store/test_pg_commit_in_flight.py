@@ -17,7 +17,7 @@ from contextlib import asynccontextmanager
 
 import psycopg
 import pytest
-from goqueue.supervisor.errors import OutcomeUnknown, StoreUnavailable
+from goqueue.supervisor.common.errors import OutcomeUnknown, StoreUnavailable
 from goqueue.supervisor.store.postgres.connection import Connections
 from goqueue.supervisor.store.postgres.sql.statements import Statements
 

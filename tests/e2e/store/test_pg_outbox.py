@@ -14,10 +14,10 @@ from typing import Any, TypeVar
 import msgspec
 import psycopg
 import pytest
-from goqueue.supervisor.jobs import JobFilter, JobSpec, Lease, utcnow
+from goqueue.supervisor.common.deliveries import Answer, job_body
+from goqueue.supervisor.common.jobs import JobFilter, JobSpec, Lease, utcnow
 from goqueue.supervisor.store.base import NewJob
 from goqueue.supervisor.store.postgres.store import PostgresStore
-from goqueue.supervisor.webhooks.delivery import Answer, job_body
 
 from tests.conftest import postgres_dsn, wait_for_async
 

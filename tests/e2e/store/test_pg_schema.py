@@ -11,9 +11,9 @@ from itertools import product
 
 import msgspec
 import pytest
-from goqueue.supervisor.errors import ConfigError
-from goqueue.supervisor.jobs import AttemptError, Job, JobFilter, JobSpec
-from goqueue.supervisor.settings import config
+from goqueue.supervisor.common.errors import ConfigError
+from goqueue.supervisor.common.jobs import AttemptError, Job, JobFilter, JobSpec
+from goqueue.supervisor.settings import config, stores
 from goqueue.supervisor.store.postgres import rows as pg_rows
 from goqueue.supervisor.store.postgres.sql import schema as pg_schema
 from goqueue.supervisor.store.postgres.sql.statements import (
@@ -61,9 +61,9 @@ def test_released_migrations_never_change() -> None:
 
 
 def test_the_longest_schema_name_keeps_its_channel_within_postgresql_names() -> None:
-    longest = "s" * pg_schema.MAX_SCHEMA_NAME
+    longest = "s" * stores.MAX_SCHEMA_NAME
     assert pg_schema.check_schema_name(longest) == longest
-    assert len(pg_schema.channel(longest).encode()) == 63  # NAMEDATALEN - 1
+    assert len(stores.channel(longest).encode()) == 63  # NAMEDATALEN - 1
     with pytest.raises(ValueError, match="at most 55 characters"):
         pg_schema.check_schema_name(longest + "s")
     with pytest.raises(ValueError, match="at most 55"):
@@ -72,13 +72,13 @@ def test_the_longest_schema_name_keeps_its_channel_within_postgresql_names() -> 
 
 @pytest.mark.parametrize("name", ["", "1abc", "Upper", "a-b", "a b", "a\n", 'x"; DROP TABLE y'])
 def test_a_schema_name_must_be_a_plain_lower_case_identifier(name: str) -> None:
-    assert pg_schema.schema_name_problem(name) is not None
+    assert stores.schema_name_problem(name) is not None
     with pytest.raises(ValueError, match="invalid schema name"):
         pg_schema.check_schema_name(name)
 
 
 def test_config_refuses_a_schema_name_one_over_the_limit_naming_the_option() -> None:
-    longest = "g" * pg_schema.MAX_SCHEMA_NAME
+    longest = "g" * stores.MAX_SCHEMA_NAME
     assert config.load(None, {"GOQUEUE_DATABASE_SCHEMA": longest}).database_schema == longest
     with pytest.raises(ConfigError) as info:
         config.load(None, {"GOQUEUE_DATABASE_SCHEMA": longest + "g"})

@@ -18,14 +18,15 @@ from typing import Any, TypeVar
 import msgspec
 import psycopg
 import pytest
-from goqueue.supervisor.errors import (
+from goqueue.supervisor.common.errors import (
     DuplicateJob,
     IdempotencyMismatch,
     InvalidState,
     NotFound,
     StoreUnavailable,
 )
-from goqueue.supervisor.jobs import Enqueued, JobFilter, JobSpec, Lease, Outcome, utcnow
+from goqueue.supervisor.common.jobs import Enqueued, JobFilter, JobSpec, Lease, Outcome, utcnow
+from goqueue.supervisor.settings import stores
 from goqueue.supervisor.store.base import NewJob
 from goqueue.supervisor.store.postgres.group_commit import Batcher
 from goqueue.supervisor.store.postgres.sql import schema as pg_schema
@@ -899,7 +900,7 @@ def test_the_longest_schema_name_still_notifies(nodes: Nodes) -> None:
     name allowed the two must still meet."""
 
     async def body(nodes: Nodes) -> None:
-        nodes.schema = nodes.schema.ljust(pg_schema.MAX_SCHEMA_NAME, "x")
+        nodes.schema = nodes.schema.ljust(stores.MAX_SCHEMA_NAME, "x")
         try:
             a, b = await nodes.open("a"), await nodes.open("b")
             woke = asyncio.Event()

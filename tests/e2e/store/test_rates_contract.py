@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from goqueue.supervisor.dispatch.rates import Rate
+from goqueue.supervisor.common.rates import Rate
 
 pytestmark = pytest.mark.timeout(30)
 

@@ -9,8 +9,8 @@ from datetime import UTC, datetime, timedelta
 
 import msgspec
 import pytest
-from goqueue.supervisor.jobs import JobSpec
-from goqueue.supervisor.schedules.schedule import Fired
+from goqueue.supervisor.common.jobs import JobSpec
+from goqueue.supervisor.common.schedule import Fired
 from goqueue.supervisor.store.base import NewJob
 
 pytestmark = pytest.mark.timeout(30)

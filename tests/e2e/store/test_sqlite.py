@@ -13,9 +13,10 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from goqueue.supervisor.enums import Status, WorkflowStatus
-from goqueue.supervisor.errors import BootError, DuplicateJob, StoreUnavailable
-from goqueue.supervisor.jobs import (
+from goqueue.supervisor.common.deliveries import Answer
+from goqueue.supervisor.common.enums import Status, WorkflowStatus
+from goqueue.supervisor.common.errors import BootError, DuplicateJob, StoreUnavailable
+from goqueue.supervisor.common.jobs import (
     DeadLetter,
     Event,
     Job,
@@ -25,13 +26,12 @@ from goqueue.supervisor.jobs import (
     new_id,
     utcnow,
 )
-from goqueue.supervisor.observe.summaries import DeadFilter
-from goqueue.supervisor.schedules.schedule import Fired
+from goqueue.supervisor.common.schedule import Fired
+from goqueue.supervisor.common.summaries import DeadFilter
 from goqueue.supervisor.store.base import NewJob
+from goqueue.supervisor.store.new_workflow import NewStep, NewWorkflow
 from goqueue.supervisor.store.sqlite.schema import MIGRATIONS, VERSION
 from goqueue.supervisor.store.sqlite.store import SqliteStore
-from goqueue.supervisor.webhooks.delivery import Answer
-from goqueue.supervisor.workflows import NewStep, NewWorkflow
 
 pytestmark = pytest.mark.timeout(30)
 

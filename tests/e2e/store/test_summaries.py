@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import msgspec
 import pytest
-from goqueue.supervisor.jobs import JobFilter, utcnow
-from goqueue.supervisor.observe.summaries import DeadFilter, NodeReport, preview
+from goqueue.supervisor.common.jobs import JobFilter, utcnow
+from goqueue.supervisor.common.summaries import DeadFilter, NodeReport, preview
 from goqueue.supervisor.store.base import NodeLinks
 
 from tests.e2e.store.test_contract import claim_one, new

@@ -10,11 +10,12 @@ from datetime import timedelta
 
 import msgspec
 import pytest
-from goqueue.supervisor.enums import Status, WorkflowStatus
-from goqueue.supervisor.errors import IdempotencyMismatch, InvalidState, NotFound
-from goqueue.supervisor.jobs import JobSpec, Lease, new_id, utcnow
+from goqueue.supervisor.common.enums import Status, WorkflowStatus
+from goqueue.supervisor.common.errors import IdempotencyMismatch, InvalidState, NotFound
+from goqueue.supervisor.common.jobs import JobSpec, Lease, new_id, utcnow
+from goqueue.supervisor.common.steps import Workflow
 from goqueue.supervisor.store.base import NewJob, Store
-from goqueue.supervisor.workflows import NewStep, NewWorkflow, Workflow
+from goqueue.supervisor.store.new_workflow import NewStep, NewWorkflow
 
 pytestmark = pytest.mark.timeout(60)
 

@@ -15,10 +15,10 @@ import pytest
 from goqueue.actors.protocol import ActorInfo, Ready
 from goqueue.supervisor import arbiter as arbiter_module
 from goqueue.supervisor.arbiter import Arbiter
-from goqueue.supervisor.dispatch.catalog import Catalog
-from goqueue.supervisor.enums import KillReason, RestartReason, WorkerState
-from goqueue.supervisor.errors import StoreUnavailable
-from goqueue.supervisor.lifecycle import Lifecycle, NodePhase
+from goqueue.supervisor.common.catalog import Catalog
+from goqueue.supervisor.common.enums import KillReason, RestartReason, WorkerState
+from goqueue.supervisor.common.errors import StoreUnavailable
+from goqueue.supervisor.common.lifecycle import Lifecycle, NodePhase
 from goqueue.supervisor.node import Node
 from goqueue.supervisor.observe.history import History
 from goqueue.supervisor.observe.metrics import Metrics

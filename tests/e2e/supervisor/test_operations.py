@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
-from goqueue.supervisor.enums import RestartReason
+from goqueue.supervisor.common.enums import RestartReason
 from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import ROOT, Node, request, wait_for

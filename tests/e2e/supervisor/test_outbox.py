@@ -10,7 +10,7 @@ from collections.abc import Iterator
 
 import psycopg
 import pytest
-from goqueue.supervisor.jobs import Job, JobSpec
+from goqueue.supervisor.common.jobs import Job, JobSpec
 from goqueue.supervisor.store.base import NewJob
 from goqueue.supervisor.store.postgres.store import PostgresStore
 from goqueue.supervisor.webhooks.delivery import Poster

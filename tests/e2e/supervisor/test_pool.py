@@ -26,9 +26,9 @@ from goqueue.actors.protocol import (
     SupervisorCodec,
     WorkerCodec,
 )
-from goqueue.supervisor.enums import KillReason, WorkerState
-from goqueue.supervisor.errors import DuplicateJob, UnknownJobType
-from goqueue.supervisor.jobs import Job, JobSpec, Lease
+from goqueue.supervisor.common.enums import KillReason, WorkerState
+from goqueue.supervisor.common.errors import DuplicateJob, UnknownJobType
+from goqueue.supervisor.common.jobs import Job, JobSpec, Lease
 from goqueue.supervisor.workers import child_enqueues as child_jobs
 from goqueue.supervisor.workers.channel import Channel
 from goqueue.supervisor.workers.child_enqueues import EnqueueChild

@@ -25,8 +25,9 @@ from typing import Any
 import pytest
 from aiohttp import web
 from aiohttp.abc import AbstractResolver, ResolveResult
-from goqueue.supervisor.enums import WebhookEvent
-from goqueue.supervisor.webhooks.delivery import Delivery, Poster, RetrySchedule, sign
+from goqueue.supervisor.common.deliveries import Delivery
+from goqueue.supervisor.common.enums import WebhookEvent
+from goqueue.supervisor.webhooks.delivery import Poster, RetrySchedule, sign
 from goqueue.supervisor.webhooks.egress import EgressPolicy
 from goqueue.supervisor.webhooks.sender import WebhookSender
 from multidict import CIMultiDict

@@ -26,7 +26,7 @@ from goqueue.client.errors import (
     Unavailable,
     UnexpectedAnswer,
 )
-from goqueue.supervisor.dispatch.backoff import backoff
+from goqueue.supervisor.common.backoff import backoff
 
 from tests.e2e.api.test_client_cli import job as job_json
 

@@ -15,8 +15,8 @@ from enum import StrEnum, auto
 from typing import Final
 
 import msgspec
-from goqueue.supervisor.jobs import Job
-from goqueue.supervisor.store.postgres.sql.schema import channel
+from goqueue.supervisor.common.jobs import Job
+from goqueue.supervisor.settings.stores import channel
 from goqueue.supervisor.store.postgres.webhook_body import body_sql
 
 JOB_FIELDS: Final = tuple(field.name for field in msgspec.structs.fields(Job))

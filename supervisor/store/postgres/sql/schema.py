@@ -1,6 +1,8 @@
-"""The PostgreSQL schema of GoQueue: the rules for its name, and its migrations.
+"""The PostgreSQL schema of GoQueue: its migrations.
 
-`schema_name_problem` is the one check of a schema name (config and store both use it).
+The rules for its name (`schema_name_problem`, the one check config and store both use)
+and its NOTIFY channel are in `settings/stores.py`.
+
 `migrate` applies the steps not yet recorded in `schema_version`, all in one transaction
 under a transaction-scoped advisory lock, so several nodes starting at once are safe and
 running it again is a no-op. The steps themselves are in `sql/migrations.py`.
@@ -11,40 +13,14 @@ that checking a configuration does not load it.
 
 from __future__ import annotations
 
-import re
 from typing import TYPE_CHECKING
 
+from goqueue.supervisor.settings.stores import schema_name_problem
 from goqueue.supervisor.store.postgres.sql.migrations import MIGRATIONS as MIGRATIONS
 
 if TYPE_CHECKING:
     from psycopg import AsyncConnection
     from psycopg.rows import TupleRow
-
-# PostgreSQL truncates (LISTEN) or refuses (pg_notify) names longer than 63 bytes, and the
-# schema's NOTIFY channel is its name behind this prefix.
-CHANNEL_PREFIX = "goqueue_"
-NAME_BYTES = 63
-MAX_SCHEMA_NAME = NAME_BYTES - len(CHANNEL_PREFIX)
-_SCHEMA_NAME = re.compile(r"[a-z_][a-z0-9_]*")
-
-
-def schema_name_problem(schema: str) -> str | None:
-    """What is wrong with `schema` as the name of GoQueue's schema, or None.
-
-    A plain lower-case identifier (it is written into statements unquoted by users and
-    quoted by the store), short enough for its NOTIFY channel `goqueue_<schema>`."""
-    if not _SCHEMA_NAME.fullmatch(schema):
-        return (
-            "must be a lower-case SQL identifier (letters, digits and _, not starting "
-            f"with a digit), got {schema!r}"
-        )
-    if len(schema) > MAX_SCHEMA_NAME:
-        return (
-            f"must be at most {MAX_SCHEMA_NAME} characters (its NOTIFY channel "
-            f"{channel(schema)!r} must fit PostgreSQL's {NAME_BYTES}-byte names), "
-            f"got {len(schema)}"
-        )
-    return None
 
 
 def check_schema_name(schema: str) -> str:
@@ -53,11 +29,6 @@ def check_schema_name(schema: str) -> str:
     if problem is not None:
         raise ValueError(f"invalid schema name: {problem}")
     return schema
-
-
-def channel(schema: str) -> str:
-    """The NOTIFY channel of the nodes sharing `schema`."""
-    return CHANNEL_PREFIX + schema
 
 
 def lock_key(schema: str) -> str:

@@ -23,8 +23,8 @@ from itertools import product
 from types import MappingProxyType
 from typing import Final
 
-from goqueue.supervisor.enums import EventKind
-from goqueue.supervisor.jobs import JobFilter
+from goqueue.supervisor.common.enums import EventKind
+from goqueue.supervisor.common.jobs import JobFilter
 from goqueue.supervisor.store.postgres.sql.fragments import (
     FILTER_COLUMNS,
     JOB_FIELDS,

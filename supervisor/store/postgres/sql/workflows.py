@@ -18,7 +18,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final
 
-from goqueue.supervisor.enums import EventKind
+from goqueue.supervisor.common.enums import EventKind
 from goqueue.supervisor.store.postgres.sql.fragments import Sql
 
 # The current job of each key of the workflows `{ids}` stands for, with `first`, the

@@ -9,7 +9,7 @@ import json
 
 import pytest
 from goqueue.api.http.errors import OUTCOME_UNKNOWN, from_domain, within
-from goqueue.supervisor.errors import OutcomeUnknown, StoreUnavailable
+from goqueue.supervisor.common.errors import OutcomeUnknown, StoreUnavailable
 
 pytestmark = pytest.mark.timeout(10)
 

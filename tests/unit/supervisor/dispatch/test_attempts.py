@@ -6,9 +6,9 @@ from __future__ import annotations
 from datetime import UTC, datetime
 
 import pytest
+from goqueue.supervisor.common.enums import KillReason, Status
+from goqueue.supervisor.common.jobs import Job, JobSpec, Lease
 from goqueue.supervisor.dispatch.attempts import HELD, MOVES, Attempt, Attempts, Phase, WrongPhase
-from goqueue.supervisor.enums import KillReason, Status
-from goqueue.supervisor.jobs import Job, JobSpec, Lease
 
 NOW = datetime(2026, 1, 1, tzinfo=UTC)
 

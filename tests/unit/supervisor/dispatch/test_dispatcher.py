@@ -13,15 +13,15 @@ from typing import Any
 import msgspec
 import pytest
 from goqueue.actors.protocol import ActorInfo, JobDone, JobFailed
+from goqueue.supervisor.common.catalog import Catalog
+from goqueue.supervisor.common.enums import AttemptOutcome, KillReason, Status, WorkerState
+from goqueue.supervisor.common.errors import StoreUnavailable
+from goqueue.supervisor.common.hooks import Hook, Hooks
+from goqueue.supervisor.common.jobs import Enqueued, Job, JobSpec, Lease, Outcome
+from goqueue.supervisor.common.rates import Rate, Taken
 from goqueue.supervisor.dispatch.attempts import Phase
-from goqueue.supervisor.dispatch.catalog import Catalog
 from goqueue.supervisor.dispatch.dispatcher import Dispatcher
-from goqueue.supervisor.dispatch.hooks import Hook, Hooks
 from goqueue.supervisor.dispatch.policy import Policy
-from goqueue.supervisor.dispatch.rates import Rate, Taken
-from goqueue.supervisor.enums import AttemptOutcome, KillReason, Status, WorkerState
-from goqueue.supervisor.errors import StoreUnavailable
-from goqueue.supervisor.jobs import Enqueued, Job, JobSpec, Lease, Outcome
 from goqueue.supervisor.store.base import NewJob, StoreTraits
 from goqueue.supervisor.workers.handle import Worker
 from goqueue.supervisor.workers.pool import Handoff, Recycle

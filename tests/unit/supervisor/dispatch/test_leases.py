@@ -8,9 +8,9 @@ from datetime import UTC, datetime, timedelta
 
 import msgspec
 import pytest
+from goqueue.supervisor.common.enums import KillReason, Status
+from goqueue.supervisor.common.jobs import JobSpec, Lease
 from goqueue.supervisor.dispatch.leases import Leases
-from goqueue.supervisor.enums import KillReason, Status
-from goqueue.supervisor.jobs import JobSpec, Lease
 from goqueue.supervisor.store.base import NewJob
 from goqueue.supervisor.store.memory.store import MemoryStore
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from goqueue.supervisor.dispatch.hooks import Hooks
+from goqueue.supervisor.common.errors import StoreUnavailable
+from goqueue.supervisor.common.hooks import Hooks
 from goqueue.supervisor.dispatch.outcomes import Outcomes
-from goqueue.supervisor.errors import StoreUnavailable
 from goqueue.supervisor.store.memory.store import MemoryStore
 
 from tests.conftest import wait_for_async

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-from goqueue.supervisor.jobs import Job, JobSpec, Lease, Outcome, utcnow
+from goqueue.supervisor.common.jobs import Job, JobSpec, Lease, Outcome, utcnow
 from goqueue.supervisor.observe.history import ExitReason, History
 from goqueue.supervisor.workers.pool import Worker
 

@@ -9,10 +9,10 @@ from datetime import UTC, datetime, timedelta
 import msgspec
 import pytest
 from goqueue.actors.protocol import ActorInfo
-from goqueue.supervisor.dispatch.catalog import Catalog
-from goqueue.supervisor.jobs import JobFilter
+from goqueue.supervisor.common.catalog import Catalog
+from goqueue.supervisor.common.jobs import JobFilter
+from goqueue.supervisor.common.schedule import Missed, ScheduleSpec
 from goqueue.supervisor.observe.metrics import Metrics
-from goqueue.supervisor.schedules.schedule import Missed, ScheduleSpec
 from goqueue.supervisor.schedules.scheduler import MAX_SLEEP, Scheduler
 from goqueue.supervisor.store.memory.store import MemoryStore
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import msgspec
 import pytest
-from goqueue.supervisor.errors import ConfigError
+from goqueue.supervisor.common.errors import ConfigError
 from goqueue.supervisor.settings import config
 from goqueue.supervisor.settings import reference as config_docs
 from goqueue.supervisor.settings.config import Settings

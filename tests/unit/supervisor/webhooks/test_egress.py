@@ -13,15 +13,15 @@ import socket
 
 import pytest
 from aiohttp.abc import AbstractResolver, ResolveResult
-from goqueue.supervisor.errors import ConfigError
+from goqueue.supervisor.common.errors import ConfigError
 from goqueue.supervisor.settings import config
+from goqueue.supervisor.settings.config import network_problem
 from goqueue.supervisor.webhooks.egress import (
     EgressPolicy,
     EgressRefused,
     GuardedResolver,
     address_problem,
     literal_address,
-    network_problem,
 )
 
 pytestmark = pytest.mark.timeout(10)

@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from goqueue.supervisor.enums import WorkerState
+from goqueue.supervisor.common.enums import WorkerState
 from goqueue.supervisor.settings.config import Settings
 from goqueue.supervisor.workers.handle import Worker
 from goqueue.supervisor.workers.pool import Pool, WorkerConfig

@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import pytest
-from goqueue.supervisor.enums import WorkerState
-from goqueue.supervisor.errors import ConfigError
+from goqueue.supervisor.common.enums import WorkerState
+from goqueue.supervisor.common.errors import ConfigError
 from goqueue.supervisor.settings.config import load
 from goqueue.supervisor.workers.scaling import Bounds, Counts, Scaler
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import pytest
-from goqueue.supervisor.jobs import JobSpec, utcnow
+from goqueue.supervisor.common.jobs import JobSpec, utcnow
 from goqueue.supervisor.store.base import NewJob
 from goqueue.supervisor.store.memory.store import MemoryStore
 

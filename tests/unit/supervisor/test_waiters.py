@@ -7,10 +7,10 @@ import asyncio
 
 import msgspec
 import pytest
-from goqueue.supervisor.dispatch.waiters import Waiters
-from goqueue.supervisor.enums import Status
-from goqueue.supervisor.errors import StoreUnavailable
-from goqueue.supervisor.jobs import Job, JobSpec, Outcome, utcnow
+from goqueue.supervisor.common.enums import Status
+from goqueue.supervisor.common.errors import StoreUnavailable
+from goqueue.supervisor.common.jobs import Job, JobSpec, Outcome, utcnow
+from goqueue.supervisor.waiters import Waiters
 
 from tests.conftest import stays_true_async, wait_for_async
 

@@ -7,11 +7,13 @@ import logging
 from datetime import UTC, datetime
 
 import pytest
-from goqueue.supervisor.dispatch.hooks import Hook, Hooks, LogHook, MetricsHook, WebhookHook
-from goqueue.supervisor.enums import AttemptOutcome, Status
-from goqueue.supervisor.jobs import Job, JobSpec, Outcome
+from goqueue.supervisor.common.deliveries import event_of
+from goqueue.supervisor.common.enums import AttemptOutcome, Status
+from goqueue.supervisor.common.hooks import Hook, Hooks
+from goqueue.supervisor.common.jobs import Job, JobSpec, Outcome
+from goqueue.supervisor.observe.hooks import LogHook, MetricsHook
 from goqueue.supervisor.observe.metrics import Metrics
-from goqueue.supervisor.webhooks.delivery import event_of
+from goqueue.supervisor.webhooks.hook import WebhookHook
 
 pytestmark = pytest.mark.timeout(10)
 

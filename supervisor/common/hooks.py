@@ -1,13 +1,15 @@
-"""After-outcome hooks, in the manner of dramatiq's middleware.
+"""After-outcome hooks, in the manner of dramatiq's middleware: the `Hook` interface
+and the `Hooks` fan-out.
 
 Two places report what happened to jobs through one `Hooks` fan-out: the engine (jobs
 enqueued, by a client or a schedule, and cancelled) and the dispatcher's `Outcomes`
-(attempts started and ended, outcomes recorded). Each concern (metrics, logs, webhooks)
-is a small `Hook` that overrides the methods it cares about. Hooks run in list order;
-one that raises is logged and the others still run. There are only "after" hooks:
-should "before" hooks be added, they run in list order and the "after" ones in reverse,
-as dramatiq does. Chaining and the audit trail are not hooks: the store writes them
-inside the outcome's own transaction.
+(attempts started and ended, outcomes recorded). Each concern (metrics and logs in
+`observe/hooks.py`, webhooks in `webhooks/hook.py`, history, waiters) is a small `Hook`
+that overrides the methods it cares about. Hooks run in list order; one that raises is
+logged and the others still run. There are only "after" hooks: should "before" hooks be
+added, they run in list order and the "after" ones in reverse, as dramatiq does.
+Chaining and the audit trail are not hooks: the store writes them inside the outcome's
+own transaction.
 """
 
 from __future__ import annotations
@@ -15,10 +17,8 @@ from __future__ import annotations
 import logging
 from collections.abc import Sequence
 
-from goqueue.supervisor.enums import TERMINAL, AttemptOutcome, Status
-from goqueue.supervisor.jobs import Job, Outcome
-from goqueue.supervisor.observe.metrics import Metrics
-from goqueue.supervisor.webhooks.delivery import Webhooks
+from goqueue.supervisor.common.enums import AttemptOutcome
+from goqueue.supervisor.common.jobs import Job, Outcome
 
 log = logging.getLogger("goqueue.hooks")
 
@@ -108,74 +108,3 @@ class Hooks(Hook):
 
 def _failed(hook: Hook, event: str) -> None:
     log.exception("hook failed", extra={"hook": type(hook).__name__, "event": event})
-
-
-class MetricsHook(Hook):
-    """The Prometheus counters that move with jobs."""
-
-    def __init__(self, metrics: Metrics) -> None:
-        self.metrics = metrics
-
-    def after_enqueue(self, job: Job) -> None:
-        self.metrics.enqueued(job.type)
-
-    def after_attempt(self, job_type: str, outcome: AttemptOutcome, duration: float) -> None:
-        self.metrics.attempt(job_type, outcome, duration)
-
-    def after_outcome(self, outcome: Outcome) -> None:
-        job = outcome.job
-        if job.status == Status.PENDING:
-            self.metrics.retry(job.type)
-        elif job.status in TERMINAL:
-            self.metrics.job_finished(job.type, job.status)
-
-    def after_cancel(self, job: Job, force: bool) -> None:
-        self.metrics.job_finished(job.type, Status.CANCELLED)
-
-
-class LogHook(Hook):
-    """The log lines about jobs (faults of the machinery are logged where they happen)."""
-
-    def __init__(self, logger: logging.Logger | None = None) -> None:
-        self.log = logger or logging.getLogger("goqueue.jobs")
-
-    def after_start(self, job: Job) -> None:
-        if self.log.isEnabledFor(logging.DEBUG):  # per job: no fields built unless shown
-            self.log.debug("attempt started", extra=_fields(job))
-
-    def after_error(self, job: Job, error: str, traceback: str) -> None:
-        if traceback:
-            extra = {**_fields(job), "error": error, "exc": traceback}
-            self.log.info("attempt failed", extra=extra)
-        else:
-            self.log.warning(error, extra=_fields(job))
-
-    def after_outcome(self, outcome: Outcome) -> None:
-        job = outcome.job
-        if job.status == Status.FAILED:
-            self.log.warning("job dead-lettered", extra={**_fields(job), "error": job.last_error})
-        elif job.status in TERMINAL and self.log.isEnabledFor(logging.DEBUG):
-            self.log.debug(f"job {job.status}", extra=_fields(job))
-
-    def after_cancel(self, job: Job, force: bool) -> None:
-        self.log.info("job cancelled", extra={**_fields(job), "force": force})
-
-
-class WebhookHook(Hook):
-    """Tells the node's webhooks about jobs that became terminal (done, failed or
-    cancelled): delivery, and whether its record is durable, is their business."""
-
-    def __init__(self, webhooks: Webhooks) -> None:
-        self.webhooks = webhooks
-
-    def after_outcome(self, outcome: Outcome) -> None:
-        if outcome.job.webhook_url:  # most jobs have none: no call to find that out
-            self.webhooks.notify(outcome.job)
-
-    def after_cancel(self, job: Job, force: bool) -> None:
-        if job.webhook_url:
-            self.webhooks.notify(job)
-
-
-def _fields(job: Job) -> dict[str, object]:
-    return {"job_id": job.id, "type": job.type, "attempt": job.attempts}

@@ -7,8 +7,8 @@ it pending in the same atomic step (a counter of unfinished parents, decremented
 each parent's success). A step dead-lettered cancels every step depending on it; its
 replay puts a fresh job in its place and makes those wait again.
 
-The request, its validation and the records are in `steps.py`; this module holds what
-the engine hands a store (`NewWorkflow`) and how it builds it.
+The request, its validation and the records are in `common/steps.py`; this module holds
+what the engine hands a store (`NewWorkflow`) and how it builds it.
 """
 
 from __future__ import annotations
@@ -16,34 +16,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 import msgspec
-from goqueue.supervisor.errors import UnknownJobType
-from goqueue.supervisor.jobs import JobSpec
-from goqueue.supervisor.steps import (
-    WORKFLOW_CANCELLED,
-    StepState,
-    Workflow,
-    WorkflowRequest,
-    WorkflowStep,
-    dependent_error,
-    plan,
-    workflow_status,
-)
+from goqueue.supervisor.common.errors import UnknownJobType
+from goqueue.supervisor.common.jobs import JobSpec
+from goqueue.supervisor.common.steps import Workflow, WorkflowRequest, plan
 from goqueue.supervisor.store.base import NewJob
-
-__all__ = [
-    "WORKFLOW_CANCELLED",
-    "NewStep",
-    "NewWorkflow",
-    "StepState",
-    "Workflow",
-    "WorkflowCreated",
-    "WorkflowRequest",
-    "WorkflowStep",
-    "dependent_error",
-    "plan",
-    "prepare_workflow",
-    "workflow_status",
-]
 
 
 class NewStep(msgspec.Struct, kw_only=True, gc=False):

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import pytest
-from goqueue.supervisor.observe.summaries import percentile, type_stats
+from goqueue.supervisor.common.summaries import percentile, type_stats
 
 
 def test_percentile_interpolates_as_percentile_cont() -> None:

@@ -4,7 +4,7 @@ retry (jobs, webhooks, reconnect loops)."""
 import random
 
 import pytest
-from goqueue.supervisor.dispatch.backoff import Backoff, backoff
+from goqueue.supervisor.common.backoff import Backoff, backoff
 
 pytestmark = pytest.mark.timeout(10)
 

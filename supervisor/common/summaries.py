@@ -11,8 +11,8 @@ import os
 from typing import Any
 
 import msgspec
-from goqueue.supervisor.enums import Status, WorkerState
-from goqueue.supervisor.jobs import AwareTime, DeadLetter, Job
+from goqueue.supervisor.common.enums import Status, WorkerState
+from goqueue.supervisor.common.jobs import AwareTime, DeadLetter, Job
 from msgspec import UNSET, UnsetType
 
 DEFAULT_PREVIEW = 200  # characters of a payload, result or error shown in a list row

@@ -83,7 +83,6 @@ class UnknownJobType(GoQueueError):
         )
         self.job_type = job_type
         self.path = path
-        self.suggestion = close[0] if close else None
 
 
 class InvalidJob(GoQueueError):

@@ -1,4 +1,4 @@
-"""A coroutine run at once up to its first wait (`supervisor/dispatch/eager.py`): finished there,
+"""A coroutine run at once up to its first wait (`supervisor/common/eager.py`): finished there,
 or awaited on to the same end as if it had been awaited from the start."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from goqueue.supervisor.dispatch import eager
+from goqueue.supervisor.common import eager
 
 pytestmark = pytest.mark.timeout(10)
 

@@ -14,10 +14,10 @@ import logging
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager, suppress
 
-from goqueue.supervisor.dispatch.hooks import Hook
-from goqueue.supervisor.enums import TERMINAL
-from goqueue.supervisor.errors import StoreError
-from goqueue.supervisor.jobs import Job, Outcome
+from goqueue.supervisor.common.enums import TERMINAL
+from goqueue.supervisor.common.errors import StoreError
+from goqueue.supervisor.common.hooks import Hook
+from goqueue.supervisor.common.jobs import Job, Outcome
 
 log = logging.getLogger("goqueue.waiters")
 

@@ -5,9 +5,13 @@ A job's queue, priority and retries are resolved from `actors` by `jobs.resolve_
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from typing import Literal
 
 from goqueue.actors.protocol import ActorInfo
-from goqueue.supervisor.dispatch.rates import Rate, parse_rate
+from goqueue.supervisor.common.jobs import Job
+from goqueue.supervisor.common.rates import Rate, parse_rate
+
+DeadlineSource = Literal["job", "actor", "node"]
 
 
 class Catalog:
@@ -47,10 +51,16 @@ class Catalog:
         """Every type and its limit, as declared to the store."""
         return {t: self.limit(t) for t in self.actors}
 
-    def timeout(self, job_type: str, default: float) -> float:
-        """The actor's declared timeout, or the server's default."""
-        info = self.actors.get(job_type)
-        return info.timeout if info and info.timeout else default
+    def deadline(self, job: Job, default: float) -> tuple[float, DeadlineSource]:
+        """The deadline in seconds an attempt of `job` gets on this node, and where it
+        comes from: the job's own `timeout_seconds`, else its actor's declared timeout,
+        else `default` (the node's). The dispatcher arms it; `GET /jobs/{id}` shows it."""
+        if job.timeout_seconds:
+            return job.timeout_seconds, "job"
+        info = self.actors.get(job.type)
+        if info is not None and info.timeout:
+            return info.timeout, "actor"
+        return default, "node"
 
     def free_slots(self, capacity: int, *held: Mapping[str, int]) -> dict[str, int]:
         """How many more attempts of each type may start now, at most `capacity`, with

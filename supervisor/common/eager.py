@@ -4,15 +4,8 @@ A store call on the memory store never waits, yet wrapping it in a deadline cost
 (and its cancellation) on every request. `step` runs the call's synchronous part in the
 caller's own task: when it finishes there, no deadline was ever needed, since nothing
 can hang without waiting; when it waits, the `Waiting` it returns is awaited (under the
-deadline) to finish it exactly as if it had been awaited from the start.
-
-It pays, a little (memory store, 1 producer, 2 workers, 2026-12-01, branch `core`, on a
-shared 2-core machine at load 4-5): 363 Python calls per job with it against 368 without
-(`python -m benchmarks.calls`: the API's `within` always under `asyncio.timeout`, every
-outcome in a task); supervisor CPU per job, medians of 3 alternating rounds of
-`python -m benchmarks --stores memory --phases e2e --jobs 5000`, 318 us against 344 us
-with 1 producer and 268 us against 350 us with 16 (throughput too noisy to call:
-1,975 against 2,034 jobs/s with 1 producer, ranges 1,270-2,428 and 1,360-2,467).
+deadline) to finish it exactly as if it had been awaited from the start. What it saves is
+measured in the performance docs ("Running a store call at once").
 """
 
 from __future__ import annotations

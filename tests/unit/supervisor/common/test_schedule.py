@@ -12,10 +12,10 @@ from zoneinfo import ZoneInfo
 import pytest
 from goqueue.actors.errors import ActorDefinitionError
 from goqueue.actors.registry import actor
-from goqueue.supervisor.dispatch.catalog import Catalog
-from goqueue.supervisor.dispatch.rates import Rate, StartTimes, parse_rate
-from goqueue.supervisor.errors import ConfigError
-from goqueue.supervisor.schedules.schedule import (
+from goqueue.supervisor.common.catalog import Catalog
+from goqueue.supervisor.common.errors import ConfigError
+from goqueue.supervisor.common.rates import Rate, StartTimes, parse_rate
+from goqueue.supervisor.common.schedule import (
     Missed,
     ScheduleSpec,
     fire_detail,

@@ -12,8 +12,8 @@ from functools import partial
 from typing import Annotated, Any, Protocol
 
 import msgspec
-from goqueue.supervisor.enums import TERMINAL, Status
-from goqueue.supervisor.errors import UnknownJobType
+from goqueue.supervisor.common.enums import TERMINAL, Status
+from goqueue.supervisor.common.errors import UnknownJobType
 
 STATUSES: tuple[Status, ...] = tuple(Status)
 
@@ -103,6 +103,21 @@ class JobSpec(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, gc=False
         """The priority, the server's default for a spec that was never resolved."""
         return DEFAULT_PRIORITY if self.priority is None else self.priority
 
+    @property
+    def max_retries_value(self) -> int:
+        """The retries, the server's default for a spec that was never resolved (a
+        template stored before `resolve_spec` resolved templates)."""
+        return DEFAULT_MAX_RETRIES if self.max_retries is None else self.max_retries
+
+
+class ResolvedSpec(JobSpec, kw_only=True):
+    """A spec as `resolve_spec` returns it: `max_retries` is set, and so are its
+    templates' (`queue` and `priority` too, read through `queue_name`, `priority_value`)."""
+
+    max_retries: Retries
+    on_success: ResolvedSpec | None = None
+    on_failure: ResolvedSpec | None = None
+
 
 class Declared(Protocol):
     """An actor's declared defaults for its jobs (`ActorInfo` is one)."""
@@ -125,11 +140,11 @@ def resolve_spec(
     declared: Callable[[str], Declared | None],
     known: Collection[str] | None = None,
     path: str = "",
-) -> JobSpec:
+) -> ResolvedSpec:
     """`spec` and its templates with `queue`, `priority` and `max_retries` set: the job's
     own value, else its actor's declaration, else the server's default (one place for
-    this rule: the engine and `goqueue.pg` both use it). With `known`, a type not in it
-    raises UnknownJobType naming the field."""
+    this rule: the engine, the scheduler and `goqueue.pg` use it). With `known`, a type
+    not in it raises UnknownJobType naming the field."""
     if known is not None and spec.type not in known:
         raise UnknownJobType(spec.type, f"{path}type", known)
     actor = declared(spec.type)
@@ -139,21 +154,22 @@ def resolve_spec(
     if priority is None:
         priority = actor.priority if actor and actor.priority is not None else DEFAULT_PRIORITY
     if retries is None:
-        retries = actor.max_retries if actor and actor.max_retries is not None else None
-        retries = DEFAULT_MAX_RETRIES if retries is None else retries
-    on_success, on_failure = spec.on_success, spec.on_failure
-    if on_success is not None:
-        on_success = resolve_spec(on_success, declared, known, f"{path}on_success.")
-    if on_failure is not None:
-        on_failure = resolve_spec(on_failure, declared, known, f"{path}on_failure.")
-    return msgspec.structs.replace(
-        spec,
+        declared_retries = actor.max_retries if actor else None
+        retries = DEFAULT_MAX_RETRIES if declared_retries is None else declared_retries
+    on_success = on_failure = None
+    if spec.on_success is not None:
+        on_success = resolve_spec(spec.on_success, declared, known, f"{path}on_success.")
+    if spec.on_failure is not None:
+        on_failure = resolve_spec(spec.on_failure, declared, known, f"{path}on_failure.")
+    fields = msgspec.structs.asdict(spec)
+    fields.update(
         queue=queue,
         priority=priority,
         max_retries=retries,
         on_success=on_success,
         on_failure=on_failure,
     )
+    return ResolvedSpec(**fields)
 
 
 def spec_problem(
@@ -238,7 +254,7 @@ class Job(msgspec.Struct, kw_only=True, gc=False):
     # last among the shown fields, as in `JobOut` (webhook bodies are the API's bytes); a
     # default: dead letters stored before unique keys existed lack it
     unique_key: str | None = None
-    # A workflow step (see `supervisor/workflows.py`): its workflow, its key there, its
+    # A workflow step (see `supervisor/store/new_workflow.py`): its workflow, its key there, its
     # parents' job ids, and their results by key as they finish (a JSON object).
     workflow_id: str | None = None
     step_key: str | None = None
@@ -292,6 +308,12 @@ class Job(msgspec.Struct, kw_only=True, gc=False):
             on_success=self.on_success,
             on_failure=self.on_failure,
         )
+
+    def record_error(self, error: str, traceback: str | None, at: datetime) -> None:
+        """Keep the error of this job's current attempt (its last error, too)."""
+        failed = AttemptError(attempt=self.attempts, error=error, at=at, traceback=traceback)
+        self.errors = (*self.errors, failed)
+        self.last_error = error
 
     @property
     def unfinished(self) -> bool:

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 import msgspec
 import pytest
-from goqueue.supervisor.enums import Status, WorkflowStatus
-from goqueue.supervisor.errors import InvalidWorkflow
-from goqueue.supervisor.steps import WorkflowStep, plan, workflow_status
+from goqueue.supervisor.common.enums import Status, WorkflowStatus
+from goqueue.supervisor.common.errors import InvalidWorkflow
+from goqueue.supervisor.common.steps import WorkflowStep, plan, workflow_status
 
 
 def steps(*pairs: tuple[str, list[str]]) -> list[WorkflowStep]:

@@ -11,11 +11,10 @@ from datetime import datetime
 from typing import Annotated
 
 import msgspec
-from goqueue.supervisor.enums import Status, WorkflowStatus
-from goqueue.supervisor.errors import InvalidWorkflow
-from goqueue.supervisor.jobs import JobSpec, Name
+from goqueue.supervisor.common.enums import Status, WorkflowStatus
+from goqueue.supervisor.common.errors import InvalidWorkflow
+from goqueue.supervisor.common.jobs import JobSpec, Name
 
-DEFAULT_MAX_WORKFLOW_JOBS = 10_000
 MAX_PARENTS = 1_000  # keys one step may wait for
 
 StepKey = Name
