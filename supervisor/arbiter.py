@@ -19,6 +19,7 @@ import random
 import signal
 import time
 from collections.abc import Awaitable, Callable
+from dataclasses import replace
 from functools import partial
 
 from goqueue.actors.protocol import BootFailed, Ready
@@ -95,7 +96,7 @@ class Arbiter:
         self._last_sweep = 0.0
         self._last_prune = 0.0
         self._tasks: list[asyncio.Task[None]] = []
-        node.pool.listeners.workers = self  # in the forwarding object the pool was made with
+        node.pool.listen(replace(node.listeners, workers=self))  # the pool reports to us too
 
     # -- start -----------------------------------------------------------------------
 
@@ -182,7 +183,8 @@ class Arbiter:
     async def _boot(self) -> None:
         """Open the store (waiting for it if it is not up yet), spawn the first worker,
         learn the actors from its Ready message, and declare the node to the store."""
-        await self._retrying("opening the store", self.store.open, StoreUnavailable)
+        open_store = partial(self.store.open, self.node.links)
+        await self._retrying("opening the store", open_store, StoreUnavailable)
         self._first_ready = asyncio.get_running_loop().create_future()
         await self._retrying("starting the first worker", self._spawn_first, OSError)
         ready = await self._first_ready

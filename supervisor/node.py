@@ -64,6 +64,8 @@ class Node:
 
     settings: Settings
     lifecycle: Lifecycle  # the node's phase: the arbiter moves it, the parts read it
+    links: NodeLinks  # what the store calls back into (`Store.open`)
+    listeners: Listeners  # who hears the pool, the arbiter aside (`Pool.listen`)
     store: Store
     pool: Pool
     dispatcher: Dispatcher
@@ -79,18 +81,17 @@ class Node:
 
 
 def make_store(
-    settings: Settings, wake: Callable[[], None], metrics: Metrics, links: NodeLinks
+    settings: Settings, wake: Callable[[], None], metrics: Metrics
 ) -> tuple[Store, Webhooks]:
     """The store `database_url` names (the SQLite file `goqueue.db` by default,
     `memory://`, or PostgreSQL) and the webhooks that go with it, counting every delivery
     outcome: at least once from the file's or the database's outbox, best effort in this
-    process in memory. `wake` is the dispatcher's; `links` are named once the node is
-    built."""
+    process in memory. `wake` is the dispatcher's."""
     node_id = settings.node_id or config.default_node_id()
     policy = EgressPolicy.of(settings.webhook_allow_hosts, settings.webhook_allow_networks)
     poster = Poster(policy, timeout=settings.webhook_timeout, concurrency=WEBHOOK_CONCURRENCY)
     secret = settings.webhook_secret.encode() if settings.webhook_secret else None
-    embedded = embedded_store(settings, node_id, wake, links)
+    embedded = embedded_store(settings, node_id, wake)
     if isinstance(embedded, SqliteStore):
         return embedded, Outbox(embedded.outbox, poster, secret=secret, on_outcome=metrics.webhook)
     if embedded is not None:
@@ -105,7 +106,6 @@ def make_store(
         lease_seconds=settings.lease_seconds,
         idempotency_ttl=settings.idempotency_ttl,
         wake=wake,
-        links=links,
     )
     return shared, Outbox(shared.outbox, poster, secret=secret, on_outcome=metrics.webhook)
 
@@ -120,15 +120,11 @@ def build_node(
     metrics = Metrics(settings.metrics_max_queues)
     lifecycle = Lifecycle()
     wakeup = Wakeup()  # the dispatcher's, made first: the store calls it
-    links = NodeLinks()  # what else the store calls back: named below, as the parts are made
-    store, webhooks = make_store(settings, wakeup.wake, metrics, links)
+    store, webhooks = make_store(settings, wakeup.wake, metrics)
     history = History()
     waiters = Waiters(store.get)  # GET /jobs/{id}?wait=: woken by outcomes recorded here
     hooks = Hooks([MetricsHook(metrics), LogHook(), WebhookHook(webhooks), history, waiters])
     catalog = Catalog((), settings.limits)  # the first worker's Ready fills it in
-    # The pool's listeners need the pool: each is named in `listeners` as it is built
-    # (the arbiter names itself), and nothing else is set after construction.
-    listeners = Listeners()
     pool = Pool(
         asyncio.get_running_loop(),
         WorkerConfig.of(settings),
@@ -140,7 +136,6 @@ def build_node(
             ALLOWANCE_SHARE * settings.lease_seconds if is_postgres(settings.database_url) else None
         ),
         memory_limit_mb=settings.max_worker_rss_mb,
-        listeners=listeners,
         on_read=partial(metrics.loop.spent, Work.WORKERS),
     )
     dispatcher = Dispatcher(
@@ -157,8 +152,6 @@ def build_node(
         on_pass=partial(metrics.loop.spent, Work.DISPATCH),
     )
     metrics.loop.start(asyncio.get_running_loop())
-    listeners.jobs = dispatcher
-    links.cancel = dispatcher.cancel_lease  # a job another node cancelled runs here
     tracing = None
     if settings.otel:  # only then is OpenTelemetry imported
         from goqueue.supervisor.observe.tracing import Tracing
@@ -186,11 +179,14 @@ def build_node(
         dispatch=dispatcher.at_enqueue.enqueue,
         tracing=tracing,
     )
-    listeners.children = engine.enqueue_child  # ctx.enqueue in a running job
-    links.report = engine.node_report  # published with each heartbeat
     return Node(
         settings=settings,
         lifecycle=lifecycle,
+        # given to the store as it opens: a job another node cancelled runs here; what this
+        # node publishes with each heartbeat
+        links=NodeLinks(cancel=dispatcher.cancel_lease, report=engine.node_report),
+        # given to the pool as the arbiter starts it, with the arbiter as the workers' own
+        listeners=Listeners(jobs=dispatcher, children=engine.enqueue_child),
         store=store,
         pool=pool,
         dispatcher=dispatcher,

@@ -92,11 +92,12 @@ def _no_report() -> NodeReport | None:
     return None
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class NodeLinks:
     """What a store calls back into its node for, beside the dispatcher's wake-up: made
-    first by the node's builder and given to the store as it is made, then each named once
-    the part that answers is built (as the pool's `Listeners` are)."""
+    whole by the node's builder once the parts that answer are built, and given to the
+    store when it is opened (`Store.open`). A store opened without them cancels nothing
+    and publishes no report."""
 
     cancel: Callable[[str], bool] = _cancels_nothing
     """The dispatcher's `cancel_lease`: another node cancelled a job whose attempt holds
@@ -139,13 +140,14 @@ class Store(Protocol):
 
     A store is given, when it is made, the dispatcher's wake-up: a zero-argument
     callable it calls when work may be claimable (a job enqueued or made due, here or,
-    with a shared store, on another node); and its node's `NodeLinks`."""
+    with a shared store, on another node); it is given its node's `NodeLinks` when it is
+    opened."""
 
     node_id: str
     traits: StoreTraits
 
-    async def open(self) -> None:
-        """Connect / create the schema; called once before use."""
+    async def open(self, links: NodeLinks | None = None) -> None:
+        """Connect / create the schema, and keep `links`; called once before use."""
 
     async def close(self) -> None:
         """Release connections and background tasks."""

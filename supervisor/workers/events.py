@@ -91,15 +91,14 @@ class Unheard:
         """Ignored."""
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Listeners:
     """Who hears the pool: the dispatcher (attempts), the arbiter (workers) and the
     engine (jobs that running jobs enqueue).
 
-    Each of them needs the pool, so the pool cannot be given them when it is made: this
-    forwarding object is made first and given to the pool, and each listener is named in
-    it once, as it is built (the builder for the dispatcher and the engine, the arbiter
-    for itself). Until then, events are logged (`Unheard`)."""
+    Each of them needs the pool, so the pool cannot be given them when it is made: they
+    are given to it whole when it starts (`Pool.listen`, by the arbiter, with itself as
+    the workers' listener). Until then, events are logged (`Unheard`)."""
 
     jobs: JobEvents = field(default_factory=Unheard)
     workers: WorkerEvents = field(default_factory=Unheard)

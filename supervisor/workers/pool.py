@@ -148,7 +148,7 @@ class Pool:
         self.recycle = recycle
         self.lease_allowance = lease_allowance
         self.memory_limit_mb = memory_limit_mb
-        self.listeners = listeners or Listeners()  # who hears what becomes of workers
+        self.listeners = listeners or Listeners()  # who hears what becomes of workers (`listen`)
         self.on_read = on_read  # the time each read of a pipe took (a metric)
         self.codec = SupervisorCodec()
         self.workers: dict[int, Worker] = {}
@@ -159,6 +159,10 @@ class Pool:
         self._freed = asyncio.Event()  # a worker stopped being busy
         self._extend_timer: asyncio.TimerHandle | None = None
         self._sample_timer: asyncio.TimerHandle | None = None
+
+    def listen(self, listeners: Listeners) -> None:
+        """Report to `listeners` from now on: given whole, once, before the first spawn."""
+        self.listeners = listeners
 
     def reconfigure(
         self, config: WorkerConfig, recycle: Recycle, memory_limit_mb: int | None

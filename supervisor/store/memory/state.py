@@ -41,10 +41,9 @@ class MemoryState:
         max_events_per_job: int = EVENTS_KEPT,
         clock: Callable[[], datetime] = utcnow,
         wake: Callable[[], None] = lambda: None,
-        links: NodeLinks | None = None,
     ) -> None:
         self.node_id = node_id
-        self._links = links or NodeLinks()  # what it publishes of this node (`nodes`)
+        self._links = NodeLinks()  # what it publishes of this node (`nodes`), from `open`
         self.clock = clock
         self.lease_seconds = lease_seconds
         self.max_pending = MEMORY_MAX_PENDING if max_pending is None else max_pending

@@ -36,7 +36,7 @@ from goqueue.supervisor.common.jobs import (
 )
 from goqueue.supervisor.common.schedule import Fired, ScheduleState, fire_detail
 from goqueue.supervisor.common.summaries import DeadFilter
-from goqueue.supervisor.store.base import IN_PROCESS, LATE_OUTCOME, NewJob
+from goqueue.supervisor.store.base import IN_PROCESS, LATE_OUTCOME, NewJob, NodeLinks
 from goqueue.supervisor.store.memory.workflows import MemoryWorkflows
 
 
@@ -48,8 +48,10 @@ class MemoryStore(MemoryWorkflows):
 
     # -- lifecycle -------------------------------------------------------------------
 
-    async def open(self) -> None:
-        """Nothing to connect to."""
+    async def open(self, links: NodeLinks | None = None) -> None:
+        """Nothing to connect to: keep `links`."""
+        if links is not None:
+            self._links = links
 
     async def close(self) -> None:
         """Nothing to release."""

@@ -70,7 +70,6 @@ class PostgresStore:
         max_pool: int = 10,
         command_timeout: float = 10.0,
         wake: Callable[[], None] = lambda: None,
-        links: NodeLinks | None = None,
     ) -> None:
         """`wake` is the dispatcher's: called when work may be claimable (a job enqueued
         or made due, here or, through LISTEN/NOTIFY, on another node)."""
@@ -94,7 +93,7 @@ class PostgresStore:
         self._workflows = PgWorkflows(
             self._db, self._sql, node_id, self._wakeups, idempotency_ttl=idempotency_ttl
         )
-        self._links = links or NodeLinks()  # cancels made elsewhere; this node's report
+        self._links = NodeLinks()  # cancels made elsewhere; this node's report (`open`)
         self._enqueuer = Enqueuer(
             self._db,
             self._sql,
@@ -166,8 +165,10 @@ class PostgresStore:
 
     # -- lifecycle -------------------------------------------------------------------
 
-    async def open(self) -> None:
+    async def open(self, links: NodeLinks | None = None) -> None:
         """Migrate the schema, open the pool, start the listener and the node's beat."""
+        if links is not None:
+            self._links = links
         if self._open:
             return
         await self._db.open(self.schema)

@@ -6,13 +6,12 @@ from collections.abc import Callable
 
 from goqueue.supervisor.settings.config import Settings
 from goqueue.supervisor.settings.stores import StoreKind, store_url
-from goqueue.supervisor.store.base import NodeLinks
 from goqueue.supervisor.store.memory.store import MemoryStore
 from goqueue.supervisor.store.sqlite.store import SqliteStore
 
 
 def embedded_store(
-    settings: Settings, node_id: str, wake: Callable[[], None], links: NodeLinks
+    settings: Settings, node_id: str, wake: Callable[[], None]
 ) -> MemoryStore | SqliteStore | None:
     """The store `settings.database_url` names when it is not PostgreSQL (None then):
     the SQLite file (`goqueue.db` when no URL is set) or `memory://`."""
@@ -26,7 +25,6 @@ def embedded_store(
             max_pending=settings.max_pending,
             idempotency_ttl=settings.idempotency_ttl,
             wake=wake,
-            links=links,
         )
     return SqliteStore(
         url.path,
@@ -35,5 +33,4 @@ def embedded_store(
         max_pending=settings.max_pending,
         idempotency_ttl=settings.idempotency_ttl,
         wake=wake,
-        links=links,
     )

@@ -100,7 +100,6 @@ class SqliteStore:
         max_events_per_job: int = EVENTS_KEPT,
         clock: Callable[[], datetime] = utcnow,
         wake: Callable[[], None] = lambda: None,
-        links: NodeLinks | None = None,
     ) -> None:
         self.node_id = node_id
         self.path = path
@@ -108,7 +107,7 @@ class SqliteStore:
         self.lease_seconds = lease_seconds
         self.db = Database(path)
         self.outbox = SqliteOutboxRows(self.db, node_id, clock)
-        self._links = links or NodeLinks()
+        self._links = NodeLinks()  # this node's report (`open`)
         self._limits: dict[str, int | None] = {}
         self._seq = itertools.count(1)
         self._starts = StartTimes()
@@ -180,9 +179,11 @@ class SqliteStore:
 
     # -- lifecycle -------------------------------------------------------------------
 
-    async def open(self) -> None:
+    async def open(self, links: NodeLinks | None = None) -> None:
         """Lock and open the file (BootError naming it if it cannot be). Nothing is read
         back: the leases a dead node left run out now, so the first reap takes them."""
+        if links is not None:
+            self._links = links
         await self.db.open()
         self._read(
             lambda c: c.create_function("goqueue_contains", 2, reads.contains, deterministic=True)

@@ -15,7 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any, TypeVar
 
@@ -119,7 +119,8 @@ class ApiServer:
         assert isinstance(node.store, MemoryStore)
         self.store = node.store
         self.engine = node.engine
-        node.pool.listeners.workers = NoArbiter()
+        node.pool.listen(replace(node.listeners, workers=NoArbiter()))
+        await self.store.open(node.links)
         catalog = Catalog(ACTORS, {})
         node.engine.set_catalog(catalog)
         await self.store.register_node(catalog.limits())

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from goqueue.supervisor.common.jobs import utcnow
-from goqueue.supervisor.store.base import Store
+from goqueue.supervisor.store.base import NodeLinks, Store
 from goqueue.supervisor.store.memory.store import MemoryStore
 from goqueue.supervisor.store.sqlite.store import SqliteStore
 
@@ -69,16 +69,19 @@ def open_store(store_kind: str, clock: Clock, tmp_path: Path) -> Iterator[OpenSt
     users: list[str] = []  # the calls using the SQLite store now
 
     @contextlib.asynccontextmanager
-    async def open_one(node_id: str = "node-a", **options: Any) -> AsyncIterator[Store]:
+    async def open_one(
+        node_id: str = "node-a", links: NodeLinks | None = None, **options: Any
+    ) -> AsyncIterator[Store]:
         if kind == "memory":
             store = shared.setdefault("store", MemoryStore(node_id, clock=clock.now, **options))
+            await store.open(links)
             yield store
             return
         if kind == "sqlite":
             if not users:
                 path = str(tmp_path / "contract.db")
                 opened = SqliteStore(path, node_id, clock=clock.now, **options)
-                await opened.open()
+                await opened.open(links)
                 sqlite["store"] = opened
             users.append(node_id)
             try:
@@ -91,7 +94,7 @@ def open_store(store_kind: str, clock: Clock, tmp_path: Path) -> Iterator[OpenSt
         from goqueue.supervisor.store.postgres.store import PostgresStore
 
         store = PostgresStore(dsn, node_id, schema=schema, **options)
-        await store.open()
+        await store.open(links)
         try:
             yield store
         finally:

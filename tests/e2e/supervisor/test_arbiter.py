@@ -23,6 +23,7 @@ from goqueue.supervisor.node import Node
 from goqueue.supervisor.observe.history import History
 from goqueue.supervisor.observe.metrics import Metrics
 from goqueue.supervisor.settings.config import Settings
+from goqueue.supervisor.store.base import NodeLinks
 from goqueue.supervisor.workers.events import Listeners
 
 pytestmark = pytest.mark.timeout(10)
@@ -51,6 +52,9 @@ class FakePool:
     @property
     def listener(self) -> Any:
         return self.listeners.workers
+
+    def listen(self, listeners: Listeners) -> None:
+        self.listeners = listeners
 
     def __iter__(self) -> Any:
         return iter(self.workers)
@@ -106,6 +110,8 @@ def arbiter() -> tuple[Arbiter, FakePool, FakeDispatcher, Metrics]:
     node = Node(
         settings=settings,
         lifecycle=Lifecycle(),
+        links=NodeLinks(),
+        listeners=Listeners(),
         pool=pool,
         dispatcher=dispatcher,
         metrics=metrics,
@@ -244,7 +250,7 @@ class Recorder:
     # store
     node_id = "node-x"
 
-    async def open(self) -> None:
+    async def open(self, links: NodeLinks | None = None) -> None:
         self.calls.append("store.open")
         if self.opens_failing:
             self.opens_failing -= 1
@@ -328,6 +334,8 @@ def booting(recorder: Recorder) -> tuple[Arbiter, FakeEngine]:
     node = Node(
         settings=settings,
         lifecycle=Lifecycle(),
+        links=NodeLinks(),
+        listeners=Listeners(),
         store=recorder,  # type: ignore[arg-type]
         pool=BootingPool(recorder.calls),  # type: ignore[arg-type]
         dispatcher=BootDispatcher(),  # type: ignore[arg-type]
