@@ -1,4 +1,4 @@
-"""Webhooks: what every delivery is, whichever store keeps it.
+"""Webhooks: how every delivery is made, whichever store keeps it.
 
 A job reaching a terminal status (done, failed, cancelled) with a `webhook_url` gets one
 delivery: its body (the job as the API shows it, encoded once), its event, a stable id.
