@@ -23,19 +23,18 @@ from dataclasses import replace
 from functools import partial
 
 from goqueue.actors.protocol import BootFailed, Ready
-from goqueue.supervisor.common.backoff import Backoff, backoff
+from goqueue.supervisor.common.backoff import Backoff, backoff, retrying
 from goqueue.supervisor.common.catalog import Catalog
 from goqueue.supervisor.common.enums import RESTART_AFTER, KillReason, RestartReason, WorkerState
 from goqueue.supervisor.common.errors import BootError, ConfigError, StoreUnavailable
 from goqueue.supervisor.common.lifecycle import NodePhase
-from goqueue.supervisor.dispatch.leases import PRUNE_BATCH
 from goqueue.supervisor.dispatch.policy import Policy
 from goqueue.supervisor.node import Node
 from goqueue.supervisor.settings.config import Settings
 from goqueue.supervisor.shutdown import abort, drain, kill_busy
 from goqueue.supervisor.workers.handle import Worker
 from goqueue.supervisor.workers.pool import Recycle, WorkerConfig, describe_exit
-from goqueue.supervisor.workers.scaling import Bounds, Counts, Scaler, longest_wait
+from goqueue.supervisor.workers.scaling import Bounds, Scaler, longest_wait
 
 log = logging.getLogger("goqueue.arbiter")
 
@@ -50,8 +49,6 @@ BOOT_RETRY_BASE = 0.25  # seconds before the first retry of a boot step (store, 
 BOOT_RETRY_CAP = 1.0
 SPAWN_RETRY_BASE = 0.5  # seconds before retrying a worker spawn that failed (EMFILE, ...)
 SPAWN_RETRY_CAP = 30.0
-SWEEP = 5.0  # seconds between claims that no notification asked for
-PRUNE_EVERY = 60.0  # seconds between deletions of expired finished jobs
 SIGNALS = (
     signal.SIGTERM,
     signal.SIGINT,
@@ -92,9 +89,6 @@ class Arbiter:
         self._spawn_delays = Backoff(SPAWN_RETRY_BASE, SPAWN_RETRY_CAP, self.rng)
         self._next_spawn = 0.0
         self._booted = False
-        self._last_heartbeat = 0.0
-        self._last_sweep = 0.0
-        self._last_prune = 0.0
         self._tasks: list[asyncio.Task[None]] = []
         node.pool.listen(replace(node.listeners, workers=self))  # the pool reports to us too
 
@@ -209,22 +203,10 @@ class Arbiter:
         self.pool.spawn(self.generation)
 
     async def _retrying(
-        self,
-        what: str,
-        attempt: Callable[[], Awaitable[None]],
-        errors: type[Exception],
+        self, what: str, attempt: Callable[[], Awaitable[None]], errors: type[Exception]
     ) -> None:
-        """Run `attempt` until it succeeds, waiting with backoff after each of `errors`
-        (one log line per retry); other errors go to the caller."""
-        delays = Backoff(BOOT_RETRY_BASE, BOOT_RETRY_CAP, self.rng)
-        while True:
-            try:
-                await attempt()
-                return
-            except errors as exc:
-                delay = delays.next()
-                log.warning(f"{what} failed; retrying in {delay:.2g}s: {exc}")
-                await asyncio.sleep(delay)
+        """A boot step, retried with backoff after each of `errors` (`retrying`)."""
+        await retrying(what, attempt, errors, Backoff(BOOT_RETRY_BASE, BOOT_RETRY_CAP, self.rng))
 
     def _adopt(self, catalog: Catalog, policy: Policy) -> list[str]:
         """Make `catalog` (the actors a worker reported) the node's, everywhere it counts,
@@ -367,61 +349,32 @@ class Arbiter:
             self.pool.stop(worker)
 
     async def _chores(self) -> None:
-        """Gauges every tick; a claim sweep, pruning and the lease heartbeat when due
-        (the heartbeat a third of a lease apart)."""
-        now = time.monotonic()
+        """Gauges and scaling every tick; the lease chores when due (`Leases.tick`)."""
         self._refresh_gauges()
         await self._scale()
-        if now - self._last_sweep >= SWEEP:
-            self._last_sweep = now
-            self.dispatcher.wake()  # a safety net under notifications, never for latency
-        retention = self.settings.retention_seconds
-        # a full batch means more are due: the next tick prunes again, so retention keeps
-        # up with any rate of finished jobs
-        if (
-            retention
-            and now - self._last_prune >= PRUNE_EVERY
-            and await self.leases.prune(retention) < PRUNE_BATCH
-        ):
-            self._last_prune = now
-        if now - self._last_heartbeat >= self.settings.lease_seconds / 3:
-            self._last_heartbeat = now
-            await self._heartbeat()
-
-    async def _heartbeat(self) -> None:
-        """Extend held leases, reap expired ones, say this node is alive; then stop the
-        attempts whose lease was lost."""
-        try:
-            lost = await self.leases.heartbeat(self.settings.lease_seconds)
-            await self.leases.reap(self.settings.lease_seconds)
-            await self.store.register_node(self.catalog.limits())
-        except StoreUnavailable as exc:
-            self.leases.unreachable()
-            log.warning("heartbeat failed: store unavailable", extra={"err": str(exc)})
-            return
-        self.leases.reachable()
-        self.leases.kill_lost(lost)
+        await self.leases.tick(time.monotonic(), self.settings, self.catalog.limits())
 
     async def _scale(self) -> None:
         """With --workers MIN:MAX, move the target with the load (see `scaling.py`)."""
-        bounds = self.scaler.bounds
-        if not bounds.fixed and self._probe is None and self._stopping is None:
-            n = Counts.of(w for w in self.pool if w.generation >= self.generation)
-            saturated = not n.idle and not n.booting and n.workers < bounds.maximum
-            queues = self.dispatcher.policy.queues
-            waited = 0.0
-            if saturated:  # due jobs in the store, or claimed here and not started yet
-                waited = max(await longest_wait(self.store, queues), self.dispatcher.longest_wait())
-            now = time.monotonic()
-            target = self.scaler.decide(
-                now, workers=n.workers, idle=n.idle, booting=n.booting, waited=waited
-            )
+        if not self.scaler.bounds.fixed and self._probe is None and self._stopping is None:
+            current = (w for w in self.pool if w.generation >= self.generation)
+            target = await self.scaler.look(current, self._waited, time.monotonic())
             if target != self.target:
-                extra = {"workers": target, "before": self.target, "bounds": str(bounds)}
+                extra = {
+                    "workers": target,
+                    "before": self.target,
+                    "bounds": str(self.scaler.bounds),
+                }
                 log.info("worker count scaled", extra=extra)
                 self.target = target
                 self.manage_workers()
         self._note_count()
+
+    async def _waited(self) -> float:
+        """Seconds the longest-waiting due job has waited: in the store, or claimed here
+        and not started yet."""
+        queues = self.dispatcher.policy.queues
+        return max(await longest_wait(self.store, queues), self.dispatcher.longest_wait())
 
     def _note_count(self) -> None:
         """Show the worker count aimed for and its bounds (the dashboard, the gauge) as

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import logging
 import random
+from collections.abc import Awaitable, Callable
+
+log = logging.getLogger("goqueue.arbiter")  # boot steps retried are the arbiter's
 
 
 def backoff(attempt: int, base: float, cap: float, rng: random.Random) -> float:
@@ -30,3 +35,18 @@ class Backoff:
     def reset(self) -> None:
         """A success: the next failure waits `base` again."""
         self.failures = 0
+
+
+async def retrying(
+    what: str, attempt: Callable[[], Awaitable[None]], errors: type[Exception], delays: Backoff
+) -> None:
+    """Run `attempt` until it succeeds, waiting `delays` after each of `errors` (one log
+    line per retry, naming `what`); other errors go to the caller."""
+    while True:
+        try:
+            await attempt()
+            return
+        except errors as exc:
+            delay = delays.next()
+            log.warning(f"{what} failed; retrying in {delay:.2g}s: {exc}")
+            await asyncio.sleep(delay)

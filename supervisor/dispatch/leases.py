@@ -17,12 +17,15 @@ from goqueue.supervisor.common.enums import KillReason
 from goqueue.supervisor.common.errors import StoreUnavailable
 from goqueue.supervisor.common.jobs import utcnow
 from goqueue.supervisor.dispatch.dispatcher import Dispatcher
+from goqueue.supervisor.settings.config import Settings
 from goqueue.supervisor.store.base import Store
 from goqueue.supervisor.workers.pool import Pool
 
 log = logging.getLogger("goqueue.leases")
 
 PRUNE_BATCH = 10_000
+SWEEP = 5.0  # seconds between claims that no notification asked for
+PRUNE_EVERY = 60.0  # seconds between deletions of expired finished jobs
 
 
 class Leases:
@@ -41,6 +44,42 @@ class Leases:
         self.monotonic = monotonic
         self._failing = False  # the last heartbeat found the store unreachable
         self._back_at: float | None = None  # when it answered again (reaping waits)
+        self._last_heartbeat = 0.0
+        self._last_sweep = 0.0
+        self._last_prune = 0.0
+
+    async def tick(self, now: float, settings: Settings, limits: dict[str, int | None]) -> None:
+        """The arbiter's tick: a claim sweep, pruning and the heartbeat when each is due
+        (the heartbeat a third of a lease apart; `limits` are registered with it)."""
+        if now - self._last_sweep >= SWEEP:
+            self._last_sweep = now
+            self.dispatcher.wake()  # a safety net under notifications, never for latency
+        retention = settings.retention_seconds
+        # a full batch means more are due: the next tick prunes again, so retention keeps
+        # up with any rate of finished jobs
+        if (
+            retention
+            and now - self._last_prune >= PRUNE_EVERY
+            and await self.prune(retention) < PRUNE_BATCH
+        ):
+            self._last_prune = now
+        if now - self._last_heartbeat >= settings.lease_seconds / 3:
+            self._last_heartbeat = now
+            await self.beat(settings.lease_seconds, limits)
+
+    async def beat(self, lease_seconds: float, limits: dict[str, int | None]) -> None:
+        """Extend held leases, reap expired ones, say this node is alive; then stop the
+        attempts whose lease was lost."""
+        try:
+            lost = await self.heartbeat(lease_seconds)
+            await self.reap(lease_seconds)
+            await self.store.register_node(limits)
+        except StoreUnavailable as exc:
+            self.unreachable()
+            log.warning("heartbeat failed: store unavailable", extra={"err": str(exc)})
+            return
+        self.reachable()
+        self.kill_lost(lost)
 
     async def heartbeat(self, lease_seconds: float) -> list[str]:
         """Hand back leases claimed ahead that waited too long for a worker, then extend

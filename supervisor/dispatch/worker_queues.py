@@ -23,7 +23,8 @@ from goqueue.supervisor.dispatch.outcomes import Outcomes
 from goqueue.supervisor.dispatch.queues import Durations
 from goqueue.supervisor.store.base import Store
 from goqueue.supervisor.workers.handle import Queued, Worker
-from goqueue.supervisor.workers.pool import EXTEND_EVERY, Handoff, Pool
+from goqueue.supervisor.workers.pool import Handoff, Pool
+from goqueue.supervisor.workers.watch import EXTEND_EVERY
 
 log = logging.getLogger("goqueue.dispatch")
 

@@ -8,6 +8,7 @@ worker only through these methods.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import time
 from collections import deque
@@ -163,6 +164,14 @@ class Worker:
         reported once the process is gone."""
         self.ending(reason)
         self.verdict = verdict
+
+    def send_signal(self, sig: signal.Signals) -> None:
+        """Signal the process through its pidfd (nothing once it is reaped: the pidfd
+        never names another process)."""
+        if self.pidfd < 0:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            signal.pidfd_send_signal(self.pidfd, sig)
 
     @property
     def gone(self) -> bool:

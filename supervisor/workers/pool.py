@@ -4,10 +4,8 @@ Each worker is a direct child (`spawn.py`). Its pipe and its pidfd are watched b
 loop, so nothing here blocks; the pidfd firing is the death notice, and the exit code or
 signal is named in the error of whatever attempt the child was running.
 
-While attempts run, two timers of the pool's own (never the arbiter's tick, which may be
-waiting on a database) keep watch: every `EXTEND_EVERY` busy workers are told the
-supervisor is alive (`Extend`, when leases bound how long a job may go unwatched), and
-with a memory limit their resident memory is sampled every `SAMPLE_EVERY`.
+While attempts run, two timers of the pool's own (`watch.py`: never the arbiter's tick,
+which may be waiting on a database) keep watch over busy workers.
 
 The pool reports on two channels: what became of each attempt (`JobEvents`, the
 dispatcher) and a worker's lifecycle (`WorkerEvents`, the arbiter). Replacing a worker
@@ -36,7 +34,6 @@ from goqueue.actors.protocol import (
     Dropped,
     EnqueueReply,
     EnqueueRequest,
-    Extend,
     FromWorker,
     Go,
     JobDone,
@@ -58,7 +55,8 @@ from goqueue.supervisor.workers import child_enqueues as child_jobs
 from goqueue.supervisor.workers.channel import Channel
 from goqueue.supervisor.workers.events import JobEvents, Listeners, WorkerEvents
 from goqueue.supervisor.workers.handle import Worker, describe_exit
-from goqueue.supervisor.workers.spawn import WorkerConfig, launch, open_statm, reap, rss_kb
+from goqueue.supervisor.workers.spawn import WorkerConfig, launch, reap
+from goqueue.supervisor.workers.watch import Watch
 
 if TYPE_CHECKING:
     from goqueue.supervisor.settings.config import Settings
@@ -78,8 +76,6 @@ log = logging.getLogger("goqueue.pool")
 
 STOP_GRACE = 5.0  # seconds a worker asked to exit cleanly gets before SIGKILL
 EOF_GRACE = 0.2  # seconds to wait for a dead child's pipe to drain before settling it
-EXTEND_EVERY = 0.5  # seconds between two `Extend` to each busy worker
-SAMPLE_EVERY = 0.05  # seconds between two memory samples of each busy worker
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,18 +143,22 @@ class Pool:
         self.kill_grace = kill_grace
         self.recycle = recycle
         self.lease_allowance = lease_allowance
-        self.memory_limit_mb = memory_limit_mb
         self.listeners = listeners or Listeners()  # who hears what becomes of workers (`listen`)
         self.on_read = on_read  # the time each read of a pipe took (a metric)
         self.codec = SupervisorCodec()
         self.workers: dict[int, Worker] = {}
-        self._statm: dict[int, int] = {}  # pid -> /proc/PID/statm descriptor
         self._tasks: set[asyncio.Future[object]] = set()
         self._slots = 0
         self._all_gone = asyncio.Event()
         self._freed = asyncio.Event()  # a worker stopped being busy
-        self._extend_timer: asyncio.TimerHandle | None = None
-        self._sample_timer: asyncio.TimerHandle | None = None
+        # the pool's own timers over busy workers: Extend, memory samples
+        self.watch = Watch(
+            loop,
+            self.workers,
+            self.codec,
+            lease_allowance=lease_allowance,
+            memory_limit_mb=memory_limit_mb,
+        )
 
     def listen(self, listeners: Listeners) -> None:
         """Report to `listeners` from now on: given whole, once, before the first spawn."""
@@ -170,7 +170,7 @@ class Pool:
         """Apply a reload: what new workers boot with, recycling and the memory limit."""
         self.config = config
         self.recycle = recycle
-        self.memory_limit_mb = memory_limit_mb
+        self.watch.memory_limit_mb = memory_limit_mb
 
     def __iter__(self) -> Iterator[Worker]:
         return iter(list(self.workers.values()))
@@ -250,7 +250,7 @@ class Pool:
         worker.begin(lease)
         worker.set_deadline(self.loop, self.loop.time() + timeout, self._timed_out)
         self._send(worker, RunJobs([self._attempt(lease)]))
-        self._watch()
+        self.watch.arm()
 
     def hand(self, worker: Worker, handoffs: list[Handoff]) -> None:
         """Queue attempts on `worker`, to run in this order after those it holds, each
@@ -261,7 +261,7 @@ class Pool:
             attempt = self._attempt(handoff.lease, go=handoff.go, start_by=handoff.start_by)
             jobs.append(attempt)
         self._send(worker, RunJobs(jobs))
-        self._watch()
+        self.watch.arm()
 
     def go(self, worker: Worker, job_ids: list[str]) -> None:
         """The starts of these attempts queued on `worker` are durable: they may run."""
@@ -311,10 +311,7 @@ class Pool:
         self._signal(worker, signal.SIGKILL)
 
     def _signal(self, worker: Worker, sig: signal.Signals) -> None:
-        if worker.gone:
-            return  # reaped: nothing to signal (the pidfd never names another process)
-        with contextlib.suppress(ProcessLookupError):
-            signal.pidfd_send_signal(worker.pidfd, sig)
+        worker.send_signal(sig)
 
     def _send(self, worker: Worker, message: ToWorker) -> None:
         worker.channel.send_frame(self.codec.frame(message))
@@ -332,81 +329,6 @@ class Pool:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._freed.wait(), left)
         return not self.count(WorkerState.BUSY)
-
-    # -- watching running attempts -------------------------------------------------------
-
-    def _watch(self) -> None:
-        """Arm the timers that watch busy workers, if they are not running."""
-        if self.lease_allowance is not None and self._extend_timer is None:
-            self._extend_timer = self.loop.call_later(self._extend_every(), self._extend)
-        if self.memory_limit_mb is not None and self._sample_timer is None:
-            self._sample_timer = self.loop.call_later(SAMPLE_EVERY, self._sample)
-
-    def _busy(self) -> list[Worker]:
-        """Workers running an attempt whose outcome is still open."""
-        return [
-            w
-            for w in self.workers.values()
-            if w.lease is not None and w.verdict is None and not w.gone
-        ]
-
-    def _holding(self) -> list[Worker]:
-        """Workers holding attempts (running or queued) whose outcomes are still open."""
-        return [
-            w
-            for w in self.workers.values()
-            if (w.lease is not None or w.queued) and w.verdict is None and not w.gone
-        ]
-
-    def _extend(self) -> None:
-        """Tell every worker holding attempts the supervisor is alive: they may go on."""
-        self._extend_timer = None
-        busy = self._holding()
-        if self.lease_allowance is None or not busy:
-            return
-        frame = self.codec.frame(Extend(self.lease_allowance))
-        for worker in busy:
-            worker.channel.send_frame(frame)
-        self._extend_timer = self.loop.call_later(self._extend_every(), self._extend)
-
-    def _extend_every(self) -> float:
-        """Seconds between two `Extend`: a few of them fit in any allowance (short leases
-        give short allowances)."""
-        allowance = self.lease_allowance or EXTEND_EVERY
-        return min(EXTEND_EVERY, allowance / 4)
-
-    def _sample(self) -> None:
-        """Kill the busy workers whose resident memory passed the limit."""
-        self._sample_timer = None
-        limit = self.memory_limit_mb
-        busy = self._busy()
-        if limit is None or not busy:
-            return
-        for worker in busy:
-            fd = self._statm.get(worker.pid)
-            if fd is None:
-                try:
-                    fd = self._statm[worker.pid] = open_statm(worker.pid)
-                except OSError:  # out of descriptors: sample it next time
-                    continue
-            rss = rss_kb(fd)
-            if rss > limit * 1024:
-                self._kill_for_memory(worker, rss, limit)
-        self._sample_timer = self.loop.call_later(SAMPLE_EVERY, self._sample)
-
-    def _kill_for_memory(self, worker: Worker, rss: int, limit: int) -> None:
-        """SIGKILL at once (memory grows fast); the attempt fails with the reason."""
-        lease = worker.lease
-        assert lease is not None
-        error = (
-            f"exceeded the memory limit ({limit} MB): worker {worker.pid} reached "
-            f"{rss // 1024} MB and was killed"
-        )
-        duration = time.monotonic() - worker.attempt_started
-        worker.cancel_timers()
-        worker.condemn(KillReason.MEMORY, JobFailed(lease.job.id, error, duration, rss_kb=rss))
-        self._signal(worker, signal.SIGKILL)
-        log.warning(error, extra={"job_id": lease.job.id, "worker_pid": worker.pid})
 
     # -- reading ---------------------------------------------------------------------
 
@@ -501,9 +423,7 @@ class Pool:
             return  # already settled
         worker.channel.close()
         self.workers.pop(worker.pid, None)
-        statm = self._statm.pop(worker.pid, None)
-        if statm is not None:
-            os.close(statm)
+        self.watch.forget(worker.pid)
         self._freed.set()
         if not self.workers:
             self._all_gone.set()
@@ -547,10 +467,7 @@ class Pool:
                 for worker in self:
                     self._signal(worker, signal.SIGKILL)
                 await asyncio.wait_for(self._all_gone.wait(), 2.0)
-        for timer in (self._extend_timer, self._sample_timer):
-            if timer is not None:
-                timer.cancel()
-        self._extend_timer = self._sample_timer = None
+        self.watch.stop()
         for task in list(self._tasks):
             task.cancel()
 

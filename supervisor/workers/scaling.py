@@ -15,7 +15,7 @@ Damped both ways, so a steady load holds a steady count:
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
@@ -74,6 +74,16 @@ class Scaler:
         """New bounds (signals, reload): the target moved inside them."""
         self.bounds = bounds
         return self._set(bounds.clamp(self.target))
+
+    async def look(
+        self, workers: Iterable[Worker], waited: Callable[[], Awaitable[float]], now: float
+    ) -> int:
+        """The target after a look at `workers` (those of the current code), asking how
+        long due work has `waited` only when every one of them is busy and more may run."""
+        n = Counts.of(workers)
+        saturated = not n.idle and not n.booting and n.workers < self.bounds.maximum
+        wait = await waited() if saturated else 0.0
+        return self.decide(now, workers=n.workers, idle=n.idle, booting=n.booting, waited=wait)
 
     def decide(self, now: float, *, workers: int, idle: int, booting: int, waited: float) -> int:
         """The target after a look at the pool: `workers` running or booting, `idle` of
