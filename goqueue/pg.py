@@ -240,6 +240,8 @@ def _refused(exc: errors.GoQueueError) -> ClientError:
         case errors.UnknownJobType():
             hint = " (strict=False enqueues it anyway)"
             return BadRequest(str(exc) + hint, {"field": exc.path, "type": exc.job_type})
+        case errors.InvalidJob():
+            return BadRequest(str(exc), {"field": exc.field})
         case errors.StoreUnavailable():
             return Unavailable(str(exc))
     return ClientError(str(exc))

@@ -185,7 +185,7 @@ class Engine:
             try:
                 news.append(await self._prepare(spec, None, None, strict))
                 answers.append(None)
-            except UnknownJobType as exc:
+            except (UnknownJobType, InvalidJob) as exc:
                 answers.append(exc)
         stored = iter(await self.store.enqueue_many(news) if news else [])
         out: list[Enqueued | Exception] = []

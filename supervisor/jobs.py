@@ -14,6 +14,7 @@ from typing import Annotated, Any, Protocol
 import msgspec
 from goqueue.supervisor.enums import TERMINAL, Status
 from goqueue.supervisor.errors import UnknownJobType
+from goqueue.supervisor.payloads import check_payload
 
 STATUSES: tuple[Status, ...] = tuple(Status)
 
@@ -119,6 +120,14 @@ class Declared(Protocol):
     def max_retries(self) -> int | None:
         """Its retries, or None for the server's default."""
 
+    @property
+    def shape(self) -> bytes | None:
+        """Its payload's type (`actors/shapes.py`), or None for the classic form."""
+
+    @property
+    def keyword(self) -> bool:
+        """Its keyword form: a null payload stands for `{}`."""
+
 
 def resolve_spec(
     spec: JobSpec,
@@ -129,10 +138,13 @@ def resolve_spec(
     """`spec` and its templates with `queue`, `priority` and `max_retries` set: the job's
     own value, else its actor's declaration, else the server's default (one place for
     this rule: the engine and `goqueue.pg` both use it). With `known`, a type not in it
-    raises UnknownJobType naming the field."""
+    raises UnknownJobType naming the field. A typed actor's payload is checked here too:
+    one that does not fit raises InvalidPayload naming the field."""
     if known is not None and spec.type not in known:
         raise UnknownJobType(spec.type, f"{path}type", known)
     actor = declared(spec.type)
+    if actor is not None and actor.shape is not None:
+        check_payload(actor.shape, actor.keyword, spec.payload, path)
     queue, priority, retries = spec.queue, spec.priority, spec.max_retries
     if queue is None:
         queue = (actor.queue if actor else None) or DEFAULT_QUEUE

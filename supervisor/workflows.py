@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 import msgspec
-from goqueue.supervisor.errors import UnknownJobType
+from goqueue.supervisor.errors import InvalidPayload, UnknownJobType
 from goqueue.supervisor.jobs import JobSpec
 from goqueue.supervisor.steps import (
     WORKFLOW_CANCELLED,
@@ -95,6 +95,8 @@ async def prepare_workflow(
             new = await prepare(step.job_spec())
         except UnknownJobType as exc:
             raise UnknownJobType(exc.job_type, f"jobs[{i}].{exc.path}") from None
+        except InvalidPayload as exc:
+            raise InvalidPayload(exc.reason, f"jobs[{i}].{exc.field}") from None
         steps.append(NewStep(key=step.key, after=list(dict.fromkeys(step.after)), new=new))
     return NewWorkflow(
         id=workflow_id,
