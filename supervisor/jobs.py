@@ -134,16 +134,19 @@ def resolve_spec(
     declared: Callable[[str], Declared | None],
     known: Collection[str] | None = None,
     path: str = "",
+    *,
+    check: bool = True,
 ) -> JobSpec:
     """`spec` and its templates with `queue`, `priority` and `max_retries` set: the job's
     own value, else its actor's declaration, else the server's default (one place for
     this rule: the engine and `goqueue.pg` both use it). With `known`, a type not in it
     raises UnknownJobType naming the field. A typed actor's payload is checked here too:
-    one that does not fit raises InvalidPayload naming the field."""
+    one that does not fit raises InvalidPayload naming the field (not with `check` off:
+    a spec only looked at, never stored)."""
     if known is not None and spec.type not in known:
         raise UnknownJobType(spec.type, f"{path}type", known)
     actor = declared(spec.type)
-    if actor is not None and actor.shape is not None:
+    if check and actor is not None and actor.shape is not None:
         check_payload(actor.shape, actor.keyword, spec.payload, path)
     queue, priority, retries = spec.queue, spec.priority, spec.max_retries
     if queue is None:
@@ -155,9 +158,9 @@ def resolve_spec(
         retries = DEFAULT_MAX_RETRIES if retries is None else retries
     on_success, on_failure = spec.on_success, spec.on_failure
     if on_success is not None:
-        on_success = resolve_spec(on_success, declared, known, f"{path}on_success.")
+        on_success = resolve_spec(on_success, declared, known, f"{path}on_success.", check=check)
     if on_failure is not None:
-        on_failure = resolve_spec(on_failure, declared, known, f"{path}on_failure.")
+        on_failure = resolve_spec(on_failure, declared, known, f"{path}on_failure.", check=check)
     return msgspec.structs.replace(
         spec,
         queue=queue,
