@@ -120,6 +120,26 @@ def test_the_job_types_page_counts_times_and_rates_failures_per_type(
     expect(page.locator("[data-job]")).to_have_count(4)
 
 
+@BOTH
+def test_the_job_types_page_shows_each_typed_actors_parameters(
+    make_node: Any, open_tab: Any, viewport: dict[str, int]
+) -> None:
+    node = make_node("--actors", "typedactors,testactors")
+    for job in (
+        node.enqueue(type="resize", payload={"url": "u"}),
+        node.enqueue(type="classic", payload=[1]),
+    ):
+        node.wait_status(job["id"], "done")
+    tab = open_tab(node.url, viewport=viewport)
+    page = tab.open("/types")
+    resize = page.locator('[data-params="resize"]')
+    expect(resize).to_contain_text("url: string")
+    expect(resize).to_contain_text("width: integer = 100")
+    expect(resize).to_contain_text("size: Size")
+    expect(page.locator('[data-params="classic"]')).to_have_text("any JSON")
+    no_sideways_scroll(page, viewport)
+
+
 class Hooks:
     """A webhook receiver on 127.0.0.1: answers 500 to the first request, then 200."""
 
