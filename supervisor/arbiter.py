@@ -123,7 +123,10 @@ class Arbiter:
                 loop.remove_signal_handler(sig)
 
     async def _run(self) -> int:
-        # HTTP first: /health answers and /ready says what is missing while the rest boots
+        # What only this node may hold (a SQLite file) first: a second node refuses before
+        # it listens. Then HTTP: /health answers and /ready says what is missing while the
+        # rest boots.
+        await self.store.reserve()
         self.node.engine.starting = True
         try:
             await self.node.http.start()

@@ -13,8 +13,8 @@ import http.client
 import select
 import socket
 import threading
-import weakref
 import time
+import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import Any, TypeVar, Unpack, cast, overload

@@ -51,6 +51,9 @@ class MemoryStore(MemoryWorkflows):
 
     # -- lifecycle -------------------------------------------------------------------
 
+    async def reserve(self) -> None:
+        """Nothing to hold: a node may share this store."""
+
     async def open(self) -> None:
         """Nothing to connect to."""
 
