@@ -594,3 +594,25 @@ def test_dockerfile_entrypoint_and_environment() -> None:
     instructions = "\n".join(line for line in text.splitlines() if not line.startswith("#"))
     env = dict(re.findall(r"\b(GOQUEUE_[A-Z_]+)=(\S+)", instructions))
     assert settings_from_env(env, "Dockerfile").host == "0.0.0.0"
+
+
+def test_every_page_is_in_the_nav() -> None:
+    def pages(node: object) -> Iterator[str]:
+        if isinstance(node, str):
+            yield node
+        elif isinstance(node, list):
+            for item in node:
+                yield from pages(item)
+        elif isinstance(node, dict):
+            for value in node.values():
+                yield from pages(value)
+
+    class Loader(yaml.SafeLoader):
+        """mkdocs.yml's `!!python/name:` tags read as nothing: only the nav matters here."""
+
+    Loader.add_multi_constructor("", lambda loader, suffix, node: None)
+    site = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=Loader)
+    in_nav = set(pages(site["nav"]))
+    written = {str(p.relative_to(SITE)) for p in SITE.rglob("*.md") if "hooks" not in p.parts}
+    assert written - in_nav == set()
+    assert site["validation"]["nav"]["omitted_files"] == "warn"  # so --strict fails on one
