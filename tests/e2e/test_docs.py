@@ -616,3 +616,14 @@ def test_every_page_is_in_the_nav() -> None:
     written = {str(p.relative_to(SITE)) for p in SITE.rglob("*.md") if "hooks" not in p.parts}
     assert written - in_nav == set()
     assert site["validation"]["nav"]["omitted_files"] == "warn"  # so --strict fails on one
+
+
+def test_every_screenshot_the_docs_show_is_made_by_a_ui_test() -> None:
+    shown = set()
+    for doc in [README, *SITE.rglob("*.md")]:
+        shown |= set(re.findall(r"screenshots/([\w-]+)\.png", doc.read_text()))
+    ui_tests = " ".join(p.read_text() for p in (ROOT / "tests" / "e2e" / "ui").glob("test_*.py"))
+    made = set(re.findall(r'shot\("([\w-]+)", docs=', ui_tests))
+    assert shown and shown <= made, shown - made
+    kept = {p.stem for p in (SITE / "screenshots").glob("*.png")}
+    assert kept == shown  # none stale, none missing
