@@ -229,3 +229,19 @@ def test_a_stored_job_that_no_longer_fits_after_a_reload_goes_to_the_dlq(
         assert [d["job_id"] for d in letters["dead_letters"]] == [job["id"]], letters
     finally:
         stop_node(reloading)
+
+
+def test_a_schedule_whose_payload_does_not_fit_stops_the_node_at_start(tmp_path: Path) -> None:
+    config = tmp_path / "goqueue.toml"
+    config.write_text(
+        '[[schedules]]\nname = "thumbs"\ntype = "resize"\nevery_seconds = 60\n'
+        'payload = {url = "u", width = "wide"}\n'
+    )
+    refused = start_node(tmp_path, "--actors", "typedactors", "--config", str(config), wait=False)
+    try:
+        assert refused.proc.wait(timeout=30) != 0
+    finally:
+        if refused.proc.poll() is None:
+            refused.proc.kill()
+    line = next(x for x in refused.logs().splitlines() if "cannot start" in x)
+    assert "schedule 'thumbs': payload.width: Expected `int`, got `str`" in line, line
