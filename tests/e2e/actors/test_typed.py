@@ -170,6 +170,8 @@ def test_openapi_holds_each_typed_schema(node: Node) -> None:
 def test_send_takes_the_handlers_own_arguments_from_a_program(node: Node, tmp_path: Path) -> None:
     program = textwrap.dedent(
         """
+        import asyncio
+
         import goqueue
         from typedactors import resize, place, classic
 
@@ -182,6 +184,16 @@ def test_send_takes_the_handlers_own_arguments_from_a_program(node: Node, tmp_pa
             resize.send("u", "wide")
         except goqueue.BadRequest as exc:
             print("refused", exc.details["field"])
+
+
+        async def main():
+            async with goqueue.AsyncClient() as client:
+                job = await resize.send_async_with_options(
+                    args=("https://x/d.png",), kwargs={"width": 9}, client=client
+                )
+                print(job.id)
+
+        asyncio.run(main())
         """
     )
     env = {**os.environ, "GOQUEUE_URL": node.url, "PYTHONPATH": str(FIXTURES)}
@@ -189,12 +201,13 @@ def test_send_takes_the_handlers_own_arguments_from_a_program(node: Node, tmp_pa
         [sys.executable, "-c", program], env=env, capture_output=True, text=True, timeout=30
     )
     assert out.returncode == 0, out.stderr
-    first, second, third, refused = out.stdout.split("\n")[:4]
+    first, second, third, refused, fourth = out.stdout.split("\n")[:5]
     assert node.wait_status(first, "done")["result"]["width"] == 64
     job = node.wait_status(second, "done")
     assert job["priority"] == 9 and job["result"]["width"] == 100
     assert node.wait_status(third, "done")["priority"] == 2
     assert refused == "refused payload.width"
+    assert node.wait_status(fourth, "done")["result"]["width"] == 9
 
 
 def test_a_stored_job_that_no_longer_fits_after_a_reload_goes_to_the_dlq(
