@@ -148,7 +148,7 @@ def read(fn: Callable[..., Any], name: str) -> Signature:
     params = list(inspect.signature(fn).parameters.values())
     result = _result_type(hints.get("return", inspect.Signature.empty))
     if _classic(params, hints):
-        return Signature(Form.CLASSIC, context=params[1].name, result=result)
+        return Signature(Form.CLASSIC, context=params[1].name)  # exactly as before: as returned
     context = [p for p in params if p.name == "ctx" or hints.get(p.name) is Context]
     if len(context) > 1:
         raise ActorDefinitionError(f"{label}: more than one parameter takes the context")
