@@ -627,3 +627,22 @@ def test_every_screenshot_the_docs_show_is_made_by_a_ui_test() -> None:
     assert shown and shown <= made, shown - made
     kept = {p.stem for p in (SITE / "screenshots").glob("*.png")}
     assert kept == shown  # none stale, none missing
+
+
+def test_the_typed_actors_example_has_the_forms_it_names() -> None:
+    from goqueue import TypedActor
+    from goqueue.actors.typed import Form
+
+    (example,) = [
+        b for b in blocks(SITE / "guide" / "actors.md", "python") if "# keyword form" in b.text
+    ]
+    names: dict[str, object] = {}
+    exec(compile(example.text, str(example.path), "exec"), names)
+    resize, place, send_email = names["resize"], names["place"], names["send_email"]
+    assert isinstance(resize, TypedActor) and resize.signature.form is Form.KEYWORD
+    assert place.signature.form is Form.STRUCT  # type: ignore[attr-defined]
+    assert send_email.signature.form is Form.CLASSIC  # type: ignore[attr-defined]
+    assert resize.payload(("https://example.com/a.png",), {"width": 64}) == {
+        "url": "https://example.com/a.png",
+        "width": 64,
+    }
