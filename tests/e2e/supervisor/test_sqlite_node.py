@@ -145,8 +145,8 @@ def test_a_second_node_on_the_file_is_refused_in_one_line(make_node: MakeNode) -
     a = make_node(*DB)
     b = make_node(*DB, wait=False)
     assert b.proc.wait(timeout=20) != 0
-    [line] = [x for x in b.logs().splitlines() if "cannot start" in x]
-    assert "SQLite file jobs.db is in use by another GoQueue node" in line
+    [line] = b.logs().splitlines()  # one line, and nothing before it
+    assert "cannot start: SQLite file jobs.db is in use by another GoQueue node" in line
     assert "Traceback" not in b.logs()
     # refused before it listens, and nothing else said about a file it never opened
     assert '"listening"' not in b.logs() and "SQLite file closed" not in b.logs()
