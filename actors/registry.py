@@ -5,7 +5,8 @@ There is no global registry: `load_actors` imports the named modules and collect
 
 An actor is also a producer: `send_email.send(payload)` enqueues a job of its type with
 its declared defaults, through `goqueue.client` (imported only when called, so a worker
-that never sends loads no HTTP code).
+that never sends loads no HTTP code). A keyword-form actor (`TypedActor`) takes the
+handler's own arguments instead: `resize.send(url, width=50)`.
 """
 
 from __future__ import annotations

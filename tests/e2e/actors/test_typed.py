@@ -99,35 +99,51 @@ def test_a_misfit_is_a_400_naming_the_field_and_nothing_is_stored(
     assert total(node, job_type) == before
 
 
-def test_batch_items_are_checked_each_on_its_own(node: Node) -> None:
+MISFITS = [
+    ({"url": "u", "width": "wide"}, "payload.width", "Expected `int`, got `str`"),
+    ({"width": 3}, "payload", "Object missing required field `url`"),
+    ({"url": "u", "height": 3}, "payload", "Object contains unknown field `height`"),
+]
+
+
+@pytest.mark.parametrize(("payload", "field", "message"), MISFITS)
+def test_batch_items_are_checked_each_on_its_own(
+    node: Node, payload: Any, field: str, message: str
+) -> None:
     before = total(node, "resize")
     good = {"type": "resize", "payload": {"url": "u"}}
-    bad = {"type": "resize", "payload": {"url": "u", "width": "wide"}}
+    bad = {"type": "resize", "payload": payload}
     resp = node.post("/jobs/batch", {"jobs": [good, bad]})
     assert resp.status == 200, resp
     first, second = resp.body["results"]
     assert first["status"] == 201
     assert second["status"] == 400, second
-    assert second["details"]["field"] == "jobs[1].payload.width"
-    assert "Expected `int`, got `str`" in second["error"]
+    assert second["details"]["field"] == f"jobs[1].{field}"
+    assert message in second["error"]
     assert total(node, "resize") == before + 1
 
 
-def test_a_workflow_with_a_misfit_step_is_refused_whole(node: Node) -> None:
+@pytest.mark.parametrize(("payload", "field", "message"), MISFITS)
+def test_a_workflow_with_a_misfit_step_is_refused_whole(
+    node: Node, payload: Any, field: str, message: str
+) -> None:
     before = node.get("/workflows").body["total"]
+    jobs_before = total(node, "resize")
     resp = node.post(
         "/workflows",
         {
             "name": "thumbs",
             "jobs": [
                 {"key": "a", "type": "resize", "payload": {"url": "u"}},
-                {"key": "b", "type": "resize", "payload": {"url": 5}, "after": ["a"]},
+                {"key": "b", "type": "resize", "payload": payload, "after": ["a"]},
             ],
         },
     )
     assert resp.status == 400, resp
-    assert resp.body["details"]["field"] == "jobs[1].payload.url", resp.body
+    assert resp.body["details"]["field"] == f"jobs[1].{field}", resp.body
+    assert message in resp.body["error"]
     assert node.get("/workflows").body["total"] == before
+    assert total(node, "resize") == jobs_before
 
 
 def test_a_chained_template_is_checked_at_enqueue(node: Node) -> None:
@@ -227,10 +243,11 @@ def test_a_stored_job_that_no_longer_fits_after_a_reload_goes_to_the_dlq(
             "def shift(width: str) -> str:\n    return width\n"
         )
         reloading.signal(signal.SIGHUP)
+        # probes the old schema lets in wait in a paused queue of their own
+        assert reloading.post("/queues/probe/pause").status == 200
+        probe = {"type": "shift", "queue": "probe", "payload": {"width": 3}}
         wait_for(
-            lambda: (
-                reloading.post("/jobs", {"type": "shift", "payload": {"width": 3}}).status == 400
-            ),
+            lambda: reloading.post("/jobs", probe).status == 400,
             timeout=20,
             what="the reload's new schema refusing an int",
         )
