@@ -5,7 +5,8 @@ psycopg or prometheus-client is ever loaded in a worker.
 """
 
 from goqueue.actors.errors import ActorDefinitionError, EnqueueError, Fail, Retry
-from goqueue.actors.registry import Actor, Context, Registry, actor, load_actors
+from goqueue.actors.job_context import Context
+from goqueue.actors.registry import Actor, Registry, TypedActor, actor, load_actors
 
 __all__ = [
     "Actor",
@@ -15,6 +16,7 @@ __all__ = [
     "Fail",
     "Registry",
     "Retry",
+    "TypedActor",
     "actor",
     "load_actors",
 ]

@@ -26,6 +26,7 @@ from goqueue.actors.boot import extend_path, load
 from goqueue.actors.context import PipeLink
 from goqueue.actors.errors import Fail, Retry
 from goqueue.actors.inbox import Inbox, Wait
+from goqueue.actors.job_context import Context
 from goqueue.actors.lease_alarm import KernelAlarm
 from goqueue.actors.logs import JobLog
 from goqueue.actors.pipe import Pipe
@@ -41,8 +42,9 @@ from goqueue.actors.protocol import (
     RunJob,
     Started,
 )
-from goqueue.actors.registry import Context, Registry
+from goqueue.actors.registry import Registry
 from goqueue.actors.tracebacks import DEFAULT_MAX_TRACEBACK_BYTES, bounded
+from goqueue.actors.typed import PayloadMisfit
 
 if TYPE_CHECKING:
     import asyncio
@@ -223,13 +225,16 @@ class Worker:
         except Fail as exc:
             self.error = exc
             return self._failed(job, started, f"Fail: {exc}", retry=False)
+        except PayloadMisfit as exc:  # it will never fit: no retry
+            self.error = exc
+            return self._failed(job, started, f"payload does not fit: {exc}", retry=False)
         except Exception as exc:
             self.error = exc
             return self._failed(
                 job, started, _describe(exc), tb=bounded(exc, self.max_traceback_bytes, _OWN_FILES)
             )
         try:
-            encoded = msgspec.json.encode(result)
+            encoded = self._encode(job, result)
         except (TypeError, ValueError, msgspec.EncodeError) as exc:
             return self._failed(job, started, f"result is not JSON: {exc}", retry=False)
         limit = self.max_result_bytes
@@ -242,12 +247,24 @@ class Worker:
         handler = self.registry.get(job.type)
         if handler is None:
             raise Fail(f"no actor named {job.type!r} in this worker")
-        payload = msgspec.json.decode(job.payload)
         parents = {} if job.parents is None else msgspec.json.decode(job.parents)
         ctx = Context(job.job_id, job.attempt, job.type, job.queue, self.link, parents)
+        called = handler.signature.call(handler.fn, job.payload, ctx)
         if handler.is_async:
-            return self._event_loop().run_until_complete(handler.fn(payload, ctx))
-        return handler.fn(payload, ctx)
+            return self._event_loop().run_until_complete(called)
+        return called
+
+    def _encode(self, job: RunJob, result: Any) -> bytes:
+        """The result as JSON; converted first to the handler's return annotation, when it
+        has one (a Struct, a datetime), so that is how it is written."""
+        handler = self.registry.get(job.type)
+        wanted = None if handler is None else handler.signature.result
+        if wanted is not None:
+            try:
+                result = msgspec.convert(result, wanted, from_attributes=True)
+            except msgspec.ValidationError as exc:
+                raise ValueError(f"it does not fit the return annotation: {exc}") from None
+        return msgspec.json.encode(result)
 
     def _event_loop(self) -> asyncio.AbstractEventLoop:
         if self._loop is None:

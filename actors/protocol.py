@@ -145,6 +145,11 @@ class ActorInfo(msgspec.Struct, array_like=True, gc=False):
     priority: int | None = None
     schedule: str | None = None  # a five-field cron expression (UTC): a periodic job
     rate_limit: str | None = None  # at most N starts per window: "100/s", "6000/m"
+    # A typed actor's payload: its type's shape (`shapes.py`), which the supervisor checks
+    # enqueues with, and its JSON Schema (published); None for the classic form.
+    shape: bytes | None = None
+    schema: bytes | None = None
+    keyword: bool = False  # the keyword form: a null payload stands for `{}`
 
 
 class Ready(msgspec.Struct, tag="ready", tag_field="msg", array_like=True, gc=False):

@@ -5,7 +5,8 @@ There is no global registry: `load_actors` imports the named modules and collect
 
 An actor is also a producer: `send_email.send(payload)` enqueues a job of its type with
 its declared defaults, through `goqueue.client` (imported only when called, so a worker
-that never sends loads no HTTP code).
+that never sends loads no HTTP code). A keyword-form actor (`TypedActor`) takes the
+handler's own arguments instead: `resize.send(url, width=50)`.
 """
 
 from __future__ import annotations
@@ -14,12 +15,15 @@ import difflib
 import importlib
 import inspect
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Concatenate, Generic, ParamSpec, Protocol, overload
 
+import msgspec
 from goqueue.actors.errors import ActorDefinitionError
+from goqueue.actors.job_context import Context
 from goqueue.actors.protocol import ActorInfo
+from goqueue.actors.typed import Form, Signature, read
 
 if TYPE_CHECKING:
     from typing import Unpack
@@ -41,57 +45,15 @@ _RATE = re.compile(r"\s*[1-9][0-9]{0,5}\s*/\s*[smh]\s*")
 _CRON_FIELD = re.compile(r"[0-9A-Za-z*/,\-#?LW]+")
 
 
-class Link(Protocol):
-    """What a context talks to: the worker's pipe to its supervisor."""
-
-    def enqueue(self, parent_id: str, spec: dict[str, Any]) -> str:
-        """Create a child job of `parent_id`; its id. Raises EnqueueError."""
-
-    def progress(self, job_id: str, value: float | Mapping[str, Any]) -> None:
-        """Report the job's progress (throttled)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Context:
-    """What a handler knows about the attempt it runs, and its line to the supervisor
-    (`enqueue`, `progress`), which exists only inside a worker."""
-
-    job_id: str
-    attempt: int
-    type: str
-    queue: str
-    link: Link | None = field(default=None, repr=False, compare=False)
-    # A workflow step's direct parents' results, by their keys ({} for any other job).
-    parents: Mapping[str, Any] = field(default_factory=dict)
-
-    def enqueue(self, job_type: str, payload: Any = None, /, **options: Any) -> str:
-        """Enqueue a job of `job_type` whose `parent_id` is this job, with any POST /jobs
-        field as an option (`queue=`, `priority=`, `delay_seconds=`, ...); returns its id.
-
-        The supervisor validates it as the API does. Raises EnqueueError when it refuses
-        (invalid, duplicate, store unavailable); blocks for the supervisor's answer."""
-        if "type" in options:
-            raise TypeError("ctx.enqueue takes the job type as its first argument, not type=")
-        return self._link().enqueue(self.job_id, {"type": job_type, "payload": payload, **options})
-
-    def progress(self, value: float | Mapping[str, Any]) -> None:
-        """Report progress: a number from 0 to 1, or a JSON object of at most 4 KiB. Cheap
-        to call often: at most about 5 reports a second reach the supervisor, the latest
-        winning. Shown as the running job's `progress` in GET /jobs/{id}."""
-        self._link().progress(self.job_id, value)
-
-    def _link(self) -> Link:
-        if self.link is None:
-            raise RuntimeError("ctx.enqueue and ctx.progress work only inside a worker")
-        return self.link
-
-
-Handler = Callable[[Any, Context], Any]
+Handler = Callable[..., Any]
+P = ParamSpec("P")
 
 
 @dataclass(frozen=True, slots=True)
 class Actor:
-    """A registered handler and its declared defaults."""
+    """A registered handler and its declared defaults. Its signature's form (`typed.py`)
+    says how it takes its payload; this class sends the classic and struct forms, whose
+    `.send` takes the payload whole (`TypedActor` sends the keyword form)."""
 
     name: str
     fn: Handler
@@ -102,6 +64,11 @@ class Actor:
     priority: int | None = None
     schedule: str | None = None  # five-field cron (UTC): the node enqueues one job per tick
     rate_limit: str | None = None  # at most N starts per second, minute or hour: "20/s"
+    signature: Signature = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
+
+    def __post_init__(self) -> None:
+        if self.signature is None:  # an Actor made by hand
+            object.__setattr__(self, "signature", read(self.fn, self.name))  # type: ignore[unreachable]
 
     @property
     def is_async(self) -> bool:
@@ -109,7 +76,8 @@ class Actor:
         return inspect.iscoroutinefunction(self.fn)
 
     def info(self) -> ActorInfo:
-        """The declaration as sent to the supervisor."""
+        """The declaration as sent to the supervisor, with its payload's type when typed."""
+        schema = self.signature.schema()
         return ActorInfo(
             self.name,
             self.timeout,
@@ -119,11 +87,14 @@ class Actor:
             self.priority,
             self.schedule,
             self.rate_limit,
+            shape=self.signature.shape(),
+            schema=None if schema is None else msgspec.json.encode(schema),
+            keyword=self.signature.keyword,
         )
 
-    def __call__(self, payload: Any, ctx: Context) -> Any:
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
         """Call the handler directly (handy in unit tests of user code)."""
-        return self.fn(payload, ctx)
+        return self.fn(*args, **kwargs)
 
     def options(self, given: JobOptions) -> JobOptions:
         """`given` with this actor's declared defaults filled in where it leaves them out
@@ -138,15 +109,21 @@ class Actor:
         merged.update((k, v) for k, v in given.items() if v is not None)
         return merged  # type: ignore[return-value]
 
+    def payload(self, args: Sequence[Any] = (), kwargs: Mapping[str, Any] | None = None) -> Any:
+        """The payload a call with `args` and `kwargs` makes: the handler's own arguments
+        by name in the keyword form, else the one payload (`args=(payload,)`)."""
+        if self.signature.form is Form.KEYWORD:
+            return self.signature.bind(tuple(args), kwargs or {})
+        if len(args) > 1 or (args and kwargs) or (kwargs and set(kwargs) != {"payload"}):
+            raise TypeError(f"actor {self.name!r} takes its payload whole: args=(payload,)")
+        return args[0] if args else (kwargs or {}).get("payload")
+
     def send(
         self, payload: Any = None, *, client: Producer | None = None, **options: Unpack[JobOptions]
     ) -> JobOut:
         """Enqueue a job of this actor's type: `send_email.send({"to": ...})`. It goes
         through `client`, else the one `goqueue.configure()` (or $GOQUEUE_URL) set up."""
-        from goqueue.client import default
-
-        sender = client if client is not None else default.client()
-        return sender.enqueue(self.name, payload, **self.options(options))
+        return self.send_with_options(args=(payload,), client=client, **options)
 
     async def send_async(
         self,
@@ -157,16 +134,73 @@ class Actor:
     ) -> JobOut:
         """`send` for async code: `await send_email.send_async({"to": ...})`, through
         `client` (an `AsyncClient`), else one per event loop as `goqueue.configure()` set."""
+        return await self.send_async_with_options(args=(payload,), client=client, **options)
+
+    def send_with_options(
+        self,
+        *,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        client: Producer | None = None,
+        **options: Unpack[JobOptions],
+    ) -> JobOut:
+        """Enqueue a job with the handler's arguments and job options apart (dramatiq's
+        name): `resize.send_with_options(args=(url,), kwargs={"width": 50}, priority=9)`."""
+        from goqueue.client import default
+
+        sender = client if client is not None else default.client()
+        return sender.enqueue(self.name, self.payload(args, kwargs), **self.options(options))
+
+    async def send_async_with_options(
+        self,
+        *,
+        args: Sequence[Any] = (),
+        kwargs: Mapping[str, Any] | None = None,
+        client: AsyncProducer | None = None,
+        **options: Unpack[JobOptions],
+    ) -> JobOut:
+        """`send_with_options` for async code."""
         from goqueue.client import default
 
         sender = client if client is not None else await default.async_client()
+        payload = self.payload(args, kwargs)
         return await sender.enqueue(self.name, payload, **self.options(options))
 
 
-def actor(name: str | None = None, **options: Any) -> Callable[[Handler], Actor]:
+@dataclass(frozen=True, slots=True)
+class TypedActor(Actor, Generic[P]):
+    """A keyword-form actor: `.send` and `.send_async` take the handler's own arguments
+    (`resize.send("https://...", width=50)`), which type checkers see; job options go
+    through `.send_with_options`."""
+
+    def send(self, *args: P.args, **kwargs: P.kwargs) -> JobOut:  # type: ignore[override]
+        """Enqueue a job with these arguments, through the client `goqueue.configure()`
+        (or $GOQUEUE_URL) set up."""
+        return self.send_with_options(args=args, kwargs=kwargs)
+
+    async def send_async(self, *args: P.args, **kwargs: P.kwargs) -> JobOut:  # type: ignore[override]
+        """`send` for async code."""
+        return await self.send_async_with_options(args=args, kwargs=kwargs)
+
+
+class _Declare(Protocol):
+    """What `@actor(...)` returns: the classic form makes an `Actor`, any other signature
+    a `TypedActor` whose `.send` takes the handler's parameters (a leading context left
+    out)."""
+
+    @overload
+    def __call__(self, fn: Callable[[Any, Context], Any], /) -> Actor: ...
+    @overload
+    def __call__(self, fn: Callable[Concatenate[Context, P], Any], /) -> TypedActor[P]: ...
+    @overload
+    def __call__(self, fn: Callable[P, Any], /) -> TypedActor[P]: ...
+
+
+def actor(name: str | None = None, **options: Any) -> _Declare:
     """Declare a handler: `@actor("email", timeout=30, max_retries=3, concurrency=4)`.
 
-    Unknown or invalid options raise ActorDefinitionError at import time.
+    Unknown or invalid options, and a signature no form fits, raise ActorDefinitionError
+    at import time.
     """
     if callable(name):
         raise ActorDefinitionError("use @actor(...) with parentheses, e.g. @actor('email')")
@@ -178,9 +212,11 @@ def actor(name: str | None = None, **options: Any) -> Callable[[Handler], Actor]
             raise ActorDefinitionError(
                 f"actor name {actor_name!r} must be 1-200 characters of letters, digits, _.:-"
             )
-        return Actor(actor_name, fn, **options)
+        signature = read(fn, actor_name)
+        kind = TypedActor if signature.form is Form.KEYWORD else Actor
+        return kind(actor_name, fn, **options, signature=signature)
 
-    return wrap
+    return wrap  # type: ignore[return-value]
 
 
 def _check_options(name: str | None, options: Mapping[str, Any]) -> None:

@@ -24,6 +24,7 @@ from goqueue.actors import (
     EnqueueError,
     Fail,
     Retry,
+    TypedActor,
     actor,
 )
 
@@ -95,6 +96,7 @@ __all__ = [
     "Retry",
     "Step",
     "Task",
+    "TypedActor",
     "Unauthorized",
     "Unavailable",
     "UnexpectedAnswer",

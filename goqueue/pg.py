@@ -18,6 +18,9 @@ that exists. No node is asked: the job is checked here with the node's own types
 - Defaults: the job's own fields, else (when `type` is the `Actor` itself) the actor's
   declaration, else the server's defaults. Given only a name, an actor's declared queue,
   priority and retries are not known here (its timeout still applies when it runs).
+- A typed actor's payload is checked here when `type` is the `Actor` itself (a misfit is
+  BadRequest naming the field). Given only a name, its type is not known without
+  importing the actor's module, so the worker's own check applies when the job runs.
 - A refusal (Conflict for a duplicate, IdempotencyMismatch, BadRequest for an invalid
   job or unknown type) rolls back only the savepoint: the caller's transaction goes on.
 - On a connection in autocommit mode outside any transaction, the job is committed at
@@ -245,6 +248,8 @@ def _refused(exc: errors.GoQueueError) -> ClientError:
         case errors.UnknownJobType():
             hint = " (strict=False enqueues it anyway)"
             return BadRequest(str(exc) + hint, {"field": exc.path, "type": exc.job_type})
+        case errors.InvalidJob():
+            return BadRequest(str(exc), {"field": exc.field})
         case errors.StoreUnavailable():
             return Unavailable(str(exc))
     return ClientError(str(exc))

@@ -119,7 +119,10 @@ class Arbiter:
                 loop.remove_signal_handler(sig)
 
     async def _run(self) -> int:
-        # HTTP first: /health answers and /ready says what is missing while the rest boots
+        # What only this node may hold (a SQLite file) first: a second node refuses before
+        # it listens. Then HTTP: /health answers and /ready says what is missing while the
+        # rest boots.
+        await self.store.reserve()
         try:
             await self.node.http.start()
         except OSError as exc:  # the port is taken, or the address is not ours

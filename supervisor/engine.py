@@ -165,7 +165,7 @@ class Engine:
             try:
                 news.append(await self._prepare(spec, None, None, strict))
                 answers.append(None)
-            except UnknownJobType as exc:
+            except (UnknownJobType, InvalidJob) as exc:
                 answers.append(exc)
         stored = iter(await self.store.enqueue_many(news) if news else [])
         out: list[Enqueued | Exception] = []
@@ -226,7 +226,7 @@ class Engine:
     def with_defaults(self, spec: JobSpec) -> JobSpec:
         """`spec` (and its templates) with queue, priority and retries filled in as they
         will be stored: the job's own, else its actor's, else the server's."""
-        return resolve_spec(spec, self.catalog.actors.get, None)
+        return resolve_spec(spec, self.catalog.actors.get, None, check=False)
 
     async def _known_types(self) -> frozenset[str]:
         """Types this node or (with a shared store) any live node can run; cached briefly."""

@@ -79,9 +79,18 @@ def add_bench(
     try:
         from benchmarks.bench import add_bench_command
     except ImportError:
-        commands.add_parser("bench").set_defaults(func=_no_bench)  # no help: not listed
+        # no help=: not listed; its own --help still says what it is and what it needs
+        commands.add_parser("bench", description=NO_BENCH).set_defaults(func=_no_bench)
         return
     add_bench_command(commands)
+
+
+NO_BENCH = (
+    "Benchmark GoQueue on this machine: start nodes on 127.0.0.1, measure enqueue latency, "
+    "throughput, hard-timeout kills and memory. It needs a source checkout of GoQueue "
+    "(pip install -e . there, or run python -m benchmarks from it), where --help lists its "
+    "options."
+)
 
 
 def _no_bench(args: argparse.Namespace) -> int:

@@ -53,6 +53,5 @@ def serve(settings: Settings, args: argparse.Namespace | None) -> int:
     if settings.otel and (missing := missing_packages()):
         log.error(f"cannot start: --otel needs {', '.join(missing)}: {INSTALL}")
         return EXIT_BOOT_ERROR
-    soft, hard = raise_open_files_limit()
-    log.info("open files limit", extra={"soft": soft, "hard": hard})
+    raise_open_files_limit()  # told in the `listening` line: a node refused says one line
     return uvloop.run(serve_async(settings, args))

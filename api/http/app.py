@@ -8,7 +8,6 @@ from goqueue.api.http.connections import ConnectionGuard, connection_cap
 from goqueue.api.http.exposure import Exposure
 from goqueue.api.http.middleware import front_middleware
 from goqueue.api.http.queue_budget import QueueBudget, reserved_queues
-from goqueue.api.http.replies import encode
 from goqueue.api.http.routes import (
     deliveries,
     dlq,
@@ -92,5 +91,5 @@ def create_app(engine: Engine, settings: Settings) -> web.Application:
     app[ui.ASSETS] = ui.load_assets()
     for table in ROUTE_TABLES:
         app.router.add_routes(table)
-    app[OPENAPI] = encode(openapi.build(app, settings))
+    app[OPENAPI] = openapi.Document(openapi.describe(app, settings))
     return app

@@ -16,6 +16,7 @@ from goqueue.supervisor.common.errors import (
     DuplicateJob,
     GoQueueError,
     IdempotencyMismatch,
+    InvalidJob,
     InvalidState,
     InvalidWorkflow,
     NotFound,
@@ -113,7 +114,7 @@ def from_domain(exc: GoQueueError) -> ApiError | None:
             return ApiError(409, message, {"status": exc.status})
         case UnknownJobType():
             return ApiError(400, message, {"field": exc.path, "type": exc.job_type})
-        case InvalidWorkflow():
+        case InvalidWorkflow() | InvalidJob():
             return ApiError(400, message, {"field": exc.field})
         case StoreFull():
             return ApiError(503, message, headers={"Retry-After": RETRY_AFTER_FULL})

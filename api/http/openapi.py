@@ -9,6 +9,7 @@ middleware enforces (no wrapper: a handler is called as written).
 
 from __future__ import annotations
 
+import copy
 import re
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -16,6 +17,7 @@ from typing import Any, cast
 
 import msgspec
 from aiohttp import web
+from goqueue.actors.protocol import ActorInfo
 from goqueue.api.http.middleware import API_KEY_HEADER, MUTATING, OPEN_ROUTES
 from goqueue.api.http.params import NAME_SCHEMA, QUERY_ATTR, UUID_SCHEMA, QueryParam
 from goqueue.api.http.replies import JSON, ErrorOut
@@ -145,6 +147,78 @@ def describe(app: web.Application, settings: Settings) -> dict[str, Any]:
         },
     }
     return document
+
+
+class Document:
+    """The served document: the routes' (built once), with each typed job type's payload
+    schema added for the actors this node runs now (built again after a reload)."""
+
+    def __init__(self, base: dict[str, Any]) -> None:
+        self.base = base
+        self._for: object = None
+        self._encoded = msgspec.json.encode(base)
+
+    def render(self, actors: Mapping[str, ActorInfo]) -> bytes:
+        """The document as JSON for `actors` (the catalog's, by type)."""
+        if actors is not self._for:
+            typed = {n: msgspec.json.decode(a.schema) for n, a in actors.items() if a.schema}
+            document = with_payloads(self.base, typed) if typed else self.base
+            self._encoded = msgspec.json.encode(portable(document))
+            self._for = actors
+        return self._encoded
+
+
+def payload_name(job_type: str) -> str:
+    """The component of a job type's payload (a component name allows no `:`)."""
+    return "payload." + job_type.replace(":", "_")
+
+
+def with_payloads(document: dict[str, Any], typed: Mapping[str, dict[str, Any]]) -> dict[str, Any]:
+    """`document` with a component per typed job type's payload (`payload.resize`, its
+    nested types as `payload.resize.Item`) and POST /jobs's body a union over `type`: one
+    variant per typed type, whose payload is that schema, and one for any other type."""
+    out = copy.deepcopy(document)
+    components: dict[str, Any] = out["components"]["schemas"]
+    variants: list[dict[str, Any]] = []
+    for job_type, schema in sorted(typed.items()):
+        name = payload_name(job_type)
+        root = schema.get("$ref", "").removeprefix("#/$defs/")
+        names = {d: name if d == root else f"{name}.{d}" for d in schema.get("$defs", {})}
+        for d, definition in schema.get("$defs", {}).items():
+            components[names[d]] = _rebased(definition, names)
+        if not root:
+            components[name] = _rebased({k: v for k, v in schema.items() if k != "$defs"}, names)
+        variant = "JobSpec." + name.removeprefix("payload.")
+        spec = copy.deepcopy(components["JobSpec"])
+        spec["title"] = variant
+        spec["properties"]["type"] = {"const": job_type}
+        spec["properties"]["payload"] = {"$ref": REF_PREFIX + name}
+        spec["required"] = sorted({*spec.get("required", []), "type", "payload"})
+        components[variant] = spec
+        variants.append({"$ref": REF_PREFIX + variant})
+    other = copy.deepcopy(components["JobSpec"])
+    other["title"] = "JobSpec (any other type)"
+    other["properties"]["type"] = {
+        **other["properties"]["type"],
+        "not": {"enum": sorted(typed)},
+    }
+    variants.append(other)
+    post = out["paths"]["/jobs"]["post"]
+    post["requestBody"]["content"][JSON]["schema"] = {"oneOf": variants}
+    return out
+
+
+def _rebased(node: Any, names: Mapping[str, str]) -> Any:
+    """A payload schema's `#/$defs/X` refs pointed at its components."""
+    if isinstance(node, list):
+        return [_rebased(item, names) for item in node]
+    if not isinstance(node, dict):
+        return node
+    out = {key: _rebased(value, names) for key, value in node.items()}
+    ref = out.get("$ref")
+    if isinstance(ref, str) and ref.startswith("#/$defs/"):
+        out["$ref"] = REF_PREFIX + names.get(ref[8:], ref[8:])
+    return out
 
 
 def portable(node: Any) -> Any:

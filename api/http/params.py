@@ -350,9 +350,26 @@ def decode(decoder: msgspec.json.Decoder[T], body: bytes, prefix: str = "") -> T
         message, field = _located(str(exc), prefix)
         raise bad_request(message, **({"field": field} if field else {})) from None
     except msgspec.DecodeError as exc:
-        raise bad_request(f"{what} not valid JSON: {exc}", **_field(prefix)) from None
+        raise bad_request(f"{what} not valid JSON: {_why(exc, body)}", **_field(prefix)) from None
     except RecursionError:
         raise bad_request(f"{what} nested too deeply", **_field(prefix)) from None
+
+
+# A `\uD800`-`\uDFFF` escape not part of a pair: JSON's grammar lets it through, but it is
+# no character, so no UTF-8 text can hold it (msgspec says only "Input data was truncated").
+_LONE_SURROGATE = re.compile(
+    rb"(?<!\\)(?:\\\\)*(\\u[dD][89abAB][0-9a-fA-F]{2}(?!\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+    rb"|(?<!\\u[dD][89abAB][0-9a-fA-F]{2})\\u[dD][c-fC-F][0-9a-fA-F]{2})"
+)
+
+
+def _why(exc: msgspec.DecodeError, body: bytes) -> str:
+    """msgspec's reason a body is not JSON, or the lone surrogate it tripped on."""
+    lone = _LONE_SURROGATE.search(body)
+    if lone is not None and "truncated" in str(exc):
+        escape = lone.group(1).decode()
+        return f"{escape} is half of a UTF-16 surrogate pair, not a character"
+    return str(exc)
 
 
 def decode_spec(body: bytes, egress: EgressPolicy, prefix: str = "") -> JobSpec:

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import resource
 from collections.abc import Callable
 
 from aiohttp import web
@@ -45,6 +46,7 @@ class HttpServer:
                 "host": settings.host,
                 "port": settings.port,
                 "max_connections": guard.max_connections,
+                "open_files": resource.getrlimit(resource.RLIMIT_NOFILE)[0],
             },
         )
         exposure = app[EXPOSURE]

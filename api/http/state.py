@@ -5,6 +5,7 @@ from __future__ import annotations
 from aiohttp import web
 from goqueue.api.http.connections import ConnectionGuard
 from goqueue.api.http.exposure import Exposure
+from goqueue.api.http.openapi import Document
 from goqueue.api.http.queue_budget import QueueBudget
 from goqueue.api.http.scrape_gauges import GaugeRefresh
 from goqueue.supervisor.engine import Engine
@@ -15,7 +16,7 @@ from goqueue.supervisor.webhooks.egress import EgressPolicy
 ENGINE = web.AppKey("engine", Engine)
 STORE = web.AppKey("store", Store)  # reads go straight to it; writes go through the engine
 SETTINGS = web.AppKey("settings", Settings)
-OPENAPI = web.AppKey("openapi", bytes)
+OPENAPI = web.AppKey("openapi", Document)
 EGRESS = web.AppKey("egress", EgressPolicy)  # where webhooks may go, checked at enqueue
 BUDGET = web.AppKey("queue_budget", QueueBudget)
 EXPOSURE = web.AppKey("exposure", Exposure)

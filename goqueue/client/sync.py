@@ -14,6 +14,7 @@ import select
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Iterable, Iterator, Mapping
 from types import TracebackType
 from typing import Any, TypeVar, Unpack, cast, overload
@@ -119,6 +120,9 @@ class Client(BaseClient):
     ) -> None:
         super().__init__(url, api_key, timeout, retries)
         self._pool = _Pool(self.endpoint, timeout, pool_size)
+        # A client left open closes its idle connections when it is collected, or at exit,
+        # so it never leaves a socket for Python to warn about (`ResourceWarning`).
+        weakref.finalize(self, self._pool.close)
         self.dlq = DeadLetters(self)
         self.schedules = Schedules(self)
 

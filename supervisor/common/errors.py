@@ -94,6 +94,15 @@ class InvalidJob(GoQueueError):
         self.field = field
 
 
+class InvalidPayload(InvalidJob):
+    """A payload does not fit its typed actor's parameters (a missing field, a wrong type,
+    an unknown field); `field` names where (`payload.width`), and so does the message."""
+
+    def __init__(self, reason: str, field: str) -> None:
+        super().__init__(f"{field}: {reason}", field)
+        self.reason = reason
+
+
 class InvalidWorkflow(GoQueueError):
     """The steps do not form a workflow (no steps, a duplicate or unknown key, a cycle);
     `field` names the place to fix."""

@@ -14,6 +14,7 @@ from typing import Annotated, Any, Protocol
 import msgspec
 from goqueue.supervisor.common.enums import TERMINAL, Status
 from goqueue.supervisor.common.errors import UnknownJobType
+from goqueue.supervisor.common.payloads import check_payload
 
 STATUSES: tuple[Status, ...] = tuple(Status)
 
@@ -134,20 +135,34 @@ class Declared(Protocol):
     def max_retries(self) -> int | None:
         """Its retries, or None for the server's default."""
 
+    @property
+    def shape(self) -> bytes | None:
+        """Its payload's type (`actors/shapes.py`), or None for the classic form."""
+
+    @property
+    def keyword(self) -> bool:
+        """Its keyword form: a null payload stands for `{}`."""
+
 
 def resolve_spec(
     spec: JobSpec,
     declared: Callable[[str], Declared | None],
     known: Collection[str] | None = None,
     path: str = "",
+    *,
+    check: bool = True,
 ) -> ResolvedSpec:
     """`spec` and its templates with `queue`, `priority` and `max_retries` set: the job's
     own value, else its actor's declaration, else the server's default (one place for
     this rule: the engine, the scheduler and `goqueue.pg` use it). With `known`, a type
-    not in it raises UnknownJobType naming the field."""
+    not in it raises UnknownJobType naming the field. A typed actor's payload is checked
+    here too: one that does not fit raises InvalidPayload naming the field (not with
+    `check` off: a spec only looked at, never stored)."""
     if known is not None and spec.type not in known:
         raise UnknownJobType(spec.type, f"{path}type", known)
     actor = declared(spec.type)
+    if check and actor is not None and actor.shape is not None:
+        check_payload(actor.shape, actor.keyword, spec.payload, path)
     queue, priority, retries = spec.queue, spec.priority, spec.max_retries
     if queue is None:
         queue = (actor.queue if actor else None) or DEFAULT_QUEUE
@@ -158,9 +173,13 @@ def resolve_spec(
         retries = DEFAULT_MAX_RETRIES if declared_retries is None else declared_retries
     on_success = on_failure = None
     if spec.on_success is not None:
-        on_success = resolve_spec(spec.on_success, declared, known, f"{path}on_success.")
+        on_success = resolve_spec(
+            spec.on_success, declared, known, f"{path}on_success.", check=check
+        )
     if spec.on_failure is not None:
-        on_failure = resolve_spec(spec.on_failure, declared, known, f"{path}on_failure.")
+        on_failure = resolve_spec(
+            spec.on_failure, declared, known, f"{path}on_failure.", check=check
+        )
     fields = msgspec.structs.asdict(spec)
     fields.update(
         queue=queue,

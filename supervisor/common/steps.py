@@ -11,7 +11,7 @@ from datetime import datetime
 from typing import Annotated
 
 import msgspec
-from goqueue.supervisor.common.enums import Status, WorkflowStatus
+from goqueue.supervisor.common.enums import TERMINAL, Status, WorkflowStatus
 from goqueue.supervisor.common.errors import InvalidWorkflow
 from goqueue.supervisor.common.jobs import JobSpec, Name
 
@@ -117,16 +117,17 @@ class WorkflowCounts(msgspec.Struct, gc=False):
 
 
 def workflow_status(cancelled: bool, statuses: Iterable[Status]) -> WorkflowStatus:
-    """The one rule: cancelled as a whole; else failed when a step failed or was
-    cancelled; else done when every step is done; else running."""
+    """The one rule: cancelled as a whole; else running while any step is unfinished
+    (a step that does not depend on a failure still runs, and a wait still waits); else
+    failed when a step failed or was cancelled; else done."""
     if cancelled:
         return WorkflowStatus.CANCELLED
-    done = True
+    failed = False
     for status in statuses:
-        if status in (Status.FAILED, Status.CANCELLED):
-            return WorkflowStatus.FAILED
-        done = done and status == Status.DONE
-    return WorkflowStatus.DONE if done else WorkflowStatus.RUNNING
+        if status not in TERMINAL:
+            return WorkflowStatus.RUNNING
+        failed = failed or status in (Status.FAILED, Status.CANCELLED)
+    return WorkflowStatus.FAILED if failed else WorkflowStatus.DONE
 
 
 def dependent_error(failed_key: str) -> str:

@@ -24,8 +24,9 @@ from datetime import datetime
 
 import msgspec
 from goqueue.supervisor.common.catalog import Catalog
-from goqueue.supervisor.common.errors import StoreError
+from goqueue.supervisor.common.errors import InvalidPayload, StoreError
 from goqueue.supervisor.common.jobs import Job, JobSpec, resolve_spec, utcnow
+from goqueue.supervisor.common.payloads import check_payload
 from goqueue.supervisor.common.schedule import (
     Fired,
     Missed,
@@ -85,7 +86,8 @@ class Scheduler:
 
     def configure(self, configured: Iterable[ScheduleSpec], catalog: Catalog) -> list[str]:
         """Adopt the configured schedules and those `catalog`'s actors declare (the config
-        wins on a name); returns the problems of actors' schedules, which are left out.
+        wins on a name); returns the problems of actors' schedules, and of schedules whose
+        payload does not fit their typed actor, which are left out.
         A schedule new or changed counts its ticks from now; a removed one stops."""
         problems = []
         declared = {name: info.schedule for name, info in catalog.actors.items()}
@@ -97,7 +99,13 @@ class Scheduler:
             else:
                 problems.append(f"@actor({spec.type!r}): schedule: {problem}")
         configured = list(configured)
-        specs = merged(configured, actors)
+        specs = []
+        for spec in merged(configured, actors):
+            problem = misfit(spec, catalog)
+            if problem is None:
+                specs.append(spec)
+            else:
+                problems.append(problem)
         self.sources = {s.name: "actor" for s in actors} | {s.name: "config" for s in configured}
         now = self.clock()
         for spec in specs:
@@ -246,3 +254,16 @@ class Scheduler:
             self._wakeup.set()
         next_fire = self._timetables[name].next_after(self.clock()) if state.enabled else None
         return ScheduleView(self.specs[name], self.sources.get(name, "config"), state, next_fire)
+
+
+def misfit(spec: ScheduleSpec, catalog: Catalog) -> str | None:
+    """Why `spec`'s payload does not fit its typed actor (a schedule fires it unattended,
+    so it is checked once, when the schedules are adopted), or None."""
+    info = catalog.actors.get(spec.type)
+    if info is None or info.shape is None:
+        return None
+    try:
+        check_payload(info.shape, info.keyword, msgspec.Raw(msgspec.json.encode(spec.payload)))
+    except InvalidPayload as exc:
+        return f"schedule {spec.name!r}: {exc}"
+    return None

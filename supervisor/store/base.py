@@ -146,6 +146,10 @@ class Store(Protocol):
     node_id: str
     traits: StoreTraits
 
+    async def reserve(self) -> None:
+        """Take what only this node may hold, before it listens (the SQLite file's lock);
+        BootError naming it when another node holds it. Quick, and nothing else."""
+
     async def open(self, links: NodeLinks | None = None) -> None:
         """Connect / create the schema, and keep `links`; called once before use."""
 

@@ -16,9 +16,13 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 import msgspec
-from goqueue.supervisor.common.errors import UnknownJobType
+from goqueue.supervisor.common.errors import InvalidPayload, UnknownJobType
 from goqueue.supervisor.common.jobs import JobSpec
-from goqueue.supervisor.common.steps import Workflow, WorkflowRequest, plan
+from goqueue.supervisor.common.steps import (
+    Workflow,
+    WorkflowRequest,
+    plan,
+)
 from goqueue.supervisor.store.base import NewJob
 
 
@@ -71,6 +75,8 @@ async def prepare_workflow(
             new = await prepare(step.job_spec())
         except UnknownJobType as exc:
             raise UnknownJobType(exc.job_type, f"jobs[{i}].{exc.path}") from None
+        except InvalidPayload as exc:
+            raise InvalidPayload(exc.reason, f"jobs[{i}].{exc.field}") from None
         steps.append(NewStep(key=step.key, after=list(dict.fromkeys(step.after)), new=new))
     return NewWorkflow(
         id=workflow_id,

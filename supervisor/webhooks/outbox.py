@@ -33,6 +33,7 @@ from goqueue.supervisor.common.jobs import Job
 from goqueue.supervisor.webhooks.delivery import OutcomeHook, Poster, RetrySchedule, headers, tell
 
 POLL_SECONDS = 1.0
+RETRY_SLACK = 0.02  # after a retry's due time, so the claim's clock has passed it too
 RECORD_AT_CLOSE = 5.0  # seconds to record the attempts cut short at shutdown
 INTERRUPTED = "interrupted: the node shut down during the attempt"
 
@@ -67,6 +68,7 @@ class Outbox:
         self._answered: set[str] = set()  # in flight, but only the record is left to write
         self._loop_task: asyncio.Task[None] | None = None
         self._closing = False
+        self._retries: set[asyncio.TimerHandle] = set()  # wake-ups for retries recorded here
 
     async def start(self) -> None:
         """Open the HTTP session and start the delivery loop."""
@@ -93,6 +95,9 @@ class Outbox:
             return
         self._closing = True
         self._wake.set()
+        for timer in self._retries:
+            timer.cancel()
+        self._retries.clear()
         if self._loop_task is not None:  # a claim under way may return leases to start
             await asyncio.wait({self._loop_task}, timeout=grace)
             self._loop_task.cancel()
@@ -136,6 +141,18 @@ class Outbox:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), wait)
 
+    def _wake_for_retry(self, delay: float) -> None:
+        """Claim again when the retry just recorded falls due: a poll alone would make it
+        up to `poll` seconds late (a 2 s backoff became 3 s)."""
+        loop = asyncio.get_running_loop()
+
+        def wake() -> None:
+            self._retries.discard(timer)
+            self._wake.set()
+
+        timer = loop.call_later(delay + RETRY_SLACK, wake)
+        self._retries.add(timer)
+
     def _begin(self, due: Due) -> None:
         task = asyncio.create_task(self._deliver(due), name=f"webhook-{due.id}")
         self._in_flight[task] = due
@@ -158,6 +175,8 @@ class Outbox:
         gave_up = await self._record(due, answer, delay=delay, final=answer.refused)
         if gave_up is None:
             return
+        if not (answer.delivered or answer.refused or gave_up):
+            self._wake_for_retry(delay)
         self._count(_outcome(answer, gave_up))
         fields = self._fields(due, answer)
         if answer.delivered:

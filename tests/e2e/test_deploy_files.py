@@ -65,7 +65,19 @@ def test_the_build_context_leaves_a_checkout_s_local_files_out() -> None:
         if line.strip() and not line.startswith("#")
     }
     assert {".git", ".venv", "build", "dist", "**/__pycache__"} <= ignored
+    assert {"deploy/.env", "goqueue.db*"} <= ignored  # a secret and a store stay out
     assert "COPY . /src" in DOCKERFILE.read_text()  # what the file keeps small
+
+
+def test_the_guide_names_the_working_directories_the_files_set() -> None:
+    workdir = re.search(r"^WORKDIR (\S+)$", DOCKERFILE.read_text(), re.M)
+    unit_dir = re.search(r"^WorkingDirectory=(\S+)$", UNIT.read_text(), re.M)
+    assert workdir is not None and unit_dir is not None
+    text = " ".join(GUIDE.read_text().split())
+    named = re.findall(r"working directory is `([^`]+)`|`([^`]+)` the working directory", text)
+    named += re.findall(r"`([^`]+)` \(the working directory", text)
+    paths = {p for match in named for p in (match if isinstance(match, tuple) else (match,)) if p}
+    assert paths == {workdir[1], unit_dir[1]}, paths
 
 
 def test_the_kubernetes_section_says_how_to_reach_the_service() -> None:

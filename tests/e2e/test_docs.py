@@ -594,3 +594,55 @@ def test_dockerfile_entrypoint_and_environment() -> None:
     instructions = "\n".join(line for line in text.splitlines() if not line.startswith("#"))
     env = dict(re.findall(r"\b(GOQUEUE_[A-Z_]+)=(\S+)", instructions))
     assert settings_from_env(env, "Dockerfile").host == "0.0.0.0"
+
+
+def test_every_page_is_in_the_nav() -> None:
+    def pages(node: object) -> Iterator[str]:
+        if isinstance(node, str):
+            yield node
+        elif isinstance(node, list):
+            for item in node:
+                yield from pages(item)
+        elif isinstance(node, dict):
+            for value in node.values():
+                yield from pages(value)
+
+    class Loader(yaml.SafeLoader):
+        """mkdocs.yml's `!!python/name:` tags read as nothing: only the nav matters here."""
+
+    Loader.add_multi_constructor("", lambda loader, suffix, node: None)
+    site = yaml.load((ROOT / "mkdocs.yml").read_text(), Loader=Loader)
+    in_nav = set(pages(site["nav"]))
+    written = {str(p.relative_to(SITE)) for p in SITE.rglob("*.md") if "hooks" not in p.parts}
+    assert written - in_nav == set()
+    assert site["validation"]["nav"]["omitted_files"] == "warn"  # so --strict fails on one
+
+
+def test_every_screenshot_the_docs_show_is_made_by_a_ui_test() -> None:
+    shown = set()
+    for doc in [README, *SITE.rglob("*.md")]:
+        shown |= set(re.findall(r"screenshots/([\w-]+)\.png", doc.read_text()))
+    ui_tests = " ".join(p.read_text() for p in (ROOT / "tests" / "e2e" / "ui").glob("test_*.py"))
+    made = set(re.findall(r'shot\("([\w-]+)", docs=', ui_tests))
+    assert shown and shown <= made, shown - made
+    kept = {p.stem for p in (SITE / "screenshots").glob("*.png")}
+    assert kept == shown  # none stale, none missing
+
+
+def test_the_typed_actors_example_has_the_forms_it_names() -> None:
+    from goqueue import TypedActor
+    from goqueue.actors.typed import Form
+
+    (example,) = [
+        b for b in blocks(SITE / "guide" / "actors.md", "python") if "# keyword form" in b.text
+    ]
+    names: dict[str, object] = {}
+    exec(compile(example.text, str(example.path), "exec"), names)
+    resize, place, send_email = names["resize"], names["place"], names["send_email"]
+    assert isinstance(resize, TypedActor) and resize.signature.form is Form.KEYWORD
+    assert place.signature.form is Form.STRUCT  # type: ignore[attr-defined]
+    assert send_email.signature.form is Form.CLASSIC  # type: ignore[attr-defined]
+    assert resize.payload(("https://example.com/a.png",), {"width": 64}) == {
+        "url": "https://example.com/a.png",
+        "width": 64,
+    }

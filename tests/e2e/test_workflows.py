@@ -156,6 +156,27 @@ def test_a_failure_cancels_exactly_its_dependents_and_replay_resumes(
     assert set(deeper["parents"]) == {"after_bad", "ok"}
 
 
+def test_a_failed_workflow_stays_running_while_an_independent_step_runs(
+    flow_node: Node, tmp_path: Path
+) -> None:
+    made = create(
+        flow_node,
+        step("bad", tmp_path, fail=True),
+        step("after_bad", tmp_path, ["bad"]),
+        step("slow", tmp_path, seconds=2),
+    )
+    ids = {s["key"]: s["id"] for s in made["jobs"]}
+    flow_node.wait_status(ids["bad"], "failed")
+    flow_node.wait_status(ids["slow"], "running")
+    assert flow_node.get(f"/workflows/{made['id']}").body["status"] == "running"
+    listed = flow_node.get("/workflows?status=running").body["workflows"]
+    assert made["id"] in {w["id"] for w in listed}
+    failed = wait_workflow(flow_node, made["id"], "failed", "done")
+    assert failed["status"] == "failed"
+    statuses = {k: s["status"] for k, s in by_key(failed).items()}
+    assert statuses == {"bad": "failed", "after_bad": "cancelled", "slow": "done"}
+
+
 def test_cancel_stops_the_whole_workflow(flow_node: Node, tmp_path: Path) -> None:
     made = create(
         flow_node,

@@ -56,4 +56,5 @@ async def metrics(request: web.Request) -> web.Response:
 @operation(responses={200: None}, strict_query=False)
 async def openapi(request: web.Request) -> web.Response:
     """This API described in OpenAPI 3.1."""
-    return web.Response(body=request.app[OPENAPI], content_type=JSON)
+    actors = request.app[ENGINE].catalog.actors
+    return web.Response(body=request.app[OPENAPI].render(actors), content_type=JSON)

@@ -48,6 +48,9 @@ class MemoryStore(MemoryWorkflows):
 
     # -- lifecycle -------------------------------------------------------------------
 
+    async def reserve(self) -> None:
+        """Nothing to hold: a node may share this store."""
+
     async def open(self, links: NodeLinks | None = None) -> None:
         """Nothing to connect to: keep `links`."""
         if links is not None:

@@ -165,6 +165,9 @@ class PostgresStore:
 
     # -- lifecycle -------------------------------------------------------------------
 
+    async def reserve(self) -> None:
+        """Nothing to hold: a node may share this store."""
+
     async def open(self, links: NodeLinks | None = None) -> None:
         """Migrate the schema, open the pool, start the listener and the node's beat."""
         if links is not None:

@@ -129,13 +129,11 @@ class Database:
 
     # -- lifecycle (on the thread) ---------------------------------------------------
 
-    async def open(self) -> None:
-        """Lock, open and migrate the file (on the flusher thread: a migration may rewrite
-        it). Nothing reads the whole file, so an open takes the same time however much
-        it holds. Raises BootError naming the file."""
-        await asyncio.get_running_loop().run_in_executor(self._flusher, self._open)
-
-    def _open(self) -> None:
+    def lock(self) -> None:
+        """Take the file's lock, or raise BootError naming the file and why (a second node
+        on it, a missing folder): quick, so a node refuses before it listens."""
+        if self._lock_fd is not None:
+            return
         path = self.path
         folder = os.path.dirname(path) or "."
         if not os.path.isdir(folder):
@@ -154,6 +152,21 @@ class Database:
                 f"SQLite file {path} is in use by another GoQueue node (one node per file)"
             ) from None
         self._lock_fd = fd
+
+    async def open(self) -> None:
+        """Lock (unless `lock` did), open and migrate the file (on the flusher thread: a
+        migration may rewrite it). Nothing reads the whole file, so an open takes the same
+        time however much it holds. Raises BootError naming the file."""
+        self.lock()
+        await asyncio.get_running_loop().run_in_executor(self._flusher, self._open)
+
+    @property
+    def opened(self) -> bool:
+        """True once the file is open (not only locked)."""
+        return self._conn is not None
+
+    def _open(self) -> None:
+        path = self.path
         try:
             self._conn, self.applied = self._connect(path)
             (self._page_size,) = self._conn.execute("PRAGMA page_size").fetchone()

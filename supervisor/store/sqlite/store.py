@@ -179,6 +179,10 @@ class SqliteStore:
 
     # -- lifecycle -------------------------------------------------------------------
 
+    async def reserve(self) -> None:
+        """Lock the file: a second node on it refuses before it listens."""
+        self.db.lock()
+
     async def open(self, links: NodeLinks | None = None) -> None:
         """Lock and open the file (BootError naming it if it cannot be). Nothing is read
         back: the leases a dead node left run out now, so the first reap takes them."""
@@ -200,12 +204,15 @@ class SqliteStore:
 
     async def close(self) -> None:
         """Commit what is left, then close the file (logging what writing it cost)."""
+        opened = self.db.opened
         try:
-            await self.db.writable()
+            if opened:
+                await self.db.writable()
         finally:
             await self.db.close()
-            counts = {"transactions": self.db.transactions, "fsyncs": self.db.syncs}
-            log.info("SQLite file closed", extra={"path": self.path, **counts})
+            if opened:  # a node that never opened it has nothing to report
+                counts = {"transactions": self.db.transactions, "fsyncs": self.db.syncs}
+                log.info("SQLite file closed", extra={"path": self.path, **counts})
 
     async def ping(self) -> bool:
         """True while the file answers and takes writes (false while a full disk refuses

@@ -194,6 +194,16 @@ def test_bench_is_listed_only_where_a_checkout_offers_it(tmp_path: Path) -> None
         elsewhere.returncode == 2 and "needs a source checkout" in elsewhere.stderr
     )  # ...but says
     assert "benchmark GoQueue" in run_help()  # this checkout offers it
+    own_help = subprocess.run(
+        [sys.executable, "-c", show.replace("['bench']", "['bench', '--help']"), str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        cwd=tmp_path,
+    )
+    assert "Benchmark GoQueue on this machine" in own_help.stdout  # it says what it is
+    assert "needs a source checkout" in " ".join(own_help.stdout.split())
+    assert "--jobs" in run_help("bench") and "Start nodes on 127.0.0.1" in run_help("bench")
 
 
 def test_an_unknown_type_gets_a_suggestion(node: Node) -> None:

@@ -188,7 +188,7 @@ def open_files_limit(pid: int) -> tuple[int, int]:
 def test_the_soft_limit_is_raised_to_the_hard_limit_at_start(limited_nodes: Any) -> None:
     node = limited_nodes(1024, 4096, "--workers", "1")
     assert open_files_limit(node.proc.pid) == (4096, 4096)
-    assert '"soft":4096' in node.logs()
+    assert '"open_files":4096' in node.logs()  # told in the `listening` line
 
 
 def test_a_thousand_idle_connections_at_1024_descriptors_do_not_stop_the_node(

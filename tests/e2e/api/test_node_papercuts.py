@@ -113,3 +113,12 @@ def test_metrics_carry_no_created_series(node: Node) -> None:
     body = node.get("/metrics").body
     assert "goqueue_jobs_total{" in body and "goqueue_worker_restarts_total" in body
     assert "_created" not in body
+
+
+def test_a_lone_surrogate_is_named_not_called_truncated(node: Node) -> None:
+    resp = node.post("/jobs", b'{"type": "noop", "payload": {"text": "a\\ud800b"}}')
+    assert resp.status == 400, resp
+    assert "truncated" not in resp.body["error"]
+    assert "\\ud800 is half of a UTF-16 surrogate pair" in resp.body["error"], resp.body
+    paired = node.post("/jobs", b'{"type": "noop", "payload": "\\ud83d\\ude00"}')
+    assert paired.status == 201 and paired.body["payload"] == "\U0001f600"

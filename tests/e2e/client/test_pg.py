@@ -167,3 +167,23 @@ def test_a_committed_job_is_run_by_a_node(pg_node: Callable[..., Node], database
         job = goqueue.pg.enqueue(conn, "noop", {"ran": True}, schema=database.schema)
     with goqueue.Client(node.url) as client:
         assert client.wait(job.id, timeout=30).result == {"ran": True}
+
+
+def test_a_typed_actor_s_payload_is_checked_when_the_actor_itself_is_given(
+    registered: Database,
+) -> None:
+    @goqueue.actor("email")
+    def send_email(to: str, retries: int = 1, *, ctx: goqueue.Context) -> None:
+        """Never run here."""
+
+    with psycopg.connect(registered.dsn, autocommit=True) as conn:
+        before = rows(registered, f"SELECT count(*) FROM {registered.schema}.jobs")
+        with pytest.raises(goqueue.BadRequest) as misfit:
+            goqueue.pg.enqueue(conn, send_email, {"to": 5}, schema=registered.schema)
+        assert misfit.value.field == "payload.to"
+        assert "payload.to: Expected `str`, got `int`" in str(misfit.value)
+        assert rows(registered, f"SELECT count(*) FROM {registered.schema}.jobs") == before
+        job = goqueue.pg.enqueue(
+            conn, send_email, {"to": "a@example.com"}, schema=registered.schema
+        )
+    assert job.payload == {"to": "a@example.com"}

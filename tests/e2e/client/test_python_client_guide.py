@@ -58,3 +58,25 @@ def test_the_async_example_closes_its_client(make_node: Callable[..., Node], tmp
     warned = run(script, "default::ResourceWarning")
     assert warned.returncode == 0 and warned.stdout == "done\n"
     assert "ResourceWarning: Unclosed" in warned.stderr  # a session or connector, as it says
+
+
+UNCLOSED_SYNC = """
+import goqueue
+
+client = goqueue.Client("{url}")
+client.enqueue("email", {{"to": "a@example.com"}})
+client.get(client.enqueue("email", {{"to": "b@example.com"}}).id)
+print("done")
+"""
+
+
+def test_an_unclosed_client_does_not_warn(make_node: Callable[..., Node], tmp_path) -> None:
+    (tmp_path / "guide_actors.py").write_text(ACTORS)
+    node = make_node("--actors", "guide_actors")
+    assert "an unclosed one does not warn" not in GUIDE.read_text()
+    assert "so it does not warn, even under `python -W default`" in GUIDE.read_text()
+    script = tmp_path / "unclosed.py"
+    script.write_text(UNCLOSED_SYNC.format(url=node.url))
+    ran = run(script, "default")
+    assert ran.returncode == 0 and ran.stdout == "done\n", ran.stderr
+    assert "ResourceWarning" not in ran.stderr, ran.stderr

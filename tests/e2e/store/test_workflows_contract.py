@@ -131,11 +131,16 @@ async def test_failure_cancels_exactly_the_dependents_and_replay_resumes(open_st
             "y": "cancelled",
             "z": "waiting",
         }
-        assert wf.status == WorkflowStatus.FAILED
+        assert wf.status == WorkflowStatus.RUNNING  # a and z, which do not depend on bad, go on
         x = await store.get(wf.steps[2].id)
         assert x is not None and x.last_error is not None and "'bad'" in x.last_error
         await store.complete(held["a"], None)
         assert statuses(await current(store, made.workflow.id))["z"] == "pending"
+        await store.complete((await take(store))["z"], None)
+        wf = await current(store, made.workflow.id)
+        assert wf.status == WorkflowStatus.FAILED  # nothing unfinished is left
+        failed = await store.list_workflows(WorkflowStatus.FAILED, 10, 0)
+        assert [w.id for w in failed.items] == [made.workflow.id]
 
         fresh = await store.replay_dead(outcome.dead_letter.id, 0)
         assert fresh.workflow_id == made.workflow.id and fresh.step_key == "bad"

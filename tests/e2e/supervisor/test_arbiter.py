@@ -250,6 +250,9 @@ class Recorder:
     # store
     node_id = "node-x"
 
+    async def reserve(self) -> None:
+        pass
+
     async def open(self, links: NodeLinks | None = None) -> None:
         self.calls.append("store.open")
         if self.opens_failing:

@@ -128,13 +128,28 @@ def test_webhooks_owed_at_a_kill_9_are_delivered_after_the_restart(
     assert {x["node"] for x in view["attempts"][:-1]} == {"node-a"}
 
 
+def test_a_lost_lease_names_the_node_that_died_not_the_one_that_took_over(
+    make_node: MakeNode, tmp_path: Path
+) -> None:
+    a = make_node(*DB, "--node-id", "node-a", session=True)
+    job = a.enqueue(type="sleep", payload={"seconds": 2.0, "dir": str(tmp_path)})
+    a.wait_status(job["id"], "running")
+    kill_group(a)
+    b = make_node(*DB, "--node-id", "node-b")
+    done = b.wait_status(job["id"], "done", timeout=30)
+    errors = [e["error"] for e in done["errors"]]
+    assert errors == ["lease expired (holder node-a lost)"], done["errors"]
+
+
 def test_a_second_node_on_the_file_is_refused_in_one_line(make_node: MakeNode) -> None:
     a = make_node(*DB)
     b = make_node(*DB, wait=False)
     assert b.proc.wait(timeout=20) != 0
-    [line] = [x for x in b.logs().splitlines() if "cannot start" in x]
-    assert "SQLite file jobs.db is in use by another GoQueue node" in line
+    [line] = b.logs().splitlines()  # one line, and nothing before it
+    assert "cannot start: SQLite file jobs.db is in use by another GoQueue node" in line
     assert "Traceback" not in b.logs()
+    # refused before it listens, and nothing else said about a file it never opened
+    assert '"listening"' not in b.logs() and "SQLite file closed" not in b.logs()
     assert a.get("/ready").status == 200
 
 

@@ -374,3 +374,19 @@ def test_localhost_is_delivered_to_when_loopback_is_allowed(
     refused = make_node().post("/jobs", {"type": "noop", "webhook_url": "http://localhost:9"})
     assert refused.status == 400 and refused.body["details"] == {"field": "webhook_url"}
     assert "--webhook-allow-networks 127.0.0.0/8" in refused.body["error"]
+
+
+def test_the_first_retry_comes_after_the_documented_2_s_give_or_take_25_percent(
+    make_node: Callable[..., Node],
+) -> None:
+    """The outbox (SQLite here) wakes for a retry it recorded when it falls due, instead of
+    finding it at its next poll, up to a second late."""
+    from tests.e2e.support import Receiver as Answering
+
+    with Answering([503, 503, 503]) as receiver:
+        node = make_node("--webhook-allow-hosts", "127.0.0.1")
+        jobs = [node.enqueue(type="noop", webhook_url=receiver.url) for _ in range(3)]
+        for job in jobs:
+            wait_for(lambda job=job: len(receiver.of(job["id"])) >= 2, timeout=15)
+        gaps = [receiver.of(j["id"])[1].at - receiver.of(j["id"])[0].at for j in jobs]
+        assert all(1.5 - 0.05 <= gap <= 2.5 + 0.15 for gap in gaps), gaps

@@ -32,6 +32,7 @@ CHROMIUM_ARGS = [
 WIDE = {"width": 1280, "height": 800}
 PHONE = {"width": 390, "height": 844}
 SCREENSHOTS = ROOT / "build" / "screenshots"  # build/ is ignored by git
+DOCS_SCREENSHOTS = ROOT / "docs" / "screenshots"  # shown by README and the site
 # A refused call shows in the console as a failed resource load; tests that expect one
 # say so (`allow_refusals`). Anything else in the console is a bug.
 REFUSED = "Failed to load resource: the server responded with a status of"
@@ -77,12 +78,17 @@ class Tab:
         self.page.wait_for_selector("main h1")
         return self.page
 
-    def shot(self, name: str) -> Path:
-        """Save a screenshot of the page as it is (for people to look at)."""
+    def shot(self, name: str, *, docs: bool = False) -> Path:
+        """Save a screenshot of the page as it is (for people to look at). With `docs`,
+        also as the docs' own `docs/screenshots/<name>.png`: the pictures README and the
+        site show are made here, from the dashboard as it is, so they cannot go stale."""
         SCREENSHOTS.mkdir(parents=True, exist_ok=True)
         width = self.page.viewport_size["width"]
         path = SCREENSHOTS / f"{name}-{width}.png"
         self.page.screenshot(path=str(path))
+        if docs:
+            DOCS_SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+            self.page.screenshot(path=str(DOCS_SCREENSHOTS / f"{name}.png"))
         return path
 
     def problems(self) -> list[str]:

@@ -56,7 +56,7 @@ def test_overview_counts_follow_jobs_enqueued_over_the_api(node: Node, open_tab:
     expect(page.locator(".bars")).to_contain_text("held")
     expect(page.locator(".chart canvas")).to_have_count(1)
     expect(page.locator("#live")).to_have_attribute("data-state", "live")
-    tab.shot("overview")
+    tab.shot("overview", docs=True)
 
 
 def test_force_cancel_from_the_job_page_ends_it_and_replaces_its_worker(

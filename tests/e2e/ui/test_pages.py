@@ -120,6 +120,60 @@ def test_the_job_types_page_counts_times_and_rates_failures_per_type(
     expect(page.locator("[data-job]")).to_have_count(4)
 
 
+@BOTH
+def test_the_job_types_page_shows_each_typed_actors_parameters(
+    make_node: Any, open_tab: Any, viewport: dict[str, int]
+) -> None:
+    node = make_node("--actors", "typedactors,testactors")
+    for job in (
+        node.enqueue(type="resize", payload={"url": "u"}),
+        node.enqueue(type="classic", payload=[1]),
+    ):
+        node.wait_status(job["id"], "done")
+    tab = open_tab(node.url, viewport=viewport)
+    page = tab.open("/types")
+    resize = page.locator('[data-params="resize"]')
+    expect(resize).to_contain_text("url: string")
+    expect(resize).to_contain_text("width: integer = 100")
+    expect(resize).to_contain_text("size: Size")
+    expect(page.locator('[data-params="classic"]')).to_have_text("any JSON")
+    no_sideways_scroll(page, viewport)
+
+
+def test_short_ids_tell_a_burst_apart_with_the_full_id_on_hover(node: Node, open_tab: Any) -> None:
+    resp = node.post("/jobs/batch", {"jobs": [{"type": "failnow"} for _ in range(3)]})
+    ids = [item["job"]["id"] for item in resp.body["results"]]
+    for job_id in ids:
+        node.wait_status(job_id, "failed")
+    assert len({i[:8] for i in ids}) == 1  # one burst: the same time prefix
+    tab = open_tab(node.url, viewport=WIDE)
+    page = tab.open("/dlq")
+    for job_id in ids:
+        shown = page.locator(f'[data-id="{job_id}"]').first
+        expect(shown).to_have_text("…" + job_id.replace("-", "")[-8:])
+        expect(shown).to_have_attribute("title", job_id)
+    texts = [page.locator(f'[data-id="{i}"]').first.inner_text() for i in ids]
+    assert len(set(texts)) == 3, texts
+
+
+def test_the_workers_page_says_one_thing_per_node_and_counts_in_words(
+    node: Node, open_tab: Any, tmp_path: Path
+) -> None:
+    held = node.enqueue(type="hold", payload={"dir": str(tmp_path), "seconds": 60})
+    wait_for(lambda: (tmp_path / f"hold-{held['id']}").exists(), what="the job running")
+    failed = node.enqueue(type="failnow")
+    node.wait_status(failed["id"], "failed")
+    me = node.get("/workers").body["node"]
+    tab = open_tab(node.url, viewport=WIDE)
+    page = tab.open("/workers")
+    expect(page.locator(".page-head")).to_contain_text("2 worker processes, 1 busy")
+    expect(page.locator(f'[data-node-workers="{me}"]')).to_have_text("1 busy of 2")
+    expect(page.locator(f'[data-node-workers-age="{me}"]')).to_have_text(" · now")
+    page = tab.open("/")
+    expect(page.get_by_text("1 failed attempt last minute")).to_be_visible(timeout=15000)
+    assert node.delete(f"/jobs/{held['id']}?force=true").status == 200
+
+
 class Hooks:
     """A webhook receiver on 127.0.0.1: answers 500 to the first request, then 200."""
 

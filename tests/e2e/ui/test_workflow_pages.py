@@ -52,7 +52,7 @@ def test_workflow_pages_show_the_graph_by_status(
         expect(page.locator('[data-step="notify"]')).to_have_attribute("data-status", "cancelled")
         expect(page.locator('[data-step="small"]')).to_have_attribute("data-status", "done")
         expect(page.locator('[data-layer="2"] [data-step="notify"]')).to_have_count(1)
-        tab.shot("workflow")
+        tab.shot("workflow", docs=viewport is WIDE)
         width = page.evaluate("document.documentElement.scrollWidth")
         assert width <= viewport["width"], f"the workflow page scrolls sideways at {viewport}"
         page.locator('[data-step="large"]').click()

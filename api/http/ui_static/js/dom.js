@@ -139,8 +139,25 @@ export function when(iso, now) {
   return h("time", { datetime: iso, title: absolute(iso) }, relative(iso, now));
 }
 
+/** `n` and the noun for it: plural(1, "worker", "workers") is "1 worker". */
+export function plural(n, one, many) {
+  return `${int(n)} ${n === 1 ? one : many}`;
+}
+
+/** The part of an id that tells ids apart: its last 8 hex digits. An id is a UUIDv7, whose
+ *  first digits are its creation time, the same for everything made in one burst. */
 export function shortId(id) {
-  return id ? id.slice(0, 8) : "";
+  return id ? `…${id.replace(/-/g, "").slice(-8)}` : "";
+}
+
+/** An id shown short: the full id on hover, and copying the text copies the full id. */
+export function idText(id) {
+  if (!id) return "";
+  const copyFull = (event) => {
+    event.clipboardData.setData("text/plain", id);
+    event.preventDefault();
+  };
+  return h("span", { class: "mono", title: id, "data-id": id, oncopy: copyFull }, shortId(id));
 }
 
 /** Pretty-print JSON text when it parses; otherwise show it as it is. */

@@ -82,6 +82,8 @@ WORKFLOW_SQL: Final[Mapping[Sql, str]] = MappingProxyType(
             WITH w AS (
                 SELECT f.id, f.seq,
                     CASE WHEN f.cancelled_at IS NOT NULL THEN 'cancelled'
+                        WHEN bool_or(c.status NOT IN ('done', 'failed', 'cancelled'))
+                            THEN 'running'
                         WHEN bool_or(c.status IN ('failed', 'cancelled')) THEN 'failed'
                         WHEN bool_and(c.status = 'done') THEN 'done'
                         ELSE 'running' END AS status
@@ -96,6 +98,8 @@ WORKFLOW_SQL: Final[Mapping[Sql, str]] = MappingProxyType(
         Sql.WORKFLOW_COUNTS: f"""
             WITH w AS (
                 SELECT CASE WHEN f.cancelled_at IS NOT NULL THEN 'cancelled'
+                        WHEN bool_or(c.status NOT IN ('done', 'failed', 'cancelled'))
+                            THEN 'running'
                         WHEN bool_or(c.status IN ('failed', 'cancelled')) THEN 'failed'
                         WHEN bool_and(c.status = 'done') THEN 'done'
                         ELSE 'running' END AS status

@@ -46,6 +46,9 @@ def test_status_rule() -> None:
     done, waiting = Status.DONE, Status.WAITING
     assert workflow_status(False, [done, done]) == WorkflowStatus.DONE
     assert workflow_status(False, [done, waiting]) == WorkflowStatus.RUNNING
-    assert workflow_status(False, [Status.FAILED, waiting]) == WorkflowStatus.FAILED
+    # a failure is the workflow's only once no step is unfinished
+    assert workflow_status(False, [Status.FAILED, waiting]) == WorkflowStatus.RUNNING
+    assert workflow_status(False, [Status.FAILED, Status.RUNNING]) == WorkflowStatus.RUNNING
+    assert workflow_status(False, [Status.FAILED, done]) == WorkflowStatus.FAILED
     assert workflow_status(False, [Status.CANCELLED]) == WorkflowStatus.FAILED
     assert workflow_status(True, [done]) == WorkflowStatus.CANCELLED

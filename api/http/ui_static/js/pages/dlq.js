@@ -4,7 +4,7 @@
 // every 5 s while "Live" is on.
 
 import { api } from "../api.js";
-import { h, icon, int, shortId, swap, when } from "../dom.js";
+import { h, icon, int, idText, shortId, swap, when } from "../dom.js";
 import { poll, setDeadCount } from "../live.js";
 import { callout, confirmAction, explain, pageHead, pager, table, toast } from "../ui.js";
 
@@ -131,7 +131,7 @@ export default {
           filtered ? h("button", { type: "button", class: "link", onclick: () => go({ type: "", queue: "", error: "", job_id: "" }) }, "Clear filters") : null,
           h("div", { class: "end" }, bulk, h("label", { class: "check", for: "d-live" }, liveBox, "Live")),
         ),
-        filters.job_id ? h("div", { class: "body" }, callout("info", "Showing the dead letter of job ", h("a", { href: `#/jobs/${filters.job_id}`, class: "mono" }, shortId(filters.job_id)), ".")) : null,
+        filters.job_id ? h("div", { class: "body" }, callout("info", "Showing the dead letter of job ", h("a", { href: `#/jobs/${filters.job_id}`, class: "mono" }, idText(filters.job_id)), ".")) : null,
         body,
       ),
     );
@@ -141,7 +141,7 @@ export default {
       {
         label: "Job",
         lead: true,
-        cell: (d) => h("div", { class: "idcell" }, h("a", { href: `#/jobs/${d.job_id}` }, d.type), h("span", { class: "mono", title: d.job_id }, shortId(d.job_id))),
+        cell: (d) => h("div", { class: "idcell" }, h("a", { href: `#/jobs/${d.job_id}` }, d.type), idText(d.job_id)),
       },
       { label: "Queue", cell: (d) => h("span", { class: "mono" }, d.queue) },
       { label: "Attempts", class: "r num", cell: (d) => int(d.attempts) },

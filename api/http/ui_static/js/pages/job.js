@@ -3,7 +3,7 @@
 // is refreshed every 2 s (the job and its events: one request a second).
 
 import { api } from "../api.js";
-import { absolute, duration, h, icon, prettyJson, shortId, swap, when } from "../dom.js";
+import { absolute, duration, h, icon, prettyJson, idText, shortId, swap, when } from "../dom.js";
 import { poll } from "../live.js";
 import { badge, callout, confirmAction, explain, pageHead, panel, progressBar, toast } from "../ui.js";
 
@@ -57,8 +57,8 @@ function fact(label, value) {
 
 function eventDetail(event) {
   if (!event.detail) return null;
-  if (event.event === "dead_lettered") return h("span", null, "dead letter ", h("a", { href: `#/dlq/${event.detail}` }, shortId(event.detail)));
-  if (event.event === "replayed") return h("span", null, "replay of job ", h("a", { href: `#/jobs/${event.detail}` }, shortId(event.detail)));
+  if (event.event === "dead_lettered") return h("span", null, "dead letter ", h("a", { href: `#/dlq/${event.detail}` }, idText(event.detail)));
+  if (event.event === "replayed") return h("span", null, "replay of job ", h("a", { href: `#/jobs/${event.detail}` }, idText(event.detail)));
   if (event.event === "retry_scheduled") return `runs again ${absolute(event.detail)}`;
   return event.detail;
 }
@@ -134,7 +134,7 @@ export default {
     function chainFact(spec, when) {
       const fired = (when === "done" && job.status === "done") || (when === "failed" && job.status === "failed");
       const link = fired && chained && chained.type === spec.type
-        ? [" → ", h("a", { href: `#/jobs/${chained.id}`, class: "mono", "data-chained": chained.id }, shortId(chained.id)), " ", badge(chained.status)]
+        ? [" → ", h("a", { href: `#/jobs/${chained.id}`, class: "mono", "data-chained": chained.id }, idText(chained.id)), " ", badge(chained.status)]
         : null;
       return h("span", { class: "mono" }, `enqueues ${spec.type}`, link);
     }
@@ -209,7 +209,7 @@ export default {
         sections.push(callout("bad", h("strong", null, label), h("pre", { class: "mono" }, job.last_error), tracebackBlock(latest)));
       }
       if (job.status === "failed" && dead) {
-        sections.push(callout("info", "Its dead letter ", h("a", { href: `#/dlq/${dead.id}` }, shortId(dead.id)), " can be replayed as a fresh job."));
+        sections.push(callout("info", "Its dead letter ", h("a", { href: `#/dlq/${dead.id}` }, idText(dead.id)), " can be replayed as a fresh job."));
       }
       const left = [
         panel("Payload", { actions: copyButton(JSON.stringify(job.payload), "payload"), id: "payload-title" }, codeBlock(JSON.stringify(job.payload), "Payload")),
@@ -232,14 +232,14 @@ export default {
       const details = [];
       if (job.workflow_id) {
         details.push(["Workflow", h("span", null,
-          h("a", { href: `#/workflows/${job.workflow_id}`, class: "mono", "data-workflow": job.workflow_id }, shortId(job.workflow_id)),
+          h("a", { href: `#/workflows/${job.workflow_id}`, class: "mono", "data-workflow": job.workflow_id }, idText(job.workflow_id)),
           job.step_key ? h("span", { class: "muted" }, ` · step ${job.step_key}`) : null)]);
       }
       if (job.parent_ids && job.parent_ids.length) {
         details.push(["After", h("span", { class: "actions" }, job.parent_ids.map((parent) =>
-          h("a", { href: `#/jobs/${parent}`, class: "mono", "data-step-parent": parent }, shortId(parent))))]);
+          h("a", { href: `#/jobs/${parent}`, class: "mono", "data-step-parent": parent }, idText(parent))))]);
       }
-      if (job.parent_id) details.push(["Parent", h("a", { href: `#/jobs/${job.parent_id}`, class: "mono" }, shortId(job.parent_id))]);
+      if (job.parent_id) details.push(["Parent", h("a", { href: `#/jobs/${job.parent_id}`, class: "mono" }, idText(job.parent_id))]);
       if (job.on_success) details.push(["On success", chainFact(job.on_success, "done")]);
       if (job.on_failure) details.push(["On failure", chainFact(job.on_failure, "failed")]);
       if (job.dedupe_key) details.push(["Dedupe key", h("span", { class: "mono" }, job.dedupe_key)]);

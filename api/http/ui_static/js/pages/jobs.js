@@ -3,7 +3,7 @@
 // running job's progress under its status); the page refreshes every 5 s while "Live" is on.
 
 import { api } from "../api.js";
-import { duration, h, int, shortId, swap, when } from "../dom.js";
+import { duration, h, int, idText, swap, when } from "../dom.js";
 import { poll } from "../live.js";
 import { badge, callout, explain, pageHead, pager, progressBar, table } from "../ui.js";
 
@@ -109,7 +109,7 @@ export default {
         cell: (job) =>
           h("div", { class: "idcell" },
             h("a", { href: `#/jobs/${job.id}`, "data-focus": `job:${job.id}`, "data-job": job.id }, job.type),
-            h("span", { class: "mono", title: job.id }, shortId(job.id))),
+            idText(job.id)),
       },
       { label: "Queue", cell: (job) => h("span", { class: "mono" }, job.queue) },
       { label: "Priority", class: "r num", hideSm: true, cell: (job) => job.priority },

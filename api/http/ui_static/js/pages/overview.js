@@ -4,7 +4,7 @@
 
 import { api } from "../api.js";
 import { throughputChart } from "../chart.js";
-import { h, icon, int, rate, relative, swap } from "../dom.js";
+import { h, icon, int, plural, rate, relative, swap } from "../dom.js";
 import { poll, setDeadCount, setNode } from "../live.js";
 import { callout, pageHead, panel } from "../ui.js";
 
@@ -120,7 +120,7 @@ export default {
         pending: latest ? queuesWaiting(latest.busiest.length) : "",
         running: latest ? "attempts in progress" : "",
         done: latest ? `+${int(lastMinute(series.done))} last minute (this node)` : "",
-        failed: latest ? `${int(lastMinute(series.failed))} failed attempts last minute` : "",
+        failed: latest ? `${plural(lastMinute(series.failed), "failed attempt", "failed attempts")} last minute` : "",
         cancelled: latest ? "by an operator or a client" : "",
       };
       swap(

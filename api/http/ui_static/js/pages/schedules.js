@@ -3,7 +3,7 @@
 // /schedules; the switch is POST /schedules/{name}/enable or /disable.
 
 import { api } from "../api.js";
-import { h, icon, shortId, when } from "../dom.js";
+import { h, icon, idText, when } from "../dom.js";
 import { badge, explain, liveTable, pageHead, panel, toast } from "../ui.js";
 
 const EVERY_MS = 5000;
@@ -52,7 +52,7 @@ export default {
         cell: (s) =>
           s.last_fire
             ? h("span", { class: "idcell" }, when(s.last_fire),
-                s.last_job_id ? h("a", { href: `#/jobs/${s.last_job_id}`, class: "mono", "data-last-job": s.name }, shortId(s.last_job_id)) : null)
+                s.last_job_id ? h("a", { href: `#/jobs/${s.last_job_id}`, class: "mono", "data-last-job": s.name }, idText(s.last_job_id)) : null)
             : h("span", { class: "faint" }, "never"),
       },
       { label: "Queue", hideSm: true, cell: (s) => h("span", { class: "mono" }, s.queue || "actor's") },

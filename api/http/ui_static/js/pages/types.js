@@ -1,6 +1,7 @@
 // Job types: per type, how many jobs are in each status, the p50 and p95 run time of the
 // finished ones and their failure rate, over the jobs the store keeps (finished ones
-// until pruned). One request every 10 s: GET /summary/types.
+// until pruned). One request every 10 s: GET /summary/types. A typed actor's parameters
+// come from its payload's schema in /openapi.json (read once per visit).
 
 import { api } from "../api.js";
 import { duration, h, int } from "../dom.js";
@@ -25,6 +26,41 @@ export function percent(rate) {
   return `${(rate * 100).toFixed(rate < 0.1 && rate > 0 ? 1 : 0)}%`;
 }
 
+const REF = "#/components/schemas/";
+
+function typeLabel(schema, schemas) {
+  if (!schema) return "any";
+  if (schema.$ref) return schema.$ref.slice(REF.length).split(".").pop();
+  if (schema.anyOf) return schema.anyOf.map((s) => typeLabel(s, schemas)).join(" | ");
+  if (schema.enum) return schema.enum.map((v) => JSON.stringify(v)).join(" | ");
+  if (schema.type === "array") return `list[${typeLabel(schema.items, schemas)}]`;
+  if (schema.type === "object" && schema.additionalProperties) return `dict[${typeLabel(schema.additionalProperties, schemas)}]`;
+  return schema.format || schema.type || "any";
+}
+
+/** A typed job type's parameters, one per line: `name: type = default`; classic: any JSON. */
+export function parameters(type, schemas) {
+  const schema = schemas && schemas[`payload.${type.replaceAll(":", "_")}`];
+  if (!schema) return h("span", { class: "faint", "data-params": type }, "any JSON");
+  const required = new Set(schema.required || []);
+  const props = schema.properties || {};
+  if (!Object.keys(props).length) return h("span", { class: "faint", "data-params": type }, "none");
+  return h(
+    "span",
+    { class: "mono", "data-params": type },
+    ...Object.entries(props).map(([name, prop], i) =>
+      h(
+        "span",
+        { class: "param" },
+        i ? ", " : "",
+        h("b", null, name),
+        `: ${typeLabel(prop, schemas)}`,
+        required.has(name) || !("default" in prop) ? "" : ` = ${JSON.stringify(prop.default)}`,
+      ),
+    ),
+  );
+}
+
 export default {
   title: "Job types",
   nav: "types",
@@ -47,13 +83,23 @@ export default {
         class: "r num",
         cell: (t) => h("span", { "data-rate": t.type, class: t.failure_rate > HIGH_FAILURE ? "bad" : null }, percent(t.failure_rate)),
       },
+      { label: "Parameters", cell: (t) => parameters(t.type, schemas) },
     ];
+
+    let schemas = null; // the payload schemas of /openapi.json, read on the first refresh
+    const read = async () => {
+      if (schemas === null) {
+        const doc = await api("openapi.json", { quiet: true }).catch(() => null);
+        schemas = (doc && doc.components && doc.components.schemas) || {};
+      }
+      return api("summary/types", { quiet: true });
+    };
 
     const live = liveTable({
       body,
       notice,
       columns,
-      read: () => api("summary/types", { quiet: true }),
+      read,
       rows: (data) => data.types,
       empty: "No jobs yet.",
       caption: "Job types",

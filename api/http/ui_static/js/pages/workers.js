@@ -4,7 +4,7 @@
 // as each node published them with its heartbeat. One request every 2 s: GET /workers.
 
 import { api } from "../api.js";
-import { bytes, duration, h, int, relative, shortId, swap, when } from "../dom.js";
+import { bytes, duration, h, idText, int, plural, relative, swap, when } from "../dom.js";
 import { poll, setNode } from "../live.js";
 import { badge, callout, explain, pageHead, panel, table } from "../ui.js";
 
@@ -55,7 +55,7 @@ export default {
         label: "Current job",
         cell: (w) =>
           w.job_id
-            ? h("span", { class: "idcell" }, h("a", { href: `#/jobs/${w.job_id}`, "data-focus": `job:${w.job_id}` }, w.job_type), h("span", { class: "mono" }, `${shortId(w.job_id)} · attempt ${w.attempt}`))
+            ? h("span", { class: "idcell" }, h("a", { href: `#/jobs/${w.job_id}`, "data-focus": `job:${w.job_id}` }, w.job_type), h("span", { class: "mono" }, idText(w.job_id), ` · attempt ${w.attempt}`))
             : h("span", { class: "faint" }, "—"),
       },
       { label: "Running for", class: "r num", cell: (w) => (w.running_seconds == null ? h("span", { class: "faint" }, "—") : duration(w.running_seconds)) },
@@ -68,7 +68,7 @@ export default {
       { label: "PID", lead: true, cell: (e) => h("span", { class: "mono" }, String(e.pid)) },
       { label: "Why", cell: (e) => h("span", { "data-reason": e.reason }, h("b", null, e.reason), h("span", { class: "muted" }, ` · ${REASONS[e.reason] || ""}`)) },
       { label: "Exit", cell: (e) => h("span", { class: "muted" }, e.exit) },
-      { label: "Job", cell: (e) => (e.job_id ? h("a", { href: `#/jobs/${e.job_id}`, class: "mono" }, shortId(e.job_id)) : h("span", { class: "faint" }, "—")) },
+      { label: "Job", cell: (e) => (e.job_id ? h("a", { href: `#/jobs/${e.job_id}`, class: "mono" }, idText(e.job_id)) : h("span", { class: "faint" }, "—")) },
     ];
     const nodeColumns = [
       { label: "Node", lead: true, cell: (n) => h("span", { class: "mono" }, n.node_id, n.this ? h("span", { class: "muted" }, " (this one)") : null) },
@@ -78,9 +78,18 @@ export default {
       {
         label: "Workers",
         class: "r num nowrap",
-        cell: (n) => (n.report
-          ? h("span", { "data-node-workers": n.node_id }, `${n.report.workers.filter((w) => w.state === "busy").length} busy of ${n.report.workers.length}`)
-          : h("span", { class: "faint" }, "—")),
+        cell: (n) => {
+          const workers = workersOf(n);
+          if (!workers) return h("span", { class: "faint" }, "—");
+          // this node's from its processes now, as the panel above; another's as it last said
+          const age = n.this ? "now" : `as of ${relative(n.heartbeat_at)}`;
+          return h(
+            "span",
+            null,
+            h("span", { "data-node-workers": n.node_id }, `${workers.filter((w) => w.state === "busy").length} busy of ${workers.length}`),
+            h("span", { class: "muted", "data-node-workers-age": n.node_id }, ` · ${age}`),
+          );
+        },
       },
       { label: "Done / min", class: "r num", cell: (n) => (n.report ? h("span", { "data-node-done": n.node_id }, int(n.report.done_last_minute)) : h("span", { class: "faint" }, "—")) },
       { label: "Failed / min", class: "r num", hideSm: true, cell: (n) => (n.report ? int(n.report.failed_last_minute) : h("span", { class: "faint" }, "—")) },
@@ -94,6 +103,11 @@ export default {
       { label: "Jobs done", class: "r num", hideSm: true, cell: (w) => int(w.jobs_run) },
     ];
 
+    // One source per node: this node's workers as its processes are now (the Processes
+    // panel's), every other node's as its last heartbeat published them.
+    let ownWorkers = [];
+    const workersOf = (n) => (n.this ? ownWorkers : n.report ? n.report.workers : null);
+
     async function refresh() {
       let data;
       try {
@@ -104,10 +118,11 @@ export default {
       }
       swap(notice);
       setNode(data.node);
+      ownWorkers = data.workers;
       const busy = data.workers.filter((w) => w.state === "busy").length;
       const c = data.count;
       const bounds = c && c.min !== c.max ? ` Scaling between ${c.min} and ${c.max}, aiming for ${c.target}.` : "";
-      sub.textContent = `Node ${data.node}: ${data.workers.length} worker ${data.workers.length === 1 ? "process" : "processes"}, ${busy} busy.${bounds}`;
+      sub.textContent = `Node ${data.node}: ${plural(data.workers.length, "worker process", "worker processes")}, ${busy} busy.${bounds}`;
       swap(workersBox, table(workerColumns, data.workers, { empty: "No worker process is running.", caption: "Worker processes" }));
       const reasons = Object.entries(data.exits_by_reason).filter(([, n]) => n > 0);
       swap(reasonsBox, reasons.length ? reasons.map(([reason, n]) => h("span", { class: "chip", title: REASONS[reason] }, reason, " ", h("b", null, int(n)))) : h("span", { class: "muted" }, "none"));
@@ -117,10 +132,10 @@ export default {
       // the cluster: every live node's published report (this node's from its heartbeat too)
       const reporting = nodes.filter((n) => n.live && n.report);
       if (reporting.length > 1) {
-        const all = reporting.flatMap((n) => n.report.workers);
+        const all = reporting.flatMap(workersOf);
         const done = reporting.reduce((sum, n) => sum + n.report.done_last_minute, 0);
         const failed = reporting.reduce((sum, n) => sum + n.report.failed_last_minute, 0);
-        clusterSub.textContent = `Cluster, ${reporting.length} live nodes: ${all.filter((w) => w.state === "busy").length} of ${all.length} workers busy; ${int(done)} done and ${int(failed)} failed in the last minute.`;
+        clusterSub.textContent = `Cluster, ${reporting.length} live nodes: ${all.filter((w) => w.state === "busy").length} of ${plural(all.length, "worker", "workers")} busy; ${int(done)} done and ${int(failed)} failed in the last minute.`;
         clusterSub.dataset.cluster = "";
       } else {
         clusterSub.textContent = "live while their heartbeat is recent";
