@@ -181,14 +181,11 @@ def resolve_spec(
             spec.on_failure, declared, known, f"{path}on_failure.", check=check
         )
     fields = msgspec.structs.asdict(spec)
-    fields.update(
-        queue=queue,
-        priority=priority,
-        max_retries=retries,
-        on_success=on_success,
-        on_failure=on_failure,
-    )
-    return ResolvedSpec(**fields)
+    if type(spec) is not JobSpec:  # a workflow step (`WorkflowStep`): its job's fields only
+        fields = {name: fields[name] for name in JobSpec.__struct_fields__}
+    resolved = {"queue": queue, "priority": priority, "max_retries": retries}
+    templates = {"on_success": on_success, "on_failure": on_failure}
+    return ResolvedSpec(**fields | resolved | templates)
 
 
 def spec_problem(

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 from goqueue.actors.protocol import ActorInfo
 from goqueue.supervisor.common.catalog import Catalog
-from goqueue.supervisor.common.jobs import Job, JobSpec, resolve_spec, utcnow
+from goqueue.supervisor.common.jobs import Job, JobSpec, ResolvedSpec, resolve_spec, utcnow
+from goqueue.supervisor.common.steps import WorkflowStep
 
 pytestmark = pytest.mark.timeout(10)
 
@@ -42,3 +43,10 @@ def test_resolved_retries_are_an_int_templates_included() -> None:
     assert resolved.on_success.on_failure is not None
     assert resolved.on_success.on_failure.max_retries == 7
     assert resolve_spec(JobSpec(type="a", max_retries=0), declared).max_retries == 0
+
+
+def test_a_workflow_step_resolves_to_its_job_alone() -> None:
+    step = WorkflowStep(key="k", type="a", after=["j"])
+    resolved = resolve_spec(step, Catalog([ActorInfo("a", queue="q")], {}).actors.get)
+    assert type(resolved) is ResolvedSpec
+    assert (resolved.type, resolved.queue, resolved.max_retries) == ("a", "q", 3)
