@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from goqueue.supervisor.webhooks.delivery import Answer, RetrySchedule
 from goqueue.supervisor.webhooks.outbox import Outbox
-from goqueue.supervisor.webhooks.rows import Due
+from goqueue.supervisor.common.deliveries import Due
 
 pytestmark = pytest.mark.timeout(10)
 
