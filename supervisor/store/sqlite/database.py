@@ -43,7 +43,7 @@ from typing import TypeVar
 
 from goqueue.supervisor.common.errors import BootError, StoreUnavailable
 from goqueue.supervisor.store.sqlite.rows import ADD_COUNTS, Group, add_count
-from goqueue.supervisor.store.sqlite.schema import NewerSchema, migrate
+from goqueue.supervisor.store.sqlite.schema import connect
 
 T = TypeVar("T")
 log = logging.getLogger("goqueue.store.sqlite")
@@ -55,18 +55,11 @@ ROOM_EVERY = 64  # commits between looks at the disk's free room
 RETRY_CHECKPOINT_SECONDS = 1.0  # after a checkpoint a reader kept short of the end
 PROBE_BYTES = 256 << 10  # what readiness writes to see that writes go
 INLINE_FSYNC_SECONDS = 0.002  # an fsync quicker than this is made on the loop
-# `journal_size_limit`: a WAL starting over is truncated to this. Above the threshold, so
-# that the WAL's file keeps the blocks it has: an fsync of a commit written in room the
-# file already has takes half the time of one that must grow the file (measured: 45 us
-# against 109 us for 32 KB). How far the WAL has grown is read from SQLite's index of
-# it (`wal_bytes`), not from the file's size.
-WAL_KEEP_BYTES = 64 << 20
 # The wal-index header at the start of the `-shm` file (SQLite's documented WAL format):
 # `mxFrame`, the last valid frame, is the native 32-bit word at byte 16.
 _MX_FRAME = struct.Struct("=I")
 _MX_FRAME_AT = 16
 _FRAME_HEADER = 24
-CACHE_KIB = 16_384  # the page cache: bounded, whatever the file holds
 
 
 class Batch:
@@ -168,40 +161,11 @@ class Database:
     def _open(self) -> None:
         path = self.path
         try:
-            self._conn, self.applied = self._connect(path)
+            self._conn, self.applied = connect(path)
             (self._page_size,) = self._conn.execute("PRAGMA page_size").fetchone()
         except BaseException:
             self._close()
             raise
-
-    @staticmethod
-    def _connect(path: str) -> tuple[sqlite3.Connection, list[int]]:
-        try:
-            conn = sqlite3.connect(path, isolation_level=None, check_same_thread=False)
-        except sqlite3.Error as exc:
-            raise BootError(f"SQLite file {path}: cannot open it: {exc}") from None
-        try:
-            # before the first table, or it has no effect: lets prune give pages back
-            conn.execute("PRAGMA auto_vacuum = INCREMENTAL")
-            mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-            if mode != "wal":
-                raise BootError(f"SQLite file {path}: cannot use WAL mode (got {mode})")
-            conn.execute("PRAGMA busy_timeout = 5000")  # a checkpointing reader, briefly
-            conn.execute("PRAGMA synchronous = NORMAL")  # durability comes from `sync`
-            conn.execute("PRAGMA wal_autocheckpoint = 0")  # the flusher checkpoints
-            conn.execute(f"PRAGMA journal_size_limit = {WAL_KEEP_BYTES}")
-            conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
-            applied = migrate(conn)
-        except sqlite3.DatabaseError as exc:
-            conn.close()
-            raise BootError(f"SQLite file {path}: {exc}") from None
-        except NewerSchema as exc:
-            conn.close()
-            raise BootError(f"SQLite file {path}: {exc}") from None
-        except BaseException:
-            conn.close()
-            raise
-        return conn, applied
 
     async def close(self) -> None:
         """Commit what this turn holds, close the connections, release the lock and stop
