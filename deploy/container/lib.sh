@@ -57,12 +57,12 @@ podman_config() {
     local probe_image="$1" conf="$CACHE/containers.conf" out
     [ "$ENGINE" = podman ] || return 0
     [ -n "${CONTAINERS_CONF:-}" ] && return 0
-    out="$(podman run --rm --network none --no-healthcheck "$probe_image" true 2>&1)" && return 0
+    out="$(podman run --rm --network none --no-healthcheck --entrypoint /bin/true "$probe_image" 2>&1)" && return 0
     say "podman cannot run a container with its defaults here: $out"
     need runc
     printf '%s\n' '[containers]' 'default_ulimits = []' '' '[engine]' 'runtime = "runc"' >"$conf"
     export CONTAINERS_CONF="$conf"
-    out="$(podman run --rm --network none --no-healthcheck "$probe_image" true 2>&1)" \
+    out="$(podman run --rm --network none --no-healthcheck --entrypoint /bin/true "$probe_image" 2>&1)" \
         || die "podman cannot run a container even with $conf: $out"
     say "using $conf (runtime runc, no default ulimits)"
 }
