@@ -12,6 +12,10 @@ set -euo pipefail
 # shellcheck source=deploy/container/lib.sh
 . "$(dirname "$0")/lib.sh"
 
+# One stack at a time on a machine: the ports and the project name are fixed.
+exec 9>"$CACHE/smoke.lock"
+flock -w 900 9 || die "another smoke.sh still runs after 15 minutes"
+
 PROJECT=goqueue-smoke
 PG_IMAGE=docker.io/library/postgres:15
 PROM_IMAGE=docker.io/prom/prometheus:v2.53.0
