@@ -57,10 +57,14 @@ teardown() {
         done
     fi
     # This project's containers with their anonymous volumes (the images' VOLUME /data and
-    # /prometheus, which `down -v` leaves), then its named volumes and anything else `down`
+    # /prometheus, which `down -v` leaves), dependents first (podman refuses to remove a
+    # container another depends on); then its named volumes and anything else `down`
     # removes; then whatever a failed `down` left behind.
-    "$ENGINE" ps -aq --filter "label=com.docker.compose.project=$PROJECT" \
-        | xargs -r "$ENGINE" rm -f -v -t 5 >>"$LOG" 2>&1 || true
+    for service in prometheus single node1 node2 postgres; do
+        "$ENGINE" ps -aq --filter "label=com.docker.compose.project=$PROJECT" \
+            --filter "label=com.docker.compose.service=$service" \
+            | xargs -r "$ENGINE" rm -f -v -t 5 >>"$LOG" 2>&1 || true
+    done
     if [ -n "${COMPOSE[*]:-}" ]; then
         compose --profile single down -v -t 5 || true
     fi
