@@ -23,8 +23,9 @@ podman_config "$BASE"
 wheelhouse() {
     local want have reqs
     tools_venv
-    want="$("$ENGINE" run --rm --network none --no-healthcheck "$BASE" python3 -c 'import sys; print(sys.version_info[:2])')"
-    have="$("$TOOLS/bin/python" -c 'import sys; print(sys.version_info[:2])')"
+    local version='import sys; print(sys.version_info[:2])'
+    want="$(run_once "$BASE" python3 -c "$version")"
+    have="$("$TOOLS/bin/python" -c "$version")"
     if [ "$want" != "$have" ]; then
         say "this machine's Python $have is not the base image's $want: pip in the build uses PyPI"
         return 1
@@ -42,7 +43,8 @@ print("\n".join([*project["build-system"]["requires"], *project["project"]["depe
 EOF
     "$TOOLS/bin/pip" wheel -q --no-index --find-links "$WHEELS" -w "$WHEELS" -r "$reqs" \
         >/dev/null 2>&1 && return 0
-    "$TOOLS/bin/pip" wheel -q --find-links "$WHEELS" -w "$WHEELS" -r "$reqs" >"$CACHE/pip.log" 2>&1 \
+    "$TOOLS/bin/pip" wheel -q --find-links "$WHEELS" -w "$WHEELS" -r "$reqs" \
+        >"$CACHE/pip.log" 2>&1 \
         || { cat "$CACHE/pip.log" >&2 && die "pip could not fetch the wheels (above)"; }
 }
 
@@ -59,11 +61,12 @@ else
 fi
 
 # The image this build replaced, left untagged: removed unless a container still uses it.
-if [ -n "$previous" ] && [ "$previous" != "$("$ENGINE" image inspect --format '{{.Id}}' "$IMAGE")" ]; then
+current="$("$ENGINE" image inspect --format '{{.Id}}' "$IMAGE")"
+if [ -n "$previous" ] && [ "$previous" != "$current" ]; then
     "$ENGINE" rmi "$previous" >/dev/null 2>&1 || true
 fi
 
-version="$("$ENGINE" run --rm --network none --no-healthcheck --entrypoint python "$IMAGE" -c \
+version="$(run_once --entrypoint python "$IMAGE" -c \
     'import importlib.metadata as m; print("goqueue", m.version("goqueue"))' 2>&1)" \
     || die "the image does not run: $version"
 size="$("$ENGINE" image inspect --format '{{.Size}}' "$IMAGE")"

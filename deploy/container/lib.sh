@@ -24,8 +24,8 @@ apt_install() {
     [ "$(id -u)" -eq 0 ] || die "missing: $*; install it (apt-get needs root)"
     say "installing with apt: $*"
     export DEBIAN_FRONTEND=noninteractive
-    apt-get install -y -qq "$@" >/dev/null \
-        || { apt-get update -qq && apt-get install -y -qq "$@" >/dev/null; }
+    { apt-get install -y -qq "$@" || { apt-get update -qq && apt-get install -y -qq "$@"; }; } \
+        >"$CACHE/apt.log" 2>&1 || { cat "$CACHE/apt.log" >&2 && die "apt could not install $*"; }
 }
 
 # The commands named, each installed from the Debian package of the same name if missing.
@@ -49,6 +49,9 @@ pick_engine() {
     fi
 }
 
+# A throwaway container with no network and no healthcheck: run_once [OPTIONS] IMAGE [ARGS].
+run_once() { "$ENGINE" run --rm --network none --no-healthcheck "$@"; }
+
 # Podman's defaults fail on some hosts: crun refuses cgroups in hybrid mode, and the
 # runtime's setrlimit for the default ulimits is refused. When a trial container fails,
 # use a containers.conf of our own (runc, no default ulimits) for every podman call of
@@ -57,14 +60,14 @@ podman_config() {
     local probe_image="$1" conf="$CACHE/containers.conf" out
     [ "$ENGINE" = podman ] || return 0
     [ -n "${CONTAINERS_CONF:-}" ] && return 0
-    out="$(podman run --rm --network none --no-healthcheck --entrypoint /bin/true "$probe_image" 2>&1)" && return 0
-    say "podman cannot run a container with its defaults here: $out"
+    out="$(run_once --entrypoint /bin/true "$probe_image" 2>&1)" && return 0
     need runc
     printf '%s\n' '[containers]' 'default_ulimits = []' '' '[engine]' 'runtime = "runc"' >"$conf"
     export CONTAINERS_CONF="$conf"
-    out="$(podman run --rm --network none --no-healthcheck --entrypoint /bin/true "$probe_image" 2>&1)" \
-        || die "podman cannot run a container even with $conf: $out"
-    say "using $conf (runtime runc, no default ulimits)"
+    run_once --entrypoint /bin/true "$probe_image" >/dev/null 2>&1 \
+        || die "podman cannot run a container, with its defaults or with $conf: $out"
+    say "podman's defaults cannot start a container here (${out%%$'\n'*});" \
+        "using $conf (runc, no default ulimits)"
 }
 
 have_image() { "$ENGINE" image inspect "$1" >/dev/null 2>&1; }
@@ -117,5 +120,6 @@ pick_base() {
 tools_venv() {
     TOOLS="$CACHE/venv"
     [ -x "$TOOLS/bin/pip" ] && return 0
-    python3 -m venv "$TOOLS" 2>/dev/null || { apt_install python3-venv && python3 -m venv "$TOOLS"; }
+    python3 -m venv "$TOOLS" 2>/dev/null \
+        || { apt_install python3-venv && python3 -m venv "$TOOLS"; }
 }

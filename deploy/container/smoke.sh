@@ -3,7 +3,7 @@
 # with podman-compose or docker compose, prove it works, and take it all down again.
 #   bash deploy/container/build.sh && bash deploy/container/smoke.sh
 # Every container is on the host's network, listening on 127.0.0.1 only, on ports of its own
-# (compose.host.yaml: 15432, 18080-18082, 19090), so nothing leaves loopback and a
+# (compose.host.yaml: 25432, 28080-28082, 29090), so nothing leaves loopback and a
 # PostgreSQL of the machine's own on 5432 is left alone. When postgres:15 and
 # prom/prometheus cannot be pulled, stand-ins are built from Debian's packages
 # (postgresql-15, prometheus) and tagged with those names. Prints one summary line; exits
@@ -19,10 +19,10 @@ flock -w 900 9 || die "another smoke.sh still runs after 15 minutes"
 PROJECT=goqueue-smoke
 PG_IMAGE=docker.io/library/postgres:15
 PROM_IMAGE=docker.io/prom/prometheus:v2.53.0
-NODE1=http://127.0.0.1:18081
-NODE2=http://127.0.0.1:18082
-SINGLE=http://127.0.0.1:18080
-PROMETHEUS=http://127.0.0.1:19090
+NODE1=http://127.0.0.1:28081
+NODE2=http://127.0.0.1:28082
+SINGLE=http://127.0.0.1:28080
+PROMETHEUS=http://127.0.0.1:29090
 LOG="$CACHE/smoke.log"
 CHECKS="$HERE/smoke_checks.py"
 GOQUEUE_API_KEY="$(python3 -c 'import secrets; print(secrets.token_hex(32))')"
@@ -53,17 +53,20 @@ teardown() {
     if [ "$status" -ne 0 ] && [ -n "${COMPOSE[*]:-}" ]; then
         for service in node1 node2 single postgres prometheus; do
             ctr="$(container "$service" 2>/dev/null || true)"
-            [ -n "$ctr" ] && { echo "--- $service" && "$ENGINE" logs --tail 30 "$ctr"; } >>"$LOG" 2>&1
+            [ -n "$ctr" ] || continue
+            { echo "--- $service" && "$ENGINE" logs --tail 30 "$ctr"; } >>"$LOG" 2>&1
         done
     fi
     # This project's containers with their anonymous volumes (the images' VOLUME /data and
     # /prometheus, which `down -v` leaves), dependents first (podman refuses to remove a
     # container another depends on); then its named volumes and anything else `down`
     # removes; then whatever a failed `down` left behind.
+    local remove=("$ENGINE" rm -f -v)
+    [ "$ENGINE" = podman ] && remove+=(-t 5)  # docker's rm kills at once, and has no -t
     for service in prometheus single node1 node2 postgres; do
         "$ENGINE" ps -aq --filter "label=com.docker.compose.project=$PROJECT" \
             --filter "label=com.docker.compose.service=$service" \
-            | xargs -r "$ENGINE" rm -f -v -t 5 >>"$LOG" 2>&1 || true
+            | xargs -r "${remove[@]}" >>"$LOG" 2>&1 || true
     done
     if [ -n "${COMPOSE[*]:-}" ]; then
         compose --profile single down -v -t 5 || true
@@ -73,7 +76,8 @@ teardown() {
     if [ "$status" -eq 0 ]; then
         echo "smoke: OK in ${took} s, ${#passed[@]} checks passed (${passed[*]})"
     else
-        echo "smoke: FAILED at '$step' after ${took} s, passed before it: ${passed[*]:-none} (log: $LOG)"
+        echo "smoke: FAILED at '$step' after ${took} s," \
+            "passed before it: ${passed[*]:-none} (log: $LOG)"
     fi
     exit "$status"
 }
@@ -86,8 +90,8 @@ service_image() {
     local image="$1" name="$2" packages="$3" recipe seen
     shift 3
     recipe="$(cat "$HERE/images/$name"[.-]* | sha256sum | cut -c1-16)"
-    seen="$("$ENGINE" image inspect --format '{{index .Labels "goqueue.stand-in"}}' "$image" 2>/dev/null)" \
-        || seen=missing
+    seen="$("$ENGINE" image inspect --format '{{index .Labels "goqueue.stand-in"}}' \
+        "$image" 2>/dev/null)" || seen=missing
     [ "$seen" = "$recipe" ] && return 0
     if [ "$seen" = missing ] || [ "$seen" = "<no value>" ] || [ -z "$seen" ]; then
         pull "$image" && return 0
@@ -103,7 +107,7 @@ service_image() {
 pick_engine
 have_image "$IMAGE" || die "no $IMAGE here: run deploy/container/build.sh first"
 podman_config "$IMAGE"
-for port in 15432 18080 18081 18082 19090; do
+for port in 25432 28080 28081 28082 29090; do
     if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
         die "127.0.0.1:$port is taken; the stack needs it (see compose.host.yaml)"
     fi
