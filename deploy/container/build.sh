@@ -5,7 +5,7 @@
 # When the public base (python:3.11-slim) cannot be pulled, the base is Debian's Python,
 # built from Debian's packages with mmdebstrap and imported once (kept as
 # localhost/goqueue-base:bookworm; remove that image to rebuild it). With podman the build
-# itself has no network: this machine's pip fetches the dependencies' wheels into a cache
+# itself has no network: the host's pip fetches the dependencies' wheels into a cache
 # folder (~/.cache/goqueue-container/wheels) mounted into the build.
 # Environment: GOQUEUE_BASE (another base image), GOQUEUE_CONTAINER_CACHE,
 # GOQUEUE_DEBIAN_MIRROR, GOQUEUE_DEBIAN_SECURITY_MIRROR.

@@ -120,8 +120,13 @@ service_image "$PG_IMAGE" postgres postgresql-15 \
     --customize-hook='rm -rf "$1/var/lib/postgresql/15" "$1/etc/postgresql/15"'
 service_image "$PROM_IMAGE" prometheus prometheus
 if [ "$ENGINE" = podman ]; then
+    # Pinned, as the project pins its linters: the version these checks were proven with.
     tools_venv
-    [ -x "$TOOLS/bin/podman-compose" ] || "$TOOLS/bin/pip" install -q podman-compose >>"$LOG" 2>&1
+    pinned=1.6.0
+    installed="$("$TOOLS/bin/python" -c \
+        'import importlib.metadata as m; print(m.version("podman-compose"))' 2>/dev/null || true)"
+    [ "$installed" = "$pinned" ] \
+        || "$TOOLS/bin/pip" install -q "podman-compose==$pinned" >>"$LOG" 2>&1
     COMPOSE=("$TOOLS/bin/podman-compose")
 else
     docker compose version >/dev/null 2>&1 || die "docker compose (the plugin) is missing"
