@@ -149,6 +149,26 @@ compose up -d --no-build node1 node2 prometheus
 passed+=(up)
 
 check ready ready "$NODE1" "$NODE2"
+
+# The image's HEALTHCHECK and compose's for PostgreSQL. podman runs healthchecks from
+# systemd timers, absent on some hosts, so each is run once here; docker runs its own.
+step="healthcheck"
+say "check: healthcheck"
+for service in node1 node2 postgres; do
+    if [ "$ENGINE" = podman ]; then
+        podman healthcheck run "$(container "$service")" >>"$LOG" 2>&1 \
+            || die "$service: its healthcheck fails"
+    else
+        for _ in $(seq 1 60); do
+            health="$(docker inspect --format '{{.State.Health.Status}}' "$(container "$service")")"
+            [ "$health" = healthy ] && break
+            sleep 1
+        done
+        [ "$health" = healthy ] || die "$service: its health is $health"
+    fi
+done
+echo "healthcheck: node1, node2 and postgres healthy" | tee -a "$LOG" >&2
+passed+=(healthcheck)
 check exactly-once exactly-once --count 200 "$NODE1" "$NODE2"
 check cancel cancel --node node1 "$NODE1" --node node2 "$NODE2"
 check prometheus targets "$PROMETHEUS" --expect 2
