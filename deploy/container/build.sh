@@ -49,22 +49,29 @@ EOF
 }
 
 say "building $IMAGE with $ENGINE (base $BASE)"
-previous="$("$ENGINE" image inspect --format '{{.Id}}' "$IMAGE" 2>/dev/null || true)"
+image_id() { "$ENGINE" image inspect --format '{{.Id}}' "$1" 2>/dev/null || true; }
+# podman keeps the build stage as an image (the layer cache of the next build), untagged:
+# it is tagged here, so the one a rebuild replaces can be removed like the old image.
+STAGE="localhost/goqueue-build-stage:latest"
+previous=("$(image_id "$IMAGE")" "$(image_id "$STAGE")")
 if [ "$ENGINE" = podman ] && wheelhouse; then
     # --format docker keeps the Dockerfile's HEALTHCHECK (the OCI format has none).
-    podman build -q --format docker --network none --volume "$WHEELS:/wheels:ro" \
-        --build-arg BASE="$BASE" --build-arg WHEELS=/wheels \
-        -f "$ROOT/deploy/Dockerfile" -t "$IMAGE" "$ROOT" >/dev/null
+    build=(podman build -q --format docker --network none --volume "$WHEELS:/wheels:ro"
+        --build-arg BASE="$BASE" --build-arg WHEELS=/wheels -f "$ROOT/deploy/Dockerfile")
 else
-    "$ENGINE" build -q --network host --build-arg BASE="$BASE" \
-        -f "$ROOT/deploy/Dockerfile" -t "$IMAGE" "$ROOT" >/dev/null
+    build=("$ENGINE" build -q --network host --build-arg BASE="$BASE" -f "$ROOT/deploy/Dockerfile")
 fi
+[ "$ENGINE" = podman ] && "${build[@]}" --target build -t "$STAGE" "$ROOT" >/dev/null
+"${build[@]}" -t "$IMAGE" "$ROOT" >/dev/null
 
-# The image this build replaced, left untagged: removed unless a container still uses it.
-current="$("$ENGINE" image inspect --format '{{.Id}}' "$IMAGE")"
-if [ -n "$previous" ] && [ "$previous" != "$current" ]; then
-    "$ENGINE" rmi "$previous" >/dev/null 2>&1 || true
-fi
+# What this build replaced, left untagged: removed unless a container still uses it.
+current=("$(image_id "$IMAGE")" "$(image_id "$STAGE")")
+for old in "${previous[@]}"; do
+    case " ${current[*]} " in
+        *" $old "*) ;;
+        *) [ -z "$old" ] || "$ENGINE" rmi "$old" >/dev/null 2>&1 || true ;;
+    esac
+done
 
 version="$(run_once --entrypoint python "$IMAGE" -c \
     'import importlib.metadata as m; print("goqueue", m.version("goqueue"))' 2>&1)" \
