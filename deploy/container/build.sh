@@ -49,7 +49,6 @@ EOF
 }
 
 say "building $IMAGE with $ENGINE (base $BASE)"
-image_id() { "$ENGINE" image inspect --format '{{.Id}}' "$1" 2>/dev/null || true; }
 # podman keeps the build stage as an image (the layer cache of the next build), untagged:
 # it is tagged here, so the one a rebuild replaces can be removed like the old image.
 STAGE="localhost/goqueue-build-stage:latest"

@@ -71,6 +71,7 @@ podman_config() {
 }
 
 have_image() { "$ENGINE" image inspect "$1" >/dev/null 2>&1; }
+image_id() { "$ENGINE" image inspect --format '{{.Id}}' "$1" 2>/dev/null || true; }
 
 # Pull an image unless it is already local; quiet, and false when no registry serves it.
 pull() {

@@ -87,7 +87,7 @@ trap teardown EXIT
 # A stand-in carries a label with the hash of its Containerfile and files, and is built
 # again when they change (on the cached root file system, in seconds).
 service_image() {
-    local image="$1" name="$2" packages="$3" recipe seen
+    local image="$1" name="$2" packages="$3" recipe seen old
     shift 3
     recipe="$(cat "$HERE/images/$name"[.-]* | sha256sum | cut -c1-16)"
     seen="$("$ENGINE" image inspect --format '{{index .Labels "goqueue.stand-in"}}' \
@@ -98,10 +98,12 @@ service_image() {
         say "cannot pull $image; building a stand-in from Debian's $packages"
     fi
     debian_rootfs "localhost/goqueue-rootfs-$name:$SUITE" "$packages" "$@"
+    old="$(image_id "$image")"
     "$ENGINE" build -q --network none --build-arg ROOTFS="localhost/goqueue-rootfs-$name:$SUITE" \
         --label "org.opencontainers.image.description=$name from Debian $SUITE packages" \
         --label "goqueue.stand-in=$recipe" \
         -f "$HERE/images/$name.Containerfile" -t "$image" "$HERE/images" >/dev/null
+    [ -z "$old" ] || "$ENGINE" rmi "$old" >/dev/null 2>&1 || true  # the stand-in replaced
 }
 
 pick_engine
