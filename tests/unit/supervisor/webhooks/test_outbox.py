@@ -9,9 +9,9 @@ import time
 from typing import Any
 
 import pytest
+from goqueue.supervisor.common.deliveries import Due
 from goqueue.supervisor.webhooks.delivery import Answer, RetrySchedule
 from goqueue.supervisor.webhooks.outbox import Outbox
-from goqueue.supervisor.common.deliveries import Due
 
 pytestmark = pytest.mark.timeout(10)
 
