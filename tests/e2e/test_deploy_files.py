@@ -65,7 +65,7 @@ def test_the_build_context_leaves_a_checkout_s_local_files_out() -> None:
         if line.strip() and not line.startswith("#")
     }
     assert {".git", ".venv", "build", "dist", "**/__pycache__"} <= ignored
-    assert {"deploy/.env", "goqueue.db*"} <= ignored  # a secret and a store stay out
+    assert {"deploy/.env", "**/goqueue.db*"} <= ignored  # a secret and a store stay out
     assert "COPY . /src" in DOCKERFILE.read_text()  # what the file keeps small
 
 
