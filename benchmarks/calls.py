@@ -3,7 +3,7 @@
 moves: cProfile of the supervisor (`python -m cProfile -m goqueue.api.cli.main serve`),
 (calls for 5,000 jobs - calls for 1,000 jobs) / 4,000, so that boot and shutdown cancel.
 
-    python -m benchmarks.calls [--jobs 1000 5000] [--workers 2] [--files]
+    python -m benchmarks.calls [--jobs 1000 5000] [--workers 2] [--producers 1] [--files]
 
 `--files` lists the project's files a job crosses in the supervisor: those whose
 functions are called at least once per job, with their calls per job.
@@ -28,8 +28,10 @@ from benchmarks.loadgen import LoadClient
 from benchmarks.nodes import CHECKOUT
 
 
-async def profiled_run(jobs: int, workers: int, out: Path, database_url: str) -> None:
-    """One profiled node: warm up, `jobs` no-op jobs from one producer, all done, stop."""
+async def profiled_run(
+    jobs: int, workers: int, out: Path, database_url: str, producers: int = 1
+) -> None:
+    """One profiled node: warm up, `jobs` no-op jobs from `producers`, all done, stop."""
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
@@ -55,7 +57,7 @@ async def profiled_run(jobs: int, workers: int, out: Path, database_url: str) ->
         raw = client.build("POST", "/jobs", NOOP)
         await cost.produce(client, raw, WARM_UP, 1)
         await _until_done(client, WARM_UP, None)
-        await cost.produce(client, raw, jobs, 1)
+        await cost.produce(client, raw, jobs, producers)
         await _until_done(client, WARM_UP + jobs, None)
     finally:
         client.close()
@@ -70,6 +72,7 @@ def main() -> None:
     parser.add_argument("--database-url", default="memory://", help="the store (memory://)")
     parser.add_argument("--keep", help="write the larger run's profile here")
     parser.add_argument("--files", action="store_true", help="list the files a job crosses")
+    parser.add_argument("--producers", type=int, default=1, help="concurrent producers")
     args = parser.parse_args()
     small, large = args.jobs
     calls = {}
@@ -77,7 +80,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for n in (small, large):
             out = Path(tmp) / f"{n}.prof"
-            asyncio.run(profiled_run(n, args.workers, out, args.database_url))
+            asyncio.run(profiled_run(n, args.workers, out, args.database_url, args.producers))
             stats = pstats.Stats(str(out))
             calls[n] = stats.total_calls  # type: ignore[attr-defined]  # untyped in typeshed
             by_file[n] = _calls_by_file(stats)

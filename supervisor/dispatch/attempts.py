@@ -21,7 +21,7 @@ in order, best first.
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -84,21 +84,13 @@ class Attempt:
     lease: Lease
     phase: Phase
     renewed: float  # when the lease was last known extended
+    token: str  # its lease's token: the attempt's key (the started lease keeps it)
+    type: str  # its job's type
     taken: float = 0.0  # when it was taken in hand
     window_end: float | None = None  # the end of its start's rate window, while claimed
     worker: Worker | None = None  # the worker it is queued on, runs on, or is kept for
     written: bool = False  # its start is written (its job is running in the store)
     reason: KillReason | None = None  # why it was withdrawn: no longer ours
-
-    @property
-    def token(self) -> str:
-        """Its lease's token: the attempt's key."""
-        return self.lease.token
-
-    @property
-    def type(self) -> str:
-        """Its job's type."""
-        return self.lease.job.type
 
 
 class Attempts:
@@ -109,16 +101,15 @@ class Attempts:
         self._by_token: dict[str, Attempt] = {}
         self.hand: deque[Attempt] = deque()  # IN_HAND, best first: `if hand` costs no call
         self._counts: dict[Phase, Counter[str]] = {phase: Counter() for phase in Phase}
+        # the attempt of a token, if this node holds it (the dict's own `get`: the
+        # dispatcher looks attempts up several times a job, and a method costs a frame)
+        self.get: Callable[[str], Attempt | None] = self._by_token.get
 
     def __len__(self) -> int:
         return len(self._by_token)
 
     def __iter__(self) -> Iterator[Attempt]:
         return iter(list(self._by_token.values()))
-
-    def get(self, token: str) -> Attempt | None:
-        """The attempt of `token`, if this node holds it."""
-        return self._by_token.get(token)
 
     def by_type(self, phase: Phase) -> Counter[str]:
         """How many attempts of each type are in `phase` (read-only)."""
@@ -175,7 +166,7 @@ class Attempts:
         or running on `worker` (its start written by the claim or the enqueue)."""
         if Phase.NEW not in MOVES[phase]:
             raise WrongPhase(f"attempt of job {lease.job.id}: {Phase.NEW} -> {phase}")
-        attempt = Attempt(lease, Phase.NEW, renewed, taken=renewed)
+        attempt = Attempt(lease, Phase.NEW, renewed, lease.token, lease.job.type, taken=renewed)
         attempt.written = lease.job.status == Status.RUNNING
         self._by_token[lease.token] = attempt
         self.move(attempt, phase, worker=worker, window_end=window_end, first=first)
@@ -196,8 +187,7 @@ class Attempts:
         came = attempt.phase
         if came not in MOVES[to]:
             raise WrongPhase(f"attempt of job {attempt.lease.job.id}: {came} -> {to}")
-        lease = attempt.lease
-        job_type, token = lease.job.type, lease.token
+        job_type, token = attempt.type, attempt.token
         if came is not Phase.NEW:
             counts = self._counts[came]
             counts[job_type] -= 1
@@ -247,7 +237,7 @@ class Attempts:
         started first, else the best."""
         first = None
         for attempt in self.hand:
-            if attempt.lease.job.type in types:
+            if attempt.type in types:
                 if attempt.written:
                     return attempt
                 if first is None:

@@ -155,7 +155,7 @@ class Dispatcher:
         self.policy = policy
         self.outcomes.policy = policy
         self.at_enqueue.reconfigure(catalog, policy)
-        self.in_hand.lease_seconds = policy.lease_seconds
+        self.in_hand.renew(policy.lease_seconds)
         self.wake()
 
     def nudge(self) -> None:

@@ -53,17 +53,18 @@ class InHand:
         self.outcomes = outcomes
         self.kept = kept
         self.lifecycle = lifecycle
-        self.lease_seconds = lease_seconds
+        self.renew(lease_seconds)
         self.run = run
         self.wake = wake
         self.nudge = nudge
         self.monotonic = monotonic
 
-    @property
-    def fresh_for(self) -> float:
-        """Seconds an attempt may wait after its lease was extended and still be run: a
-        heartbeat's interval (a third of the lease) must be left."""
-        return self.lease_seconds * 2 / 3
+    def renew(self, lease_seconds: float) -> None:
+        """Take the policy's lease (boot, reload), and `fresh_for` with it: the seconds
+        an attempt may wait after its lease was extended and still be run (a heartbeat's
+        interval, a third of the lease, must be left)."""
+        self.lease_seconds = lease_seconds
+        self.fresh_for = lease_seconds * 2 / 3
 
     def fresh(self, attempt: Attempt) -> bool:
         """True while `attempt` may still be run (`fresh_for`)."""
