@@ -288,7 +288,14 @@ def test_a_full_disk_is_a_503_until_space_comes_back_then_every_201_is_done(
     assert producer.odd == [], f"answers other than 201 and 503: {producer.odd[:5]}"
     accepted = before + producer.accepted
 
-    wait_for(lambda: counts(node)["done"] >= len(accepted), timeout=30, what="every 201 done")
+    try:
+        wait_for(lambda: counts(node)["done"] >= len(accepted), timeout=30, what="every 201 done")
+    except AssertionError as exc:  # say which jobs did not finish, and what the node said
+        stuck = {i: node.get(f"/jobs/{i}").body.get("status") for i in accepted}
+        stuck = {i: status for i, status in stuck.items() if status != "done"}
+        raise AssertionError(
+            f"{exc}: {counts(node)}; not done: {list(stuck.items())[:10]}\n{node.logs()[-4000:]}"
+        ) from None
     left = counts(node)
     assert left["pending"] == left["claimed"] == left["running"] == 0, left
     assert left["done"] == len(accepted), left  # and no job answered 503 was kept
