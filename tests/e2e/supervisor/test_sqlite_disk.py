@@ -268,7 +268,11 @@ def store_down(node: Node) -> bool:
 def test_a_full_disk_is_a_503_until_space_comes_back_then_every_201_is_done(
     small_disk: Path, make_node: MakeNode
 ) -> None:
-    node = make_node("--database-url", f"sqlite:///{small_disk}/jobs.db")
+    # A short lease: an attempt whose lease the failure left behind (its outcome fenced
+    # off) is reaped and run again within seconds rather than a default lease.
+    node = make_node(
+        "--database-url", f"sqlite:///{small_disk}/jobs.db", "--lease-seconds", "4"
+    )  # fmt: skip
     before = [node.enqueue(type="noop")["id"] for _ in range(20)]
     filler = fill(small_disk, leave=256 * 1024)  # a few writes go, then none
     producer = Producer(node)
