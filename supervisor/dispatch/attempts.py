@@ -21,7 +21,7 @@ in order, best first.
 from __future__ import annotations
 
 from collections import Counter, deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -62,8 +62,8 @@ MOVES: dict[Phase, frozenset[Phase]] = {
     Phase.MOVING: frozenset({Phase.QUEUED, Phase.GRANTED}),
     Phase.WITHDRAWN: frozenset({Phase.QUEUED, Phase.GOING, Phase.GRANTED, Phase.MOVING}),
     Phase.RUNNING: frozenset(
-        {Phase.NEW, Phase.IN_HAND, Phase.STARTING, Phase.QUEUED, Phase.GRANTED, Phase.MOVING}
-        | {Phase.WITHDRAWN}
+        {Phase.NEW, Phase.IN_HAND, Phase.STARTING}
+        | {Phase.QUEUED, Phase.GRANTED, Phase.MOVING, Phase.WITHDRAWN}  # its worker started it
     ),
     Phase.GONE: frozenset(set(Phase) - {Phase.NEW, Phase.GONE}),
 }
@@ -108,9 +108,6 @@ class Attempts:
     def __len__(self) -> int:
         return len(self._by_token)
 
-    def __iter__(self) -> Iterator[Attempt]:
-        return iter(list(self._by_token.values()))
-
     def by_type(self, phase: Phase) -> Counter[str]:
         """How many attempts of each type are in `phase` (read-only)."""
         return self._counts[phase]
@@ -118,13 +115,6 @@ class Attempts:
     def count(self, phase: Phase) -> int:
         """How many attempts are in `phase`."""
         return sum(self._counts[phase].values())
-
-    def in_phase(self, *phases: Phase) -> list[Attempt]:
-        """The attempts in any of `phases` (those in hand in their order)."""
-        wanted = set(phases)
-        if wanted == {Phase.IN_HAND}:
-            return list(self.hand)
-        return [a for a in self._by_token.values() if a.phase in wanted]
 
     def held(self, recording: list[Lease]) -> list[Lease]:
         """Every lease this node holds: attempts on workers, then `recording` (finished,

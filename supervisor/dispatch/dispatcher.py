@@ -247,9 +247,9 @@ class Dispatcher:
                 self.in_hand.begin(attempt, worker)
         if self.attempts.hand:
             short = self.durations.short_types(self.catalog)
-            batches = self.feeding.plan_queues(short, self.in_hand.fresh, self._handoff)
-            for worker, handoffs in batches.items():
-                self.worker_queues.hand(worker, handoffs)
+            batches = self.feeding.plan_queues(short, self.in_hand.fresh)
+            for worker, queued in batches.items():
+                self.worker_queues.hand(worker, queued, self._handoff)
 
     def _handoff(self, attempt: Attempt) -> Handoff:
         """How `attempt` is handed to a worker's queue."""

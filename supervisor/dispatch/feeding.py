@@ -15,7 +15,7 @@ from goqueue.supervisor.common.jobs import Job
 from goqueue.supervisor.dispatch.attempts import Attempt, Attempts, Phase
 from goqueue.supervisor.dispatch.queues import Depth, Durations
 from goqueue.supervisor.workers.handle import Worker
-from goqueue.supervisor.workers.pool import Handoff, Pool
+from goqueue.supervisor.workers.pool import Pool
 
 
 class Feeding:
@@ -57,18 +57,15 @@ class Feeding:
         return rooms
 
     def plan_queues(
-        self,
-        short: frozenset[str],
-        fresh: Callable[[Attempt], bool],
-        handoff: Callable[[Attempt], Handoff],
-    ) -> dict[Worker, list[Handoff]]:
+        self, short: frozenset[str], fresh: Callable[[Attempt], bool]
+    ) -> dict[Worker, list[Attempt]]:
         """The attempts in hand to queue on busy workers with room, in their order (each
         to the one holding fewest): stop at the first that may not wait in a queue (a long
         or limited type, a rate window, a lease going stale: it waits for an idle worker,
         and the rest with it), and never queue one behind another worker's queued attempt
         of a higher priority (it would overtake it)."""
         rooms = self.low()
-        batches: dict[Worker, list[Handoff]] = {}
+        batches: dict[Worker, list[Attempt]] = {}
         if not rooms:
             return batches
         for attempt in list(self.attempts.hand):
@@ -83,7 +80,7 @@ class Feeding:
             worker = min(takers, key=lambda w: w.held + len(batches.get(w, ())))
             if self._overtakes(job, worker, batches):
                 break
-            batches.setdefault(worker, []).append(handoff(attempt))
+            batches.setdefault(worker, []).append(attempt)
             rooms[worker] -= 1
             if not rooms[worker]:
                 del rooms[worker]
@@ -91,7 +88,7 @@ class Feeding:
                     break
         return batches
 
-    def _overtakes(self, job: Job, worker: Worker, batches: dict[Worker, list[Handoff]]) -> bool:
+    def _overtakes(self, job: Job, worker: Worker, batches: dict[Worker, list[Attempt]]) -> bool:
         """True if `job`, queued last on `worker`, would be there in an earlier place than
         an attempt of a higher priority queued on another worker (it would likely start
         first)."""
@@ -100,7 +97,7 @@ class Feeding:
             if other is worker:
                 continue
             ahead = [e.lease.job for e in other.queued]
-            ahead += [h.lease.job for h in batches.get(other, ())]
+            ahead += [a.lease.job for a in batches.get(other, ())]
             start = other.lease is not None
             for i, queued in enumerate(ahead):
                 if queued.priority > job.priority and start + i > place:

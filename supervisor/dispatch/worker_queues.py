@@ -58,11 +58,13 @@ class WorkerQueues:
         self.nudge = nudge
         self.monotonic = monotonic
 
-    def hand(self, worker: Worker, handoffs: list[Handoff]) -> None:
-        """Queue attempts in hand on `worker`, in this order, in one frame."""
-        for handoff in handoffs:
-            attempt = self.attempts.get(handoff.lease.token)
-            assert attempt is not None
+    def hand(
+        self, worker: Worker, queued: list[Attempt], handoff: Callable[[Attempt], Handoff]
+    ) -> None:
+        """Queue attempts in hand on `worker`, in this order, in one frame (`handoff`
+        says how each is handed over)."""
+        handoffs = [handoff(attempt) for attempt in queued]
+        for attempt in queued:
             self.attempts.move(attempt, Phase.QUEUED, worker=worker)
         self.pool.hand(worker, handoffs)
         self.grant(worker)
@@ -107,7 +109,7 @@ class WorkerQueues:
         if attempt.phase is not Phase.GOING:  # withdrawn meanwhile: no longer ours
             return
         if held is None:
-            log.warning("lease lost before the job started", extra={"job_id": held_id(attempt)})
+            log.warning("lease lost before the job started", extra={"job_id": attempt.lease.job.id})
             self.withdraw(attempt, KillReason.LEASE_LOST)
             return
         self.attempts.started(attempt, held)
@@ -195,7 +197,7 @@ class WorkerQueues:
 
     def _charged(self, attempt: Attempt, worker: Worker, held: Lease | None) -> None:
         if held is None:  # cancelled meanwhile: its job must not run on
-            log.warning("lease lost before the job started", extra={"job_id": held_id(attempt)})
+            log.warning("lease lost before the job started", extra={"job_id": attempt.lease.job.id})
             if worker.holds(attempt.token):
                 self.pool.kill(worker, KillReason.LEASE_LOST)
             return
@@ -219,8 +221,3 @@ class WorkerQueues:
             if came not in (Phase.WITHDRAWN, Phase.GOING):
                 self.outcomes.released(attempt.lease)
         self.nudge()
-
-
-def held_id(attempt: Attempt) -> str:
-    """The id of `attempt`'s job (for a log line)."""
-    return attempt.lease.job.id

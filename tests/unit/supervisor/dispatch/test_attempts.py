@@ -135,4 +135,4 @@ def test_attempts_are_listed_in_the_order_they_entered_their_phase() -> None:
     second = table.add(lease(), Phase.IN_HAND, 1.0)
     table.move(second, Phase.RUNNING)
     table.move(first, Phase.RUNNING)
-    assert table.in_phase(Phase.RUNNING) == [second, first]
+    assert table.held([]) == [second.lease, first.lease]
