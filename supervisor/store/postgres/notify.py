@@ -23,6 +23,7 @@ import psycopg
 from goqueue.supervisor.common.backoff import Backoff
 from goqueue.supervisor.common.errors import StoreUnavailable
 from goqueue.supervisor.common.jobs import Job
+from goqueue.supervisor.store.postgres.floors import ClaimFloors
 from goqueue.supervisor.store.postgres.sql.statements import Sql, Statements
 from psycopg import AsyncConnection
 
@@ -166,9 +167,10 @@ class Wakeups:
     global limit, since a claim made a moment before that commit could not see the slot.
     """
 
-    def __init__(self, notifier: Notifier, wake: Callable[[], None]) -> None:
+    def __init__(self, notifier: Notifier, wake: Callable[[], None], floors: ClaimFloors) -> None:
         self._notifier = notifier
         self._wake = wake
+        self._floors = floors
         self._next_due: datetime | None = None
         self._serves: frozenset[str] | None = None  # the queues claimed from (None: all)
         self._limited: set[str] = set()  # types under a global limit, as of the last claim
@@ -189,9 +191,10 @@ class Wakeups:
 
     def pending(self, jobs: Sequence[Job]) -> None:
         """After a commit that made `jobs` pending: remember due times, wake this node
-        (if it claims from their queues) and the others."""
+        (if it claims from their queues) and the others; no claim floor stays above them."""
         if not jobs:
             return
+        self._floors.lower(jobs)
         now = datetime.now(UTC)
         later = [job.run_at for job in jobs if job.run_at > now]
         due = min(later) if later else None

@@ -13,7 +13,8 @@ started, that outcome is the truth, and `salvage` writes it (see there).
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Mapping, Sequence
+from collections import Counter
+from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 from functools import partial
 from typing import Any
@@ -32,6 +33,7 @@ from goqueue.supervisor.store.base import LATE_OUTCOME
 from goqueue.supervisor.store.postgres import rows as pg_rows
 from goqueue.supervisor.store.postgres.connection import Conn, Connections
 from goqueue.supervisor.store.postgres.enqueue import Enqueuer
+from goqueue.supervisor.store.postgres.floors import ClaimFloors
 from goqueue.supervisor.store.postgres.group_commit import Batcher, group_or_each
 from goqueue.supervisor.store.postgres.notify import Wakeups
 from goqueue.supervisor.store.postgres.rows import Row
@@ -86,11 +88,13 @@ class Outcomes:
         wakeups: Wakeups,
         enqueuer: Enqueuer,
         workflows: PgWorkflows,
+        floors: ClaimFloors,
         *,
         schema: str,
         lease_seconds: float,
     ) -> None:
         self._db = db
+        self._floors = floors
         self._sql = sql
         self.node_id = node_id
         self._wakeups = wakeups
@@ -124,10 +128,11 @@ class Outcomes:
     ) -> list[Lease]:
         """Take up to `limit` due jobs as leases, within this node's slots and the global
         per-type limits, starting the best `start` (all when None): one statement, one
-        round trip."""
+        round trip. Each (type, priority) is walked from its floor (`ClaimFloors`)."""
         types = sorted(t for t, n in slots.items() if n > 0)
         if limit <= 0 or not types:
             return []
+        floor_at, floor_seq = self._floors.arrays(queues, types)
         params = {
             "types": types,
             "caps": [slots[t] for t in types],
@@ -138,13 +143,19 @@ class Outcomes:
             "live": self.live_window,
             "lock_ns": self._lock_ns,
             "start": limit if start is None else start,
+            "floor_at": floor_at,
+            "floor_seq": floor_seq,
         }
         rows = await self._db.execute(self._sql[Sql.CLAIM], params)
-        # One row holds no job: which types are limited and, after a short claim, when
-        # the next scheduled job is due.
+        # One row holds no job: which types are limited, the database's now() and, after
+        # a short claim, when the next scheduled job is due.
         (summary,) = [row for row in rows if row[0] is None]
+        next_due, limited, db_now = summary[-3:]
         leases = [self._lease(row) for row in rows if row[0] is not None]
-        self._wakeups.claimed(queues, types, summary[-1], summary[-2], short=len(leases) < limit)
+        short = len(leases) < limit
+        self._wakeups.claimed(queues, types, limited, next_due, short=short)
+        exhausted = _exhausted(types, slots, limit, limited, leases, short)
+        self._floors.claimed(queues, leases, exhausted, db_now)
         leases.sort(key=lambda lease: (-lease.job.priority, lease.job.run_at, lease.job.seq))
         return leases
 
@@ -458,3 +469,20 @@ class Outcomes:
             return False
         self._wakeups.pending([pg_rows.job(rows[0])])
         return True
+
+
+def _exhausted(
+    types: Sequence[str],
+    slots: Mapping[str, int],
+    limit: int,
+    limited: Collection[str] | None,
+    leases: Sequence[Lease],
+    short: bool,
+) -> list[str]:
+    """The types of which a claim took everything due: it came back short, and each took
+    fewer than it could (no global limit stopped it)."""
+    if not short:
+        return []
+    taken = Counter(lease.job.type for lease in leases)
+    held = set(limited or ())
+    return [t for t in types if t not in held and taken[t] < min(slots[t], limit)]

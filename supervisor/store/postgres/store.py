@@ -40,6 +40,7 @@ from goqueue.supervisor.store.postgres import rows as pg_rows
 from goqueue.supervisor.store.postgres.cancels import Cancels
 from goqueue.supervisor.store.postgres.connection import Connections
 from goqueue.supervisor.store.postgres.enqueue import Enqueuer
+from goqueue.supervisor.store.postgres.floors import ClaimFloors
 from goqueue.supervisor.store.postgres.notify import Listener, Notifier, Wakeups, cancel_note
 from goqueue.supervisor.store.postgres.outbox import OutboxRows
 from goqueue.supervisor.store.postgres.outcomes import Outcomes
@@ -89,7 +90,8 @@ class PostgresStore:
             max_pool=max_pool,
         )
         self._notifier = Notifier(node_id, self._send_notify)
-        self._wakeups = Wakeups(self._notifier, wake)
+        self._floors = ClaimFloors()  # where each claim starts
+        self._wakeups = Wakeups(self._notifier, wake, self._floors)
         self._workflows = PgWorkflows(
             self._db, self._sql, node_id, self._wakeups, idempotency_ttl=idempotency_ttl
         )
@@ -110,6 +112,7 @@ class PostgresStore:
             self._wakeups,
             self._enqueuer,
             self._workflows,
+            self._floors,
             schema=schema,
             lease_seconds=lease_seconds,
         )
@@ -300,6 +303,7 @@ class PostgresStore:
             await self._db.write(self._sql[Sql.PAUSE], {"queue": queue})
             return
         await self._db.write(self._sql[Sql.RESUME], {"queue": queue})
+        self._floors.reset()  # the queue's jobs lie below floors its neighbours raised
         self._wakeups.everyone()
 
     # -- rate limits -------------------------------------------------------------------

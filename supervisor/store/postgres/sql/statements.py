@@ -28,9 +28,11 @@ from goqueue.supervisor.common.jobs import JobFilter
 from goqueue.supervisor.store.postgres.sql.fragments import (
     FILTER_COLUMNS,
     JOB_FIELDS,
+    LEASED,
     N_JOB_FIELDS,
     WORKFLOW_KEY_PREFIX,
     Sql,
+    by_id,
     fragments,
 )
 from goqueue.supervisor.store.postgres.sql.reads import READS
@@ -102,7 +104,7 @@ _COMPLETE_MANY = f"""
                 FROM unnest(%(ids)b::uuid[], %(tokens)b::uuid[], %(results)b::text[])
                     AS c(id, token, result)
                 WHERE j.id = ANY (ARRAY(SELECT unnest(%(ids)b::uuid[])))
-                  AND j.id = c.id AND j.lease_token = c.token AND j.status = 'running'
+                  AND j.id = c.id AND j.lease_token = c.token AND {by_id("j.status", "running")}
                 RETURNING j.id, c.token, j.attempts, j.finished_at, {{hooked_j}}),
             {{outbox}},
             {_trail(EventKind.SUCCEEDED)}
@@ -258,21 +260,22 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
         Sql.TAKE_DEAD: """
             DELETE FROM {s}.dead_letters WHERE id = %(id)s
             RETURNING id, job_id, job, errors, created_at""",
-        # The claim is the function of migration 14 (its last row has no job: the types
-        # under a global limit and, after a short claim, the earliest future run_at); the
-        # same statement writes a `started` event per lease it starts (the others are
-        # `claimed`).
+        # The claim is the function of migration 15 (its last row has no job: the types
+        # under a global limit, the database's now() and, after a short claim, the
+        # earliest future run_at); the same statement writes a `started` event per lease
+        # it starts (the others are `claimed`).
         Sql.CLAIM: f"""
             WITH c AS (
-                SELECT * FROM {{s}}.claim_leases(%(types)s::text[], %(caps)s::int[],
+                SELECT * FROM {{s}}.claim_floored(%(types)s::text[], %(caps)s::int[],
                     %(queues)s::text[], %(limit)s::int, %(node)s::text, %(lease)s::float8,
-                    %(live)s::float8, %(lock_ns)s::text, %(start)s::int)),
+                    %(live)s::float8, %(lock_ns)s::text, %(start)s::int,
+                    %(floor_at)s::timestamptz[], %(floor_seq)s::bigint[])),
             changed AS (
                 SELECT (c.o_job).id, (c.o_job).attempts FROM c
                 WHERE (c.o_job).id IS NOT NULL AND (c.o_job).status = 'running'),
             {_trail(EventKind.STARTED)}
             SELECT {{claimed_job}}, (c.o_job).lease_token, (c.o_job).lease_owner,
-                (c.o_job).lease_expires_at, c.o_next_due, c.o_limited
+                (c.o_job).lease_expires_at, c.o_next_due, c.o_limited, c.o_now
             FROM c""",
         Sql.NEXT_DUE_ANY: """
             SELECT min(run_at) FROM {s}.jobs WHERE status = 'pending' AND run_at > now()""",
@@ -286,7 +289,7 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
                     lease_expires_at = now() + %(lease)s::float8 * interval '1 second'
                 FROM unnest(%(ids)s::uuid[], %(tokens)s::uuid[]) AS c(id, token)
                 WHERE j.id = ANY (ARRAY(SELECT unnest(%(ids)s::uuid[])))
-                  AND j.id = c.id AND j.lease_token = c.token AND j.status = 'claimed'
+                  AND j.id = c.id AND j.lease_token = c.token AND {by_id("j.status", "claimed")}
                 RETURNING j.id, j.lease_token, j.attempts, j.started_at),
             {_trail(EventKind.STARTED)}
             SELECT id, lease_token, attempts, started_at FROM changed""",
@@ -294,21 +297,21 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
         # node's cancel is writing are left alone (that write ends or extends the lease),
         # so it cannot deadlock with a group of such writes locking rows in another order.
         # Held: the leases the statement's snapshot shows, locked or not.
-        Sql.HEARTBEAT: """
+        Sql.HEARTBEAT: f"""
             WITH mine AS (
-                SELECT j.id FROM {s}.jobs j
+                SELECT j.id FROM {{s}}.jobs j
                 JOIN unnest(%(ids)s::uuid[], %(tokens)s::uuid[]) AS l(id, token)
                     ON j.id = l.id AND j.lease_token = l.token
-                WHERE j.id = ANY (%(ids)s::uuid[]) AND j.status IN ('running', 'claimed')
+                WHERE j.id = ANY (%(ids)s::uuid[]) AND {by_id("j.status", *LEASED)}
                 FOR UPDATE OF j SKIP LOCKED),
             extended AS (
-                UPDATE {s}.jobs j
+                UPDATE {{s}}.jobs j
                 SET lease_expires_at = now() + %(lease)s::float8 * interval '1 second'
                 FROM mine WHERE j.id = mine.id)
-            SELECT j.lease_token FROM {s}.jobs j
+            SELECT j.lease_token FROM {{s}}.jobs j
             JOIN unnest(%(ids)s::uuid[], %(tokens)s::uuid[]) AS l(id, token)
                 ON j.id = l.id AND j.lease_token = l.token
-            WHERE j.id = ANY (%(ids)s::uuid[]) AND j.status IN ('running', 'claimed')""",
+            WHERE j.id = ANY (%(ids)s::uuid[]) AND {by_id("j.status", *LEASED)}""",
         # Nothing is reaped in the first lease term after the database (re)started: no
         # holder could extend its leases while it was down, and live ones do so now.
         Sql.EXPIRED: """

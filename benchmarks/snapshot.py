@@ -1,0 +1,111 @@
+"""Burn-downs on PostgreSQL behind a held snapshot: what a long transaction elsewhere on
+the server does to a node's drain, with nobody running VACUUM by hand.
+
+One node on a database of its own. Four burn-downs of N no-op jobs each (the queue paused,
+the jobs enqueued in batches, the queue resumed, timed until all are done): the first
+alone, the next two while another session holds a `REPEATABLE READ` transaction open, the
+last `--after` seconds after that transaction ends. Prints one JSON line per burn-down
+(its rate, and the jobs table's dead tuples and the node's own VACUUMs after it) and a
+summary with each rate over the first's.
+
+    python -m benchmarks.snapshot --database-url postgresql://postgres@127.0.0.1:5432/test
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import time
+from typing import Any
+
+import psycopg
+
+from benchmarks.cost import own_database
+from benchmarks.loadgen import LoadClient
+from benchmarks.nodes import BenchNode
+
+
+async def _call(client: LoadClient, method: str, path: str, body: Any = None) -> Any:
+    raw = json.dumps(body).encode() if body is not None else b""
+    status, answer = await client.request(method, path, raw)
+    if status >= 300:
+        raise RuntimeError(f"{method} {path} answered {status}: {answer[:300]!r}")
+    return json.loads(answer or b"null")
+
+
+async def burn_down(client: LoadClient, n: int) -> float:
+    """Enqueue `n` jobs into the paused queue, resume it, and time the drain: jobs/s."""
+    before = (await _call(client, "GET", "/stats"))["counts"].get("done", 0)
+    await _call(client, "POST", "/queues/default/pause")
+    ids: list[str] = []
+    for i in range(0, n, 1000):
+        jobs = [{"type": "bench.noop", "payload": {"i": i + j}} for j in range(min(1000, n - i))]
+        answer = await _call(client, "POST", "/jobs/batch", {"jobs": jobs})
+        ids += [result["job"]["id"] for result in answer["results"]]
+    started = time.monotonic()
+    await _call(client, "POST", "/queues/default/resume")
+    # Jobs start in order: wait for the last, then for all (GET /stats counts the table).
+    while (await _call(client, "GET", f"/jobs/{ids[-1]}"))["status"] != "done":
+        if time.monotonic() - started > 1200:
+            raise RuntimeError("the burn-down took over 20 minutes")
+        await asyncio.sleep(0.05)
+    while (await _call(client, "GET", "/stats"))["counts"].get("done", 0) - before < n:
+        await asyncio.sleep(0.05)
+    return n / (time.monotonic() - started)
+
+
+def table_health(dsn: str, schema: str) -> dict[str, Any]:
+    """The jobs table's dead tuples and VACUUM counts, as the server's statistics say."""
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        row = conn.execute(
+            "SELECT n_live_tup, n_dead_tup, vacuum_count, autovacuum_count"
+            " FROM pg_stat_user_tables WHERE schemaname = %s AND relname = 'jobs'",
+            (schema,),
+        ).fetchone()
+    keys = ("live_tuples", "dead_tuples", "vacuums", "autovacuums")
+    return dict(zip(keys, row or (0, 0, 0, 0), strict=True))
+
+
+async def run(args: argparse.Namespace) -> None:
+    with own_database(args.database_url) as dsn:
+        node = BenchNode("--workers", str(args.workers), dsn=dsn, schema="goqueue")
+        client = LoadClient("127.0.0.1", node.port)
+        holder: psycopg.Connection[Any] | None = None
+        rates: list[float] = []
+        try:
+            await node.ready(client)
+            for phase in ("first", "held", "held", "after"):
+                if phase == "held" and holder is None:
+                    holder = psycopg.connect(dsn)
+                    holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+                    holder.execute("SELECT count(*) FROM pg_class")  # takes the snapshot
+                if phase == "after" and holder is not None:
+                    holder.rollback()
+                    holder.close()
+                    holder = None
+                    await asyncio.sleep(args.after)
+                rates.append(await burn_down(client, args.n))
+                line = {"phase": phase, "jobs_per_s": round(rates[-1])}
+                print(json.dumps(line | table_health(dsn, "goqueue")), flush=True)
+        finally:
+            if holder is not None:
+                holder.close()
+            client.close()
+            node.stop()
+        ratios = [round(rate / rates[0], 2) for rate in rates]
+        print(json.dumps({"n": args.n, "rates": [round(r) for r in rates], "ratios": ratios}))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--database-url", required=True)
+    parser.add_argument("-n", type=int, default=30_000, help="jobs per burn-down")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--after", type=float, default=60.0, help="seconds after the snapshot ends")
+    asyncio.run(run(parser.parse_args()))
+
+
+if __name__ == "__main__":
+    main()
