@@ -352,6 +352,7 @@ class Engine:
         """Bring the gauges up to date for a scrape. Queue depth is read from the store
         here, on demand, not on a timer, and bounded: the deepest queues only."""
         self.metrics.set_workers(self.workers())
+        self.metrics.set_upkeep(self.store.upkeep())
         try:
             async with asyncio.timeout(5):
                 depths = await self.store.queue_depths(self.metrics.depth_queues)
@@ -372,6 +373,10 @@ class Engine:
         for worker in self.pool:
             counts[worker.state] += 1
         return counts
+
+    def store_warning(self) -> str | None:
+        """What the store says holds its upkeep back (a long transaction), if anything."""
+        return self.store.upkeep().warning
 
     async def readiness(self) -> dict[str, bool]:
         """The checks behind /ready: store reachable, a worker up, not draining."""

@@ -22,6 +22,7 @@ from goqueue.supervisor.common.jobs import OTHER_QUEUES as OTHER_QUEUES
 from goqueue.supervisor.common.jobs import QueueDepths
 from goqueue.supervisor.observe.loop import LoopWatch, Work
 from goqueue.supervisor.observe.tallies import Tally, TallyHistogram
+from goqueue.supervisor.store.base import Upkeep
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -129,6 +130,21 @@ class Metrics:
         self.dead_letters = Gauge(
             "goqueue_dead_letters", "Dead letters in the store.", registry=reg
         )
+        self.dead_rows = Gauge(
+            "goqueue_store_dead_rows",
+            "Dead row versions in the jobs table, as PostgreSQL counts them (0 elsewhere).",
+            registry=reg,
+        )
+        self.oldest_snapshot = Gauge(
+            "goqueue_store_oldest_snapshot_seconds",
+            "Age of the oldest open transaction holding a snapshot in the database: VACUUM "
+            "cannot remove row versions newer than it (0 with none, and off PostgreSQL).",
+            registry=reg,
+        )
+        self.vacuums = Counter(
+            "goqueue_store_vacuums", "VACUUMs of the jobs table this node ran.", registry=reg
+        )
+        self._vacuums_seen = 0
         self.open_api = Gauge(
             "goqueue_api_open",
             "1 when the API listens beyond loopback with no API key: anyone reaching the port "
@@ -281,6 +297,13 @@ class Metrics:
         """The worker count aimed for and its bounds (`--workers MIN:MAX`, TTIN/TTOU)."""
         for bound, value in (("target", target), ("min", minimum), ("max", maximum)):
             self.worker_bounds.labels(bound).set(value)
+
+    def set_upkeep(self, upkeep: Upkeep) -> None:
+        """The store's own upkeep, as of its last look (`Store.upkeep`)."""
+        self.dead_rows.set(upkeep.dead_rows or 0)
+        self.oldest_snapshot.set(upkeep.oldest_snapshot_seconds or 0)
+        self.vacuums.inc(max(0, upkeep.vacuums - self._vacuums_seen))
+        self._vacuums_seen = max(self._vacuums_seen, upkeep.vacuums)
 
     def set_depth(self, depths: QueueDepths) -> None:
         """Pending jobs by priority of the deepest queues, the rest summed under

@@ -108,6 +108,19 @@ class NodeLinks:
 
 
 @dataclass(frozen=True, slots=True)
+class Upkeep:
+    """How a store is looking after itself, as of its last look (no I/O to ask): on
+    PostgreSQL the jobs table's dead row versions, the age of the database's oldest open
+    snapshot, the VACUUMs this node ran and, when a snapshot holds cleanup back, a
+    warning naming it. A store with nothing to look after answers the defaults."""
+
+    dead_rows: int | None = None
+    oldest_snapshot_seconds: float | None = None
+    vacuums: int = 0
+    warning: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
 class StoreTraits:
     """What a store is like, as far as dispatch cares: one value per store class
     (`Store.traits`), read once by the dispatcher when it is made. A new store picks
@@ -158,6 +171,9 @@ class Store(Protocol):
 
     async def ping(self) -> bool:
         """True when the store answers (readiness)."""
+
+    def upkeep(self) -> Upkeep:
+        """How the store is looking after itself (`Upkeep`), without a round trip."""
 
     async def register_node(self, limits: Mapping[str, int | None]) -> None:
         """Declare this node alive with the job types it runs and their concurrency

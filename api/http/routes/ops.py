@@ -37,7 +37,9 @@ async def ready(request: web.Request) -> web.Response:
     failed = sorted(name for name, ok in checks.items() if not ok)
     exposure = request.app[EXPOSURE]
     checks[AUTH_CHECK] = not exposure.open
-    warnings = [exposure.warning()] if exposure.open else UNSET
+    said = [exposure.warning()] if exposure.open else []
+    said += [w for w in [request.app[ENGINE].store_warning()] if w is not None]
+    warnings = said or UNSET
     if not failed:
         return reply(Ready("ready", checks, warnings=warnings))
     return reply(Ready("not_ready", checks, f"not ready: {', '.join(failed)}", warnings), 503)

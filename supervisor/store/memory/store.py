@@ -36,7 +36,7 @@ from goqueue.supervisor.common.jobs import (
 )
 from goqueue.supervisor.common.schedule import Fired, ScheduleState, fire_detail
 from goqueue.supervisor.common.summaries import DeadFilter
-from goqueue.supervisor.store.base import IN_PROCESS, LATE_OUTCOME, NewJob, NodeLinks
+from goqueue.supervisor.store.base import IN_PROCESS, LATE_OUTCOME, NewJob, NodeLinks, Upkeep
 from goqueue.supervisor.store.memory.workflows import MemoryWorkflows
 
 
@@ -58,6 +58,10 @@ class MemoryStore(MemoryWorkflows):
 
     async def close(self) -> None:
         """Nothing to release."""
+
+    def upkeep(self) -> Upkeep:
+        """Nothing to look after: the defaults."""
+        return Upkeep()
 
     async def ping(self) -> bool:
         """Always reachable."""

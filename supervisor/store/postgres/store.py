@@ -35,7 +35,7 @@ from goqueue.supervisor.common.errors import StoreUnavailable
 from goqueue.supervisor.common.rates import Rate, Taken
 from goqueue.supervisor.settings.config import DEFAULTS
 from goqueue.supervisor.settings.stores import channel
-from goqueue.supervisor.store.base import SHARED, NodeLinks
+from goqueue.supervisor.store.base import SHARED, NodeLinks, Upkeep
 from goqueue.supervisor.store.postgres import rows as pg_rows
 from goqueue.supervisor.store.postgres.cancels import Cancels
 from goqueue.supervisor.store.postgres.connection import Connections
@@ -49,6 +49,7 @@ from goqueue.supervisor.store.postgres.schedules import ScheduleRows
 from goqueue.supervisor.store.postgres.sql import schema as pg_schema
 from goqueue.supervisor.store.postgres.sql.statements import Sql, Statements
 from goqueue.supervisor.store.postgres.summaries import Summaries
+from goqueue.supervisor.store.postgres.upkeep import TableCare
 from goqueue.supervisor.store.postgres.workflows import PgWorkflows
 
 log = logging.getLogger("goqueue.store.postgres")
@@ -118,6 +119,7 @@ class PostgresStore:
         )
         self._cancels = Cancels(self._db, self._sql, node_id, self._wakeups, self._workflows)
         self._reads = Reads(self._db, self._sql)
+        self._care = TableCare(self._db, self.schema)  # dead rows counted and VACUUMed
         self.outbox = OutboxRows(self._db, self._sql, node_id)  # delivered by `Outbox`
         self._summaries = Summaries(self._db, self._sql, self._outcomes.live_window)
         self._schedules = ScheduleRows(self._db, self._sql, node_id, self._enqueuer, self._wakeups)
@@ -190,6 +192,7 @@ class PostgresStore:
         self._tasks = [
             asyncio.create_task(listener.run(), name="goqueue-pg-listen"),
             asyncio.create_task(self._maintain(), name="goqueue-pg-maintain"),
+            asyncio.create_task(self._care.run(), name="goqueue-pg-table-care"),
             asyncio.create_task(self._beat(), name="goqueue-pg-beat"),
         ]
         with suppress(TimeoutError):
@@ -216,6 +219,10 @@ class PostgresStore:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks = []
         await self._db.close()
+
+    def upkeep(self) -> Upkeep:
+        """The jobs table's dead row versions, the oldest snapshot and VACUUMs run."""
+        return self._care.upkeep()
 
     async def ping(self) -> bool:
         """True when a trivial query answers."""

@@ -62,7 +62,7 @@ from goqueue.supervisor.common.summaries import (
     NodeSummary,
 )
 from goqueue.supervisor.settings.config import DEFAULTS
-from goqueue.supervisor.store.base import EMBEDDED, EVENTS_KEPT, NewJob, NodeLinks
+from goqueue.supervisor.store.base import EMBEDDED, EVENTS_KEPT, NewJob, NodeLinks, Upkeep
 from goqueue.supervisor.store.sqlite import pruning, reads
 from goqueue.supervisor.store.sqlite.database import Database
 from goqueue.supervisor.store.sqlite.dead_letters import SqliteDeadLetters
@@ -213,6 +213,10 @@ class SqliteStore:
             if opened:  # a node that never opened it has nothing to report
                 counts = {"transactions": self.db.transactions, "fsyncs": self.db.syncs}
                 log.info("SQLite file closed", extra={"path": self.path, **counts})
+
+    def upkeep(self) -> Upkeep:
+        """Nothing to look after: the defaults."""
+        return Upkeep()
 
     async def ping(self) -> bool:
         """True while the file answers and takes writes (false while a full disk refuses

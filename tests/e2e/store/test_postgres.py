@@ -13,7 +13,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Iterator
 from datetime import timedelta
-from typing import Any, TypeVar
+from typing import Any
 
 import msgspec
 import psycopg
@@ -27,82 +27,20 @@ from goqueue.supervisor.common.errors import (
 )
 from goqueue.supervisor.common.jobs import Enqueued, JobFilter, JobSpec, Lease, Outcome, utcnow
 from goqueue.supervisor.settings import stores
-from goqueue.supervisor.store.base import NewJob
 from goqueue.supervisor.store.postgres.group_commit import Batcher
 from goqueue.supervisor.store.postgres.sql import schema as pg_schema
 from goqueue.supervisor.store.postgres.store import PostgresStore
 
 from tests.conftest import postgres_dsn, wait_for_async
+from tests.e2e.store.pg_nodes import Nodes, new
 
 pytestmark = pytest.mark.postgres
-
-T = TypeVar("T")
 
 
 @pytest.fixture(scope="module")
 def dsn() -> str:
     """The test database's DSN once it answered (skips loudly without one; fails in CI)."""
     return postgres_dsn()
-
-
-class Waker:
-    """A store's wake-up (given when the store is made) that calls nothing until a test
-    says what to call: only the wake-ups from that point on count."""
-
-    def __init__(self) -> None:
-        self.target: Callable[[], None] = lambda: None
-
-    def __call__(self) -> None:
-        self.target()
-
-
-class Nodes:
-    """Opens stores ("nodes") on one schema inside one event loop, and closes them."""
-
-    def __init__(self, dsn: str, schema: str) -> None:
-        self.dsn = dsn
-        self.schema = schema
-        self.stores: list[PostgresStore] = []
-        self.wakers: dict[int, Waker] = {}
-
-    async def open(self, node_id: str, **options: Any) -> PostgresStore:
-        """A started store for `node_id` on this test's schema."""
-        waker = Waker()
-        store = PostgresStore(self.dsn, node_id, schema=self.schema, wake=waker, **options)
-        await store.open()
-        self.stores.append(store)
-        self.wakers[id(store)] = waker
-        return store
-
-    def waker(self, store: PostgresStore) -> Waker:
-        """The wake-up `store` was made with."""
-        return self.wakers[id(store)]
-
-    def run(self, body: Callable[[Nodes], Awaitable[T]]) -> T:
-        """Run an async test body; every store it opened is closed afterwards."""
-
-        async def main() -> T:
-            try:
-                return await body(self)
-            finally:
-                for store in self.stores:
-                    await store.close()
-
-        return asyncio.run(main())
-
-    async def sql(self, query: str, params: Any = None) -> list[tuple[Any, ...]]:
-        """Run SQL on a connection of its own, with `{s}` standing for the schema."""
-        conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
-        async with conn:
-            cur = await conn.execute(query.replace("{s}", f'"{self.schema}"'), params)
-            return await cur.fetchall() if cur.description else []
-
-    async def expire_leases(self) -> None:
-        """Make every running lease expired now (a node that died long ago)."""
-        await self.sql(
-            "UPDATE {s}.jobs SET lease_expires_at = now() - interval '1 second'"
-            " WHERE status = 'running'"
-        )
 
 
 @pytest.fixture
@@ -112,19 +50,6 @@ def nodes(dsn: str) -> Iterator[Nodes]:
     yield Nodes(dsn, schema)
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
-
-
-def new(job_type: str = "t", **fields: Any) -> NewJob:
-    """An enqueue request; NewJob options (keys, max_retries) are split off `fields`."""
-    max_retries = fields.pop("max_retries", 3)
-    idem = fields.pop("idempotency_key", None)
-    request_hash = fields.pop("request_hash", None)
-    return NewJob(
-        spec=JobSpec(type=job_type, **fields),
-        max_retries=max_retries,
-        idempotency_key=idem,
-        request_hash=request_hash,
-    )
 
 
 async def wait_until(check: Callable[[], Awaitable[bool]], timeout: float) -> float:

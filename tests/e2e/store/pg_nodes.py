@@ -1,0 +1,87 @@
+"""Several PostgreSQL stores on one fresh schema, acting as nodes, for the store tests."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+import psycopg
+from goqueue.supervisor.common.jobs import JobSpec
+from goqueue.supervisor.store.base import NewJob
+from goqueue.supervisor.store.postgres.store import PostgresStore
+
+T = TypeVar("T")
+
+
+class Waker:
+    """A store's wake-up (given when the store is made) that calls nothing until a test
+    says what to call: only the wake-ups from that point on count."""
+
+    def __init__(self) -> None:
+        self.target: Callable[[], None] = lambda: None
+
+    def __call__(self) -> None:
+        self.target()
+
+
+class Nodes:
+    """Opens stores ("nodes") on one schema inside one event loop, and closes them."""
+
+    def __init__(self, dsn: str, schema: str) -> None:
+        self.dsn = dsn
+        self.schema = schema
+        self.stores: list[PostgresStore] = []
+        self.wakers: dict[int, Waker] = {}
+
+    async def open(self, node_id: str, **options: Any) -> PostgresStore:
+        """A started store for `node_id` on this test's schema."""
+        waker = Waker()
+        store = PostgresStore(self.dsn, node_id, schema=self.schema, wake=waker, **options)
+        await store.open()
+        self.stores.append(store)
+        self.wakers[id(store)] = waker
+        return store
+
+    def waker(self, store: PostgresStore) -> Waker:
+        """The wake-up `store` was made with."""
+        return self.wakers[id(store)]
+
+    def run(self, body: Callable[[Nodes], Awaitable[T]]) -> T:
+        """Run an async test body; every store it opened is closed afterwards."""
+
+        async def main() -> T:
+            try:
+                return await body(self)
+            finally:
+                for store in self.stores:
+                    await store.close()
+
+        return asyncio.run(main())
+
+    async def sql(self, query: str, params: Any = None) -> list[tuple[Any, ...]]:
+        """Run SQL on a connection of its own, with `{s}` standing for the schema."""
+        conn = await psycopg.AsyncConnection.connect(self.dsn, autocommit=True)
+        async with conn:
+            cur = await conn.execute(query.replace("{s}", f'"{self.schema}"'), params)
+            return await cur.fetchall() if cur.description else []
+
+    async def expire_leases(self) -> None:
+        """Make every running lease expired now (a node that died long ago)."""
+        await self.sql(
+            "UPDATE {s}.jobs SET lease_expires_at = now() - interval '1 second'"
+            " WHERE status = 'running'"
+        )
+
+
+def new(job_type: str = "t", **fields: Any) -> NewJob:
+    """An enqueue request; NewJob options (keys, max_retries) are split off `fields`."""
+    max_retries = fields.pop("max_retries", 3)
+    idem = fields.pop("idempotency_key", None)
+    request_hash = fields.pop("request_hash", None)
+    return NewJob(
+        spec=JobSpec(type=job_type, **fields),
+        max_retries=max_retries,
+        idempotency_key=idem,
+        request_hash=request_hash,
+    )

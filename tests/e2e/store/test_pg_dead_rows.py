@@ -1,0 +1,192 @@
+"""PostgreSQL with dead row versions it cannot remove: a claim starts past the jobs it took
+already, starts and completes do not walk the status indexes, jobs placed below a claim's
+floor are still claimed, and the node VACUUMs its own table and names a snapshot that
+holds cleanup back."""
+
+from __future__ import annotations
+
+import json
+import uuid
+from collections.abc import Iterator
+from datetime import timedelta
+
+import psycopg
+import pytest
+from goqueue.supervisor.common.jobs import utcnow
+from goqueue.supervisor.store.postgres.upkeep import TableCare
+
+from tests.conftest import postgres_dsn, wait_for_async
+from tests.e2e.store.pg_nodes import Nodes, new
+
+pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture(scope="module")
+def dsn() -> str:
+    """The test database's DSN once it answered (skips loudly without one; fails in CI)."""
+    return postgres_dsn()
+
+
+@pytest.fixture
+def nodes(dsn: str) -> Iterator[Nodes]:
+    """A factory of nodes on a fresh schema, dropped after the test."""
+    schema = f"gq_test_{uuid.uuid4().hex[:12]}"
+    yield Nodes(dsn, schema)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
+
+
+@pytest.fixture
+def snapshot(dsn: str) -> Iterator[psycopg.Connection]:
+    """A session holding a REPEATABLE READ snapshot open: no row version dead since can
+    be removed, by VACUUM or by any scan, until it ends."""
+    conn = psycopg.connect(dsn, application_name="held-snapshot")
+    conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+    conn.execute("SELECT 1")
+    yield conn
+    conn.close()
+
+
+async def _buffers(nodes: Nodes, query: str, params: object) -> int:
+    """Shared buffers `query` touches, by EXPLAIN (ANALYZE, BUFFERS), rolled back; run
+    once before (rolled back too), so that planning it reads no catalog pages."""
+    conn = await psycopg.AsyncConnection.connect(nodes.dsn)
+    async with conn:
+        await conn.execute("SAVEPOINT warm")
+        await conn.execute(query.replace("{s}", f'"{nodes.schema}"'), params)
+        await conn.execute("ROLLBACK TO SAVEPOINT warm")
+        cur = await conn.execute(
+            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + query.replace("{s}", f'"{nodes.schema}"'),
+            params,
+        )
+        (row,) = await cur.fetchall()
+        await conn.rollback()
+    plan = (json.loads(row[0]) if isinstance(row[0], str) else row[0])[0]["Plan"]
+    return int(plan.get("Shared Hit Blocks", 0)) + int(plan.get("Shared Read Blocks", 0))
+
+
+CLAIM = (
+    "SELECT * FROM {s}.claim_floored(ARRAY['t'],"
+    " ARRAY[10], NULL, 10, 'probe', 30, 90, 'ns.', 0, %s::timestamptz[], %s::bigint[])"
+)
+
+
+@pytest.mark.timeout(90)
+def test_a_claim_starts_past_the_jobs_it_took(nodes: Nodes, snapshot: object) -> None:
+    async def body(nodes: Nodes) -> None:
+        a = await nodes.open("a")
+        await a.enqueue_many([new() for _ in range(10_000)])
+        taken = []
+        while len(taken) < 10_000:
+            leases = await a.claim(500, None, {"t": 500})
+            assert leases
+            taken += leases
+        last = taken[-1].job
+        ahead = (await a.enqueue(new())).job
+        # From the start, the claim steps over 10,000 dead pending versions (the held
+        # snapshot keeps them); from the floor, over none of them.
+        nowhere = [None] * 11
+        walked = await _buffers(nodes, CLAIM, (nowhere, nowhere))
+        floor_at = [None] * 5 + [last.run_at] + [None] * 5
+        floor_seq = [None] * 5 + [last.seq] + [None] * 5
+        floored = await _buffers(nodes, CLAIM, (floor_at, floor_seq))
+        assert floored * 4 < walked, (floored, walked)
+        # and the job beyond the floor is found (the probes were rolled back)
+        leases = await a.claim(10, None, {"t": 10})
+        assert [x.job.id for x in leases] == [ahead.id]
+
+    nodes.run(body)
+
+
+@pytest.mark.timeout(60)
+def test_jobs_made_pending_below_a_floor_are_claimed(nodes: Nodes) -> None:
+    async def body(nodes: Nodes) -> None:
+        a = await nodes.open("a")
+        b = await nodes.open("b")
+        await a.enqueue_many([new() for _ in range(20)])
+        assert len(await a.claim(20, None, {"t": 20})) == 20  # a's floor is past them
+        past = utcnow() - timedelta(hours=1)
+        # Made pending by this node below its floor: claimed at once.
+        mine = (await a.enqueue(new(run_at=past))).job
+        assert [x.job.id for x in await a.claim(5, None, {"t": 5})] == [mine.id]
+        # By another node: claimed within the floors' rescan at worst.
+        theirs = (await b.enqueue(new(run_at=past))).job
+        got: list[str] = []
+
+        async def claimed() -> bool:
+            got.extend(x.job.id for x in await a.claim(5, None, {"t": 5}))
+            return bool(got)
+
+        await wait_for_async(claimed, timeout=15)
+        assert got == [theirs.id]
+
+    nodes.run(body)
+
+
+@pytest.mark.timeout(60)
+def test_starts_and_completes_do_not_walk_the_status_indexes(
+    nodes: Nodes, snapshot: object
+) -> None:
+    async def body(nodes: Nodes) -> None:
+        a = await nodes.open("a")
+        await a.enqueue_many([new() for _ in range(2000)])
+        while leases := await a.claim(500, None, {"t": 500}, start=0):
+            started = [await a.start(x) for x in leases]
+            for lease in started:
+                assert lease is not None
+                await a.complete(lease, None)
+        # Thousands of dead 'claimed' and 'running' versions now; a start by id reads
+        # the primary key, never the whole of `jobs_claimed`.
+        job = (await a.enqueue(new())).job
+        (lease,) = await a.claim(1, None, {"t": 1}, start=0)
+        start = (
+            "UPDATE {s}.jobs j SET status = 'running' WHERE j.id = ANY (%s::uuid[])"
+            " AND (j.status || '') IN ('claimed')"
+        )
+        assert await _buffers(nodes, start, ([job.id],)) < 40
+        assert await a.start(lease) is not None
+
+    nodes.run(body)
+
+
+@pytest.mark.timeout(90)
+def test_the_node_vacuums_its_table_and_names_a_snapshot_holding_it_back(
+    nodes: Nodes, dsn: str
+) -> None:
+    async def body(nodes: Nodes) -> None:
+        a = await nodes.open("a")
+        care = TableCare(a._db, nodes.schema, threshold=100, warn_after=0.0)
+
+        async def drain(n: int) -> None:
+            await a.enqueue_many([new() for _ in range(n)])
+            while leases := await a.claim(200, None, {"t": 200}):
+                for lease in leases:
+                    await a.complete(lease, None)
+
+        async def dead_counted() -> bool:
+            return (await care.look()).dead >= 300
+
+        await drain(300)
+        await wait_for_async(dead_counted, timeout=20)
+        assert await care.step()  # dead rows past the threshold: vacuumed
+        assert care.upkeep().vacuums == 1
+        assert care.upkeep().dead_rows is not None
+        assert (care.upkeep().dead_rows or 0) < 300
+
+        holder = psycopg.connect(dsn, application_name="held-snapshot")
+        holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        holder.execute("SELECT 1")
+        try:
+            await drain(300)
+            await wait_for_async(dead_counted, timeout=20)
+            assert await care.step()  # vacuumed in vain: the snapshot holds them
+            warning = care.upkeep().warning
+            assert warning is not None and "held-snapshot" in warning
+            assert not await care.step()  # not again while the same snapshot holds
+        finally:
+            holder.close()
+        assert await care.step()  # it ended: this one removes them
+        assert (care.upkeep().dead_rows or 0) < 300
+        assert care.upkeep().vacuums == 3
+
+    nodes.run(body)
