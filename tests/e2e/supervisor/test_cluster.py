@@ -228,3 +228,27 @@ def test_a_cancel_on_another_node_kills_the_owners_worker_at_once(cluster, tmp_p
     assert job["id"] in owner.logs()
     assert "lease lost" not in owner.logs()
     assert "job cancelled on another node" not in other.logs()
+
+
+def test_a_transaction_left_open_shows_in_the_metrics(cluster) -> None:
+    import psycopg
+
+    node = cluster("--workers", "1")
+    holder = psycopg.connect(postgres_dsn(), application_name="report")
+    try:
+        holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        holder.execute("SELECT 1")
+
+        def oldest() -> float:
+            text = node.get("/metrics").body
+            line = next(x for x in text.splitlines() if x.startswith(SNAPSHOT_AGE))
+            return float(line.split()[-1])
+
+        # the node looks every 10 s: its gauge then shows the open transaction's age
+        wait_for(lambda: oldest() > 1.0, timeout=40, interval=0.5)
+    finally:
+        holder.close()
+    assert node.get("/ready").status == 200  # a warning at most: the node still works
+
+
+SNAPSHOT_AGE = "goqueue_store_oldest_snapshot_seconds "
