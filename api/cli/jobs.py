@@ -66,6 +66,7 @@ _JOB_OPTIONS = (
     ("dedupe_key", "dedupe_key"),
     ("dedupe_window_seconds", "dedupe_window"),
     ("unique_key", "unique_key"),
+    ("concurrency_key", "concurrency_key"),
     ("webhook_url", "webhook_url"),
     ("on_success", "on_success"),
     ("on_failure", "on_failure"),
@@ -317,6 +318,12 @@ def _add_enqueue(subparsers: Subparsers, common: argparse.ArgumentParser) -> Non
         "--unique-key",
         metavar="K",
         help="refuse another job with this key while this one is not finished (409)",
+    )
+    p.add_argument(
+        "--concurrency-key",
+        metavar="K",
+        help="the job's flow-control key: its actor's key_concurrency and key_rate_limit "
+        "bound the jobs sharing it",
     )
     p.add_argument(
         "--idempotency-key",

@@ -66,6 +66,7 @@ class JobOptions(TypedDict, total=False):
     dedupe_key: str
     dedupe_window_seconds: float
     unique_key: str
+    concurrency_key: str
     webhook_url: str
     on_success: JobSpec | Mapping[str, Any]
     on_failure: JobSpec | Mapping[str, Any]

@@ -27,6 +27,8 @@ Delay = Annotated[float, msgspec.Meta(ge=0, le=366 * 86400)]
 # (Python's and JavaScript's `\s` differ): the served OpenAPI document writes `\Z` as `$`.
 Url = Annotated[str, msgspec.Meta(pattern=r"^https?://[^\x00-\x20\x7f]+\Z", max_length=2048)]
 Key = Annotated[str, msgspec.Meta(min_length=1, max_length=512)]
+# A flow-control key (`concurrency_key`): any text, short enough to index and to show.
+FlowKey = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 AwareTime = Annotated[datetime, msgspec.Meta(tz=True)]
 
 DEFAULT_QUEUE = "default"
@@ -82,6 +84,7 @@ class JobSpec(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, gc=False
     dedupe_key: Key | None = None
     dedupe_window_seconds: Seconds | None = None
     unique_key: Key | None = None
+    concurrency_key: FlowKey | None = None
     webhook_url: Url | None = None
     on_success: JobSpec | None = None
     on_failure: JobSpec | None = None
@@ -276,6 +279,9 @@ class Job(msgspec.Struct, kw_only=True, gc=False):
     step_key: str | None = None
     parent_ids: list[str] | None = None
     parents: msgspec.Raw | None = None
+    # its flow-control key: the actor's `key_concurrency` and `key_rate_limit` bound the
+    # jobs of its type sharing it, and claims take keys in turn (`docs/guide/flow-control.md`)
+    concurrency_key: str | None = None
     seq: int = 0
     trace_context: dict[str, str] | None = None  # the enqueue's, with --otel
 
@@ -297,6 +303,7 @@ class Job(msgspec.Struct, kw_only=True, gc=False):
             timeout_seconds=spec.timeout_seconds,
             dedupe_key=spec.dedupe_key,
             unique_key=spec.unique_key,
+            concurrency_key=spec.concurrency_key,
             webhook_url=spec.webhook_url,
             on_success=spec.on_success,
             on_failure=spec.on_failure,
@@ -320,6 +327,7 @@ class Job(msgspec.Struct, kw_only=True, gc=False):
             priority=self.priority,
             max_retries=self.max_retries,
             timeout_seconds=self.timeout_seconds,
+            concurrency_key=self.concurrency_key,
             webhook_url=self.webhook_url,
             on_success=self.on_success,
             on_failure=self.on_failure,
@@ -496,3 +504,4 @@ class JobFilter(msgspec.Struct, kw_only=True):
     status: str | None = None
     queue: str | None = None
     parent_id: str | None = None  # jobs enqueued by this one (its chain, ctx.enqueue)
+    concurrency_key: str | None = None  # a flow-control key's jobs

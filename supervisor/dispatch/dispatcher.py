@@ -379,7 +379,7 @@ class Dispatcher:
         # a claimed job's start then shares the group commit of this attempt's outcome.
         if self.attempts.hand:  # else a lease claimed meanwhile is handed out by its claim
             asyncio.get_running_loop().call_soon(self._hand_out)
-        if self.catalog.limit(job_type) is not None:
+        if self.catalog.limit(job_type) is not None or job_type in self.catalog.key_limits:
             self.wake()  # a limited slot opened: jobs of that type may now be claimable
         else:
             self.nudge()

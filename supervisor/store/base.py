@@ -159,10 +159,14 @@ class Store(Protocol):
     async def ping(self) -> bool:
         """True when the store answers (readiness)."""
 
-    async def register_node(self, limits: Mapping[str, int | None]) -> None:
+    async def register_node(
+        self, limits: Mapping[str, int | None], *, key_limits: Mapping[str, int] | None = None
+    ) -> None:
         """Declare this node alive with the job types it runs and their concurrency
-        limits (None = unlimited). Called at start, on reload and periodically; with
-        PostgreSQL the smallest limit among live nodes holds for a type globally."""
+        limits (None = unlimited), and the per-key limits of the types that have one
+        (`key_concurrency`: claims start at most that many jobs of a type sharing a
+        `concurrency_key`). Called at start, on reload and periodically; with PostgreSQL
+        the smallest limit among live nodes holds for a type globally, and for its keys."""
 
     async def known_types(self) -> frozenset[str]:
         """Job types some live node can run (this node's alone for the memory store)."""

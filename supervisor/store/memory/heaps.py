@@ -1,6 +1,6 @@
-"""The memory store's pending jobs in claim order: one ready heap per (queue, type), best
-first (priority, then run_at, then enqueue order), and one heap of delayed jobs by due
-time. A job that stops being pending (cancelled, claimed) leaves its entry behind; the
+"""The memory store's pending jobs in claim order: one ready heap per (queue, type, flow
+key), best first (priority, then run_at, then enqueue order), and one heap of delayed jobs
+by due time. A job that stops being pending (cancelled, claimed) leaves its entry behind; the
 entry is skipped when it reaches the top. So is the entry of a job pending again at
 another time (a late outcome's retry replacing its reaping's): an entry is live only
 while its job is pending at the entry's own time."""
@@ -10,14 +10,16 @@ from __future__ import annotations
 import heapq
 import operator
 from collections import Counter
-from collections.abc import Container, Mapping
+from collections.abc import Callable, Container, Mapping
 from datetime import datetime
 
 from goqueue.supervisor.common.enums import Status
 from goqueue.supervisor.common.jobs import Job
 
-ReadyKey = tuple[str, str]  # (queue, type)
+ReadyKey = tuple[str, str, str | None]  # (queue, type, concurrency_key)
 ReadyEntry = tuple[int, float, int, str]  # (-priority, run_at, seq, job id)
+# A key's turn in a claim, or None when the key is at its limit (`flow.KeyTurns.turn`)
+Turn = Callable[[str, str | None], int | None]
 _RUN_AT = operator.itemgetter(1)
 
 
@@ -35,7 +37,8 @@ class PendingHeaps:
         run_ts = job.run_at.timestamp()
         if run_ts <= now_ts:  # as _push_ready, inline: this runs for every job enqueued
             entry = (-job.priority, run_ts, job.seq, job.id)
-            heapq.heappush(self.ready.setdefault((job.queue, job.type), []), entry)
+            ready_key = (job.queue, job.type, job.concurrency_key)
+            heapq.heappush(self.ready.setdefault(ready_key, []), entry)
         else:
             heapq.heappush(self.delayed, (run_ts, job.seq, job.id))
 
@@ -48,13 +51,21 @@ class PendingHeaps:
                 self._push_ready(self.jobs[job_id])
 
     def best(
-        self, queues: frozenset[str] | None, free: Mapping[str, int], paused: Container[str]
+        self,
+        queues: frozenset[str] | None,
+        free: Mapping[str, int],
+        paused: Container[str],
+        turn: Turn,
     ) -> ReadyKey | None:
         """The heap whose top is the best claimable job: its type has a free slot, its
-        queue is served (`queues`, None for all) and not paused."""
-        best: tuple[ReadyEntry, ReadyKey] | None = None
+        queue is served (`queues`, None for all) and not paused, and its key (`turn`) is
+        not at its limit. Best is highest priority, then the key's turn (the fewest of
+        its jobs claimed or running: keys take turns), then oldest run_at, then enqueue
+        order."""
+        best: tuple[tuple[int, int, float, int, str], ReadyKey] | None = None
+        emptied = []
         for key, heap in self.ready.items():
-            queue, job_type = key
+            queue, job_type, flow_key = key
             if free.get(job_type, 0) <= 0 or queue in paused:
                 continue
             if queues is not None and queue not in queues:
@@ -62,8 +73,20 @@ class PendingHeaps:
             while heap and not self._is_pending(heap[0][3], heap[0][1]):
                 heapq.heappop(heap)  # cancelled while waiting
                 self.stale[key] -= 1
-            if heap and (best is None or heap[0] < best[0]):
-                best = (heap[0], key)
+            if not heap:
+                if flow_key is not None:
+                    emptied.append(key)  # a key's heap goes once empty: keys come and go
+                continue
+            rank = turn(job_type, flow_key)
+            if rank is None:
+                continue  # its key is at its limit: its jobs wait, the others go on
+            top = heap[0]
+            order = (top[0], rank, top[1], top[2], top[3])
+            if best is None or order < best[0]:
+                best = (order, key)
+        for key in emptied:
+            del self.ready[key]
+            self.stale.pop(key, None)
         return None if best is None else best[1]
 
     def pop(self, key: ReadyKey) -> Job:
@@ -76,7 +99,7 @@ class PendingHeaps:
         entry as stale if it is in a ready heap, so the ready counts stay right."""
         self.promote(now_ts)  # so a due job's entry is surely in its ready heap
         if job.run_at.timestamp() <= now_ts:
-            self.stale[(job.queue, job.type)] += 1
+            self.stale[(job.queue, job.type, job.concurrency_key)] += 1
 
     def ready_by_queue(self, now_ts: float) -> tuple[Counter[str], dict[str, float]]:
         """Due jobs per queue, and the earliest run_at among each queue's due jobs. One
@@ -111,7 +134,8 @@ class PendingHeaps:
 
     def _push_ready(self, job: Job) -> None:
         entry = (-job.priority, job.run_at.timestamp(), job.seq, job.id)
-        heapq.heappush(self.ready.setdefault((job.queue, job.type), []), entry)
+        ready_key = (job.queue, job.type, job.concurrency_key)
+        heapq.heappush(self.ready.setdefault(ready_key, []), entry)
 
     def _is_pending(self, job_id: str, run_ts: float) -> bool:
         """True while the job of an entry due at `run_ts` is pending at that time."""

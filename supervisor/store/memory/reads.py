@@ -52,6 +52,7 @@ class MemoryReads(MemoryState):
             and (filters.status is None or job.status == filters.status)
             and (filters.queue is None or job.queue == filters.queue)
             and (filters.parent_id is None or job.parent_id == filters.parent_id)
+            and (filters.concurrency_key is None or job.concurrency_key == filters.concurrency_key)
         ]
         return Page(matches[offset : offset + limit], len(matches))
 

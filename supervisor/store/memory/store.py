@@ -20,6 +20,7 @@ from goqueue.supervisor.common.errors import (
     NotFound,
     StoreFull,
 )
+from goqueue.supervisor.common.flow import KeyTurns
 from goqueue.supervisor.common.jobs import (
     BULK_CANCEL,
     CancelFilter,
@@ -66,9 +67,12 @@ class MemoryStore(MemoryWorkflows):
     async def cancel_elsewhere(self, job_id: str, token: str) -> None:
         """Nothing to tell: every lease of this store is held on this node."""
 
-    async def register_node(self, limits: Mapping[str, int | None]) -> None:
-        """Remember this node's job types and limits."""
+    async def register_node(
+        self, limits: Mapping[str, int | None], *, key_limits: Mapping[str, int] | None = None
+    ) -> None:
+        """Remember this node's job types and limits, and its per-key limits."""
         self._limits = dict(limits)
+        self._key_limits = dict(key_limits or {})
 
     async def known_types(self) -> frozenset[str]:
         """The types this node declared."""
@@ -195,13 +199,14 @@ class MemoryStore(MemoryWorkflows):
         now = self.clock()
         self._pending.promote(now.timestamp())
         free = dict(slots)
+        turns = KeyTurns(self._key_limits, self._busy)
         leases: list[Lease] = []
         while len(leases) < limit:
-            key = self._pending.best(queues, free, self._paused)
+            key = self._pending.best(queues, free, self._paused, turns.turn)
             if key is None:
                 break
             job = self._pending.pop(key)
-            free[job.type] -= 1
+            free[job.type] -= 1  # (its key's busy count moves with its status)
             leases.append(self._lease(job, now, start is None or len(leases) < start))
         return leases
 

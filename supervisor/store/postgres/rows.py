@@ -92,6 +92,7 @@ _COLUMNS = (
     "on_failure",
     "parent_id",
     "trace_context",
+    "concurrency_key",
 )
 _JSON_COLUMNS = ("payload", "on_success", "on_failure", "trace_context")
 
@@ -129,6 +130,7 @@ def insert_params(
         "on_failure": raw(spec.on_failure),
         "parent_id": parent_id,
         "trace_context": raw(trace_context),
+        "concurrency_key": text(spec.concurrency_key),
     }
 
 
@@ -149,6 +151,7 @@ def pending(params: Mapping[str, Any], spec: JobSpec, decided: Row) -> Job:
         timeout_seconds=spec.timeout_seconds,
         dedupe_key=params["dedupe_key"],
         unique_key=params["unique_key"],
+        concurrency_key=params["concurrency_key"],
         webhook_url=params["webhook_url"],
         on_success=spec.on_success,
         on_failure=spec.on_failure,
@@ -197,6 +200,7 @@ def job_filter(filters: JobFilter) -> dict[str, Any]:
         "status": filters.status,
         "queue": filters.queue,
         "parent_id": filters.parent_id,
+        "concurrency_key": filters.concurrency_key,
     }
 
 

@@ -160,6 +160,7 @@ class PostgresStore:
         self.dead_briefs = self._summaries.dead_briefs
         self._tasks: list[asyncio.Task[None]] = []
         self._limits: dict[str, int | None] | None = None
+        self._key_limits: dict[str, int] = {}  # per-key limits by type (`common/flow.py`)
         self._known: tuple[float, frozenset[str]] = (0.0, frozenset())
         self._open = False
 
@@ -271,16 +272,25 @@ class PostgresStore:
 
     # -- nodes and queues ------------------------------------------------------------
 
-    async def register_node(self, limits: Mapping[str, int | None]) -> None:
-        """Declare this node alive with its types and per-type limits."""
+    async def register_node(
+        self, limits: Mapping[str, int | None], *, key_limits: Mapping[str, int] | None = None
+    ) -> None:
+        """Declare this node alive with its types and per-type limits, and its per-key
+        limits (the claim takes the smallest a live node declares)."""
         self._limits = dict(limits)
+        self._key_limits = dict(key_limits or {})
         self._known = (0.0, frozenset())
         await self._register()
 
     async def _register(self) -> None:
         made = self._links.report()
         report = None if made is None else pg_rows.raw(made)
-        params = {"node": self.node_id, "limits": pg_rows.raw(self._limits), "report": report}
+        params = {
+            "node": self.node_id,
+            "limits": pg_rows.raw(self._limits),
+            "report": report,
+            "key_limits": pg_rows.raw(self._key_limits) if self._key_limits else None,
+        }
         await self._db.execute(self._sql[Sql.REGISTER], params)
 
     async def known_types(self) -> frozenset[str]:

@@ -109,6 +109,7 @@ class SqliteStore:
         self.outbox = SqliteOutboxRows(self.db, node_id, clock)
         self._links = NodeLinks()  # this node's report (`open`)
         self._limits: dict[str, int | None] = {}
+        self._key_limits: dict[str, int] = {}  # per-key limits by type (`common/flow.py`)
         self._seq = itertools.count(1)
         self._starts = StartTimes()
         self._opened_at = clock()
@@ -226,10 +227,13 @@ class SqliteStore:
     async def cancel_elsewhere(self, job_id: str, token: str) -> None:
         """Nothing to tell: one node owns the file."""
 
-    async def register_node(self, limits: Mapping[str, int | None]) -> None:
-        """Remember this node's job types and limits."""
+    async def register_node(
+        self, limits: Mapping[str, int | None], *, key_limits: Mapping[str, int] | None = None
+    ) -> None:
+        """Remember this node's job types and limits, and its per-key limits."""
         self._limits.clear()
         self._limits.update(limits)
+        self._key_limits = dict(key_limits or {})
 
     async def known_types(self) -> frozenset[str]:
         """The types this node declared."""
@@ -282,7 +286,8 @@ class SqliteStore:
             return []
 
         def work(tx: Tx) -> list[Lease]:
-            best = reads.due(tx.conn, tx.ts, queues, tx.paused(), slots, limit)
+            paused = tx.paused()
+            best = reads.due(tx.conn, tx.ts, queues, paused, slots, limit, self._key_limits)
             leases = []
             for i, row in enumerate(best):
                 tx.adopt(row)

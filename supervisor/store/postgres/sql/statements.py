@@ -54,13 +54,14 @@ LIVE_LEASES: Final = 3  # a node is live (its limits count) while its beat is th
 _INSERTED = (
     "id, type, queue, payload, priority, status, attempts, max_retries, run_at,"
     " timeout_seconds, dedupe_key, unique_key, webhook_url, on_success, on_failure,"
-    " parent_id, created_at, updated_at, trace_context"
+    " parent_id, created_at, updated_at, trace_context, concurrency_key"
 )
 _INSERT_VALUES = """(%(id)s, %(type)s, %(queue)s, %(payload)s, %(priority)s, 'pending', 0,
                 %(max_retries)s,
                 coalesce(%(run_at)s::timestamptz, now() + %(delay)s::float8 * interval '1 second'),
                 %(timeout)s, %(dedupe_key)s, %(unique_key)s, %(webhook_url)s, %(on_success)s,
-                %(on_failure)s, %(parent_id)s, now(), now(), %(trace_context)s)"""
+                %(on_failure)s, %(parent_id)s, now(), now(), %(trace_context)s,
+                %(concurrency_key)s)"""
 
 # The partial unique index of migration 6: a unique key is held while its job is not
 # terminal. Written out once, for `ON CONFLICT` to name the index by its predicate.
@@ -134,10 +135,10 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
         Sql.LISTEN: "LISTEN {channel}",
         Sql.NOTIFY: "SELECT pg_notify(%(channel)s, %(payload)s)",
         Sql.REGISTER: """
-            INSERT INTO {s}.nodes (node_id, limits, heartbeat_at, report)
-            VALUES (%(node)s, %(limits)s, now(), %(report)s)
+            INSERT INTO {s}.nodes (node_id, limits, heartbeat_at, report, key_limits)
+            VALUES (%(node)s, %(limits)s, now(), %(report)s, %(key_limits)s)
             ON CONFLICT (node_id) DO UPDATE SET limits = EXCLUDED.limits, heartbeat_at = now(),
-                report = EXCLUDED.report""",
+                report = EXCLUDED.report, key_limits = EXCLUDED.key_limits""",
         Sql.FORGET_NODE: "DELETE FROM {s}.nodes WHERE node_id = %(node)s",
         Sql.KNOWN_TYPES: """
             SELECT DISTINCT jsonb_object_keys(limits) FROM {s}.nodes WHERE {live_nodes}""",
@@ -201,7 +202,7 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
                     CASE WHEN go.run THEN 1 ELSE 0 END, %(max_retries)s, go.run_at,
                     %(timeout)s, %(dedupe_key)s, %(unique_key)s, %(webhook_url)s,
                     %(on_success)s, %(on_failure)s, %(parent_id)s, now(), now(),
-                    %(trace_context)s, CASE WHEN go.run THEN now() END,
+                    %(trace_context)s, %(concurrency_key)s, CASE WHEN go.run THEN now() END,
                     CASE WHEN go.run THEN %(node)s END,
                     CASE WHEN go.run THEN %(token)s::uuid END,
                     CASE WHEN go.run THEN now() + %(lease)s::float8 * interval '1 second' END
@@ -223,16 +224,17 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
                 SELECT t.id, t.type, t.queue, t.payload::json, t.priority, 'pending', 0,
                     t.max_retries, coalesce(t.run_at, now() + t.delay * interval '1 second'),
                     t.timeout, t.dedupe_key, t.unique_key, t.webhook_url, t.on_success::json,
-                    t.on_failure::json, t.parent_id, now(), now(), t.trace_context::jsonb
+                    t.on_failure::json, t.parent_id, now(), now(), t.trace_context::jsonb,
+                    t.concurrency_key
                 FROM unnest(%(id)b::uuid[], %(type)b::text[], %(queue)b::text[],
                     %(payload)b::text[], %(priority)b::int2[], %(max_retries)b::int4[],
                     %(run_at)b::timestamptz[], %(delay)b::float8[], %(timeout)b::float8[],
                     %(dedupe_key)b::text[], %(unique_key)b::text[], %(webhook_url)b::text[],
                     %(on_success)b::text[], %(on_failure)b::text[], %(parent_id)b::uuid[],
-                    %(trace_context)b::text[])
+                    %(trace_context)b::text[], %(concurrency_key)b::text[])
                     AS t(id, type, queue, payload, priority, max_retries, run_at, delay,
                          timeout, dedupe_key, unique_key, webhook_url, on_success, on_failure,
-                         parent_id, trace_context)
+                         parent_id, trace_context, concurrency_key)
                 RETURNING id, attempts, run_at, created_at, seq),
             {_trail(EventKind.ENQUEUED)}
             SELECT id, run_at, created_at, seq FROM changed""",
@@ -575,5 +577,6 @@ class Statements:
             bool(filters.status),
             bool(filters.queue),
             bool(filters.parent_id),
+            bool(filters.concurrency_key),
         )
         return self._filtered[name, used]

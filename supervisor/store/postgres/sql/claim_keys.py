@@ -1,0 +1,178 @@
+"""The migration for flow control by key (`common/flow.py`): a job's `concurrency_key`,
+the nodes' per-key limits, their indexes, and `claim_leases` (migration 14's) with the
+keyed walk spliced in.
+
+The claim changes only where keys matter, each splice named below (`KEY_SPLICES`), so
+the function reads as migration 14's with them applied:
+- it reads the smallest per-key limit each asked-for type has on a live node (only when
+  some node declares one: a small partial index), and locks those types as it locks
+  limited types (one node at a time claims a key-limited type: the counts hold across
+  nodes), reporting them as limited (so a job of theirs ending wakes every node);
+- it lists each key-limited type's pending keys by skipping along `jobs_key_due`;
+- the type's walk leaves keyed jobs of a key-limited type to `kcand`, which reads each
+  key with room from its head (at most the limit less what the key holds claimed or
+  running), numbering each key's jobs from what it holds (its turn);
+- the pick merges both, by priority, then turn, then run_at and enqueue order, at most
+  a type's cap of each type.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+from goqueue.supervisor.store.postgres.sql.claim import CLAIM_V14
+
+# The keyed candidates of either branch of the claim: per key with room, its best jobs
+# in claim order, numbered from the key's claimed and running jobs (`turn`).
+_KCAND: Final = """        kcand AS (
+            SELECT kk.type, x.id, x.priority, x.run_at, x.seq,
+                b.busy + row_number() OVER (
+                    PARTITION BY kk.type, kk.key ORDER BY x.priority DESC, x.run_at, x.seq)
+                    - 1 AS turn
+            FROM unnest(v_key_types, v_keys, v_key_lims) AS kk(type, key, lim)
+            JOIN unnest(p_types, v_caps) AS kc(type, cap) ON kc.type = kk.type AND kc.cap > 0
+            CROSS JOIN LATERAL (
+                SELECT count(*)::int AS busy FROM {s}.jobs r
+                WHERE r.status IN ('claimed', 'running') AND r.concurrency_key IS NOT NULL
+                  AND r.type = kk.type AND r.concurrency_key = kk.key) b
+            CROSS JOIN LATERAL (
+                SELECT j.id, j.priority, j.run_at, j.seq FROM {s}.jobs j
+                WHERE j.status = 'pending' AND j.concurrency_key IS NOT NULL
+                  AND j.type = kk.type AND j.concurrency_key = kk.key AND j.run_at <= now()
+                  AND (v_queues IS NULL OR j.queue = ANY (v_queues))
+                ORDER BY j.priority DESC, j.run_at, j.seq
+                LIMIT greatest(0, least(kk.lim - b.busy, kc.cap, p_limit))
+                FOR UPDATE OF j SKIP LOCKED) x),
+"""
+
+# The pick of either branch: both walks merged, at most each type's cap of each type.
+_PICK: Final = """        pick AS (
+            SELECT m.id, row_number() OVER (
+                    ORDER BY m.priority DESC, m.turn, m.run_at, m.seq) AS n
+            FROM (SELECT a.*, row_number() OVER (PARTITION BY a.type
+                        ORDER BY a.priority DESC, a.turn, a.run_at, a.seq) AS tn
+                  FROM (SELECT type, id, priority, run_at, seq, 0 AS turn FROM cand
+                        UNION ALL SELECT * FROM kcand) a) m
+            JOIN unnest(p_types, v_caps) AS pc(type, cap) ON pc.type = m.type
+            WHERE m.tn <= pc.cap
+            ORDER BY m.priority DESC, m.turn, m.run_at, m.seq LIMIT p_limit),
+"""
+
+_OLD_PICK: Final = """        pick AS (
+            SELECT id, row_number() OVER (ORDER BY priority DESC, run_at, seq) AS n
+            FROM cand ORDER BY priority DESC, run_at, seq LIMIT p_limit),
+"""
+
+_READ_KEY_LIMITS: Final = """
+    -- The smallest per-key limit the live nodes declare on each type asked for, and the
+    -- pending keys of those types (skipping along jobs_key_due); locked below with the
+    -- limited types, reported as limited.
+    IF EXISTS (SELECT 1 FROM {s}.nodes n WHERE n.key_limits IS NOT NULL) THEN
+        SELECT coalesce(array_agg(l.type ORDER BY l.type), '{{}}'),
+            array_agg(l.lim ORDER BY l.type)
+        INTO v_key_limited, v_key_limits
+        FROM (SELECT e.key AS type, min(e.value::int) AS lim
+              FROM {s}.nodes n CROSS JOIN LATERAL jsonb_each_text(n.key_limits) AS e
+              WHERE n.key_limits IS NOT NULL
+                AND n.heartbeat_at > now() - p_live * interval '1 second'
+                AND e.value IS NOT NULL AND e.key = ANY(p_types)
+              GROUP BY e.key) l;
+        SELECT coalesce(array_agg(kt.type), '{{}}'), coalesce(array_agg(k.key), '{{}}'),
+            coalesce(array_agg(kt.lim), '{{}}')
+        INTO v_key_types, v_keys, v_key_lims
+        FROM unnest(v_key_limited, v_key_limits) AS kt(type, lim) CROSS JOIN LATERAL (
+            WITH RECURSIVE k(key) AS (
+                SELECT min(h.concurrency_key) FROM {s}.jobs h
+                WHERE h.status = 'pending' AND h.concurrency_key IS NOT NULL
+                  AND h.type = kt.type
+                UNION ALL
+                SELECT (SELECT min(h.concurrency_key) FROM {s}.jobs h
+                        WHERE h.status = 'pending' AND h.concurrency_key IS NOT NULL
+                          AND h.type = kt.type AND h.concurrency_key > k.key)
+                FROM k WHERE k.key IS NOT NULL)
+            SELECT k.key FROM k WHERE k.key IS NOT NULL) k;
+        v_locked := ARRAY(SELECT DISTINCT x FROM unnest(v_limited || v_key_limited) AS x
+                          ORDER BY x);
+    ELSE
+        v_locked := v_limited;
+    END IF;
+"""
+
+# (the text of migration 14's function, the text it becomes[, how many times it is there:
+# once unless said]), in order
+KEY_SPLICES: Final[tuple[tuple[str, str] | tuple[str, str, int], ...]] = (
+    # the function is replaced, its signature and rows unchanged
+    ("CREATE FUNCTION {s}.claim_leases(", "CREATE OR REPLACE FUNCTION {s}.claim_leases("),
+    # the key-limited types, their keys, and every type locked
+    (
+        "    v_taken bigint;\n",
+        "    v_taken bigint;\n    v_key_limited text[] := '{{}}';\n    v_key_limits int[];\n"
+        "    v_key_types text[] := '{{}}';\n    v_keys text[] := '{{}}';\n"
+        "    v_key_lims int[] := '{{}}';\n    v_locked text[];\n",
+    ),
+    (
+        "    IF cardinality(v_limited) > 0 THEN\n",
+        _READ_KEY_LIMITS + "    IF cardinality(v_locked) > 0 THEN\n",
+    ),
+    (
+        "        FOREACH v_type IN ARRAY v_limited LOOP\n",
+        "        FOREACH v_type IN ARRAY v_locked LOOP\n",
+    ),
+    # both walks of the types: the type in each row, keyed jobs of key-limited types left out
+    (
+        "            SELECT c.* FROM unnest(p_types, v_caps)",
+        "            SELECT caps.type, c.* FROM unnest(p_types, v_caps)",
+        2,
+    ),
+    (
+        "                      AND j.priority = p.priority AND j.run_at <= now()\n",
+        "                      AND j.priority = p.priority AND j.run_at <= now()\n"
+        "                      AND (j.concurrency_key IS NULL\n"
+        "                           OR NOT caps.type = ANY (v_key_limited))\n",
+    ),
+    (
+        "                          AND j.run_at <= now()\n",
+        "                          AND j.run_at <= now()\n"
+        "                          AND (j.concurrency_key IS NULL\n"
+        "                               OR NOT caps.type = ANY (v_key_limited))\n",
+    ),
+    # both picks merge the keyed candidates in
+    (
+        "            WHERE caps.cap > 0),\n" + _OLD_PICK,
+        "            WHERE caps.cap > 0),\n" + _KCAND + _PICK,
+        2,
+    ),
+    # the key-limited types reported as limited
+    (
+        "        SELECT NULL::{s}.jobs, min(x.run_at), v_limited\n",
+        "        SELECT NULL::{s}.jobs, min(x.run_at), v_locked\n",
+    ),
+    ("        o_limited := v_limited;\n", "        o_limited := v_locked;\n"),
+)
+
+
+def _keyed_claim() -> str:
+    """Migration 14's function text with `KEY_SPLICES` applied (each must apply)."""
+    start = CLAIM_V14.index("CREATE FUNCTION {s}.claim_leases(")
+    text = CLAIM_V14[start:]
+    for old, new, *times in KEY_SPLICES:
+        if text.count(old) != (times[0] if times else 1):
+            raise AssertionError(f"claim_leases has not {times or 1} {old!r} to splice into")
+        text = text.replace(old, new)
+    return text
+
+
+FLOW_KEYS: Final = """
+-- Flow control by key. A job's key (immutable); the per-key limits a node declares by
+-- type (NULL when none: the claim probes `nodes_key_limiting`).
+ALTER TABLE {s}.jobs ADD COLUMN concurrency_key text;
+ALTER TABLE {s}.nodes ADD COLUMN key_limits jsonb;
+CREATE INDEX nodes_key_limiting ON {s}.nodes (node_id) WHERE key_limits IS NOT NULL;
+-- A key-limited type's pending keys (skipped along) and each key's head in claim order;
+-- a key's claimed and running jobs; a key's jobs listed (GET /jobs?concurrency_key=).
+CREATE INDEX jobs_key_due ON {s}.jobs (type, concurrency_key, priority DESC, run_at, seq)
+    WHERE status = 'pending' AND concurrency_key IS NOT NULL;
+CREATE INDEX jobs_key_busy ON {s}.jobs (type, concurrency_key)
+    WHERE status IN ('claimed', 'running') AND concurrency_key IS NOT NULL;
+CREATE INDEX jobs_key ON {s}.jobs (concurrency_key, seq) WHERE concurrency_key IS NOT NULL;
+""" + _keyed_claim()

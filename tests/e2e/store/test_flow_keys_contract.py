@@ -1,0 +1,107 @@
+"""The store contract for flow control by key (`supervisor/common/flow.py`): a job's
+`concurrency_key` kept through its life, per-key limits in the claim with no
+head-of-line blocking, and keys taking turns; on every store."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+from goqueue.supervisor.common.jobs import JobFilter
+from goqueue.supervisor.store.base import Store
+
+from tests.e2e.store.test_contract import ALL, new
+
+pytestmark = pytest.mark.timeout(30)
+
+
+async def keyed(store: Store, key: str | None, n: int, job_type: str = "a") -> list[str]:
+    """Enqueue `n` jobs of `key`, in order; their ids."""
+    return [
+        (await store.enqueue(new(job_type, concurrency_key=key, payload={"n": i}))).job.id
+        for i in range(n)
+    ]
+
+
+def keys_of(leases) -> Counter[str | None]:
+    return Counter(lease.job.concurrency_key for lease in leases)
+
+
+async def test_the_key_is_stored_listed_and_kept_by_retries_and_replays(open_store) -> None:
+    async with open_store() as store:
+        (job_id,) = await keyed(store, "tenant-7", 1)
+        await keyed(store, "tenant-8", 1)
+        got = await store.get(job_id)
+        assert got is not None and got.concurrency_key == "tenant-7"
+        page = await store.list_jobs(JobFilter(concurrency_key="tenant-7"), 10, 0)
+        assert [j.id for j in page.items] == [job_id] and page.total == 1
+        (lease,) = [x for x in await store.claim(2, None, ALL) if x.job.id == job_id]
+        assert lease.job.concurrency_key == "tenant-7"
+        await store.fail(lease, "boom", lease.job.run_at)  # retried: pending again
+        again = await store.get(job_id)
+        assert again is not None and again.status == "pending"
+        assert again.concurrency_key == "tenant-7"
+        (lease,) = await store.claim(1, None, ALL)
+        outcome = await store.fail(lease, "boom again", None)  # dead-lettered
+        assert outcome is not None and outcome.dead_letter is not None
+        fresh = await store.replay_dead(outcome.dead_letter.id, 3)
+        assert fresh.concurrency_key == "tenant-7"
+
+
+async def test_a_key_at_its_limit_holds_back_only_its_own_jobs(open_store) -> None:
+    async with open_store() as store:
+        await store.register_node({"a": None, "b": None}, key_limits={"a": 2})
+        big = await keyed(store, "big", 6)  # first in line, and the most
+        small = await keyed(store, "small", 3)
+        plain = await keyed(store, None, 2)
+        first = await store.claim(20, None, ALL)
+        assert keys_of(first) == {"big": 2, "small": 2, None: 2}
+        assert await store.claim(20, None, ALL) == []  # both keys at their limit
+        # a key's jobs start in enqueue order
+        assert [x.job.id for x in first if x.job.concurrency_key == "big"] == big[:2]
+        assert {x.job.id for x in first if x.job.concurrency_key is None} == set(plain)
+        done = next(x for x in first if x.job.concurrency_key == "big")
+        await store.complete(done, None)
+        (following,) = await store.claim(20, None, ALL)
+        assert following.job.id == big[2]
+        assert [x.job.id for x in first if x.job.concurrency_key == "small"] == small[:2]
+
+
+async def test_a_type_without_a_key_limit_ignores_keys_and_the_type_limit_holds(
+    open_store,
+) -> None:
+    async with open_store() as store:
+        await store.register_node({"a": None, "b": None}, key_limits={"a": 1})
+        await keyed(store, "k", 3, job_type="b")  # no key limit on b
+        assert keys_of(await store.claim(10, None, {"b": 100})) == {"k": 3}
+        await keyed(store, "x", 2)
+        await keyed(store, "y", 2)
+        await keyed(store, "z", 2)
+        assert len(await store.claim(10, None, {"a": 2})) == 2  # the type's slots hold
+        assert len(await store.claim(10, None, {"a": 5})) == 1  # the third key's turn
+        assert await store.claim(10, None, {"a": 5}) == []
+
+
+async def test_keys_take_turns_rather_than_enqueue_order(open_store) -> None:
+    async with open_store() as store:
+        await store.register_node({"a": None, "b": None}, key_limits={"a": 1000})
+        big = await keyed(store, "big", 20)
+        small = await keyed(store, "small", 3)
+        taken = [(await store.claim(1, None, ALL))[0].job.id for _ in range(8)]
+        assert taken == [big[0], small[0], big[1], small[1], big[2], small[2], *big[3:5]]
+
+
+async def test_a_killed_or_lost_attempt_frees_its_keys_slot(open_store, clock) -> None:
+    async with open_store(lease_seconds=1) as store:
+        await store.register_node({"a": None, "b": None}, key_limits={"a": 1})
+        ids = await keyed(store, "k", 3)
+        (first,) = await store.claim(10, None, ALL)
+        assert first.job.id == ids[0]
+        await store.cancel(ids[0], True)  # killed: its slot is free
+        (second,) = await store.claim(10, None, ALL)
+        assert second.job.id == ids[1]
+        await clock.advance(1.5)  # its node is gone: the lease runs out
+        reaped = await store.reap_expired(lambda attempt: 60.0)
+        assert [j.id for j in reaped] == [ids[1]]
+        (third,) = await store.claim(10, None, ALL)
+        assert third.job.id == ids[2]
