@@ -1,0 +1,126 @@
+"""Flow control by key on real nodes (SQLite, memory, PostgreSQL, and two PostgreSQL
+nodes): per-key peaks read from the jobs' own start and end times, other keys running
+beside a key at its limit, a small key's turns among a big key's backlog, one key's jobs
+in enqueue order."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+
+import pytest
+
+from tests.conftest import Node, nodes_started_with, schema_args, wait_for
+
+pytestmark = pytest.mark.timeout(120)
+
+ACTORS = ("--actors", "keyedactors")
+
+
+@pytest.fixture(params=["sqlite", "memory", "postgres"])
+def start(request: pytest.FixtureRequest, make_node: Callable[..., Node]) -> Iterator[Callable]:
+    """Nodes with the keyed actors on one store: a SQLite file each, memory, or one
+    fresh PostgreSQL schema shared by every node the test starts."""
+    kind = request.param
+    if kind == "postgres":
+        request.applymarker(pytest.mark.postgres)
+        yield from nodes_started_with(make_node, *ACTORS, *schema_args("gq_keys"))
+    elif kind == "memory":
+        yield from nodes_started_with(make_node, *ACTORS, "--database-url", "memory://")
+    else:
+        yield from nodes_started_with(make_node, *ACTORS)
+
+
+def enqueue(node: Node, jobs: list[dict]) -> list[str]:
+    """Enqueue `jobs` in one batch, paused meanwhile (so the claims see them all); ids."""
+    assert node.post("/queues/default/pause").status == 200
+    reply = node.post("/jobs/batch", {"jobs": jobs})
+    assert reply.status == 200, reply.body
+    assert all(r["status"] == 201 for r in reply.body["results"]), reply.body
+    assert node.post("/queues/default/resume").status == 200
+    return [r["job"]["id"] for r in reply.body["results"]]
+
+
+def finished(node: Node, job_type: str, count: int, timeout: float = 30) -> list[dict]:
+    """The `count` jobs of `job_type`, once all are done."""
+
+    def done() -> list[dict] | None:
+        jobs = node.get(f"/jobs?type={job_type}&status=done&limit=1000").body["jobs"]
+        return jobs if len(jobs) >= count else None
+
+    return wait_for(done, timeout=timeout)
+
+
+def peak(jobs: list[dict]) -> int:
+    """The most of `jobs` running at once, by their own start and end times."""
+    moments = sorted(
+        [(j["result"]["started"], 1) for j in jobs] + [(j["result"]["ended"], -1) for j in jobs],
+        key=lambda m: (m[0], m[1]),
+    )
+    most = running = 0
+    for _, step in moments:
+        running += step
+        most = max(most, running)
+    return most
+
+
+def of_key(jobs: list[dict], key: str) -> list[dict]:
+    return [j for j in jobs if j["concurrency_key"] == key]
+
+
+def test_a_key_runs_at_most_its_limit_with_other_keys_beside_it(start: Callable) -> None:
+    node = start("--workers", "4")
+    spec = [{"type": "keyed", "concurrency_key": "big", "payload": {"sleep": 0.3}}] * 8
+    spec += [{"type": "keyed", "concurrency_key": k, "payload": {"sleep": 0.3}} for k in "xy"]
+    enqueue(node, spec)
+    jobs = finished(node, "keyed", 10)
+    assert peak(of_key(jobs, "big")) == 2, of_key(jobs, "big")
+    assert peak(jobs) >= 3, jobs  # the other keys ran beside "big" at its limit
+    listed = node.get("/jobs?concurrency_key=big&limit=100").body
+    assert listed["total"] == 8 and {j["concurrency_key"] for j in listed["jobs"]} == {"big"}
+
+
+def test_a_small_key_is_not_kept_behind_a_big_one(start: Callable) -> None:
+    node = start("--workers", "2")
+    spec = [{"type": "fair", "concurrency_key": "big", "payload": {"n": i}} for i in range(150)]
+    spec += [{"type": "fair", "concurrency_key": "small", "payload": {"n": i}} for i in range(5)]
+    enqueue(node, spec)
+    jobs = finished(node, "fair", 155, timeout=60)
+    jobs.sort(key=lambda j: (j["started_at"], j["result"]["started"]))
+    first = [j["concurrency_key"] for j in jobs[:20]]
+    assert first.count("small") == 5, first
+
+
+def test_one_keys_jobs_run_one_at_a_time_in_enqueue_order(start: Callable) -> None:
+    node = start("--workers", "3")
+    ids = enqueue(
+        node,
+        [{"type": "sequence", "concurrency_key": "doc-7", "payload": {"n": i}} for i in range(8)]
+        + [{"type": "sequence", "concurrency_key": "doc-8", "payload": {"n": i}} for i in range(2)],
+    )
+    jobs = finished(node, "sequence", 10)
+    seven = sorted(of_key(jobs, "doc-7"), key=lambda j: j["result"]["started"])
+    assert [j["id"] for j in seven] == ids[:8]
+    assert peak(seven) == 1, seven
+
+
+@pytest.mark.postgres
+def test_a_key_limit_holds_across_two_nodes(make_node: Callable[..., Node]) -> None:
+    nodes = nodes_started_with(make_node, *ACTORS, *schema_args("gq_keys2"))
+    started = next(nodes)
+    try:
+        a, b = started("--workers", "3"), started("--workers", "3")
+        spec = [{"type": "keyed", "concurrency_key": "big", "payload": {"sleep": 0.3}}] * 10
+        spec += [{"type": "keyed", "concurrency_key": k, "payload": {"sleep": 0.3}} for k in "xyzw"]
+        enqueue(a, spec)
+        jobs = finished(b, "keyed", 14)
+        assert peak(of_key(jobs, "big")) == 2, of_key(jobs, "big")
+        assert peak(jobs) >= 3, jobs
+        ran_on = {
+            e["node"]
+            for j in jobs
+            for e in b.get(f"/jobs/{j['id']}/events").body["events"]
+            if e["event"] == "started"
+        }
+        assert len(ran_on) == 2, ran_on  # both nodes took some
+    finally:
+        next(nodes, None)
