@@ -702,7 +702,7 @@ def test_openapi_describes_every_route(api_server: ApiServer) -> None:
     }
     assert {"201", "200", "400", "409", "413", "422", "503"} <= set(enqueue_op["responses"])
     listing = {p["name"] for p in doc["paths"]["/jobs"]["get"]["parameters"]}
-    assert listing == {"type", "status", "queue", "limit", "offset"}
+    assert listing == {"type", "status", "queue", "concurrency_key", "limit", "offset"}
     get_op = doc["paths"]["/jobs/{id}"]["get"]
     assert get_op["parameters"][0] == {
         "name": "id",
