@@ -67,6 +67,9 @@ class JobOptions(TypedDict, total=False):
     dedupe_window_seconds: float
     unique_key: str
     concurrency_key: str
+    debounce_key: str
+    debounce_seconds: float
+    debounce_max_seconds: float
     webhook_url: str
     on_success: JobSpec | Mapping[str, Any]
     on_failure: JobSpec | Mapping[str, Any]

@@ -72,6 +72,7 @@ class MemoryState:
         self._limits: dict[str, int | None] = {}
         self._key_limits: dict[str, int] = {}  # per-key limits by type (`common/flow.py`)
         self._busy: Counter[KeyOf] = Counter()  # claimed and running jobs by (type, key)
+        self._debounced: dict[tuple[str, str], str] = {}  # (type, debounce key) -> job id
         self._seq = itertools.count(1)
         self._wake = wake  # the dispatcher's: work may be claimable
         self._opened_at = self.clock()

@@ -33,6 +33,7 @@ from goqueue.supervisor.common.jobs import (
     Outcome,
     Purged,
     Replayed,
+    debounced_run_at,
     new_id,
 )
 from goqueue.supervisor.common.schedule import Fired, ScheduleState, fire_detail
@@ -106,6 +107,11 @@ class MemoryStore(MemoryWorkflows):
                 if job is not None:
                     return Enqueued(job, created=False)
         spec = new.spec
+        if spec.debounce_key is not None:
+            replaced = self._debounce(spec, now)
+            if replaced is not None:
+                self._remember_idempotency(new, replaced.id, ts)
+                return Enqueued(replaced, created=False)
         if spec.dedupe_key is not None and spec.dedupe_window_seconds:
             held = self._dedupe.get(spec.dedupe_key)
             if held is not None and held[1] > ts:
@@ -117,11 +123,32 @@ class MemoryStore(MemoryWorkflows):
         job.trace_context = new.trace_context
         if spec.dedupe_key is not None and spec.dedupe_window_seconds:
             self._dedupe[spec.dedupe_key] = (job.id, ts + spec.dedupe_window_seconds)
-        if new.idempotency_key is not None:
-            expires = ts + self.idempotency_ttl
-            self._idempotency[new.idempotency_key] = (new.request_hash or "", job.id, expires)
+        if spec.debounce_key is not None:
+            self._debounced[(job.type, spec.debounce_key)] = job.id
+        self._remember_idempotency(new, job.id, ts)
         lease = self._leases[self._tokens[job.id]] if job.status == Status.RUNNING else None
         return Enqueued(job, created=True, lease=lease)
+
+    def _remember_idempotency(self, new: NewJob, job_id: str, ts: float) -> None:
+        if new.idempotency_key is not None:
+            expires = ts + self.idempotency_ttl
+            self._idempotency[new.idempotency_key] = (new.request_hash or "", job_id, expires)
+
+    def _debounce(self, spec: JobSpec, now: datetime) -> Job | None:
+        """The job of `spec`'s type and debounce key that has not started, its payload
+        replaced and put off (`debounced_run_at`); None when there is none."""
+        key = (spec.type, spec.debounce_key or "")
+        job = self._jobs.get(self._debounced.get(key, ""))
+        if job is None or job.status != Status.PENDING or job.attempts:
+            self._debounced.pop(key, None)
+            return None
+        job.payload = spec.payload
+        job.run_at = debounced_run_at(spec, job.created_at, now)
+        job.updated_at = now
+        self._pending.add(job, now.timestamp())  # its old entry is stale: another run_at
+        self._ages.add(job)
+        self._event(job, EventKind.DEBOUNCED, now)
+        return job
 
     def _insert(
         self,

@@ -64,6 +64,7 @@ _INSERTED = (
     *("job", "events", "n_events", "seq", "id", "type", "queue", "priority", "created_at"),
     "parent_id",
     "concurrency_key",
+    "debounce_key",
 )
 INSERT = f"INSERT INTO jobs ({', '.join(_INSERTED)}) VALUES ({', '.join('?' * len(_INSERTED))})"
 
@@ -235,6 +236,7 @@ class Row:
             job.created_at.timestamp(),
             job.parent_id,
             job.concurrency_key,
+            job.debounce_key,
         )
 
 

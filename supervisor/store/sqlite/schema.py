@@ -218,6 +218,10 @@ FLOW_KEYS: tuple[str, ...] = (  # 4: flow control by key (docs/guide/flow-contro
     "CREATE INDEX jobs_key_busy ON jobs (type, concurrency_key)"
     " WHERE status IN ('claimed', 'running') AND concurrency_key IS NOT NULL",
     "CREATE INDEX jobs_key ON jobs (concurrency_key, seq) WHERE concurrency_key IS NOT NULL",
+    # a debounced job not started yet, found by its type and key to be replaced
+    "ALTER TABLE jobs ADD COLUMN debounce_key TEXT",
+    "CREATE INDEX jobs_debounce ON jobs (type, debounce_key)"
+    " WHERE status = 'pending' AND debounce_key IS NOT NULL",
 )
 MIGRATIONS = (*MIGRATIONS, ROWS_ARE_THE_TRUTH, FLOW_KEYS)
 VERSION = len(MIGRATIONS)

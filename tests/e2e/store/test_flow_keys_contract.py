@@ -5,7 +5,9 @@ head-of-line blocking, and keys taking turns; on every store."""
 from __future__ import annotations
 
 from collections import Counter
+from datetime import timedelta
 
+import msgspec
 import pytest
 from goqueue.supervisor.common.jobs import JobFilter
 from goqueue.supervisor.store.base import Store
@@ -105,3 +107,43 @@ async def test_a_killed_or_lost_attempt_frees_its_keys_slot(open_store, clock) -
         assert [j.id for j in reaped] == [ids[1]]
         (third,) = await store.claim(10, None, ALL)
         assert third.job.id == ids[2]
+
+
+def debounced(key: str, n: int, seconds: float = 1.0, **more: object):
+    return new("a", debounce_key=key, debounce_seconds=seconds, payload={"n": n}, **more)
+
+
+async def test_a_debounced_enqueue_replaces_the_job_until_it_starts(open_store, clock) -> None:
+    async with open_store() as store:
+        first = await store.enqueue(debounced("doc-7", 1))
+        assert first.created and first.job.debounce_key == "doc-7"
+        due = first.job.run_at  # (the memory store's job is the one it changes)
+        assert due > first.job.created_at
+        await clock.advance(0.3)
+        again = await store.enqueue(debounced("doc-7", 2))
+        assert not again.created and again.job.id == first.job.id
+        assert again.job.run_at > due
+        other = await store.enqueue(debounced("doc-8", 3))
+        assert other.created and other.job.id != first.job.id
+        assert await store.claim(10, None, ALL) == []  # not due yet
+        await clock.advance(1.2)
+        leases = {x.job.id: x for x in await store.claim(10, None, ALL)}
+        assert set(leases) == {first.job.id, other.job.id}
+        assert msgspec.json.decode(leases[first.job.id].job.payload) == {"n": 2}
+        events = [e.event for e in await store.events(first.job.id)]
+        assert events[:2] == ["enqueued", "debounced"], events
+        later = await store.enqueue(debounced("doc-7", 4))  # started: a new job
+        assert later.created and later.job.id != first.job.id
+
+
+async def test_debounce_max_seconds_bounds_how_long_a_burst_puts_its_job_off(
+    open_store, clock
+) -> None:
+    async with open_store() as store:
+        first = (await store.enqueue(debounced("doc", 0, 1.0, debounce_max_seconds=1.5))).job
+        for n in range(1, 4):
+            await clock.advance(0.5)
+            job = (await store.enqueue(debounced("doc", n, 1.0, debounce_max_seconds=1.5))).job
+            assert job.id == first.id
+        bound = first.created_at + timedelta(seconds=1.5)
+        assert abs((job.run_at - bound).total_seconds()) < 0.01, (job.run_at, bound)

@@ -5,7 +5,9 @@ in enqueue order."""
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable, Iterator
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
@@ -122,5 +124,65 @@ def test_a_key_limit_holds_across_two_nodes(make_node: Callable[..., Node]) -> N
             if e["event"] == "started"
         }
         assert len(ran_on) == 2, ran_on  # both nodes took some
+    finally:
+        next(nodes, None)
+
+
+def debounce(node: Node, n: int, **more: float) -> tuple[int, str]:
+    """Enqueue `reindex` of document 7, debounced; the status and the job's id."""
+    body = {"type": "reindex", "debounce_key": "doc-7", "payload": {"n": n}, **more}
+    reply = node.post("/jobs", body)
+    assert reply.status in (200, 201), reply.body
+    return reply.status, reply.body["id"]
+
+
+def test_a_burst_runs_once_with_the_last_payload(start: Callable) -> None:
+    node = start("--workers", "2")
+    answers = [debounce(node, n, debounce_seconds=1.0) for n in range(6)]
+    assert [status for status, _ in answers] == [201] + [200] * 5
+    assert len({job_id for _, job_id in answers}) == 1
+    (job,) = finished(node, "reindex", 1)
+    assert job["result"]["n"] == 5 and job["debounce_key"] == "doc-7"
+    assert node.get("/jobs?type=reindex").body["total"] == 1
+    bad = node.post("/jobs", {"type": "reindex", "debounce_key": "doc-7"})
+    assert bad.status == 400 and "debounce_seconds" in str(bad.body), bad.body
+
+
+def test_debounce_max_seconds_bounds_a_burst(start: Callable) -> None:
+    node = start("--workers", "2")
+    first = time.time()
+    ids = []
+    # a burst longer than the bound: an enqueue every 0.2 s for 2.5 s (the pace is the
+    # test's input, not a wait)
+    while time.time() - first < 2.5:
+        ids.append(debounce(node, len(ids), debounce_seconds=0.5, debounce_max_seconds=1.0)[1])
+        time.sleep(0.2)
+    runs = finished(node, "reindex", len(set(ids)))
+    assert len(set(ids)) >= 2, ids  # the bound cut the burst
+    opened = min(runs, key=lambda j: j["created_at"])
+    assert opened["result"]["started"] - first < 1.0 + 1.0, opened  # not put off past it
+
+
+@pytest.mark.postgres
+def test_debounce_holds_across_two_nodes(make_node: Callable[..., Node]) -> None:
+    nodes = nodes_started_with(make_node, *ACTORS, *schema_args("gq_debounce"))
+    started = next(nodes)
+    try:
+        a, b = started("--workers", "2"), started("--workers", "2")
+        # at once, on both nodes: one row, under its lock
+        with ThreadPoolExecutor(8) as pool:
+            answers = list(
+                pool.map(lambda n: debounce((a, b)[n % 2], n, debounce_seconds=1.5), range(16))
+            )
+        assert sorted(status for status, _ in answers) == [200] * 15 + [201], answers
+        assert len({job_id for _, job_id in answers}) == 1
+        (job,) = finished(b, "reindex", 1)
+        assert job["result"]["n"] == job["payload"]["n"]
+        # then one after the other: the last payload runs
+        answers = [debounce((a, b)[n % 2], n, debounce_seconds=1.0) for n in range(4)]
+        assert [status for status, _ in answers] == [201, 200, 200, 200]
+        runs = finished(a, "reindex", 2)
+        (second,) = [j for j in runs if j["id"] == answers[0][1]]
+        assert second["result"]["n"] == 3
     finally:
         next(nodes, None)

@@ -175,4 +175,8 @@ CREATE INDEX jobs_key_due ON {s}.jobs (type, concurrency_key, priority DESC, run
 CREATE INDEX jobs_key_busy ON {s}.jobs (type, concurrency_key)
     WHERE status IN ('claimed', 'running') AND concurrency_key IS NOT NULL;
 CREATE INDEX jobs_key ON {s}.jobs (concurrency_key, seq) WHERE concurrency_key IS NOT NULL;
+-- Debounce: the job of a type and debounce key not started yet, to be replaced.
+ALTER TABLE {s}.jobs ADD COLUMN debounce_key text;
+CREATE INDEX jobs_debounce ON {s}.jobs (type, debounce_key)
+    WHERE status = 'pending' AND debounce_key IS NOT NULL;
 """ + _keyed_claim()
