@@ -196,7 +196,10 @@ class Arbiter:
         if problems:
             raise BootError(problems[0])
         register = partial(
-            self.store.register_node, self.catalog.limits(), key_limits=self.catalog.key_limits
+            self.store.register_node,
+            self.catalog.limits(),
+            key_limits=self.catalog.key_limits,
+            key_rates=self.catalog.key_rates,
         )
         await self._retrying("registering the node", register, StoreUnavailable)
         self.node.lifecycle.enter(NodePhase.SERVING)
@@ -363,9 +366,7 @@ class Arbiter:
         """Gauges and scaling every tick; the lease chores when due (`Leases.tick`)."""
         self._refresh_gauges()
         await self._scale()
-        await self.leases.tick(
-            time.monotonic(), self.settings, self.catalog.limits(), self.catalog.key_limits
-        )
+        await self.leases.tick(time.monotonic(), self.settings, self.catalog)
 
     async def _scale(self) -> None:
         """With --workers MIN:MAX, move the target with the load (see `scaling.py`)."""
@@ -490,7 +491,9 @@ class Arbiter:
         )
         self._adopt(catalog, Policy.of(settings))
         registered = self.store.register_node(
-            self.catalog.limits(), key_limits=self.catalog.key_limits
+            self.catalog.limits(),
+            key_limits=self.catalog.key_limits,
+            key_rates=self.catalog.key_rates,
         )
         self._tasks.append(asyncio.ensure_future(registered))
         extra = {"generation": self.generation, "types": sorted(self.catalog.types)}

@@ -160,13 +160,18 @@ class Store(Protocol):
         """True when the store answers (readiness)."""
 
     async def register_node(
-        self, limits: Mapping[str, int | None], *, key_limits: Mapping[str, int] | None = None
+        self,
+        limits: Mapping[str, int | None],
+        *,
+        key_limits: Mapping[str, int] | None = None,
+        key_rates: Mapping[str, Rate] | None = None,
     ) -> None:
         """Declare this node alive with the job types it runs and their concurrency
-        limits (None = unlimited), and the per-key limits of the types that have one
-        (`key_concurrency`: claims start at most that many jobs of a type sharing a
-        `concurrency_key`). Called at start, on reload and periodically; with PostgreSQL
-        the smallest limit among live nodes holds for a type globally, and for its keys."""
+        limits (None = unlimited), and the per-key limits and rates of the types that
+        have one (`key_concurrency`, `key_rate_limit`: claims bound and pace the jobs of
+        a type sharing a `concurrency_key`, `common/flow.py`). Called at start, on reload
+        and periodically; with PostgreSQL the smallest limit (the slowest rate) among live
+        nodes holds for a type globally, and for its keys."""
 
     async def known_types(self) -> frozenset[str]:
         """Job types some live node can run (this node's alone for the memory store)."""

@@ -14,7 +14,7 @@ from datetime import datetime
 
 from goqueue.supervisor.common.enums import TERMINAL, EventKind, Status
 from goqueue.supervisor.common.errors import StoreFull
-from goqueue.supervisor.common.flow import KeyOf
+from goqueue.supervisor.common.flow import KeyOf, KeyPace
 from goqueue.supervisor.common.jobs import STATUSES, Event, Job, Lease, utcnow
 from goqueue.supervisor.common.rates import Rate, StartTimes, Taken
 from goqueue.supervisor.settings.config import DEFAULTS
@@ -73,6 +73,8 @@ class MemoryState:
         self._key_limits: dict[str, int] = {}  # per-key limits by type (`common/flow.py`)
         self._busy: Counter[KeyOf] = Counter()  # claimed and running jobs by (type, key)
         self._debounced: dict[tuple[str, str], str] = {}  # (type, debounce key) -> job id
+        self._key_rates: dict[str, Rate] = {}  # per-key rates by type
+        self._pace = KeyPace()  # the paced keys' TATs
         self._seq = itertools.count(1)
         self._wake = wake  # the dispatcher's: work may be claimable
         self._opened_at = self.clock()

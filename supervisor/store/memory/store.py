@@ -8,7 +8,7 @@ only owner, so the same contract tests hold for both stores.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import msgspec
 from goqueue.supervisor.common.enums import TERMINAL, EventKind, Status
@@ -36,6 +36,7 @@ from goqueue.supervisor.common.jobs import (
     debounced_run_at,
     new_id,
 )
+from goqueue.supervisor.common.rates import Rate
 from goqueue.supervisor.common.schedule import Fired, ScheduleState, fire_detail
 from goqueue.supervisor.common.summaries import DeadFilter
 from goqueue.supervisor.store.base import IN_PROCESS, LATE_OUTCOME, NewJob, NodeLinks
@@ -69,11 +70,16 @@ class MemoryStore(MemoryWorkflows):
         """Nothing to tell: every lease of this store is held on this node."""
 
     async def register_node(
-        self, limits: Mapping[str, int | None], *, key_limits: Mapping[str, int] | None = None
+        self,
+        limits: Mapping[str, int | None],
+        *,
+        key_limits: Mapping[str, int] | None = None,
+        key_rates: Mapping[str, Rate] | None = None,
     ) -> None:
-        """Remember this node's job types and limits, and its per-key limits."""
+        """Remember this node's job types and limits, and its per-key limits and rates."""
         self._limits = dict(limits)
         self._key_limits = dict(key_limits or {})
+        self._key_rates = dict(key_rates or {})
 
     async def known_types(self) -> frozenset[str]:
         """The types this node declared."""
@@ -226,15 +232,20 @@ class MemoryStore(MemoryWorkflows):
         now = self.clock()
         self._pending.promote(now.timestamp())
         free = dict(slots)
-        turns = KeyTurns(self._key_limits, self._busy)
+        # a copy of the keys' busy counts: a job claimed here is `take`n
+        turns = KeyTurns(
+            self._key_limits, dict(self._busy), self._key_rates, self._pace, now.timestamp()
+        )
         leases: list[Lease] = []
         while len(leases) < limit:
             key = self._pending.best(queues, free, self._paused, turns.turn)
             if key is None:
                 break
             job = self._pending.pop(key)
-            free[job.type] -= 1  # (its key's busy count moves with its status)
+            free[job.type] -= 1
+            turns.take(job.type, job.concurrency_key)
             leases.append(self._lease(job, now, start is None or len(leases) < start))
+        turns.settle()
         return leases
 
     def _lease(self, job: Job, now: datetime, started: bool) -> Lease:
@@ -273,8 +284,14 @@ class MemoryStore(MemoryWorkflows):
         return held
 
     def next_due_at(self) -> datetime | None:
-        """When the earliest delayed job becomes due."""
-        return self._pending.next_due()
+        """When the earliest delayed job becomes due, or a key held back by its pace may
+        start again, whichever comes first."""
+        due = self._pending.next_due()
+        paced = self._pace.due(self.clock().timestamp())
+        if paced is None:
+            return due
+        at = datetime.fromtimestamp(paced, UTC)
+        return at if due is None or at < due else due
 
     # -- leases and outcomes ---------------------------------------------------------
 

@@ -160,7 +160,7 @@ class PostgresStore:
         self.dead_briefs = self._summaries.dead_briefs
         self._tasks: list[asyncio.Task[None]] = []
         self._limits: dict[str, int | None] | None = None
-        self._key_limits: dict[str, int] = {}  # per-key limits by type (`common/flow.py`)
+        self._key_rules: dict[str, dict[str, float | None]] = {}  # (`register_node`)
         self._known: tuple[float, frozenset[str]] = (0.0, frozenset())
         self._open = False
 
@@ -273,12 +273,18 @@ class PostgresStore:
     # -- nodes and queues ------------------------------------------------------------
 
     async def register_node(
-        self, limits: Mapping[str, int | None], *, key_limits: Mapping[str, int] | None = None
+        self,
+        limits: Mapping[str, int | None],
+        *,
+        key_limits: Mapping[str, int] | None = None,
+        key_rates: Mapping[str, Rate] | None = None,
     ) -> None:
         """Declare this node alive with its types and per-type limits, and its per-key
-        limits (the claim takes the smallest a live node declares)."""
+        limits and rates (the claim takes the smallest limit, the slowest rate, a live
+        node declares): by type, `{"n": limit, "step": seconds between starts, "burst":
+        starts at once}`, each null when not declared."""
         self._limits = dict(limits)
-        self._key_limits = dict(key_limits or {})
+        self._key_rules = key_rules(key_limits or {}, key_rates or {})
         self._known = (0.0, frozenset())
         await self._register()
 
@@ -289,7 +295,7 @@ class PostgresStore:
             "node": self.node_id,
             "limits": pg_rows.raw(self._limits),
             "report": report,
-            "key_limits": pg_rows.raw(self._key_limits) if self._key_limits else None,
+            "key_limits": pg_rows.raw(self._key_rules) if self._key_rules else None,
         }
         await self._db.execute(self._sql[Sql.REGISTER], params)
 
@@ -324,3 +330,18 @@ class PostgresStore:
         """Give back unused starts (nothing once another take moved the TAT on)."""
         params = {"type": job_type, "tat": tat, "count": count}
         await self._db.execute(self._sql[Sql.RETURN_STARTS], params)
+
+
+def key_rules(
+    limits: Mapping[str, int], rates: Mapping[str, Rate]
+) -> dict[str, dict[str, float | None]]:
+    """The per-key rules of each type, as the node's row holds them (`register_node`)."""
+    rules: dict[str, dict[str, float | None]] = {}
+    for job_type in sorted(set(limits) | set(rates)):
+        rate = rates.get(job_type)
+        rules[job_type] = {
+            "n": limits.get(job_type),
+            "step": None if rate is None else rate.interval,
+            "burst": None if rate is None else rate.limit,
+        }
+    return rules

@@ -1,13 +1,15 @@
-"""The SQLite claim's walk of a type under a per-key limit (`common/flow.py`): its keys'
+"""The SQLite claim's walk of a type with a per-key rule (`common/flow.py`): its keys'
 claimed and running jobs counted on their own small index, its pending keys found by
-skipping along `jobs_key_due`, and each key with room read from its head in claim order,
-so a key at its limit costs one probe and never holds up another key."""
+skipping along `jobs_key_due`, and each key with room (its limit, its pace) read from its
+head in claim order, so a key that may start nothing costs one probe and never holds up
+another key."""
 
 from __future__ import annotations
 
 import sqlite3
 from typing import Any
 
+from goqueue.supervisor.common.flow import KeyTurns
 from goqueue.supervisor.store.sqlite.rows import COLUMNS
 
 # The first pending jobs of a keyed type looked at for jobs without a key: a type under a
@@ -41,21 +43,22 @@ def keyed_due(
     conn: sqlite3.Connection,
     job_type: str,
     take: int,
-    key_limit: int,
+    turns: KeyTurns,
     now: float,
     where: str,
     params: list[Any],
 ) -> list[Hit]:
-    """The best `take` due jobs of `job_type`, no key beyond `key_limit` claimed or
-    running, in claim order: priority, then the key's turn (its jobs claimed, running or
-    taken before in this claim), then run_at, then enqueue order."""
-    held = busy(conn, job_type)
+    """The best `take` due jobs of `job_type`, no key beyond its room in this claim
+    (`turns`: its limit less its claimed and running jobs, its paced starts), in claim
+    order: priority, then the key's turn, then run_at, then enqueue order."""
+    for key, count in busy(conn, job_type).items():
+        turns.busy[(job_type, key)] = count
     hits: list[Hit] = []
     for key in [row[0] for row in conn.execute(_KEYS, (job_type,))]:
-        busy_now = held.get(key, 0)
-        room = min(key_limit - busy_now, take)
+        room = min(turns.room_of(job_type, key), take)
         if room <= 0:
             continue
+        busy_now = turns.busy.get((job_type, key), 0)
         found = conn.execute(
             f"SELECT priority, run_at, seq, {COLUMNS} FROM jobs INDEXED BY jobs_key_due"
             " WHERE status = 'pending' AND concurrency_key IS NOT NULL AND type = ?"

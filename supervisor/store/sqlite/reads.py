@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 from goqueue.supervisor.common.enums import Status, WorkflowStatus
+from goqueue.supervisor.common.flow import KeyTurns
 from goqueue.supervisor.common.jobs import (
     OTHER_QUEUES,
     STATUSES,
@@ -57,12 +58,13 @@ def due(
     paused: set[str],
     slots: Mapping[str, int],
     limit: int,
-    key_limits: Mapping[str, int] | None = None,
+    turns: KeyTurns | None = None,
 ) -> list[Row]:
     """The rows of the best `limit` due jobs, at most `slots[type]` of each type, highest
     priority first, then oldest `run_at`, then enqueue order: per type, one walk of the
-    `jobs_due` index, so a type at its limit never holds up another. A type under a
-    per-key limit is walked key by key (`keyed.py`), its keys taking turns."""
+    `jobs_due` index, so a type at its limit never holds up another. A type with a
+    per-key rule is walked key by key (`keyed.py`), its keys taking turns; the jobs taken
+    are counted in `turns`."""
     where, params = "", []
     if queues is not None:
         where += f" AND queue IN ({_marks(queues)})"
@@ -74,9 +76,8 @@ def due(
     for job_type, free in slots.items():
         if free <= 0:
             continue
-        key_limit = (key_limits or {}).get(job_type)
-        if key_limit is not None:
-            found.extend(keyed_due(conn, job_type, min(free, limit), key_limit, now, where, params))
+        if turns is not None and turns.keyed(job_type):
+            found.extend(keyed_due(conn, job_type, min(free, limit), turns, now, where, params))
             continue
         found.extend(
             (-hit[0], 0, hit[1], hit[2], hit[3:])
@@ -91,7 +92,12 @@ def due(
         found = heapq.nsmallest(limit, found, key=_claim_order)
     elif len(slots) > 1:
         found.sort(key=_claim_order)
-    return [Row.read(columns) for *_, columns in found]
+    rows = [Row.read(columns) for *_, columns in found]
+    if turns is not None:
+        for row in rows:
+            turns.take(row.job.type, row.job.concurrency_key)
+        turns.settle()
+    return rows
 
 
 def _claim_order(hit: tuple[int, int, float, int, tuple[Any, ...]]) -> tuple[int, int, float, int]:

@@ -47,6 +47,7 @@ from goqueue.supervisor.common.errors import (
     NotFound,
     StoreFull,
 )
+from goqueue.supervisor.common.flow import KeyPace, KeyTurns
 from goqueue.supervisor.common.jobs import (
     BULK_CANCEL,
     CancelFilter,
@@ -110,6 +111,8 @@ class SqliteStore:
         self._links = NodeLinks()  # this node's report (`open`)
         self._limits: dict[str, int | None] = {}
         self._key_limits: dict[str, int] = {}  # per-key limits by type (`common/flow.py`)
+        self._key_rates: dict[str, Rate] = {}  # per-key rates by type
+        self._pace = KeyPace()  # the paced keys' TATs (this node's, as rate limits are)
         self._seq = itertools.count(1)
         self._starts = StartTimes()
         self._opened_at = clock()
@@ -228,12 +231,17 @@ class SqliteStore:
         """Nothing to tell: one node owns the file."""
 
     async def register_node(
-        self, limits: Mapping[str, int | None], *, key_limits: Mapping[str, int] | None = None
+        self,
+        limits: Mapping[str, int | None],
+        *,
+        key_limits: Mapping[str, int] | None = None,
+        key_rates: Mapping[str, Rate] | None = None,
     ) -> None:
-        """Remember this node's job types and limits, and its per-key limits."""
+        """Remember this node's job types and limits, and its per-key limits and rates."""
         self._limits.clear()
         self._limits.update(limits)
         self._key_limits = dict(key_limits or {})
+        self._key_rates = dict(key_rates or {})
 
     async def known_types(self) -> frozenset[str]:
         """The types this node declared."""
@@ -286,8 +294,8 @@ class SqliteStore:
             return []
 
         def work(tx: Tx) -> list[Lease]:
-            paused = tx.paused()
-            best = reads.due(tx.conn, tx.ts, queues, paused, slots, limit, self._key_limits)
+            turns = KeyTurns(self._key_limits, {}, self._key_rates, self._pace, tx.ts)
+            best = reads.due(tx.conn, tx.ts, queues, tx.paused(), slots, limit, turns)
             leases = []
             for i, row in enumerate(best):
                 tx.adopt(row)
@@ -315,12 +323,15 @@ class SqliteStore:
         return await self._write(work)
 
     def next_due_at(self) -> datetime | None:
-        """When the earliest delayed job becomes due (an indexed look-up)."""
+        """When the earliest delayed job becomes due (an indexed look-up), or a key held
+        back by its pace may start again, whichever comes first."""
         now = self.clock().timestamp()
+        paced = self._pace.due(now)
         try:
-            return from_ts(self._read(lambda c: reads.next_due(c, now)))
+            due = self._read(lambda c: reads.next_due(c, now))
         except Exception:
-            return None
+            due = None
+        return from_ts(due if paced is None or (due is not None and due < paced) else paced)
 
     # -- leases and outcomes ---------------------------------------------------------
 

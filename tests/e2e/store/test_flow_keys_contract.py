@@ -10,6 +10,7 @@ from datetime import timedelta
 import msgspec
 import pytest
 from goqueue.supervisor.common.jobs import JobFilter
+from goqueue.supervisor.common.rates import Rate
 from goqueue.supervisor.store.base import Store
 
 from tests.e2e.store.test_contract import ALL, new
@@ -147,3 +148,17 @@ async def test_debounce_max_seconds_bounds_how_long_a_burst_puts_its_job_off(
             assert job.id == first.id
         bound = first.created_at + timedelta(seconds=1.5)
         assert abs((job.run_at - bound).total_seconds()) < 0.01, (job.run_at, bound)
+
+
+async def test_a_keys_starts_are_paced_on_its_own(open_store, clock) -> None:
+    async with open_store() as store:
+        await store.register_node({"a": None, "b": None}, key_rates={"a": Rate(2, 1.0)})
+        await keyed(store, "k", 6)
+        await keyed(store, "m", 6)
+        await keyed(store, None, 3)
+        first = await store.claim(20, None, ALL)
+        assert keys_of(first) == {"k": 2, "m": 2, None: 3}  # a burst of 2 each, then paced
+        assert await store.claim(20, None, ALL) == []
+        await clock.advance(1.2)  # one more start each is due (one every 0.5 s after the burst)
+        assert keys_of(await store.claim(20, None, ALL)) == {"k": 1, "m": 1}
+        assert await store.claim(20, None, ALL) == []

@@ -186,3 +186,28 @@ def test_debounce_holds_across_two_nodes(make_node: Callable[..., Node]) -> None
         assert second["result"]["n"] == 3
     finally:
         next(nodes, None)
+
+
+def busiest(times: list[float], period: float = 1.0) -> int:
+    """The most starts in any window of `period` seconds, sliding."""
+    times, most, first = sorted(times), 0, 0
+    for last, at in enumerate(times):
+        while at - times[first] > period:
+            first += 1
+        most = max(most, last - first + 1)
+    return most
+
+
+def test_two_keys_are_paced_each_on_its_own(start: Callable) -> None:
+    node = start("--workers", "3")
+    enqueue(
+        node,
+        [{"type": "paced_keys", "concurrency_key": k} for k in ("a", "b") for _ in range(15)],
+    )
+    jobs = finished(node, "paced_keys", 30)
+    starts = {k: [j["result"]["started"] for j in of_key(jobs, k)] for k in ("a", "b")}
+    for key, times in starts.items():
+        assert busiest(times) <= 5 + 1, (key, sorted(times))
+        assert max(times) - min(times) > 1.5, (key, sorted(times))  # 15 at 5/s
+    both = starts["a"] + starts["b"]
+    assert busiest(both) >= 9, sorted(both)  # ten a second between them

@@ -1,19 +1,23 @@
-"""The migration for flow control by key (`common/flow.py`): a job's `concurrency_key`,
-the nodes' per-key limits, their indexes, and `claim_leases` (migration 14's) with the
-keyed walk spliced in.
+"""The migration for flow control by key (`common/flow.py`): a job's `concurrency_key`
+and `debounce_key`, the nodes' per-key rules, each paced key's TAT, their indexes, and
+`claim_leases` (migration 14's) with the keyed walk spliced in.
 
 The claim changes only where keys matter, each splice named below (`KEY_SPLICES`), so
 the function reads as migration 14's with them applied:
-- it reads the smallest per-key limit each asked-for type has on a live node (only when
-  some node declares one: a small partial index), and locks those types as it locks
-  limited types (one node at a time claims a key-limited type: the counts hold across
-  nodes), reporting them as limited (so a job of theirs ending wakes every node);
-- it lists each key-limited type's pending keys by skipping along `jobs_key_due`;
-- the type's walk leaves keyed jobs of a key-limited type to `kcand`, which reads each
-  key with room from its head (at most the limit less what the key holds claimed or
-  running), numbering each key's jobs from what it holds (its turn);
+- it reads the per-key rules each asked-for type has on a live node (the smallest limit,
+  the slowest pace; only when some node declares one: a small partial index), and locks
+  those types as it locks limited types (one node at a time claims a type with a per-key
+  rule: counts and paces hold across nodes), reporting them as limited (so a job of
+  theirs ending wakes every node);
+- it lists each such type's pending keys by skipping along `jobs_key_due`;
+- the type's walk leaves keyed jobs of such a type to `kcand`, which reads each key with
+  room from its head (at most its limit less what it holds claimed or running, and the
+  starts its pace allows), numbering each key's jobs from what it holds (its turn);
 - the pick merges both, by priority, then turn, then run_at and enqueue order, at most
-  a type's cap of each type.
+  a type's cap of each type;
+- the claim's statement moves each paced key's TAT past the starts it made (`paced`),
+  and a short claim's last row names the first held back key's next start when it comes
+  before the next scheduled job.
 """
 
 from __future__ import annotations
@@ -29,19 +33,27 @@ _KCAND: Final = """        kcand AS (
                 b.busy + row_number() OVER (
                     PARTITION BY kk.type, kk.key ORDER BY x.priority DESC, x.run_at, x.seq)
                     - 1 AS turn
-            FROM unnest(v_key_types, v_keys, v_key_lims) AS kk(type, key, lim)
+            FROM unnest(v_key_types, v_keys, v_key_lims, v_key_step, v_key_burst)
+                AS kk(type, key, lim, step, burst)
             JOIN unnest(p_types, v_caps) AS kc(type, cap) ON kc.type = kk.type AND kc.cap > 0
             CROSS JOIN LATERAL (
                 SELECT count(*)::int AS busy FROM {s}.jobs r
                 WHERE r.status IN ('claimed', 'running') AND r.concurrency_key IS NOT NULL
                   AND r.type = kk.type AND r.concurrency_key = kk.key) b
             CROSS JOIN LATERAL (
+                SELECT CASE WHEN kk.step IS NULL THEN p_limit
+                    WHEN coalesce(max(p.tat), 0) > v_now THEN 0
+                    ELSE least(kk.burst,
+                               1 + floor((v_now - coalesce(max(p.tat), 0)) / kk.step))::int
+                    END AS starts
+                FROM {s}.key_pace p WHERE p.type = kk.type AND p.key = kk.key) r
+            CROSS JOIN LATERAL (
                 SELECT j.id, j.priority, j.run_at, j.seq FROM {s}.jobs j
                 WHERE j.status = 'pending' AND j.concurrency_key IS NOT NULL
                   AND j.type = kk.type AND j.concurrency_key = kk.key AND j.run_at <= now()
                   AND (v_queues IS NULL OR j.queue = ANY (v_queues))
                 ORDER BY j.priority DESC, j.run_at, j.seq
-                LIMIT greatest(0, least(kk.lim - b.busy, kc.cap, p_limit))
+                LIMIT greatest(0, least(kk.lim - b.busy, r.starts, kc.cap, p_limit))
                 FOR UPDATE OF j SKIP LOCKED) x),
 """
 
@@ -64,23 +76,30 @@ _OLD_PICK: Final = """        pick AS (
 """
 
 _READ_KEY_LIMITS: Final = """
-    -- The smallest per-key limit the live nodes declare on each type asked for, and the
-    -- pending keys of those types (skipping along jobs_key_due); locked below with the
-    -- limited types, reported as limited.
+    -- The per-key rules of the live nodes on each type asked for (the smallest limit,
+    -- the slowest pace), and the pending keys of those types (skipping along
+    -- jobs_key_due); locked below with the limited types, reported as limited.
     IF EXISTS (SELECT 1 FROM {s}.nodes n WHERE n.key_limits IS NOT NULL) THEN
         SELECT coalesce(array_agg(l.type ORDER BY l.type), '{{}}'),
-            array_agg(l.lim ORDER BY l.type)
-        INTO v_key_limited, v_key_limits
-        FROM (SELECT e.key AS type, min(e.value::int) AS lim
-              FROM {s}.nodes n CROSS JOIN LATERAL jsonb_each_text(n.key_limits) AS e
+            coalesce(array_agg(coalesce(l.lim, 2147483647) ORDER BY l.type), '{{}}'),
+            coalesce(array_agg(l.step ORDER BY l.type), '{{}}'),
+            coalesce(array_agg(l.burst ORDER BY l.type), '{{}}')
+        INTO v_key_limited, v_key_limits, v_key_steps, v_key_bursts
+        FROM (SELECT e.key AS type, min((e.value ->> 'n')::int) AS lim,
+                  max((e.value ->> 'step')::float8) AS step,
+                  min((e.value ->> 'burst')::int) AS burst
+              FROM {s}.nodes n CROSS JOIN LATERAL jsonb_each(n.key_limits) AS e
               WHERE n.key_limits IS NOT NULL
                 AND n.heartbeat_at > now() - p_live * interval '1 second'
-                AND e.value IS NOT NULL AND e.key = ANY(p_types)
+                AND e.key = ANY(p_types)
               GROUP BY e.key) l;
         SELECT coalesce(array_agg(kt.type), '{{}}'), coalesce(array_agg(k.key), '{{}}'),
-            coalesce(array_agg(kt.lim), '{{}}')
-        INTO v_key_types, v_keys, v_key_lims
-        FROM unnest(v_key_limited, v_key_limits) AS kt(type, lim) CROSS JOIN LATERAL (
+            coalesce(array_agg(kt.lim), '{{}}'), coalesce(array_agg(kt.step), '{{}}'),
+            coalesce(array_agg(kt.burst), '{{}}')
+        INTO v_key_types, v_keys, v_key_lims, v_key_step, v_key_burst
+        FROM unnest(v_key_limited, v_key_limits, v_key_steps, v_key_bursts)
+            AS kt(type, lim, step, burst)
+        CROSS JOIN LATERAL (
             WITH RECURSIVE k(key) AS (
                 SELECT min(h.concurrency_key) FROM {s}.jobs h
                 WHERE h.status = 'pending' AND h.concurrency_key IS NOT NULL
@@ -98,6 +117,27 @@ _READ_KEY_LIMITS: Final = """
     END IF;
 """
 
+# After the claim: each paced key's TAT moved past the starts it made (GCRA, as
+# take_paced_starts moves a type's), in the claim's statement.
+_PACED: Final = """        paced AS (
+            INSERT INTO {s}.key_pace (type, key, tat)
+            SELECT (c.j).type, (c.j).concurrency_key, v_now + count(*) * min(kp.step)
+            FROM claimed c JOIN unnest(v_key_limited, v_key_steps) AS kp(type, step)
+                ON kp.type = (c.j).type AND kp.step IS NOT NULL
+            WHERE (c.j).concurrency_key IS NOT NULL
+            GROUP BY 1, 2
+            ON CONFLICT (type, key) DO UPDATE SET tat = EXCLUDED.tat)
+"""
+
+# A short claim also says when the first key held back by its pace may start again.
+_PACE_DUE: Final = """    IF v_taken < p_limit AND cardinality(v_key_types) > 0 THEN
+        SELECT to_timestamp(min(p.tat)) INTO v_pace_due
+        FROM unnest(v_key_types, v_keys) AS k(type, key)
+        JOIN {s}.key_pace p ON p.type = k.type AND p.key = k.key
+        WHERE p.tat > v_now;
+    END IF;
+"""
+
 # (the text of migration 14's function, the text it becomes[, how many times it is there:
 # once unless said]), in order
 KEY_SPLICES: Final[tuple[tuple[str, str] | tuple[str, str, int], ...]] = (
@@ -106,9 +146,13 @@ KEY_SPLICES: Final[tuple[tuple[str, str] | tuple[str, str, int], ...]] = (
     # the key-limited types, their keys, and every type locked
     (
         "    v_taken bigint;\n",
-        "    v_taken bigint;\n    v_key_limited text[] := '{{}}';\n    v_key_limits int[];\n"
+        "    v_taken bigint;\n"
+        "    v_key_limited text[] := '{{}}';\n    v_key_limits int[];\n"
+        "    v_key_steps float8[];\n    v_key_bursts int[];\n"
         "    v_key_types text[] := '{{}}';\n    v_keys text[] := '{{}}';\n"
-        "    v_key_lims int[] := '{{}}';\n    v_locked text[];\n",
+        "    v_key_lims int[] := '{{}}';\n    v_key_step float8[] := '{{}}';\n"
+        "    v_key_burst int[] := '{{}}';\n    v_locked text[];\n"
+        "    v_now float8 := extract(epoch FROM now());\n    v_pace_due timestamptz;\n",
     ),
     (
         "    IF cardinality(v_limited) > 0 THEN\n",
@@ -142,10 +186,21 @@ KEY_SPLICES: Final[tuple[tuple[str, str] | tuple[str, str, int], ...]] = (
         "            WHERE caps.cap > 0),\n" + _KCAND + _PICK,
         2,
     ),
+    # the paced keys' TATs move on with the claim
+    (
+        "            RETURNING j)\n        SELECT claimed.j, NULL::timestamptz",
+        "            RETURNING j),\n" + _PACED + "        SELECT claimed.j, NULL::timestamptz",
+        2,
+    ),
+    # a short claim says when a held back key's pace is due, if that comes first
+    (
+        "    IF v_taken < p_limit THEN\n        RETURN QUERY\n",
+        _PACE_DUE + "    IF v_taken < p_limit THEN\n        RETURN QUERY\n",
+    ),
     # the key-limited types reported as limited
     (
         "        SELECT NULL::{s}.jobs, min(x.run_at), v_limited\n",
-        "        SELECT NULL::{s}.jobs, min(x.run_at), v_locked\n",
+        "        SELECT NULL::{s}.jobs, least(min(x.run_at), v_pace_due), v_locked\n",
     ),
     ("        o_limited := v_limited;\n", "        o_limited := v_locked;\n"),
 )
@@ -179,4 +234,12 @@ CREATE INDEX jobs_key ON {s}.jobs (concurrency_key, seq) WHERE concurrency_key I
 ALTER TABLE {s}.jobs ADD COLUMN debounce_key text;
 CREATE INDEX jobs_debounce ON {s}.jobs (type, debounce_key)
     WHERE status = 'pending' AND debounce_key IS NOT NULL;
+-- Each paced key's theoretical arrival time (GCRA, as rate_pace holds a type's), in
+-- seconds since the epoch on the database's clock.
+CREATE TABLE {s}.key_pace (
+    type text NOT NULL,
+    key  text NOT NULL,
+    tat  float8 NOT NULL,
+    PRIMARY KEY (type, key)
+);
 """ + _keyed_claim()
