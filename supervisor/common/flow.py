@@ -13,9 +13,10 @@ keys when claiming.
 
 from __future__ import annotations
 
-from collections import Counter
-from collections.abc import Mapping
+from collections import Counter, defaultdict
+from collections.abc import Iterable, Mapping
 
+import msgspec
 from goqueue.supervisor.common.rates import Rate, grant
 
 KeyOf = tuple[str, str]  # (type, concurrency_key)
@@ -68,7 +69,7 @@ class KeyTurns:
     `rates` the per-key rate; each job the claim takes is `take`n, and `settle` moves
     the paced keys' TATs on once the claim is made."""
 
-    __slots__ = ("busy", "limits", "now", "pace", "rates", "room", "taken")
+    __slots__ = ("busy", "held", "limits", "now", "pace", "rates", "room", "taken")
 
     def __init__(
         self,
@@ -85,6 +86,7 @@ class KeyTurns:
         self.now = now
         self.taken: Counter[KeyOf] = Counter()
         self.room: dict[KeyOf, int] = {}  # the starts each paced key has in this claim
+        self.held: set[str] = set()  # the types with a key held back (limit or pace)
 
     def keyed(self, job_type: str) -> bool:
         """True when `job_type` has a per-key rule (its keys are walked one by one)."""
@@ -115,7 +117,10 @@ class KeyTurns:
             if starts is None:
                 starts = self.room[of] = self.pace.starts(of, rate, self.now)
             room = min(room, starts - taken)
-        return max(room, 0)
+        if room <= 0:
+            self.held.add(job_type)
+            return 0
+        return room
 
     def take(self, job_type: str, key: str | None) -> None:
         """The claim took a job of `key`."""
@@ -128,3 +133,44 @@ class KeyTurns:
             rate = self.rates.get(job_type)
             if rate is not None and count:
                 self.pace.took((job_type, key), rate, count, self.now)
+
+
+class KeyHold(msgspec.Struct):
+    """A key at its type's `key_concurrency`: its claimed and running jobs, and its
+    pending jobs waiting behind them."""
+
+    key: str
+    running: int
+    waiting: int
+
+
+class TypeKeys(msgspec.Struct):
+    """A type with a per-key limit: its limit, how many keys are at it, the jobs waiting
+    on those keys, and the keys with the most waiting (at most `KEYS_SHOWN`)."""
+
+    type: str
+    key_concurrency: int
+    keys_at_limit: int
+    waiting: int
+    keys: list[KeyHold]
+
+
+KEYS_SHOWN = 20  # the keys at their limit a type's summary names
+
+
+def type_keys(
+    limits: Mapping[str, int], held: Iterable[tuple[str, str, int, int]]
+) -> list[TypeKeys]:
+    """Per type with a per-key limit (by name), from its keys' (type, key, running,
+    waiting), those at their limit summed up, the ones with the most waiting named."""
+    at_limit: dict[str, list[KeyHold]] = defaultdict(list)
+    for job_type, key, running, waiting in held:
+        limit = limits.get(job_type)
+        if limit is not None and running >= limit:
+            at_limit[job_type].append(KeyHold(key, running, waiting))
+    out = []
+    for job_type in sorted(limits):
+        keys = sorted(at_limit.get(job_type, ()), key=lambda k: (-k.waiting, k.key))
+        waiting = sum(k.waiting for k in keys)
+        out.append(TypeKeys(job_type, limits[job_type], len(keys), waiting, keys[:KEYS_SHOWN]))
+    return out

@@ -75,6 +75,7 @@ class MemoryState:
         self._debounced: dict[tuple[str, str], str] = {}  # (type, debounce key) -> job id
         self._key_rates: dict[str, Rate] = {}  # per-key rates by type
         self._pace = KeyPace()  # the paced keys' TATs
+        self._key_waits: list[str] = []  # (`key_waits`)
         self._seq = itertools.count(1)
         self._wake = wake  # the dispatcher's: work may be claimable
         self._opened_at = self.clock()

@@ -246,7 +246,14 @@ class MemoryStore(MemoryWorkflows):
             turns.take(job.type, job.concurrency_key)
             leases.append(self._lease(job, now, start is None or len(leases) < start))
         turns.settle()
+        if len(leases) < limit:
+            self._key_waits.extend(turns.held)
         return leases
+
+    def key_waits(self) -> list[str]:
+        """The types a short claim held jobs of back by key, since last asked."""
+        waits, self._key_waits = self._key_waits, []
+        return waits
 
     def _lease(self, job: Job, now: datetime, started: bool) -> Lease:
         token = new_id()

@@ -35,6 +35,7 @@ from goqueue.supervisor.store.postgres.enqueue import Enqueuer
 from goqueue.supervisor.store.postgres.group_commit import Batcher, group_or_each
 from goqueue.supervisor.store.postgres.notify import Wakeups
 from goqueue.supervisor.store.postgres.rows import Row
+from goqueue.supervisor.store.postgres.sql.claim_keys import HELD_MARK
 from goqueue.supervisor.store.postgres.sql.statements import (
     LIVE_LEASES,
     N_JOB_FIELDS,
@@ -98,6 +99,7 @@ class Outcomes:
         self._workflows = workflows  # steps released, cancelled with their parents' outcomes
         self.lease_seconds = lease_seconds
         self.live_window = LIVE_LEASES * lease_seconds  # a node's limits count meanwhile
+        self.key_held: list[str] = []  # types a short claim held jobs of back by key
         self._lock_ns = f"goqueue.type.{schema}."
         # completes and starts share groups: a worker's outcome and its next job's start
         # commit together
@@ -144,7 +146,9 @@ class Outcomes:
         # the next scheduled job is due.
         (summary,) = [row for row in rows if row[0] is None]
         leases = [self._lease(row) for row in rows if row[0] is not None]
-        self._wakeups.claimed(queues, types, summary[-1], summary[-2], short=len(leases) < limit)
+        limited = [t for t in summary[-1] or () if not t.startswith(HELD_MARK)]
+        self.key_held.extend(t[1:] for t in summary[-1] or () if t.startswith(HELD_MARK))
+        self._wakeups.claimed(queues, types, limited, summary[-2], short=len(leases) < limit)
         leases.sort(key=lambda lease: (-lease.job.priority, lease.job.run_at, lease.job.seq))
         return leases
 

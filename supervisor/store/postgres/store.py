@@ -35,7 +35,7 @@ from goqueue.supervisor.common.errors import StoreUnavailable
 from goqueue.supervisor.common.rates import Rate, Taken
 from goqueue.supervisor.settings.config import DEFAULTS
 from goqueue.supervisor.settings.stores import channel
-from goqueue.supervisor.store.base import SHARED, NodeLinks
+from goqueue.supervisor.store.base import MAX_KEY_HOLDS, SHARED, NodeLinks
 from goqueue.supervisor.store.postgres import rows as pg_rows
 from goqueue.supervisor.store.postgres.cancels import Cancels
 from goqueue.supervisor.store.postgres.connection import Connections
@@ -319,6 +319,20 @@ class PostgresStore:
         self._wakeups.everyone()
 
     # -- rate limits -------------------------------------------------------------------
+
+    async def key_holds(self, limits: Mapping[str, int]) -> list[tuple[str, str, int, int]]:
+        """The keys at their limit, with their due pending jobs (`Store.key_holds`)."""
+        if not limits:
+            return []
+        types = sorted(limits)
+        params = {"types": types, "limits": [limits[t] for t in types], "most": MAX_KEY_HOLDS}
+        rows = await self._db.execute(self._sql[Sql.KEY_HOLDS], params)
+        return [(str(t), str(k), int(n), int(w)) for t, k, n, w in rows]
+
+    def key_waits(self) -> list[str]:
+        """The types a short claim held jobs of back by key, since last asked."""
+        waits, self._outcomes.key_held = self._outcomes.key_held, []
+        return waits
 
     async def take_starts(self, job_type: str, rate: Rate, want: int) -> Taken:
         """Take the starts due now, counted across every node."""

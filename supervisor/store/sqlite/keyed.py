@@ -7,9 +7,11 @@ another key."""
 from __future__ import annotations
 
 import sqlite3
+from collections.abc import Mapping
 from typing import Any
 
 from goqueue.supervisor.common.flow import KeyTurns
+from goqueue.supervisor.store.base import MAX_KEY_HOLDS
 from goqueue.supervisor.store.sqlite.rows import COLUMNS
 
 # The first pending jobs of a keyed type looked at for jobs without a key: a type under a
@@ -78,3 +80,24 @@ def keyed_due(
     hits.extend((-hit[0], 0, hit[1], hit[2], hit[3:]) for hit in plain)
     hits.sort(key=lambda hit: hit[:4])
     return hits[:take]
+
+
+def holds(
+    conn: sqlite3.Connection, limits: Mapping[str, int], now: float
+) -> list[tuple[str, str, int, int]]:
+    """The keys at their limit, with their due pending jobs (`Store.key_holds`)."""
+    out: list[tuple[str, str, int, int]] = []
+    for job_type, limit in sorted(limits.items()):
+        for key, running in busy(conn, job_type).items():
+            if running < limit:
+                continue
+            (waiting,) = conn.execute(
+                "SELECT count(*) FROM jobs INDEXED BY jobs_key_due"
+                " WHERE status = 'pending' AND concurrency_key IS NOT NULL AND type = ?"
+                " AND concurrency_key = ? AND run_at <= ?",
+                (job_type, key, now),
+            ).fetchone()
+            out.append((job_type, key, running, int(waiting)))
+            if len(out) >= MAX_KEY_HOLDS:
+                return out
+    return out

@@ -64,7 +64,7 @@ from goqueue.supervisor.common.summaries import (
 )
 from goqueue.supervisor.settings.config import DEFAULTS
 from goqueue.supervisor.store.base import EMBEDDED, EVENTS_KEPT, NewJob, NodeLinks
-from goqueue.supervisor.store.sqlite import pruning, reads
+from goqueue.supervisor.store.sqlite import keyed, pruning, reads
 from goqueue.supervisor.store.sqlite.database import Database
 from goqueue.supervisor.store.sqlite.dead_letters import SqliteDeadLetters
 from goqueue.supervisor.store.sqlite.leases import held, outcome_of, reap
@@ -113,6 +113,7 @@ class SqliteStore:
         self._key_limits: dict[str, int] = {}  # per-key limits by type (`common/flow.py`)
         self._key_rates: dict[str, Rate] = {}  # per-key rates by type
         self._pace = KeyPace()  # the paced keys' TATs (this node's, as rate limits are)
+        self._key_waits: list[str] = []  # (`key_waits`)
         self._seq = itertools.count(1)
         self._starts = StartTimes()
         self._opened_at = clock()
@@ -296,6 +297,8 @@ class SqliteStore:
         def work(tx: Tx) -> list[Lease]:
             turns = KeyTurns(self._key_limits, {}, self._key_rates, self._pace, tx.ts)
             best = reads.due(tx.conn, tx.ts, queues, tx.paused(), slots, limit, turns)
+            if len(best) < limit:
+                self._key_waits.extend(turns.held)
             leases = []
             for i, row in enumerate(best):
                 tx.adopt(row)
@@ -307,6 +310,16 @@ class SqliteStore:
             return leases
 
         return await self._write(work)
+
+    async def key_holds(self, limits: Mapping[str, int]) -> list[tuple[str, str, int, int]]:
+        """The keys at their limit, with their due pending jobs (`Store.key_holds`)."""
+        now = self.clock().timestamp()
+        return self._read(lambda conn: keyed.holds(conn, limits, now))
+
+    def key_waits(self) -> list[str]:
+        """The types a short claim held jobs of back by key, since last asked."""
+        waits, self._key_waits = self._key_waits, []
+        return waits
 
     async def start(self, lease: Lease) -> Lease | None:
         """Start the attempt of a `claimed` lease, in the file before its worker gets it."""

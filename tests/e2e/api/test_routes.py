@@ -682,7 +682,7 @@ def test_openapi_describes_every_route(api_server: ApiServer) -> None:
     assert documented == served
     # 22 (deliveries, bulk dead letters, bulk cancel) + summaries (6), dashboard (2),
     # schedules (3), workflows (4)
-    assert len(served) == 37
+    assert len(served) == 38
     schemas = doc["components"]["schemas"]
     bulk_cancel = doc["paths"]["/jobs/cancel"]["post"]
     assert bulk_cancel["requestBody"]["content"]["application/json"]["schema"] == {

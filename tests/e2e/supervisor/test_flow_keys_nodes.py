@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 
 import pytest
 
@@ -211,3 +212,32 @@ def test_two_keys_are_paced_each_on_its_own(start: Callable) -> None:
         assert max(times) - min(times) > 1.5, (key, sorted(times))  # 15 at 5/s
     both = starts["a"] + starts["b"]
     assert busiest(both) >= 9, sorted(both)  # ten a second between them
+
+
+def test_the_keys_at_their_limit_and_the_jobs_waiting_on_them_are_shown(
+    start: Callable, tmp_path: Path
+) -> None:
+    node = start("--workers", "3")
+    go = str(tmp_path / "go")
+    jobs = [{"type": "held", "concurrency_key": "tenant-1", "payload": {"go": go}}] * 3
+    jobs.append({"type": "held", "concurrency_key": "tenant-2", "payload": {"go": go}})
+    ids = enqueue(node, jobs)
+
+    def held() -> dict | None:
+        types = node.get("/summary/keys").body["types"]
+        shown = next((t for t in types if t["type"] == "held"), None)
+        return shown if shown and shown["keys_at_limit"] == 2 and shown["waiting"] == 2 else None
+
+    try:
+        shown = wait_for(held, timeout=15)
+        assert shown["key_concurrency"] == 1
+        assert shown["keys"][0] == {"key": "tenant-1", "running": 1, "waiting": 2}
+        assert node.get("/jobs?concurrency_key=tenant-1&status=pending").body["total"] == 2
+        # a worker stayed idle while jobs waited on their key (once all three are up)
+        series = 'goqueue_key_limit_waits_total{type="held"}'
+        wait_for(lambda: series in node.get("/metrics").body, timeout=15)
+    finally:
+        Path(go).touch()
+    for job_id in ids:
+        node.wait_status(job_id, "done", timeout=30)
+    assert wait_for(lambda: node.get("/summary/keys").body["types"][0]["keys_at_limit"] == 0)

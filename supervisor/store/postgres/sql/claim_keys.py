@@ -129,12 +129,22 @@ _PACED: Final = """        paced AS (
             ON CONFLICT (type, key) DO UPDATE SET tat = EXCLUDED.tat)
 """
 
-# A short claim also says when the first key held back by its pace may start again.
-_PACE_DUE: Final = """    IF v_taken < p_limit AND cardinality(v_key_types) > 0 THEN
+# A short claim also says when the first key held back by its pace may start again, and
+# which types had a key held back (at its limit or paced): each `HELD_MARK` || type, after
+# the limited types in the last row's `o_limited` (no type's name holds the mark).
+HELD_MARK: Final = "~"
+_PACE_DUE: Final = f"""    IF v_taken < p_limit AND cardinality(v_key_types) > 0 THEN
         SELECT to_timestamp(min(p.tat)) INTO v_pace_due
         FROM unnest(v_key_types, v_keys) AS k(type, key)
-        JOIN {s}.key_pace p ON p.type = k.type AND p.key = k.key
+        JOIN {{s}}.key_pace p ON p.type = k.type AND p.key = k.key
         WHERE p.tat > v_now;
+        SELECT coalesce(array_agg(DISTINCT '{HELD_MARK}' || k.type), '{{{{}}}}') INTO v_held
+        FROM unnest(v_key_types, v_keys, v_key_lims) AS k(type, key, lim)
+        WHERE (SELECT count(*) FROM {{s}}.jobs r
+               WHERE r.status IN ('claimed', 'running') AND r.concurrency_key IS NOT NULL
+                 AND r.type = k.type AND r.concurrency_key = k.key) >= k.lim
+           OR EXISTS (SELECT 1 FROM {{s}}.key_pace p
+                      WHERE p.type = k.type AND p.key = k.key AND p.tat > v_now);
     END IF;
 """
 
@@ -152,7 +162,8 @@ KEY_SPLICES: Final[tuple[tuple[str, str] | tuple[str, str, int], ...]] = (
         "    v_key_types text[] := '{{}}';\n    v_keys text[] := '{{}}';\n"
         "    v_key_lims int[] := '{{}}';\n    v_key_step float8[] := '{{}}';\n"
         "    v_key_burst int[] := '{{}}';\n    v_locked text[];\n"
-        "    v_now float8 := extract(epoch FROM now());\n    v_pace_due timestamptz;\n",
+        "    v_now float8 := extract(epoch FROM now());\n    v_pace_due timestamptz;\n"
+        "    v_held text[] := '{{}}';\n",
     ),
     (
         "    IF cardinality(v_limited) > 0 THEN\n",
@@ -200,7 +211,7 @@ KEY_SPLICES: Final[tuple[tuple[str, str] | tuple[str, str, int], ...]] = (
     # the key-limited types reported as limited
     (
         "        SELECT NULL::{s}.jobs, min(x.run_at), v_limited\n",
-        "        SELECT NULL::{s}.jobs, least(min(x.run_at), v_pace_due), v_locked\n",
+        "        SELECT NULL::{s}.jobs, least(min(x.run_at), v_pace_due), v_locked || v_held\n",
     ),
     ("        o_limited := v_limited;\n", "        o_limited := v_locked;\n"),
 )

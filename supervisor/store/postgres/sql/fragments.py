@@ -130,6 +130,7 @@ class Sql(StrEnum):
     CLAIM_DEDUPE = auto()
     DEDUPE_HOLDER = auto()
     UNIQUE_HOLDER = auto()
+    KEY_HOLDS = auto()
     DEBOUNCE_LOCK = auto()
     DEBOUNCE = auto()
     IDEMPOTENCY_MOVE = auto()

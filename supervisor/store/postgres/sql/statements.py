@@ -250,6 +250,21 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
         Sql.DEDUPE_HOLDER: "SELECT job_id FROM {s}.dedupe WHERE key = %(key)s",
         Sql.UNIQUE_HOLDER: f"""
             SELECT id FROM {{s}}.jobs WHERE unique_key = %(key)s AND {_UNIQUE_HELD}""",
+        # The keys at their limit (`%(types)s`, `%(limits)s`: each type's key_concurrency),
+        # with their due pending jobs, on the keys' own partial indexes.
+        Sql.KEY_HOLDS: """
+            SELECT b.type, b.key, b.running, (
+                SELECT count(*) FROM {s}.jobs w
+                WHERE w.status = 'pending' AND w.concurrency_key IS NOT NULL
+                  AND w.type = b.type AND w.concurrency_key = b.key AND w.run_at <= now())
+            FROM (SELECT r.type, r.concurrency_key AS key, count(*) AS running
+                  FROM {s}.jobs r
+                  WHERE r.status IN ('claimed', 'running') AND r.concurrency_key IS NOT NULL
+                    AND r.type = ANY (%(types)s::text[])
+                  GROUP BY 1, 2) b
+            JOIN unnest(%(types)s::text[], %(limits)s::int[]) AS l(type, lim) ON l.type = b.type
+            WHERE b.running >= l.lim
+            LIMIT %(most)s""",
         # Debounce: one enqueue of a (type, debounce key) at a time, across nodes (the
         # lock is the transaction's); the job of that key not started yet takes the new
         # payload and is put off, no later than debounce_max_seconds after its creation.
