@@ -69,7 +69,18 @@ class KeyTurns:
     `rates` the per-key rate; each job the claim takes is `take`n, and `settle` moves
     the paced keys' TATs on once the claim is made."""
 
-    __slots__ = ("busy", "held", "limits", "now", "pace", "rates", "room", "taken")
+    __slots__ = (
+        "busy",
+        "cursors",
+        "held",
+        "limits",
+        "now",
+        "pace",
+        "places",
+        "rates",
+        "room",
+        "taken",
+    )
 
     def __init__(
         self,
@@ -78,6 +89,7 @@ class KeyTurns:
         rates: Mapping[str, Rate] | None = None,
         pace: KeyPace | None = None,
         now: float = 0.0,
+        cursors: dict[str, str] | None = None,
     ) -> None:
         self.limits = limits
         self.busy = busy
@@ -87,6 +99,10 @@ class KeyTurns:
         self.taken: Counter[KeyOf] = Counter()
         self.room: dict[KeyOf, int] = {}  # the starts each paced key has in this claim
         self.held: set[str] = set()  # the types with a key held back (limit or pace)
+        # where each type takes keys up again (after the last key a claim took), and each
+        # key's place in this claim's window (`settle` moves the cursors on)
+        self.cursors = {} if cursors is None else cursors
+        self.places: dict[KeyOf, int] = {}
 
     def keyed(self, job_type: str) -> bool:
         """True when `job_type` has a per-key rule (its keys are walked one by one)."""
@@ -128,11 +144,18 @@ class KeyTurns:
             self.taken[(job_type, key)] += 1
 
     def settle(self) -> None:
-        """The claim is made: the paced keys it took jobs of move their TAT on."""
+        """The claim is made: the paced keys it took jobs of move their TAT on, and each
+        type's cursor moves to the last key of its window it took jobs of."""
+        last: dict[str, tuple[int, str]] = {}
         for (job_type, key), count in self.taken.items():
             rate = self.rates.get(job_type)
             if rate is not None and count:
                 self.pace.took((job_type, key), rate, count, self.now)
+            place = self.places.get((job_type, key))
+            if count and place is not None and place > last.get(job_type, (0, ""))[0]:
+                last[job_type] = (place, key)
+        for job_type, (_, key) in last.items():
+            self.cursors[job_type] = key
 
 
 class KeyHold(msgspec.Struct):

@@ -72,7 +72,7 @@ def due(
     if paused:
         where += f" AND queue NOT IN ({_marks(paused)})"
         params.extend(sorted(paused))
-    found: list[tuple[int, int, float, int, tuple[Any, ...]]] = []
+    found: list[tuple[int, int, int, float, int, tuple[Any, ...]]] = []
     for job_type, free in slots.items():
         if free <= 0:
             continue
@@ -80,7 +80,7 @@ def due(
             found.extend(keyed_due(conn, job_type, min(free, limit), turns, now, where, params))
             continue
         found.extend(
-            (-hit[0], 0, hit[1], hit[2], hit[3:])
+            (-hit[0], 0, 0, hit[1], hit[2], hit[3:])
             for hit in conn.execute(
                 f"SELECT priority, run_at, seq, {COLUMNS} FROM jobs INDEXED BY jobs_due"
                 f" WHERE status = 'pending' AND type = ? AND run_at <= ?{where}"
@@ -100,8 +100,10 @@ def due(
     return rows
 
 
-def _claim_order(hit: tuple[int, int, float, int, tuple[Any, ...]]) -> tuple[int, int, float, int]:
-    return hit[0], hit[1], hit[2], hit[3]
+def _claim_order(
+    hit: tuple[int, int, int, float, int, tuple[Any, ...]],
+) -> tuple[int, int, int, float, int]:
+    return hit[0], hit[1], hit[2], hit[3], hit[4]
 
 
 def next_due(conn: sqlite3.Connection, now: float) -> float | None:

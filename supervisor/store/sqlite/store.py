@@ -114,6 +114,7 @@ class SqliteStore:
         self._key_rates: dict[str, Rate] = {}  # per-key rates by type
         self._pace = KeyPace()  # the paced keys' TATs (this node's, as rate limits are)
         self._key_waits: list[str] = []  # (`key_waits`)
+        self._cursors: dict[str, str] = {}  # where each keyed type takes keys up again
         self._seq = itertools.count(1)
         self._starts = StartTimes()
         self._opened_at = clock()
@@ -295,7 +296,9 @@ class SqliteStore:
             return []
 
         def work(tx: Tx) -> list[Lease]:
-            turns = KeyTurns(self._key_limits, {}, self._key_rates, self._pace, tx.ts)
+            turns = KeyTurns(
+                self._key_limits, {}, self._key_rates, self._pace, tx.ts, self._cursors
+            )
             best = reads.due(tx.conn, tx.ts, queues, tx.paused(), slots, limit, turns)
             if len(best) < limit:
                 self._key_waits.extend(turns.held)
