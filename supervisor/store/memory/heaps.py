@@ -20,6 +20,7 @@ ReadyKey = tuple[str, str, str | None]  # (queue, type, concurrency_key)
 ReadyEntry = tuple[int, float, int, str]  # (-priority, run_at, seq, job id)
 # A key's turn in a claim, or None when the key is at its limit (`flow.KeyTurns.turn`)
 Turn = Callable[[str, str | None], int | None]
+Order = tuple[int, int, float, int, str]  # (-priority, turn, run_at, seq, job id)
 _RUN_AT = operator.itemgetter(1)
 
 
@@ -50,19 +51,18 @@ class PendingHeaps:
             if self._is_pending(job_id, run_ts):
                 self._push_ready(self.jobs[job_id])
 
-    def best(
+    def candidates(
         self,
         queues: frozenset[str] | None,
         free: Mapping[str, int],
         paused: Container[str],
         turn: Turn,
-    ) -> ReadyKey | None:
-        """The heap whose top is the best claimable job: its type has a free slot, its
-        queue is served (`queues`, None for all) and not paused, and its key (`turn`) is
-        not at its limit. Best is highest priority, then the key's turn (the fewest of
-        its jobs claimed or running: keys take turns), then oldest run_at, then enqueue
-        order."""
-        best: tuple[tuple[int, int, float, int, str], ReadyKey] | None = None
+    ) -> list[tuple[Order, ReadyKey]]:
+        """The heaps whose top is claimable, as a heap of (its top's order, the heap):
+        its type has a free slot, its queue is served (`queues`, None for all) and not
+        paused, and its key (`turn`) may start a job. One pass over the heaps per claim;
+        `next_of` orders a heap again once its top was taken."""
+        out: list[tuple[Order, ReadyKey]] = []
         emptied = []
         for key, heap in self.ready.items():
             queue, job_type, flow_key = key
@@ -70,27 +70,36 @@ class PendingHeaps:
                 continue
             if queues is not None and queue not in queues:
                 continue
-            while heap and not self._is_pending(heap[0][3], heap[0][1]):
-                heapq.heappop(heap)  # cancelled while waiting
-                self.stale[key] -= 1
-            if not heap:
-                if flow_key is not None:
-                    emptied.append(key)  # a key's heap goes once empty: keys come and go
-                continue
-            rank = turn(job_type, flow_key)
-            if rank is None:
-                continue  # its key is at its limit: its jobs wait, the others go on
-            top = heap[0]
-            order = (top[0], rank, top[1], top[2], top[3])
-            if best is None or order < best[0]:
-                best = (order, key)
+            order = self.next_of(key, turn)
+            if order is not None:
+                out.append((order, key))
+            elif not heap and flow_key is not None:
+                emptied.append(key)  # a key's heap goes once empty: keys come and go
         for key in emptied:
             del self.ready[key]
             self.stale.pop(key, None)
-        return None if best is None else best[1]
+        heapq.heapify(out)
+        return out
+
+    def next_of(self, key: ReadyKey, turn: Turn) -> Order | None:
+        """The claim order of the heap's top job: highest priority, then its key's turn
+        (the fewest of its jobs claimed or running: keys take turns), then oldest run_at,
+        then enqueue order; None when the heap is empty or its key may start no job (at
+        its limit, or its pace not due: its jobs wait, the others go on)."""
+        heap = self.ready.get(key)
+        while heap and not self._is_pending(heap[0][3], heap[0][1]):
+            heapq.heappop(heap)  # cancelled while waiting
+            self.stale[key] -= 1
+        if not heap:
+            return None
+        rank = turn(key[1], key[2])
+        if rank is None:
+            return None
+        top = heap[0]
+        return (top[0], rank, top[1], top[2], top[3])
 
     def pop(self, key: ReadyKey) -> Job:
-        """Take the top job of a heap `best` chose."""
+        """Take the top job of a heap `candidates` chose."""
         _, _, _, job_id = heapq.heappop(self.ready[key])
         return self.jobs[job_id]
 

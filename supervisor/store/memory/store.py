@@ -7,6 +7,7 @@ only owner, so the same contract tests hold for both stores.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
@@ -237,14 +238,24 @@ class MemoryStore(MemoryWorkflows):
             self._key_limits, dict(self._busy), self._key_rates, self._pace, now.timestamp()
         )
         leases: list[Lease] = []
-        while len(leases) < limit:
-            key = self._pending.best(queues, free, self._paused, turns.turn)
-            if key is None:
-                break
-            job = self._pending.pop(key)
+        pending = self._pending
+        best = pending.candidates(queues, free, self._paused, turns.turn)
+        while best and len(leases) < limit:
+            seen, key = heapq.heappop(best)
+            if free.get(key[1], 0) <= 0:
+                continue
+            order = pending.next_of(key, turns.turn)  # its key may have moved on since
+            if order != seen:
+                if order is not None:
+                    heapq.heappush(best, (order, key))
+                continue
+            job = pending.pop(key)
             free[job.type] -= 1
             turns.take(job.type, job.concurrency_key)
             leases.append(self._lease(job, now, start is None or len(leases) < start))
+            order = pending.next_of(key, turns.turn)
+            if order is not None:
+                heapq.heappush(best, (order, key))
         turns.settle()
         if len(leases) < limit:
             self._key_waits.extend(turns.held)

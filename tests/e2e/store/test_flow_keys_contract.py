@@ -9,9 +9,10 @@ from datetime import timedelta
 
 import msgspec
 import pytest
-from goqueue.supervisor.common.jobs import JobFilter
+from goqueue.supervisor.common.jobs import JobFilter, JobSpec, new_id
 from goqueue.supervisor.common.rates import Rate
-from goqueue.supervisor.store.base import Store
+from goqueue.supervisor.store.base import NewJob, Store
+from goqueue.supervisor.store.new_workflow import NewStep, NewWorkflow
 
 from tests.e2e.store.test_contract import ALL, new
 
@@ -162,3 +163,22 @@ async def test_a_keys_starts_are_paced_on_its_own(open_store, clock) -> None:
         await clock.advance(1.2)  # one more start each is due (one every 0.5 s after the burst)
         assert keys_of(await store.claim(20, None, ALL)) == {"k": 1, "m": 1}
         assert await store.claim(20, None, ALL) == []
+
+
+async def test_workflow_steps_and_chained_jobs_carry_their_key(open_store) -> None:
+    async with open_store() as store:
+        spec = msgspec.json.decode(b'{"type": "a", "concurrency_key": "tenant-3"}', type=JobSpec)
+        wf = NewWorkflow(
+            id=new_id(),
+            name="wf",
+            steps=[NewStep(key="only", after=[], new=NewJob(spec=spec, max_retries=0))],
+        )
+        await store.create_workflow(wf)
+        chained = new("a", on_success={"type": "b", "concurrency_key": "tenant-4"})
+        await store.enqueue(chained)
+        leases = await store.claim(10, None, ALL)
+        assert keys_of(leases) == {"tenant-3": 1, None: 1}
+        (parent,) = [x for x in leases if x.job.concurrency_key is None]
+        outcome = await store.complete(parent, None)
+        assert outcome is not None
+        assert [j.concurrency_key for j in outcome.followups] == ["tenant-4"]

@@ -45,7 +45,7 @@ RELEASED = {
     12: "5760d3db61bdfa67b85f27e7629822ee1b2a1bc7b06dc0c1abab52aaa397c3a6",  # trace context
     13: "d31f12c466ac9e1ff64ef75fa123c09972a476f249c61de89fc7b5995a6fc5ad",  # workflows
     14: "1f3fab9be2a6342cea83dfd04bc72eb7c41e45abef327ba97f0eed9c8b7212ab",  # claim_leases
-    15: "ce96fa617d6dcfb3a7db67dc50e8b9e4e7c3ac4dc4cc8e20559a2b31c8184bb7",  # flow keys
+    15: "7316b5f3d5f7fa17e512f62001cebecdce646626663feceef1aee8fc06d4f8cc",  # flow keys
 }
 
 

@@ -204,7 +204,10 @@ _PACE_DUE: Final = f"""    IF v_taken < p_limit AND cardinality(v_key_limited) >
                 GROUP BY r.concurrency_key
                 HAVING count(*) >= kt.lim
                    AND {_WAITING.format(s="{s}", key="r.concurrency_key")})
-           OR v_pace_due IS NOT NULL;
+           OR EXISTS (
+                SELECT 1 FROM {{s}}.key_pace p
+                WHERE p.type = kt.type AND p.tat > v_now
+                  AND {_WAITING.format(s="{s}", key="p.key")});
     END IF;
 """
 
