@@ -25,11 +25,12 @@ MAX_ROOM = 1 << 30  # a key's room with no limit
 
 class KeyPace:
     """Each paced key's TAT (GCRA, `rates.py`), in one process (the embedded stores';
-    PostgreSQL keeps them in a table). A key whose TAT is well past holds no entry: it is
-    forgotten once it could start its whole burst again."""
+    PostgreSQL keeps them in a table). A key whose TAT is a whole period past may start
+    its whole burst again, as a key never seen: such entries are forgotten."""
 
     def __init__(self) -> None:
         self._tat: dict[KeyOf, float] = {}
+        self._spent: dict[KeyOf, float] = {}  # when each entry may be forgotten
         self.blocked_until: float | None = None  # the earliest TAT a claim waited for
 
     def starts(self, key: KeyOf, rate: Rate, now: float) -> int:
@@ -43,6 +44,7 @@ class KeyPace:
         """`count` jobs of `key` started at `now` (it had that many starts); its next
         start is looked out for (it may have more jobs waiting)."""
         tat = self._tat[key] = grant(self._tat.get(key, 0.0), rate, count, now).tat
+        self._spent[key] = tat + rate.period
         self._look_out(tat, now)
         if len(self._tat) > 1024:
             self._forget(now)
@@ -60,7 +62,8 @@ class KeyPace:
         return self.blocked_until
 
     def _forget(self, now: float) -> None:
-        self._tat = {key: tat for key, tat in self._tat.items() if tat > now}
+        for key in [key for key, at in self._spent.items() if at <= now]:
+            del self._tat[key], self._spent[key]
 
 
 class KeyTurns:

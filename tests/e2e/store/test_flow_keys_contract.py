@@ -182,3 +182,14 @@ async def test_workflow_steps_and_chained_jobs_carry_their_key(open_store) -> No
         outcome = await store.complete(parent, None)
         assert outcome is not None
         assert [j.concurrency_key for j in outcome.followups] == ["tenant-4"]
+
+
+async def test_a_debounced_enqueues_idempotency_key_names_the_job_it_replaced(
+    open_store,
+) -> None:
+    async with open_store() as store:
+        first = await store.enqueue(debounced("doc", 1, idempotency_key="i1", request_hash="h1"))
+        again = await store.enqueue(debounced("doc", 2, idempotency_key="i2", request_hash="h2"))
+        assert not again.created and again.job.id == first.job.id
+        repeat = await store.enqueue(debounced("doc", 2, idempotency_key="i2", request_hash="h2"))
+        assert not repeat.created and repeat.job.id == first.job.id

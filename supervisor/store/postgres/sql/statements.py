@@ -285,7 +285,8 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
             {_trail(EventKind.DEBOUNCED)}
             SELECT {{job}} FROM changed""",
         Sql.IDEMPOTENCY_MOVE: """
-            UPDATE {s}.idempotency SET job_id = %(id)s WHERE key = %(key)s""",
+            UPDATE {s}.idempotency SET job_id = %(id)s WHERE key = %(key)s
+            RETURNING job_id""",
         Sql.CLAIM_IDEMPOTENCY: """
             INSERT INTO {s}.idempotency (key, request_hash, job_id, expires_at)
             VALUES (%(key)s, %(hash)s, %(id)s, now() + %(ttl)s::float8 * interval '1 second')
@@ -494,6 +495,11 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
                 RETURNING w.id),
             flow_keys AS (DELETE FROM {s}.idempotency
                 WHERE {workflow_key} AND job_id IN (SELECT id FROM flows)),
+            -- a paced key's TAT a whole hour past (the longest period): a key never seen
+            -- starts the same burst
+            paces AS (DELETE FROM {s}.key_pace WHERE ctid IN (
+                SELECT ctid FROM {s}.key_pace
+                WHERE tat < extract(epoch FROM now()) - 3600 LIMIT %(limit)s)),
             -- finished deliveries as old (created with their job's terminal status)
             hooks AS (DELETE FROM {s}.webhook_deliveries WHERE id IN (
                 SELECT id FROM {s}.webhook_deliveries

@@ -36,3 +36,14 @@ def test_the_next_start_is_looked_out_for_after_one_due_before_has_passed() -> N
     assert pace.starts(("a", "m"), rate, 100.0) == 5
     pace.took(("a", "k"), rate, 1, 100.3)  # the look-out of 100.2 has passed
     assert pace.due(100.3) == 100.5
+
+
+def test_a_keys_pace_is_forgotten_only_once_a_whole_period_has_passed() -> None:
+    pace = KeyPace()
+    rate = Rate(5, 1.0)
+    pace.took(("a", "k"), rate, 5, 100.0)  # the burst: the next start at 101.0
+    for n in range(1100):  # past the size that makes it forget what it may
+        pace.took(("a", f"other-{n}"), rate, 1, 101.1)
+    assert pace.starts(("a", "k"), rate, 101.1) == 1  # remembered: one start, not five
+    pace.took(("a", "late"), rate, 1, 102.5)  # (forgets the spent ones)
+    assert pace.starts(("a", "k"), rate, 102.5) == 5
