@@ -10,6 +10,7 @@ from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import goqueue
 import pytest
 
 from tests.conftest import Node, nodes_started_with, schema_args, wait_for
@@ -241,3 +242,19 @@ def test_the_keys_at_their_limit_and_the_jobs_waiting_on_them_are_shown(
     for job_id in ids:
         node.wait_status(job_id, "done", timeout=30)
     assert wait_for(lambda: node.get("/summary/keys").body["types"][0]["keys_at_limit"] == 0)
+
+
+def test_the_python_client_debounces_and_lists_a_keys_jobs(start: Callable) -> None:
+    node = start("--workers", "2")
+    with goqueue.Client(node.url) as client:
+        first, created = client.submit(
+            "reindex", {"n": 1}, debounce_key="doc-9", debounce_seconds=1.0
+        )
+        again, repeated = client.submit(
+            "reindex", {"n": 2}, debounce_key="doc-9", debounce_seconds=1.0
+        )
+        assert created and not repeated and again.id == first.id
+        done = client.wait(first.id, timeout=30)
+        assert done.result["n"] == 2
+        keyed = client.enqueue("keyed", {"sleep": 0}, concurrency_key="tenant-5")
+        assert [j.id for j in client.list(concurrency_key="tenant-5")] == [keyed.id]
