@@ -150,6 +150,9 @@ class ActorInfo(msgspec.Struct, array_like=True, gc=False):
     shape: bytes | None = None
     schema: bytes | None = None
     keyword: bool = False  # the keyword form: a null payload stands for `{}`
+    # flow control by key: at most N running jobs per `concurrency_key`, and a pace per key
+    key_concurrency: int | None = None
+    key_rate_limit: str | None = None
 
 
 class Ready(msgspec.Struct, tag="ready", tag_field="msg", array_like=True, gc=False):

@@ -40,6 +40,8 @@ _OPTIONS = (
     "priority",
     "schedule",
     "rate_limit",
+    "key_concurrency",
+    "key_rate_limit",
 )
 _RATE = re.compile(r"\s*[1-9][0-9]{0,5}\s*/\s*[smh]\s*")
 _CRON_FIELD = re.compile(r"[0-9A-Za-z*/,\-#?LW]+")
@@ -64,6 +66,8 @@ class Actor:
     priority: int | None = None
     schedule: str | None = None  # five-field cron (UTC): the node enqueues one job per tick
     rate_limit: str | None = None  # at most N starts per second, minute or hour: "20/s"
+    key_concurrency: int | None = None  # at most N running jobs per `concurrency_key`
+    key_rate_limit: str | None = None  # at most N starts per key per second, minute or hour
     signature: Signature = field(default=None, repr=False, compare=False)  # type: ignore[assignment]
 
     def __post_init__(self) -> None:
@@ -90,6 +94,8 @@ class Actor:
             shape=self.signature.shape(),
             schema=None if schema is None else msgspec.json.encode(schema),
             keyword=self.signature.keyword,
+            key_concurrency=self.key_concurrency,
+            key_rate_limit=self.key_rate_limit,
         )
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
@@ -239,7 +245,7 @@ def _check_options(name: str | None, options: Mapping[str, Any]) -> None:
                 raise ActorDefinitionError(
                     f"{label}: queue must be 1-200 characters of letters, digits, _.:-"
                 )
-        elif key in ("schedule", "rate_limit"):
+        elif key in ("schedule", "rate_limit", "key_rate_limit"):
             _check_timing(label, key, value)
         elif key == "priority":
             ok = isinstance(value, int) and not isinstance(value, bool) and 0 <= value <= 10
@@ -255,10 +261,10 @@ def _check_timing(label: str, key: str, value: object) -> None:
     """`schedule` and `rate_limit`. Of a cron expression only the shape: a worker loads
     no cron parser; the supervisor checks the expression itself and leaves a bad one
     out, naming the actor."""
-    if key == "rate_limit":
+    if key in ("rate_limit", "key_rate_limit"):
         if not isinstance(value, str) or not _RATE.fullmatch(value):
             raise ActorDefinitionError(
-                f'{label}: rate_limit must be N/s, N/m or N/h (as "100/s"), got {value!r}'
+                f'{label}: {key} must be N/s, N/m or N/h (as "100/s"), got {value!r}'
             )
         return
     fields = value.split() if isinstance(value, str) else []

@@ -60,6 +60,10 @@ class TemplateOut(msgspec.Struct, kw_only=True):
     dedupe_key: str | None = None
     dedupe_window_seconds: float | None = None
     unique_key: str | None = None
+    concurrency_key: str | None = None
+    debounce_key: str | None = None
+    debounce_seconds: float | None = None
+    debounce_max_seconds: float | None = None
     webhook_url: str | None = None
     on_success: TemplateOut | None = None
     on_failure: TemplateOut | None = None
@@ -109,6 +113,8 @@ class JobOut(msgspec.Struct):
     step_key: str | None = None
     parent_ids: list[Uuid] | None = None
     parents: Any = None
+    concurrency_key: str | None = None  # its flow-control key
+    debounce_key: str | None = None  # an enqueue with it replaces the job until it starts
     # what a running job last reported with ctx.progress (a number 0-1 or a small object),
     # as the node running it knows it; absent otherwise
     progress: Any | UnsetType = UNSET

@@ -185,11 +185,22 @@ class Arbiter:
         self._first_ready = asyncio.get_running_loop().create_future()
         await self._retrying("starting the first worker", self._spawn_first, OSError)
         ready = await self._first_ready
-        catalog = Catalog(ready.actors, self.settings.limits, self.settings.rate_limits)
+        catalog = Catalog(
+            ready.actors,
+            self.settings.limits,
+            self.settings.rate_limits,
+            key_limits=self.settings.key_limits,
+            key_rates=self.settings.key_rate_limits,
+        )
         problems = self._adopt(catalog, Policy.of(self.settings))
         if problems:
             raise BootError(problems[0])
-        register = partial(self.store.register_node, self.catalog.limits())
+        register = partial(
+            self.store.register_node,
+            self.catalog.limits(),
+            key_limits=self.catalog.key_limits,
+            key_rates=self.catalog.key_rates,
+        )
         await self._retrying("registering the node", register, StoreUnavailable)
         self.node.lifecycle.enter(NodePhase.SERVING)
 
@@ -355,7 +366,7 @@ class Arbiter:
         """Gauges and scaling every tick; the lease chores when due (`Leases.tick`)."""
         self._refresh_gauges()
         await self._scale()
-        await self.leases.tick(time.monotonic(), self.settings, self.catalog.limits())
+        await self.leases.tick(time.monotonic(), self.settings, self.catalog)
 
     async def _scale(self) -> None:
         """With --workers MIN:MAX, move the target with the load (see `scaling.py`)."""
@@ -471,9 +482,20 @@ class Arbiter:
         self.scaler.scale_down_after = settings.scale_down_after
         self.target = self.scaler.rebound(Bounds(*settings.worker_bounds))
         self._note_count()
-        catalog = Catalog(message.actors, settings.limits, settings.rate_limits)
+        catalog = Catalog(
+            message.actors,
+            settings.limits,
+            settings.rate_limits,
+            key_limits=settings.key_limits,
+            key_rates=settings.key_rate_limits,
+        )
         self._adopt(catalog, Policy.of(settings))
-        self._tasks.append(asyncio.ensure_future(self.store.register_node(self.catalog.limits())))
+        registered = self.store.register_node(
+            self.catalog.limits(),
+            key_limits=self.catalog.key_limits,
+            key_rates=self.catalog.key_rates,
+        )
+        self._tasks.append(asyncio.ensure_future(registered))
         extra = {"generation": self.generation, "types": sorted(self.catalog.types)}
         log.info("reloaded", extra=extra)
         self.manage_workers()

@@ -149,6 +149,7 @@ def build_node(
         policy=Policy.of(settings),
         prefetch=settings.prefetch,
         on_rate_wait=metrics.rate_limit_wait,
+        on_key_wait=metrics.key_limit_wait,
         on_pass=partial(metrics.loop.spent, Work.DISPATCH),
     )
     metrics.loop.start(asyncio.get_running_loop())

@@ -66,6 +66,10 @@ _JOB_OPTIONS = (
     ("dedupe_key", "dedupe_key"),
     ("dedupe_window_seconds", "dedupe_window"),
     ("unique_key", "unique_key"),
+    ("concurrency_key", "concurrency_key"),
+    ("debounce_key", "debounce_key"),
+    ("debounce_seconds", "debounce_seconds"),
+    ("debounce_max_seconds", "debounce_max"),
     ("webhook_url", "webhook_url"),
     ("on_success", "on_success"),
     ("on_failure", "on_failure"),
@@ -90,6 +94,8 @@ def cmd_enqueue(client: Client, args: argparse.Namespace) -> int:
         return print_json(job)
     if created:
         print(f"enqueued job {job.id}")
+    elif args.debounce_key is not None:
+        print(f"job {job.id} not started yet takes this payload (debounced)")
     else:
         print(f"job {job.id} already exists for this Idempotency-Key (nothing enqueued)")
     print(fields(plain(job), JOB_FIELD_ORDER))
@@ -100,7 +106,12 @@ def cmd_enqueue(client: Client, args: argparse.Namespace) -> int:
 def cmd_jobs(client: Client, args: argparse.Namespace) -> int:
     """GET /jobs with filters, newest first, as a table."""
     page = client.jobs_page(
-        type=args.type, status=args.status, queue=args.queue, limit=args.limit, offset=args.offset
+        type=args.type,
+        status=args.status,
+        queue=args.queue,
+        concurrency_key=args.concurrency_key,
+        limit=args.limit,
+        offset=args.offset,
     )
     if args.json:
         return print_json(page)
@@ -319,6 +330,27 @@ def _add_enqueue(subparsers: Subparsers, common: argparse.ArgumentParser) -> Non
         help="refuse another job with this key while this one is not finished (409)",
     )
     p.add_argument(
+        "--concurrency-key",
+        metavar="K",
+        help="the job's flow-control key: its actor's key_concurrency and key_rate_limit "
+        "bound the jobs sharing it",
+    )
+    p.add_argument(
+        "--debounce-key",
+        metavar="K",
+        help="while a job of the type with this key has not started, replace its payload "
+        "and put it off (needs --debounce-seconds)",
+    )
+    p.add_argument(
+        "--debounce-seconds", type=positive, metavar="S", help="how long it waits for the next"
+    )
+    p.add_argument(
+        "--debounce-max",
+        type=positive,
+        metavar="S",
+        help="the longest a burst puts its job off, from the first enqueue",
+    )
+    p.add_argument(
         "--idempotency-key",
         metavar="K",
         help="sent as the Idempotency-Key header (default: a fresh one, so that a retry "
@@ -371,6 +403,7 @@ def _add_listing(p: argparse.ArgumentParser) -> None:
     p.add_argument("--type", metavar="T", help="only this job type")
     p.add_argument("--status", choices=STATUSES, help="only this status")
     p.add_argument("--queue", metavar="Q", help="only this queue")
+    p.add_argument("--concurrency-key", metavar="K", help="only jobs with this flow-control key")
     add_paging(p)
     p.set_defaults(func=cmd_jobs)
 

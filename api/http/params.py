@@ -263,7 +263,8 @@ BEFORE = TimeParam("before", "only dead letters written before this time (RFC 33
 AFTER = TimeParam("after", "only dead letters written after this time (RFC 3339)")
 
 PAGE = (LIMIT, OFFSET)
-JOB_FILTERS = (TYPE, STATUS, QUEUE, LIMIT, OFFSET)
+CONCURRENCY_KEY = TextParam("concurrency_key", 200, "only jobs with this flow-control key")
+JOB_FILTERS = (TYPE, STATUS, QUEUE, CONCURRENCY_KEY, LIMIT, OFFSET)
 
 
 def check_query(request: web.Request, params: Sequence[QueryParam]) -> None:

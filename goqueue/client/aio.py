@@ -164,13 +164,19 @@ class AsyncClient(BaseClient):
         type: str | None = None,
         status: str | None = None,
         queue: str | None = None,
+        concurrency_key: str | None = None,
         page_size: int = PAGE_SIZE,
     ) -> AsyncIterator[JobOut]:
         """Jobs newest first, filtered, fetched a page at a time: `async for job in ...`."""
         pages: flows.Pages[JobOut] = flows.Pages()
         while not pages.done:
             page = await self.jobs_page(
-                type=type, status=status, queue=queue, limit=page_size, offset=pages.offset
+                type=type,
+                status=status,
+                queue=queue,
+                concurrency_key=concurrency_key,
+                limit=page_size,
+                offset=pages.offset,
             )
             for job in pages.take(page.jobs, page.total):
                 yield job
@@ -183,9 +189,12 @@ class AsyncClient(BaseClient):
         queue: str | None = None,
         limit: int | None = None,
         offset: int | None = None,
+        concurrency_key: str | None = None,
     ) -> JobList:
         """One page of jobs, newest first, with the total matching."""
-        return await self.execute(core.jobs_page(type, status, queue, limit, offset))
+        return await self.execute(
+            core.jobs_page(type, status, queue, limit, offset, concurrency_key)
+        )
 
     async def events(self, job_id: str) -> builtins.list[Event]:
         """A job's audit trail, oldest first."""

@@ -66,6 +66,10 @@ class JobOptions(TypedDict, total=False):
     dedupe_key: str
     dedupe_window_seconds: float
     unique_key: str
+    concurrency_key: str
+    debounce_key: str
+    debounce_seconds: float
+    debounce_max_seconds: float
     webhook_url: str
     on_success: JobSpec | Mapping[str, Any]
     on_failure: JobSpec | Mapping[str, Any]
@@ -174,7 +178,10 @@ def submission(type: str, payload: Any, options: JobOptions) -> Call[Submitted]:
     _, body = job_request(type, payload, options)
     given = options.get("idempotency_key")
     key = given or new_key()
-    return enqueue(body, key, made_key=not given, strict=options.get("strict", True))
+    # a debounced enqueue's 200 is the job it replaced, not a repeat of this call (one
+    # retried after its answer was lost may then say it created nothing)
+    made = not given and options.get("debounce_key") is None
+    return enqueue(body, key, made_key=made, strict=options.get("strict", True))
 
 
 def batch(bodies: list[bytes], *, strict: bool) -> Call[list[JobOut | RequestError]]:
@@ -227,10 +234,22 @@ def get(job_id: str, wait: float | None = None) -> Call[JobOut]:
 
 
 def jobs_page(
-    type: str | None, status: str | None, queue: str | None, limit: int | None, offset: int | None
+    type: str | None,
+    status: str | None,
+    queue: str | None,
+    limit: int | None,
+    offset: int | None,
+    concurrency_key: str | None = None,
 ) -> Call[JobList]:
     """GET /jobs: one page, newest first."""
-    query = {"type": type, "status": status, "queue": queue, "limit": limit, "offset": offset}
+    query = {
+        "type": type,
+        "status": status,
+        "queue": queue,
+        "concurrency_key": concurrency_key,
+        "limit": limit,
+        "offset": offset,
+    }
     return Call("GET", with_query("/jobs", query), _read_jobs, safe=True)
 
 

@@ -226,13 +226,19 @@ class Client(BaseClient):
         type: str | None = None,
         status: str | None = None,
         queue: str | None = None,
+        concurrency_key: str | None = None,
         page_size: int = PAGE_SIZE,
     ) -> Iterator[JobOut]:
         """Jobs newest first, filtered, fetched a page at a time as you iterate."""
         pages: flows.Pages[JobOut] = flows.Pages()
         while not pages.done:
             page = self.jobs_page(
-                type=type, status=status, queue=queue, limit=page_size, offset=pages.offset
+                type=type,
+                status=status,
+                queue=queue,
+                concurrency_key=concurrency_key,
+                limit=page_size,
+                offset=pages.offset,
             )
             yield from pages.take(page.jobs, page.total)
 
@@ -244,9 +250,10 @@ class Client(BaseClient):
         queue: str | None = None,
         limit: int | None = None,
         offset: int | None = None,
+        concurrency_key: str | None = None,
     ) -> JobList:
         """One page of jobs, newest first, with the total matching."""
-        return self.execute(core.jobs_page(type, status, queue, limit, offset))
+        return self.execute(core.jobs_page(type, status, queue, limit, offset, concurrency_key))
 
     def events(self, job_id: str) -> builtins.list[Event]:
         """A job's audit trail, oldest first."""

@@ -22,6 +22,9 @@ class Catalog:
         actors: Iterable[ActorInfo],
         limits: Mapping[str, int],
         rates: Mapping[str, str] | None = None,
+        *,
+        key_limits: Mapping[str, int] | None = None,
+        key_rates: Mapping[str, str] | None = None,
     ) -> None:
         self.actors = {a.name: a for a in actors}
         self.overrides = dict(limits)
@@ -31,6 +34,17 @@ class Catalog:
             if info.rate_limit is not None:
                 self.rates[name] = parse_rate(info.rate_limit)
         self.rates.update((t, parse_rate(rate)) for t, rate in (rates or {}).items())
+        # flow control by key: the config's `[key_limits]`, `[key_rate_limits]` win
+        self.key_limits: dict[str, int] = {
+            name: info.key_concurrency
+            for name, info in self.actors.items()
+            if info.key_concurrency is not None
+        } | dict(key_limits or {})
+        self.key_rates: dict[str, Rate] = {
+            name: parse_rate(info.key_rate_limit)
+            for name, info in self.actors.items()
+            if info.key_rate_limit is not None
+        } | {t: parse_rate(rate) for t, rate in (key_rates or {}).items()}
         limits_of = {t: self._declared_limit(t) for t in self.types}
         self._limited = {t: n for t, n in limits_of.items() if n is not None}
         self._unlimited = [t for t, n in limits_of.items() if n is None]

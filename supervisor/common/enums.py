@@ -51,6 +51,7 @@ class EventKind(StrEnum):
     CANCELLED = "cancelled"
     RELEASED = "released"
     LATE_OUTCOME = "late_outcome"  # an outcome written after its lease was reaped
+    DEBOUNCED = "debounced"  # an enqueue with its debounce key replaced it before it started
 
 
 class AttemptOutcome(StrEnum):

@@ -27,6 +27,8 @@ Delay = Annotated[float, msgspec.Meta(ge=0, le=366 * 86400)]
 # (Python's and JavaScript's `\s` differ): the served OpenAPI document writes `\Z` as `$`.
 Url = Annotated[str, msgspec.Meta(pattern=r"^https?://[^\x00-\x20\x7f]+\Z", max_length=2048)]
 Key = Annotated[str, msgspec.Meta(min_length=1, max_length=512)]
+# A flow-control key (`concurrency_key`): any text, short enough to index and to show.
+FlowKey = Annotated[str, msgspec.Meta(min_length=1, max_length=200)]
 AwareTime = Annotated[datetime, msgspec.Meta(tz=True)]
 
 DEFAULT_QUEUE = "default"
@@ -82,6 +84,12 @@ class JobSpec(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, gc=False
     dedupe_key: Key | None = None
     dedupe_window_seconds: Seconds | None = None
     unique_key: Key | None = None
+    concurrency_key: FlowKey | None = None
+    # debounce: while a job of this type with this key has not started, an enqueue
+    # replaces its payload and puts it off (`docs/guide/flow-control.md`)
+    debounce_key: Key | None = None
+    debounce_seconds: Seconds | None = None
+    debounce_max_seconds: Seconds | None = None
     webhook_url: Url | None = None
     on_success: JobSpec | None = None
     on_failure: JobSpec | None = None
@@ -90,6 +98,8 @@ class JobSpec(msgspec.Struct, forbid_unknown_fields=True, kw_only=True, gc=False
         """When the job first becomes runnable."""
         if self.run_at is not None:
             return self.run_at
+        if self.debounce_seconds:
+            return now + timedelta(seconds=self.debounce_seconds)
         if self.delay_seconds:
             return now + timedelta(seconds=self.delay_seconds)
         return now
@@ -216,6 +226,9 @@ def spec_problem(
             "parent's outcome, which a held key must not undo)",
             f"{prefix}unique_key",
         )
+    debounce = _debounce_problem(spec, prefix, depth)
+    if debounce is not None:
+        return debounce
     if spec.webhook_url is not None and url_refusal is not None:
         refusal = url_refusal(spec.webhook_url)
         if refusal is not None:
@@ -226,6 +239,42 @@ def spec_problem(
             if problem is not None:
                 return problem
     return None
+
+
+def _debounce_problem(spec: JobSpec, prefix: str, depth: int) -> tuple[str, str] | None:
+    """The first debounce rule `spec` breaks, as (message, field)."""
+    if spec.debounce_key is None:
+        for name in ("debounce_seconds", "debounce_max_seconds"):
+            if getattr(spec, name) is not None:
+                return f"{name} needs a debounce_key", f"{prefix}debounce_key"
+        return None
+    if depth:
+        return (
+            "debounce_key is not allowed in a job template (a follow-up is enqueued with its "
+            "parent's outcome)",
+            f"{prefix}debounce_key",
+        )
+    if spec.debounce_seconds is None:
+        return (
+            "debounce_key needs debounce_seconds (how long the job waits for the next enqueue)",
+            f"{prefix}debounce_seconds",
+        )
+    if spec.run_at is not None or spec.delay_seconds is not None:
+        return (
+            "a debounced job is due debounce_seconds after its last enqueue: give no run_at "
+            "or delay_seconds",
+            f"{prefix}debounce_seconds",
+        )
+    return None
+
+
+def debounced_run_at(spec: JobSpec, first: datetime, now: datetime) -> datetime:
+    """When a debounced job enqueued again at `now` is due: `debounce_seconds` on, but no
+    later than `debounce_max_seconds` after `first`, the first enqueue of its burst."""
+    due = now + timedelta(seconds=spec.debounce_seconds or 0)
+    if spec.debounce_max_seconds is not None:
+        due = min(due, first + timedelta(seconds=spec.debounce_max_seconds))
+    return due
 
 
 class AttemptError(msgspec.Struct, kw_only=True, gc=False, omit_defaults=True):
@@ -276,6 +325,10 @@ class Job(msgspec.Struct, kw_only=True, gc=False):
     step_key: str | None = None
     parent_ids: list[str] | None = None
     parents: msgspec.Raw | None = None
+    # its flow-control key: the actor's `key_concurrency` and `key_rate_limit` bound the
+    # jobs of its type sharing it, and claims take keys in turn (`docs/guide/flow-control.md`)
+    concurrency_key: str | None = None
+    debounce_key: str | None = None  # replaced by an enqueue with its key until it starts
     seq: int = 0
     trace_context: dict[str, str] | None = None  # the enqueue's, with --otel
 
@@ -297,6 +350,8 @@ class Job(msgspec.Struct, kw_only=True, gc=False):
             timeout_seconds=spec.timeout_seconds,
             dedupe_key=spec.dedupe_key,
             unique_key=spec.unique_key,
+            concurrency_key=spec.concurrency_key,
+            debounce_key=spec.debounce_key,
             webhook_url=spec.webhook_url,
             on_success=spec.on_success,
             on_failure=spec.on_failure,
@@ -311,8 +366,8 @@ class Job(msgspec.Struct, kw_only=True, gc=False):
         )
 
     def replay_spec(self) -> JobSpec:
-        """The fields a replay of this job starts from (no dedupe or unique key: a replay
-        is deliberate)."""
+        """The fields a replay of this job starts from (no dedupe, unique or debounce key:
+        a replay is deliberate)."""
         return JobSpec(
             type=self.type,
             queue=self.queue,
@@ -320,6 +375,7 @@ class Job(msgspec.Struct, kw_only=True, gc=False):
             priority=self.priority,
             max_retries=self.max_retries,
             timeout_seconds=self.timeout_seconds,
+            concurrency_key=self.concurrency_key,
             webhook_url=self.webhook_url,
             on_success=self.on_success,
             on_failure=self.on_failure,
@@ -496,3 +552,4 @@ class JobFilter(msgspec.Struct, kw_only=True):
     status: str | None = None
     queue: str | None = None
     parent_id: str | None = None  # jobs enqueued by this one (its chain, ctx.enqueue)
+    concurrency_key: str | None = None  # a flow-control key's jobs

@@ -42,6 +42,7 @@ class ScheduleSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
     payload: Any = None
     queue: str | None = None
     priority: int | None = None
+    concurrency_key: str | None = None  # the flow-control key of every job it enqueues
     timezone: str = "UTC"
     missed: Missed = Missed.ONCE
 
@@ -62,6 +63,9 @@ class ScheduleSpec(msgspec.Struct, frozen=True, kw_only=True, forbid_unknown_fie
         priority = self.priority
         if priority is not None and (isinstance(priority, bool) or not 0 <= priority <= 10):
             return "priority: must be an integer from 0 to 10"
+        key = self.concurrency_key
+        if key is not None and (not isinstance(key, str) or not 1 <= len(key) <= 200):
+            return "concurrency_key: must be 1-200 characters"
         try:
             zone(self.timezone)
         except ValueError as exc:

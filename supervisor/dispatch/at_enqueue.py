@@ -81,7 +81,8 @@ class AtEnqueue:
     def _keeper(self, new: NewJob) -> Worker | None:
         """An idle worker to keep for `new` while it is enqueued, when it may start at
         once (setting `new.start`), or None when it must wait its turn. Only while this
-        node holds nothing in hand, for a type without a limit of its own, in a queue
+        node holds nothing in hand, for a type without a limit of its own, of a job with
+        no flow-control key (`concurrency_key`, `debounce_key`), in a queue
         this node serves; and so that no job the worker could run waits ahead of this
         one, only when the store checks that itself (`StoreTraits.sees_ahead`, across
         nodes) or else this node's last claim found nothing more it could take."""
@@ -93,6 +94,8 @@ class AtEnqueue:
         spec, catalog, queues = new.spec, self.catalog, self.queues
         if spec.run_at is not None or spec.delay_seconds or spec.type in catalog.rates:
             return None
+        if spec.concurrency_key is not None or spec.debounce_key is not None:
+            return None  # its key's limit or pace (any node's) is the claim's to apply
         if catalog.limit(spec.type) is not None:
             return None
         if queues is not None and spec.queue_name not in queues:

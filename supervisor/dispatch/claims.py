@@ -163,6 +163,8 @@ class Claims:
                 if not slots:
                     return None  # every type is throttled: the throttle wakes us in time
             leases = await self.store.claim(want, policy.queues, slots, start)
+            if catalog.key_limits or catalog.key_rates:
+                self.throttle.count_key_waits()
             if taken:
                 await self.throttle.settle(taken, leases)
         except StoreUnavailable as exc:

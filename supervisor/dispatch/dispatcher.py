@@ -64,6 +64,7 @@ class Dispatcher:
         policy: Policy = DEFAULT_POLICY,
         prefetch: int = 0,
         on_rate_wait: Callable[[str], None] = lambda job_type: None,  # a metric
+        on_key_wait: Callable[[str], None] = lambda job_type: None,  # a metric
         on_pass: Callable[[float], None] = lambda seconds: None,  # a pass's time (a metric)
         clock: Callable[[], datetime] = utcnow,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
@@ -112,7 +113,7 @@ class Dispatcher:
             store,
             pool,
             self.attempts,
-            Throttle(store, self.wake, on_rate_wait),  # rate limits
+            Throttle(store, self.wake, on_rate_wait, on_key_wait),  # rate limits, key waits
             self.depth,
             self.wakeup,
             self._kept,
@@ -379,7 +380,7 @@ class Dispatcher:
         # a claimed job's start then shares the group commit of this attempt's outcome.
         if self.attempts.hand:  # else a lease claimed meanwhile is handed out by its claim
             asyncio.get_running_loop().call_soon(self._hand_out)
-        if self.catalog.limit(job_type) is not None:
+        if self.catalog.limit(job_type) is not None or job_type in self.catalog.key_limits:
             self.wake()  # a limited slot opened: jobs of that type may now be claimable
         else:
             self.nudge()

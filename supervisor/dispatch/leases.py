@@ -13,6 +13,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
+from goqueue.supervisor.common.catalog import Catalog
 from goqueue.supervisor.common.enums import KillReason
 from goqueue.supervisor.common.errors import StoreUnavailable
 from goqueue.supervisor.common.jobs import utcnow
@@ -48,9 +49,9 @@ class Leases:
         self._last_sweep = 0.0
         self._last_prune = 0.0
 
-    async def tick(self, now: float, settings: Settings, limits: dict[str, int | None]) -> None:
+    async def tick(self, now: float, settings: Settings, catalog: Catalog) -> None:
         """The arbiter's tick: a claim sweep, pruning and the heartbeat when each is due
-        (the heartbeat a third of a lease apart; `limits` are registered with it)."""
+        (the heartbeat a third of a lease apart; the catalog's limits registered with it)."""
         if now - self._last_sweep >= SWEEP:
             self._last_sweep = now
             self.dispatcher.wake()  # a safety net under notifications, never for latency
@@ -65,15 +66,17 @@ class Leases:
             self._last_prune = now
         if now - self._last_heartbeat >= settings.lease_seconds / 3:
             self._last_heartbeat = now
-            await self.beat(settings.lease_seconds, limits)
+            await self.beat(settings.lease_seconds, catalog)
 
-    async def beat(self, lease_seconds: float, limits: dict[str, int | None]) -> None:
+    async def beat(self, lease_seconds: float, catalog: Catalog) -> None:
         """Extend held leases, reap expired ones, say this node is alive; then stop the
         attempts whose lease was lost."""
         try:
             lost = await self.heartbeat(lease_seconds)
             await self.reap(lease_seconds)
-            await self.store.register_node(limits)
+            await self.store.register_node(
+                catalog.limits(), key_limits=catalog.key_limits, key_rates=catalog.key_rates
+            )
         except StoreUnavailable as exc:
             self.unreachable()
             log.warning("heartbeat failed: store unavailable", extra={"err": str(exc)})

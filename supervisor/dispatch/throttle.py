@@ -38,11 +38,16 @@ class Throttle:
     """Takes and returns the starts of rate-limited types around each claim."""
 
     def __init__(
-        self, store: Store, wake: Callable[[], None], on_wait: Callable[[str], None]
+        self,
+        store: Store,
+        wake: Callable[[], None],
+        on_wait: Callable[[str], None],
+        on_key_wait: Callable[[str], None] = lambda job_type: None,
     ) -> None:
         self.store = store
         self.wake = wake
         self.on_wait = on_wait  # a type was held back by its limit (a metric)
+        self.on_key_wait = on_key_wait  # a claim held a type's jobs back by key (a metric)
         self._timer: asyncio.TimerHandle | None = None
         self._timer_at = 0.0
 
@@ -72,6 +77,11 @@ class Throttle:
             else:
                 del capped[job_type]
         return capped, held
+
+    def count_key_waits(self) -> None:
+        """Count the claims that held jobs back by key (`Store.key_waits`)."""
+        for job_type in self.store.key_waits():
+            self.on_key_wait(job_type)
 
     async def settle(self, held: Sequence[Held], leases: Sequence[Lease]) -> None:
         """Give back the starts taken and not used by `leases`."""

@@ -204,6 +204,14 @@ class Metrics:
             ["type"],
             registry=reg,
         )
+        self.key_limit_waits = Counter(
+            "goqueue_key_limit_waits_total",
+            "Claims that came back short while they held some of a type's due jobs back "
+            "because their concurrency_key was at its key_concurrency or its pace not due "
+            "(no key label: keys are unbounded).",
+            ["type"],
+            registry=reg,
+        )
         self._depth_keys: set[tuple[str, str]] = set()
         self._waiting_keys: set[str] = set()
         self._children: dict[tuple[object, ...], Any] = {}
@@ -274,6 +282,10 @@ class Metrics:
     def rate_limit_wait(self, job_type: str) -> None:
         """A dispatch pass held `job_type` back: its window's starts were used up."""
         self._labels(self.rate_limit_waits, job_type).inc()
+
+    def key_limit_wait(self, job_type: str) -> None:
+        """A claim came back short holding `job_type`'s jobs back by key."""
+        self._labels(self.key_limit_waits, job_type).inc()
 
     def declare_schedules(self, names: Iterable[str]) -> None:
         """Create the series of the node's schedules at zero."""

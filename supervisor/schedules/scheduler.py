@@ -222,6 +222,7 @@ class Scheduler:
             queue=spec.queue,
             priority=spec.priority,
             payload=msgspec.Raw(msgspec.json.encode(spec.payload)),
+            concurrency_key=spec.concurrency_key,
         )
         resolved = resolve_spec(job, self.catalog.actors.get)
         new = NewJob(spec=resolved, max_retries=resolved.max_retries)

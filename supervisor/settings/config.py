@@ -136,6 +136,10 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     keepalive_timeout: float = 75.0
     schedules: tuple[ScheduleSpec, ...] = ()
     rate_limits: dict[str, str] = msgspec.field(default_factory=dict)  # TYPE -> "20/s"
+    # flow control by key: `[key_limits]` TYPE = N (running jobs per key) and
+    # `[key_rate_limits]` TYPE = "5/s" (starts per key), winning over the actors'
+    key_limits: dict[str, int] = msgspec.field(default_factory=dict)
+    key_rate_limits: dict[str, str] = msgspec.field(default_factory=dict)
 
     @property
     def store_kind(self) -> str:
@@ -171,6 +175,8 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
                 raise ConfigError(f"webhook_allow_networks: {network!r} is {problem}")
         _check_schedules(self.schedules)
         _check_rates(self.rate_limits)
+        _check_rates(self.key_rate_limits, "key_rate_limits")
+        _check_key_limits(self.key_limits)
         if self.database_url is not None:
             _check_database_url(self.database_url)
         if problem := schema_name_problem(self.database_schema):
@@ -187,13 +193,20 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
             )
 
 
-def _check_rates(rates: dict[str, str]) -> None:
+def _check_rates(rates: dict[str, str], table: str = "rate_limits") -> None:
     """Each rate limit readable."""
     for job_type, rate in rates.items():
         try:
             parse_rate(rate)
         except ValueError as exc:
-            raise ConfigError(f"rate_limits: {job_type}: {exc}") from None
+            raise ConfigError(f"{table}: {job_type}: {exc}") from None
+
+
+def _check_key_limits(limits: dict[str, int]) -> None:
+    """Each per-key limit a positive integer."""
+    for job_type, limit in limits.items():
+        if not isinstance(limit, int) or isinstance(limit, bool) or limit < 1:
+            raise ConfigError(f"key_limits: {job_type}: expected an integer >= 1, got {limit!r}")
 
 
 def _check_schedules(schedules: tuple[ScheduleSpec, ...]) -> None:
@@ -230,7 +243,13 @@ def _check_dsn(dsn: str) -> None:
         raise ConfigError(f"database_url: not a valid PostgreSQL DSN: {exc}".strip()) from None
 
 
-FILE_KEYS: frozenset[str] = frozenset(BY_NAME) - {"config"} | {"limits", "schedules", "rate_limits"}
+FILE_KEYS: frozenset[str] = frozenset(BY_NAME) - {"config"} | {
+    "limits",
+    "schedules",
+    "rate_limits",
+    "key_limits",
+    "key_rate_limits",
+}
 _FIELDS: Mapping[str, msgspec.structs.FieldInfo] = MappingProxyType(
     {field.name: field for field in msgspec.structs.fields(Settings)}
 )
@@ -406,8 +425,10 @@ def _from_file(path: str) -> tuple[dict[str, object], dict[str, int]]:
             limits = _file_limits(raw, source)
         elif key == "schedules":
             values[key] = _file_schedules(raw, source)
-        elif key == "rate_limits":
-            values[key] = _file_rates(raw, source)
+        elif key in ("rate_limits", "key_rate_limits"):
+            values[key] = _file_rates(raw, source, key)
+        elif key == "key_limits":
+            values[key] = _file_limits(raw, source, key)
         elif key == "config":
             raise ConfigError(f"config: cannot be set inside the config file ({path})")
         elif key in FILE_KEYS:
@@ -422,18 +443,16 @@ def _suggest(key: str) -> str:
     return f" (did you mean {close[0]!r}?)" if close else ""
 
 
-def _file_limits(raw: object, source: str) -> dict[str, int]:
+def _file_limits(raw: object, source: str, table: str = "limits") -> dict[str, int]:
     if not isinstance(raw, dict):
-        raise ConfigError(f"limits: expected a table of TYPE = N, got {raw!r} (from {source})")
+        raise ConfigError(f"{table}: expected a table of TYPE = N, got {raw!r} (from {source})")
     return {str(key): _limit(str(key), value, source) for key, value in raw.items()}
 
 
-def _file_rates(raw: object, source: str) -> dict[str, str]:
-    """The `[rate_limits]` table: TYPE = "N/s" (checked by `Settings`)."""
+def _file_rates(raw: object, source: str, table: str = "rate_limits") -> dict[str, str]:
+    """A `[rate_limits]` or `[key_rate_limits]` table: TYPE = "N/s" (checked by `Settings`)."""
     if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
-        raise ConfigError(
-            f'rate_limits: expected a table of TYPE = "N/s", got {raw!r} (from {source})'
-        )
+        raise ConfigError(f'{table}: expected a table of TYPE = "N/s", got {raw!r} (from {source})')
     return {str(key): value for key, value in raw.items()}
 
 

@@ -390,9 +390,22 @@ RATE_DEFAULT = "the actor's rate_limit, else none"
 RATE_EXAMPLE: Mapping[str, str] = MappingProxyType({"email": "20/s"})
 
 # Periodic jobs are not an `Option` either: `[[schedules]]` tables in the file only.
+KEY_LIMIT_HELP = (
+    "at most N jobs of TYPE with the same concurrency_key running at once (with PostgreSQL, "
+    "across every node); a key at its limit holds up no other key"
+)
+KEY_LIMIT_DEFAULT = "the actor's key_concurrency, else none"
+KEY_LIMIT_EXAMPLE: Mapping[str, int] = MappingProxyType({"sync": 1})
+KEY_RATE_HELP = (
+    'at most N starts of TYPE per concurrency_key per second, minute or hour (TYPE = "N/s", '
+    '"N/m" or "N/h"), each key paced on its own'
+)
+KEY_RATE_DEFAULT = "the actor's key_rate_limit, else none"
+KEY_RATE_EXAMPLE: Mapping[str, str] = MappingProxyType({"sync": "5/s"})
 SCHEDULE_HELP = (
     "one [[schedules]] table per periodic job: name, type, cron (five fields, in "
-    "timezone, UTC unless given) or every_seconds, and optionally payload, queue, priority and "
+    "timezone, UTC unless given) or every_seconds, and optionally payload, queue, priority, "
+    "concurrency_key and "
     'missed ("once": a tick missed while every node was down fires once on recovery, the '
     'default; "skip": it does not); an actor\'s schedule= of the same name loses to it'
 )

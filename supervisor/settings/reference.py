@@ -28,6 +28,12 @@ from goqueue.supervisor.settings.config import (
     describe_default,
 )
 from goqueue.supervisor.settings.options import (
+    KEY_LIMIT_DEFAULT,
+    KEY_LIMIT_EXAMPLE,
+    KEY_LIMIT_HELP,
+    KEY_RATE_DEFAULT,
+    KEY_RATE_EXAMPLE,
+    KEY_RATE_HELP,
     LIMIT_DEFAULT,
     LIMIT_EXAMPLE,
     LIMIT_FLAG,
@@ -91,6 +97,18 @@ def example_toml() -> str:
         _comment(f"Rate limits: {RATE_HELP}.")
         + _comment(f"Default: {RATE_DEFAULT}.")
         + f"#[rate_limits]\n{rates}\n"
+    )
+    key_limits = "\n".join(f"#{name} = {count}" for name, count in KEY_LIMIT_EXAMPLE.items())
+    blocks.append(
+        _comment(f"Per-key limits: {KEY_LIMIT_HELP}.")
+        + _comment(f"Default: {KEY_LIMIT_DEFAULT}.")
+        + f"#[key_limits]\n{key_limits}\n"
+    )
+    key_rates = "\n".join(f'#{name} = "{rate}"' for name, rate in KEY_RATE_EXAMPLE.items())
+    blocks.append(
+        _comment(f"Per-key rate limits: {KEY_RATE_HELP}.")
+        + _comment(f"Default: {KEY_RATE_DEFAULT}.")
+        + f"#[key_rate_limits]\n{key_rates}\n"
     )
     schedule = "\n".join(f"#{key} = {value}" for key, value in SCHEDULE_EXAMPLE)
     blocks.append(_comment(f"Periodic jobs: {SCHEDULE_HELP}.") + f"#[[schedules]]\n{schedule}\n")

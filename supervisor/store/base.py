@@ -52,6 +52,7 @@ from goqueue.supervisor.common.summaries import (
     TypeStats,
 )
 
+MAX_KEY_HOLDS = 10_000  # keys at their limit a summary reads, at most
 LATE_OUTCOME = "the outcome arrived after its lease was reaped"  # its event's detail
 EVENTS_KEPT = 100  # a job's audit trail in the embedded stores: its first events, at most
 
@@ -175,10 +176,29 @@ class Store(Protocol):
     def upkeep(self) -> Upkeep:
         """How the store is looking after itself (`Upkeep`), without a round trip."""
 
-    async def register_node(self, limits: Mapping[str, int | None]) -> None:
+    async def register_node(
+        self,
+        limits: Mapping[str, int | None],
+        *,
+        key_limits: Mapping[str, int] | None = None,
+        key_rates: Mapping[str, Rate] | None = None,
+    ) -> None:
         """Declare this node alive with the job types it runs and their concurrency
-        limits (None = unlimited). Called at start, on reload and periodically; with
-        PostgreSQL the smallest limit among live nodes holds for a type globally."""
+        limits (None = unlimited), and the per-key limits and rates of the types that
+        have one (`key_concurrency`, `key_rate_limit`: claims bound and pace the jobs of
+        a type sharing a `concurrency_key`, `common/flow.py`). Called at start, on reload
+        and periodically; with PostgreSQL the smallest limit (the slowest rate) among live
+        nodes holds for a type globally, and for its keys."""
+
+    async def key_holds(self, limits: Mapping[str, int]) -> list[tuple[str, str, int, int]]:
+        """The keys of the types in `limits` (type -> key_concurrency) with at least
+        that many jobs claimed or running: (type, key, claimed and running, pending);
+        at most `MAX_KEY_HOLDS` of them (`common/flow.py: type_keys` sums them up)."""
+
+    def key_waits(self) -> list[str]:
+        """The types of which a claim that came back short held jobs back by their key
+        (at its limit, or its pace not due), one entry per such claim, since last asked
+        (the metric `goqueue_key_limit_waits_total`)."""
 
     async def known_types(self) -> frozenset[str]:
         """Job types some live node can run (this node's alone for the memory store)."""

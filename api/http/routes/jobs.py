@@ -8,6 +8,7 @@ from aiohttp import web
 from goqueue.api.http.errors import STORE_TIMEOUT, ApiError, bad_request, from_domain, within
 from goqueue.api.http.openapi import Header, operation
 from goqueue.api.http.params import (
+    CONCURRENCY_KEY,
     FORCE,
     IDEMPOTENCY_HEADER,
     JOB_FILTERS,
@@ -163,10 +164,13 @@ def batch_item(index: int, answer: Enqueued | Exception) -> BatchItem:
 @routes.get("/jobs")
 @operation(responses={200: JobList}, query_params=JOB_FILTERS)
 async def list_jobs(request: web.Request) -> web.Response:
-    """List jobs, newest first, filtered by type, status and queue."""
+    """List jobs, newest first, filtered by type, status, queue and flow-control key."""
     query = request.query
     filters = JobFilter(
-        type=TYPE.parse(query), status=STATUS.parse(query), queue=QUEUE.parse(query)
+        type=TYPE.parse(query),
+        status=STATUS.parse(query),
+        queue=QUEUE.parse(query),
+        concurrency_key=CONCURRENCY_KEY.parse(query),
     )
     limit, offset = LIMIT.parse(query), OFFSET.parse(query)
     engine = request.app[ENGINE]

@@ -20,6 +20,7 @@ from goqueue.api.http.openapi import operation
 from goqueue.api.http.params import (
     AFTER,
     BEFORE,
+    CONCURRENCY_KEY,
     ERROR,
     LIMIT,
     OFFSET,
@@ -32,6 +33,7 @@ from goqueue.api.http.replies import reply
 from goqueue.api.http.state import ENGINE, STORE
 from goqueue.supervisor.common.enums import Status
 from goqueue.supervisor.common.errors import StoreUnavailable
+from goqueue.supervisor.common.flow import TypeKeys, type_keys
 from goqueue.supervisor.common.jobs import JobFilter
 from goqueue.supervisor.common.summaries import (
     DEFAULT_PREVIEW,
@@ -140,6 +142,14 @@ class TypeStatsList(msgspec.Struct):
     types: list[TypeStats]
 
 
+class TypeKeysList(msgspec.Struct):
+    """Every type with a per-key limit (`key_concurrency`) on this node, by name: how many
+    of its keys are at their limit, the due jobs waiting on them, and the keys with the
+    most waiting."""
+
+    types: list[TypeKeys]
+
+
 class DeadBriefList(msgspec.Struct):
     """One page of dead letters as list rows, newest first."""
 
@@ -201,7 +211,7 @@ async def workers(request: web.Request) -> web.Response:
 @operation(
     responses={200: JobBriefList},
     errors=(503,),
-    query_params=(TYPE, STATUS, QUEUE, PARENT_ID, LIMIT, OFFSET, PREVIEW),
+    query_params=(TYPE, STATUS, QUEUE, PARENT_ID, CONCURRENCY_KEY, LIMIT, OFFSET, PREVIEW),
 )
 async def job_briefs(request: web.Request) -> web.Response:
     """List jobs newest first, as rows with payload, result and error cut to a preview."""
@@ -211,6 +221,7 @@ async def job_briefs(request: web.Request) -> web.Response:
         status=STATUS.parse(query),
         queue=QUEUE.parse(query),
         parent_id=PARENT_ID.parse(query),
+        concurrency_key=CONCURRENCY_KEY.parse(query),
     )
     limit, offset, cut = LIMIT.parse(query), OFFSET.parse(query), PREVIEW.parse(query)
     engine = request.app[ENGINE]
@@ -232,6 +243,16 @@ def _with_progress(brief: JobBrief, progress: msgspec.Raw | None) -> JobBrief:
 async def type_stats(request: web.Request) -> web.Response:
     """Per job type: counts by status, p50/p95 run time and failure rate."""
     return reply(TypeStatsList(await within(request.app[STORE].type_stats())))
+
+
+@routes.get("/summary/keys")
+@operation(responses={200: TypeKeysList}, errors=(503,))
+async def key_holds(request: web.Request) -> web.Response:
+    """Per job type with a per-key limit: the keys at their limit and the jobs waiting on
+    them (flow control by key)."""
+    limits = request.app[ENGINE].catalog.key_limits
+    holds = await within(request.app[STORE].key_holds(limits))
+    return reply(TypeKeysList(type_keys(limits, holds)))
 
 
 @routes.get("/summary/dlq")

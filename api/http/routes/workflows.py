@@ -75,7 +75,7 @@ async def create_workflow(request: web.Request) -> web.Response:
         prefix = f"jobs[{i}]."
         check_spec(step, app[EGRESS], prefix)
         check_spec_text(step, prefix)
-        for name in ("dedupe_key", "unique_key"):
+        for name in ("dedupe_key", "unique_key", "debounce_key"):
             if getattr(step, name) is not None:
                 raise bad_request(
                     f"{name} is not allowed in a workflow step (its workflow is its key)",

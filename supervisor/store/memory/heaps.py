@@ -1,6 +1,6 @@
-"""The memory store's pending jobs in claim order: one ready heap per (queue, type), best
-first (priority, then run_at, then enqueue order), and one heap of delayed jobs by due
-time. A job that stops being pending (cancelled, claimed) leaves its entry behind; the
+"""The memory store's pending jobs in claim order: one ready heap per (queue, type, flow
+key), best first (priority, then run_at, then enqueue order), and one heap of delayed jobs
+by due time. A job that stops being pending (cancelled, claimed) leaves its entry behind; the
 entry is skipped when it reaches the top. So is the entry of a job pending again at
 another time (a late outcome's retry replacing its reaping's): an entry is live only
 while its job is pending at the entry's own time."""
@@ -10,14 +10,17 @@ from __future__ import annotations
 import heapq
 import operator
 from collections import Counter
-from collections.abc import Container, Mapping
+from collections.abc import Callable, Container, Mapping
 from datetime import datetime
 
 from goqueue.supervisor.common.enums import Status
 from goqueue.supervisor.common.jobs import Job
 
-ReadyKey = tuple[str, str]  # (queue, type)
+ReadyKey = tuple[str, str, str | None]  # (queue, type, concurrency_key)
 ReadyEntry = tuple[int, float, int, str]  # (-priority, run_at, seq, job id)
+# A key's turn in a claim, or None when the key is at its limit (`flow.KeyTurns.turn`)
+Turn = Callable[[str, str | None], int | None]
+Order = tuple[int, int, float, int, str]  # (-priority, turn, run_at, seq, job id)
 _RUN_AT = operator.itemgetter(1)
 
 
@@ -35,7 +38,8 @@ class PendingHeaps:
         run_ts = job.run_at.timestamp()
         if run_ts <= now_ts:  # as _push_ready, inline: this runs for every job enqueued
             entry = (-job.priority, run_ts, job.seq, job.id)
-            heapq.heappush(self.ready.setdefault((job.queue, job.type), []), entry)
+            ready_key = (job.queue, job.type, job.concurrency_key)
+            heapq.heappush(self.ready.setdefault(ready_key, []), entry)
         else:
             heapq.heappush(self.delayed, (run_ts, job.seq, job.id))
 
@@ -47,27 +51,55 @@ class PendingHeaps:
             if self._is_pending(job_id, run_ts):
                 self._push_ready(self.jobs[job_id])
 
-    def best(
-        self, queues: frozenset[str] | None, free: Mapping[str, int], paused: Container[str]
-    ) -> ReadyKey | None:
-        """The heap whose top is the best claimable job: its type has a free slot, its
-        queue is served (`queues`, None for all) and not paused."""
-        best: tuple[ReadyEntry, ReadyKey] | None = None
+    def candidates(
+        self,
+        queues: frozenset[str] | None,
+        free: Mapping[str, int],
+        paused: Container[str],
+        turn: Turn,
+    ) -> list[tuple[Order, ReadyKey]]:
+        """The heaps whose top is claimable, as a heap of (its top's order, the heap):
+        its type has a free slot, its queue is served (`queues`, None for all) and not
+        paused, and its key (`turn`) may start a job. One pass over the heaps per claim;
+        `next_of` orders a heap again once its top was taken."""
+        out: list[tuple[Order, ReadyKey]] = []
+        emptied = []
         for key, heap in self.ready.items():
-            queue, job_type = key
+            queue, job_type, flow_key = key
             if free.get(job_type, 0) <= 0 or queue in paused:
                 continue
             if queues is not None and queue not in queues:
                 continue
-            while heap and not self._is_pending(heap[0][3], heap[0][1]):
-                heapq.heappop(heap)  # cancelled while waiting
-                self.stale[key] -= 1
-            if heap and (best is None or heap[0] < best[0]):
-                best = (heap[0], key)
-        return None if best is None else best[1]
+            order = self.next_of(key, turn)
+            if order is not None:
+                out.append((order, key))
+            elif not heap and flow_key is not None:
+                emptied.append(key)  # a key's heap goes once empty: keys come and go
+        for key in emptied:
+            del self.ready[key]
+            self.stale.pop(key, None)
+        heapq.heapify(out)
+        return out
+
+    def next_of(self, key: ReadyKey, turn: Turn) -> Order | None:
+        """The claim order of the heap's top job: highest priority, then its key's turn
+        (the fewest of its jobs claimed or running: keys take turns), then oldest run_at,
+        then enqueue order; None when the heap is empty or its key may start no job (at
+        its limit, or its pace not due: its jobs wait, the others go on)."""
+        heap = self.ready.get(key)
+        while heap and not self._is_pending(heap[0][3], heap[0][1]):
+            heapq.heappop(heap)  # cancelled while waiting
+            self.stale[key] -= 1
+        if not heap:
+            return None
+        rank = turn(key[1], key[2])
+        if rank is None:
+            return None
+        top = heap[0]
+        return (top[0], rank, top[1], top[2], top[3])
 
     def pop(self, key: ReadyKey) -> Job:
-        """Take the top job of a heap `best` chose."""
+        """Take the top job of a heap `candidates` chose."""
         _, _, _, job_id = heapq.heappop(self.ready[key])
         return self.jobs[job_id]
 
@@ -76,7 +108,7 @@ class PendingHeaps:
         entry as stale if it is in a ready heap, so the ready counts stay right."""
         self.promote(now_ts)  # so a due job's entry is surely in its ready heap
         if job.run_at.timestamp() <= now_ts:
-            self.stale[(job.queue, job.type)] += 1
+            self.stale[(job.queue, job.type, job.concurrency_key)] += 1
 
     def ready_by_queue(self, now_ts: float) -> tuple[Counter[str], dict[str, float]]:
         """Due jobs per queue, and the earliest run_at among each queue's due jobs. One
@@ -111,7 +143,8 @@ class PendingHeaps:
 
     def _push_ready(self, job: Job) -> None:
         entry = (-job.priority, job.run_at.timestamp(), job.seq, job.id)
-        heapq.heappush(self.ready.setdefault((job.queue, job.type), []), entry)
+        ready_key = (job.queue, job.type, job.concurrency_key)
+        heapq.heappush(self.ready.setdefault(ready_key, []), entry)
 
     def _is_pending(self, job_id: str, run_ts: float) -> bool:
         """True while the job of an entry due at `run_ts` is pending at that time."""

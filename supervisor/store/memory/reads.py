@@ -6,6 +6,7 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections import Counter
+from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from goqueue.supervisor.common.enums import Status
@@ -31,6 +32,7 @@ from goqueue.supervisor.common.summaries import (
     percentile,
     type_stats,
 )
+from goqueue.supervisor.store.base import MAX_KEY_HOLDS
 from goqueue.supervisor.store.memory.state import MemoryState
 
 
@@ -52,8 +54,26 @@ class MemoryReads(MemoryState):
             and (filters.status is None or job.status == filters.status)
             and (filters.queue is None or job.queue == filters.queue)
             and (filters.parent_id is None or job.parent_id == filters.parent_id)
+            and (filters.concurrency_key is None or job.concurrency_key == filters.concurrency_key)
         ]
         return Page(matches[offset : offset + limit], len(matches))
+
+    async def key_holds(self, limits: Mapping[str, int]) -> list[tuple[str, str, int, int]]:
+        """The keys at their limit, with their due pending jobs (`Store.key_holds`)."""
+        self._pending.promote(self.clock().timestamp())
+        waiting: Counter[tuple[str, str]] = Counter()
+        for (_, job_type, key), heap in self._pending.ready.items():
+            if key is not None and job_type in limits:
+                live = len(heap) - self._pending.stale[(_, job_type, key)]
+                waiting[(job_type, key)] += max(live, 0)
+        out = []
+        for (job_type, key), running in self._busy.items():
+            limit = limits.get(job_type)
+            if limit is not None and running >= limit:
+                out.append((job_type, key, running, waiting[(job_type, key)]))
+                if len(out) >= MAX_KEY_HOLDS:
+                    break
+        return out
 
     async def stats(self) -> Stats:
         """Counts by status and pending depth by queue and priority."""

@@ -8,12 +8,13 @@ Every dict, heap and counter the store keeps, and the few steps that change them
 from __future__ import annotations
 
 import itertools
-from collections import deque
+from collections import Counter, deque
 from collections.abc import Callable
 from datetime import datetime
 
 from goqueue.supervisor.common.enums import TERMINAL, EventKind, Status
 from goqueue.supervisor.common.errors import StoreFull
+from goqueue.supervisor.common.flow import KeyOf, KeyPace
 from goqueue.supervisor.common.jobs import STATUSES, Event, Job, Lease, utcnow
 from goqueue.supervisor.common.rates import Rate, StartTimes, Taken
 from goqueue.supervisor.settings.config import DEFAULTS
@@ -23,6 +24,7 @@ from goqueue.supervisor.store.memory.flows import FlowBook
 from goqueue.supervisor.store.memory.heaps import OldestByQueue, PendingHeaps
 from goqueue.supervisor.store.memory.schedules import ScheduleBook
 
+BUSY = (Status.CLAIMED, Status.RUNNING)  # a key's jobs counted against its limit
 MEMORY_MAX_PENDING = 100_000  # what `--max-pending` is in memory when it is not set
 
 
@@ -68,6 +70,12 @@ class MemoryState:
         self._queue_totals: dict[str, int] = {}  # pending by queue
         self._priority_totals: dict[int, int] = {}  # pending by priority, every queue
         self._limits: dict[str, int | None] = {}
+        self._key_limits: dict[str, int] = {}  # per-key limits by type (`common/flow.py`)
+        self._busy: Counter[KeyOf] = Counter()  # claimed and running jobs by (type, key)
+        self._debounced: dict[tuple[str, str], str] = {}  # (type, debounce key) -> job id
+        self._key_rates: dict[str, Rate] = {}  # per-key rates by type
+        self._pace = KeyPace()  # the paced keys' TATs
+        self._key_waits: list[str] = []  # (`key_waits`)
         self._seq = itertools.count(1)
         self._wake = wake  # the dispatcher's: work may be claimable
         self._opened_at = self.clock()
@@ -101,11 +109,24 @@ class MemoryState:
         counts = self._counts
         counts[job.status] -= 1
         counts[status] += 1
+        if job.concurrency_key is not None:
+            self._count_busy(job, status)
         job.status = status
         job.updated_at = now
         key = job.unique_key
         if key is not None and status in TERMINAL and self._unique.get(key) == job.id:
             del self._unique[key]  # the key is free again
+
+    def _count_busy(self, job: Job, status: Status) -> None:
+        """A keyed job moves to `status`: count it in or out of its key's busy jobs."""
+        was, now = job.status in BUSY, status in BUSY
+        if was != now:
+            key = (job.type, job.concurrency_key or "")
+            left = self._busy[key] + (1 if now else -1)
+            if left > 0:
+                self._busy[key] = left
+            else:
+                del self._busy[key]
 
     def _depth_add(self, job: Job, delta: int) -> None:
         """Pending jobs by queue and priority, by queue and by priority; an emptied queue is

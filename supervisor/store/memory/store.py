@@ -7,8 +7,9 @@ only owner, so the same contract tests hold for both stores.
 
 from __future__ import annotations
 
+import heapq
 from collections.abc import Callable, Mapping, Sequence
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import msgspec
 from goqueue.supervisor.common.enums import TERMINAL, EventKind, Status
@@ -20,6 +21,7 @@ from goqueue.supervisor.common.errors import (
     NotFound,
     StoreFull,
 )
+from goqueue.supervisor.common.flow import KeyTurns
 from goqueue.supervisor.common.jobs import (
     BULK_CANCEL,
     CancelFilter,
@@ -32,8 +34,10 @@ from goqueue.supervisor.common.jobs import (
     Outcome,
     Purged,
     Replayed,
+    debounced_run_at,
     new_id,
 )
+from goqueue.supervisor.common.rates import Rate
 from goqueue.supervisor.common.schedule import Fired, ScheduleState, fire_detail
 from goqueue.supervisor.common.summaries import DeadFilter
 from goqueue.supervisor.store.base import IN_PROCESS, LATE_OUTCOME, NewJob, NodeLinks, Upkeep
@@ -70,9 +74,17 @@ class MemoryStore(MemoryWorkflows):
     async def cancel_elsewhere(self, job_id: str, token: str) -> None:
         """Nothing to tell: every lease of this store is held on this node."""
 
-    async def register_node(self, limits: Mapping[str, int | None]) -> None:
-        """Remember this node's job types and limits."""
+    async def register_node(
+        self,
+        limits: Mapping[str, int | None],
+        *,
+        key_limits: Mapping[str, int] | None = None,
+        key_rates: Mapping[str, Rate] | None = None,
+    ) -> None:
+        """Remember this node's job types and limits, and its per-key limits and rates."""
         self._limits = dict(limits)
+        self._key_limits = dict(key_limits or {})
+        self._key_rates = dict(key_rates or {})
 
     async def known_types(self) -> frozenset[str]:
         """The types this node declared."""
@@ -106,6 +118,11 @@ class MemoryStore(MemoryWorkflows):
                 if job is not None:
                     return Enqueued(job, created=False)
         spec = new.spec
+        if spec.debounce_key is not None:
+            replaced = self._debounce(spec, now)
+            if replaced is not None:
+                self._remember_idempotency(new, replaced.id, ts)
+                return Enqueued(replaced, created=False)
         if spec.dedupe_key is not None and spec.dedupe_window_seconds:
             held = self._dedupe.get(spec.dedupe_key)
             if held is not None and held[1] > ts:
@@ -117,11 +134,32 @@ class MemoryStore(MemoryWorkflows):
         job.trace_context = new.trace_context
         if spec.dedupe_key is not None and spec.dedupe_window_seconds:
             self._dedupe[spec.dedupe_key] = (job.id, ts + spec.dedupe_window_seconds)
-        if new.idempotency_key is not None:
-            expires = ts + self.idempotency_ttl
-            self._idempotency[new.idempotency_key] = (new.request_hash or "", job.id, expires)
+        if spec.debounce_key is not None:
+            self._debounced[(job.type, spec.debounce_key)] = job.id
+        self._remember_idempotency(new, job.id, ts)
         lease = self._leases[self._tokens[job.id]] if job.status == Status.RUNNING else None
         return Enqueued(job, created=True, lease=lease)
+
+    def _remember_idempotency(self, new: NewJob, job_id: str, ts: float) -> None:
+        if new.idempotency_key is not None:
+            expires = ts + self.idempotency_ttl
+            self._idempotency[new.idempotency_key] = (new.request_hash or "", job_id, expires)
+
+    def _debounce(self, spec: JobSpec, now: datetime) -> Job | None:
+        """The job of `spec`'s type and debounce key that has not started, its payload
+        replaced and put off (`debounced_run_at`); None when there is none."""
+        key = (spec.type, spec.debounce_key or "")
+        job = self._jobs.get(self._debounced.get(key, ""))
+        if job is None or job.status != Status.PENDING or job.attempts:
+            self._debounced.pop(key, None)
+            return None
+        job.payload = spec.payload
+        job.run_at = debounced_run_at(spec, job.created_at, now)
+        job.updated_at = now
+        self._pending.add(job, now.timestamp())  # its old entry is stale: another run_at
+        self._ages.add(job)
+        self._event(job, EventKind.DEBOUNCED, now)
+        return job
 
     def _insert(
         self,
@@ -199,15 +237,38 @@ class MemoryStore(MemoryWorkflows):
         now = self.clock()
         self._pending.promote(now.timestamp())
         free = dict(slots)
+        # a copy of the keys' busy counts: a job claimed here is `take`n
+        turns = KeyTurns(
+            self._key_limits, dict(self._busy), self._key_rates, self._pace, now.timestamp()
+        )
         leases: list[Lease] = []
-        while len(leases) < limit:
-            key = self._pending.best(queues, free, self._paused)
-            if key is None:
-                break
-            job = self._pending.pop(key)
+        pending = self._pending
+        best = pending.candidates(queues, free, self._paused, turns.turn)
+        while best and len(leases) < limit:
+            seen, key = heapq.heappop(best)
+            if free.get(key[1], 0) <= 0:
+                continue
+            order = pending.next_of(key, turns.turn)  # its key may have moved on since
+            if order != seen:
+                if order is not None:
+                    heapq.heappush(best, (order, key))
+                continue
+            job = pending.pop(key)
             free[job.type] -= 1
+            turns.take(job.type, job.concurrency_key)
             leases.append(self._lease(job, now, start is None or len(leases) < start))
+            order = pending.next_of(key, turns.turn)
+            if order is not None:
+                heapq.heappush(best, (order, key))
+        turns.settle()
+        if len(leases) < limit:
+            self._key_waits.extend(turns.held)
         return leases
+
+    def key_waits(self) -> list[str]:
+        """The types a short claim held jobs of back by key, since last asked."""
+        waits, self._key_waits = self._key_waits, []
+        return waits
 
     def _lease(self, job: Job, now: datetime, started: bool) -> Lease:
         token = new_id()
@@ -245,8 +306,14 @@ class MemoryStore(MemoryWorkflows):
         return held
 
     def next_due_at(self) -> datetime | None:
-        """When the earliest delayed job becomes due."""
-        return self._pending.next_due()
+        """When the earliest delayed job becomes due, or a key held back by its pace may
+        start again, whichever comes first."""
+        due = self._pending.next_due()
+        paced = self._pace.due(self.clock().timestamp())
+        if paced is None:
+            return due
+        at = datetime.fromtimestamp(paced, UTC)
+        return at if due is None or at < due else due
 
     # -- leases and outcomes ---------------------------------------------------------
 

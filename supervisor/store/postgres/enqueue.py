@@ -42,8 +42,10 @@ from goqueue.supervisor.store.postgres.workflows import PgWorkflows
 Answer = Enqueued | Exception
 
 
-def _key_order(new: NewJob) -> tuple[str, str, str]:
-    return (new.idempotency_key or "", new.spec.dedupe_key or "", new.spec.unique_key or "")
+def _key_order(new: NewJob) -> tuple[str, str, str, str]:
+    spec = new.spec
+    keys = (spec.dedupe_key or "", spec.unique_key or "", spec.debounce_key or "")
+    return (new.idempotency_key or "", *keys)
 
 
 class Enqueuer:

@@ -39,7 +39,13 @@ ENQUEUED: Sequence[tuple[EventKind, str | None]] = ((EventKind.ENQUEUED, None),)
 def keyed(new: NewJob) -> bool:
     """True when storing `new` checks a key (idempotency, dedupe, unique): it then needs
     a savepoint of its own, so that a refusal undoes only itself."""
-    return new.idempotency_key is not None or dedupes(new.spec) or new.spec.unique_key is not None
+    spec = new.spec
+    return (
+        new.idempotency_key is not None
+        or dedupes(spec)
+        or spec.unique_key is not None
+        or spec.debounce_key is not None
+    )
 
 
 def dedupes(spec: JobSpec) -> bool:
@@ -77,23 +83,13 @@ def keyed_enqueue(
     window, or a unique key a live job holds) or StoreUnavailable."""
     job_id = new_id()
     if new.idempotency_key is not None:
-        request_hash = pg_rows.text(new.request_hash) or ""
-        params = {
-            "key": pg_rows.text(new.idempotency_key),
-            "hash": request_hash,
-            "id": job_id,
-            "ttl": idempotency_ttl,
-        }
-        if (yield sql[Sql.CLAIM_IDEMPOTENCY], params) is None:
-            held = yield sql[Sql.IDEMPOTENCY_HOLDER], params
-            if held is None:  # deleted meanwhile by expiry: ours to take on a retry
-                raise StoreUnavailable("idempotency key changed concurrently; retry")
-            if held[0] != request_hash:
-                raise IdempotencyMismatch(str(held[1]))
-            original = yield sql[Sql.GET], {"id": held[1]}
-            if original is None:
-                raise StoreUnavailable(f"idempotency key names a missing job {held[1]}")
-            return Enqueued(pg_rows.job(original), created=False)
+        original = yield from _repeated(sql, new, job_id, idempotency_ttl)
+        if original is not None:
+            return original
+    if new.spec.debounce_key is not None:
+        replaced = yield from debounce(sql, new, node=node)
+        if replaced is not None:
+            return replaced
     if dedupes(new.spec):
         params = {
             "key": pg_rows.text(new.spec.dedupe_key),
@@ -121,6 +117,56 @@ def keyed_enqueue(
         if holder is not None:
             raise DuplicateJob(str(holder[0]), UNIQUE_HELD)
     raise StoreUnavailable("unique key changed hands concurrently; retry")
+
+
+def _repeated(
+    sql: Statements, new: NewJob, job_id: str, idempotency_ttl: float
+) -> Steps[Enqueued | None]:
+    """Claim `new`'s idempotency key for `job_id`; the original job when the key names
+    one already (a repeat). Raises IdempotencyMismatch or StoreUnavailable."""
+    request_hash = pg_rows.text(new.request_hash) or ""
+    params = {
+        "key": pg_rows.text(new.idempotency_key),
+        "hash": request_hash,
+        "id": job_id,
+        "ttl": idempotency_ttl,
+    }
+    if (yield sql[Sql.CLAIM_IDEMPOTENCY], params) is not None:
+        return None
+    held = yield sql[Sql.IDEMPOTENCY_HOLDER], params
+    if held is None:  # deleted meanwhile by expiry: ours to take on a retry
+        raise StoreUnavailable("idempotency key changed concurrently; retry")
+    if held[0] != request_hash:
+        raise IdempotencyMismatch(str(held[1]))
+    original = yield sql[Sql.GET], {"id": held[1]}
+    if original is None:
+        raise StoreUnavailable(f"idempotency key names a missing job {held[1]}")
+    return Enqueued(pg_rows.job(original), created=False)
+
+
+def debounce(sql: Statements, new: NewJob, *, node: str) -> Steps[Enqueued | None]:
+    """Replace the job of `new`'s type and debounce key that has not started, under the
+    key's lock (held to the end of the transaction: one enqueue of a key at a time on
+    every node), its idempotency key moved to it; None when there is none."""
+    spec = new.spec
+    key = pg_rows.text(spec.debounce_key)
+    yield sql[Sql.DEBOUNCE_LOCK], {"lock": f"goqueue debounce {spec.type} {key}"}
+    params = {
+        "type": spec.type,
+        "key": key,
+        "payload": spec.payload,
+        "seconds": spec.debounce_seconds,
+        "max": spec.debounce_max_seconds,
+        "node": node,
+    }
+    row = yield sql[Sql.DEBOUNCE], params
+    if row is None:
+        return None
+    job = pg_rows.job(row)
+    if new.idempotency_key is not None:
+        moved = {"id": job.id, "key": pg_rows.text(new.idempotency_key)}
+        yield sql[Sql.IDEMPOTENCY_MOVE], moved
+    return Enqueued(job, created=False)
 
 
 async def run_async(on: AsyncConnection[Row] | AsyncCursor[Row], steps: Steps[T]) -> T:

@@ -6,7 +6,8 @@ and VACUUM cannot while a snapshot older than the claim is open anywhere on the 
 (a report, a backup, a forgotten session); until then every claim walking the index from
 its start steps over every job drained since. A floor lets it start past them.
 
-A floor rises with what this node claims (the last job taken in each (type, priority))
+A floor rises with what this node claims (the last job without a key taken in each
+(type, priority))
 and, after a claim that took everything due of a type, to the database's `now()` less a
 little slack (a job whose transaction began before then may commit after). It falls when
 this node makes a job pending below it (an enqueue that committed late, a lease reaped,
@@ -69,7 +70,10 @@ class ClaimFloors:
         known = self._floors.setdefault(queues, {})
         for lease in leases:
             job = lease.job
-            _raise(known, (job.type, job.priority), (job.run_at, job.seq))
+            # A keyed job may be taken in its key's turn, past unkeyed jobs of its type
+            # and priority the claim did not take: it says nothing of what lies below it.
+            if job.concurrency_key is None:
+                _raise(known, (job.type, job.priority), (job.run_at, job.seq))
         if db_now is not None:
             floor = (db_now - self.slack, 0)
             for type_ in exhausted:

@@ -37,6 +37,7 @@ from goqueue.supervisor.store.postgres.floors import ClaimFloors
 from goqueue.supervisor.store.postgres.group_commit import Batcher, group_or_each
 from goqueue.supervisor.store.postgres.notify import Wakeups
 from goqueue.supervisor.store.postgres.rows import Row
+from goqueue.supervisor.store.postgres.sql.claim_keys import HELD_MARK
 from goqueue.supervisor.store.postgres.sql.statements import (
     LIVE_LEASES,
     N_JOB_FIELDS,
@@ -102,6 +103,7 @@ class Outcomes:
         self._workflows = workflows  # steps released, cancelled with their parents' outcomes
         self.lease_seconds = lease_seconds
         self.live_window = LIVE_LEASES * lease_seconds  # a node's limits count meanwhile
+        self.key_held: list[str] = []  # types a short claim held jobs of back by key
         self._lock_ns = f"goqueue.type.{schema}."
         # completes and starts share groups: a worker's outcome and its next job's start
         # commit together
@@ -150,8 +152,11 @@ class Outcomes:
         # One row holds no job: which types are limited, the database's now() and, after
         # a short claim, when the next scheduled job is due.
         (summary,) = [row for row in rows if row[0] is None]
-        next_due, limited, db_now = summary[-3:]
+        next_due, named, db_now = summary[-3:]
         leases = [self._lease(row) for row in rows if row[0] is not None]
+        # after the limited types, `~type`: a type some of whose due jobs a key held back
+        limited = [t for t in named or () if not t.startswith(HELD_MARK)]
+        self.key_held.extend(t[1:] for t in named or () if t.startswith(HELD_MARK))
         short = len(leases) < limit
         self._wakeups.claimed(queues, types, limited, next_due, short=short)
         exhausted = _exhausted(types, slots, limit, limited, leases, short)

@@ -92,6 +92,8 @@ _COLUMNS = (
     "on_failure",
     "parent_id",
     "trace_context",
+    "concurrency_key",
+    "debounce_key",
 )
 _JSON_COLUMNS = ("payload", "on_success", "on_failure", "trace_context")
 
@@ -120,7 +122,7 @@ def insert_params(
         "priority": spec.priority_value,
         "max_retries": max_retries,
         "run_at": spec.run_at,
-        "delay": spec.delay_seconds or 0.0,
+        "delay": spec.delay_seconds or spec.debounce_seconds or 0.0,
         "timeout": spec.timeout_seconds,
         "dedupe_key": text(spec.dedupe_key),
         "unique_key": text(spec.unique_key),
@@ -129,6 +131,8 @@ def insert_params(
         "on_failure": raw(spec.on_failure),
         "parent_id": parent_id,
         "trace_context": raw(trace_context),
+        "concurrency_key": text(spec.concurrency_key),
+        "debounce_key": text(spec.debounce_key),
     }
 
 
@@ -149,6 +153,8 @@ def pending(params: Mapping[str, Any], spec: JobSpec, decided: Row) -> Job:
         timeout_seconds=spec.timeout_seconds,
         dedupe_key=params["dedupe_key"],
         unique_key=params["unique_key"],
+        concurrency_key=params["concurrency_key"],
+        debounce_key=params["debounce_key"],
         webhook_url=params["webhook_url"],
         on_success=spec.on_success,
         on_failure=spec.on_failure,
@@ -197,6 +203,7 @@ def job_filter(filters: JobFilter) -> dict[str, Any]:
         "status": filters.status,
         "queue": filters.queue,
         "parent_id": filters.parent_id,
+        "concurrency_key": filters.concurrency_key,
     }
 
 

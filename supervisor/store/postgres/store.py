@@ -35,7 +35,7 @@ from goqueue.supervisor.common.errors import StoreUnavailable
 from goqueue.supervisor.common.rates import Rate, Taken
 from goqueue.supervisor.settings.config import DEFAULTS
 from goqueue.supervisor.settings.stores import channel
-from goqueue.supervisor.store.base import SHARED, NodeLinks, Upkeep
+from goqueue.supervisor.store.base import MAX_KEY_HOLDS, SHARED, NodeLinks, Upkeep
 from goqueue.supervisor.store.postgres import rows as pg_rows
 from goqueue.supervisor.store.postgres.cancels import Cancels
 from goqueue.supervisor.store.postgres.connection import Connections
@@ -165,6 +165,7 @@ class PostgresStore:
         self.dead_briefs = self._summaries.dead_briefs
         self._tasks: list[asyncio.Task[None]] = []
         self._limits: dict[str, int | None] | None = None
+        self._key_rules: dict[str, dict[str, float | None]] = {}  # (`register_node`)
         self._known: tuple[float, frozenset[str]] = (0.0, frozenset())
         self._open = False
 
@@ -281,16 +282,31 @@ class PostgresStore:
 
     # -- nodes and queues ------------------------------------------------------------
 
-    async def register_node(self, limits: Mapping[str, int | None]) -> None:
-        """Declare this node alive with its types and per-type limits."""
+    async def register_node(
+        self,
+        limits: Mapping[str, int | None],
+        *,
+        key_limits: Mapping[str, int] | None = None,
+        key_rates: Mapping[str, Rate] | None = None,
+    ) -> None:
+        """Declare this node alive with its types and per-type limits, and its per-key
+        limits and rates (the claim takes the smallest limit, the slowest rate, a live
+        node declares): by type, `{"n": limit, "step": seconds between starts, "burst":
+        starts at once}`, each null when not declared."""
         self._limits = dict(limits)
+        self._key_rules = key_rules(key_limits or {}, key_rates or {})
         self._known = (0.0, frozenset())
         await self._register()
 
     async def _register(self) -> None:
         made = self._links.report()
         report = None if made is None else pg_rows.raw(made)
-        params = {"node": self.node_id, "limits": pg_rows.raw(self._limits), "report": report}
+        params = {
+            "node": self.node_id,
+            "limits": pg_rows.raw(self._limits),
+            "report": report,
+            "key_limits": pg_rows.raw(self._key_rules) if self._key_rules else None,
+        }
         await self._db.execute(self._sql[Sql.REGISTER], params)
 
     async def known_types(self) -> frozenset[str]:
@@ -315,6 +331,20 @@ class PostgresStore:
 
     # -- rate limits -------------------------------------------------------------------
 
+    async def key_holds(self, limits: Mapping[str, int]) -> list[tuple[str, str, int, int]]:
+        """The keys at their limit, with their due pending jobs (`Store.key_holds`)."""
+        if not limits:
+            return []
+        types = sorted(limits)
+        params = {"types": types, "limits": [limits[t] for t in types], "most": MAX_KEY_HOLDS}
+        rows = await self._db.execute(self._sql[Sql.KEY_HOLDS], params)
+        return [(str(t), str(k), int(n), int(w)) for t, k, n, w in rows]
+
+    def key_waits(self) -> list[str]:
+        """The types a short claim held jobs of back by key, since last asked."""
+        waits, self._outcomes.key_held = self._outcomes.key_held, []
+        return waits
+
     async def take_starts(self, job_type: str, rate: Rate, want: int) -> Taken:
         """Take the starts due now, counted across every node."""
         params = {"type": job_type, "limit": rate.limit, "period": rate.period, "want": want}
@@ -325,3 +355,18 @@ class PostgresStore:
         """Give back unused starts (nothing once another take moved the TAT on)."""
         params = {"type": job_type, "tat": tat, "count": count}
         await self._db.execute(self._sql[Sql.RETURN_STARTS], params)
+
+
+def key_rules(
+    limits: Mapping[str, int], rates: Mapping[str, Rate]
+) -> dict[str, dict[str, float | None]]:
+    """The per-key rules of each type, as the node's row holds them (`register_node`)."""
+    rules: dict[str, dict[str, float | None]] = {}
+    for job_type in sorted(set(limits) | set(rates)):
+        rate = rates.get(job_type)
+        rules[job_type] = {
+            "n": limits.get(job_type),
+            "step": None if rate is None else rate.interval,
+            "burst": None if rate is None else rate.limit,
+        }
+    return rules

@@ -108,6 +108,7 @@ class PgWorkflows:
             rows.append(pg_rows.insert_params(step.new.spec, step.new.max_retries, job_id=job_id))
         columns = pg_rows.columns(rows)
         del columns["dedupe_key"], columns["unique_key"], columns["parent_id"]
+        del columns["debounce_key"]
         parents = [ids[k] for step in new.steps for k in step.after]
         children = [ids[step.key] for step in new.steps for _ in step.after]
         return ids, columns | {

@@ -11,6 +11,7 @@ from typing import Any
 
 import msgspec
 from goqueue.supervisor.common.enums import Status, WorkflowStatus
+from goqueue.supervisor.common.flow import KeyTurns
 from goqueue.supervisor.common.jobs import (
     OTHER_QUEUES,
     STATUSES,
@@ -34,6 +35,7 @@ from goqueue.supervisor.common.summaries import (
     type_stats as stats_by_type,
 )
 from goqueue.supervisor.store.memory.flows import workflow_of
+from goqueue.supervisor.store.sqlite.keyed import keyed_due
 from goqueue.supervisor.store.sqlite.rows import COLUMNS, SELECT_ROW, Row, from_ts, letter_of
 from goqueue.supervisor.store.sqlite.rules import FLOW
 from goqueue.supervisor.store.sqlite.schema import LIVE_SQL
@@ -56,10 +58,13 @@ def due(
     paused: set[str],
     slots: Mapping[str, int],
     limit: int,
+    turns: KeyTurns | None = None,
 ) -> list[Row]:
     """The rows of the best `limit` due jobs, at most `slots[type]` of each type, highest
     priority first, then oldest `run_at`, then enqueue order: per type, one walk of the
-    `jobs_due` index, so a type at its limit never holds up another."""
+    `jobs_due` index, so a type at its limit never holds up another. A type with a
+    per-key rule is walked key by key (`keyed.py`), its keys taking turns; the jobs taken
+    are counted in `turns`."""
     where, params = "", []
     if queues is not None:
         where += f" AND queue IN ({_marks(queues)})"
@@ -67,12 +72,15 @@ def due(
     if paused:
         where += f" AND queue NOT IN ({_marks(paused)})"
         params.extend(sorted(paused))
-    found: list[tuple[int, float, int, tuple[Any, ...]]] = []
+    found: list[tuple[int, int, int, float, int, tuple[Any, ...]]] = []
     for job_type, free in slots.items():
         if free <= 0:
             continue
+        if turns is not None and turns.keyed(job_type):
+            found.extend(keyed_due(conn, job_type, min(free, limit), turns, now, where, params))
+            continue
         found.extend(
-            (-hit[0], hit[1], hit[2], hit[3:])
+            (-hit[0], 0, 0, hit[1], hit[2], hit[3:])
             for hit in conn.execute(
                 f"SELECT priority, run_at, seq, {COLUMNS} FROM jobs INDEXED BY jobs_due"
                 f" WHERE status = 'pending' AND type = ? AND run_at <= ?{where}"
@@ -81,10 +89,21 @@ def due(
             )
         )
     if len(found) > limit:
-        found = heapq.nsmallest(limit, found)
+        found = heapq.nsmallest(limit, found, key=_claim_order)
     elif len(slots) > 1:
-        found.sort()
-    return [Row.read(columns) for *_, columns in found]
+        found.sort(key=_claim_order)
+    rows = [Row.read(columns) for *_, columns in found]
+    if turns is not None:
+        for row in rows:
+            turns.take(row.job.type, row.job.concurrency_key)
+        turns.settle()
+    return rows
+
+
+def _claim_order(
+    hit: tuple[int, int, int, float, int, tuple[Any, ...]],
+) -> tuple[int, int, int, float, int]:
+    return hit[0], hit[1], hit[2], hit[3], hit[4]
 
 
 def next_due(conn: sqlite3.Connection, now: float) -> float | None:
@@ -107,9 +126,10 @@ def job(conn: sqlite3.Connection, job_id: str) -> Job | None:
 
 
 def jobs(conn: sqlite3.Connection, filters: JobFilter, limit: int, offset: int) -> Page:
-    """Jobs newest first; the total from the kept counts unless a parent is named."""
+    """Jobs newest first; the total from the kept counts unless a parent or a key is
+    named."""
     clauses, params = [], []
-    for column in ("type", "status", "queue", "parent_id"):
+    for column in ("type", "status", "queue", "parent_id", "concurrency_key"):
         value = getattr(filters, column)
         if value is not None:
             clauses.append(f"{column} = ?")
@@ -118,7 +138,7 @@ def jobs(conn: sqlite3.Connection, filters: JobFilter, limit: int, offset: int) 
     rows = conn.execute(
         f"{SELECT_ROW} {where} ORDER BY seq DESC LIMIT ? OFFSET ?", (*params, limit, offset)
     ).fetchall()
-    if filters.parent_id is not None:
+    if filters.parent_id is not None or filters.concurrency_key is not None:
         (total,) = conn.execute(f"SELECT count(*) FROM jobs {where}", params).fetchone()
     else:
         (total,) = conn.execute(

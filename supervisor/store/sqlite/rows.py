@@ -63,6 +63,8 @@ _INSERTED = (
     *MIRRORED,
     *("job", "events", "n_events", "seq", "id", "type", "queue", "priority", "created_at"),
     "parent_id",
+    "concurrency_key",
+    "debounce_key",
 )
 INSERT = f"INSERT INTO jobs ({', '.join(_INSERTED)}) VALUES ({', '.join('?' * len(_INSERTED))})"
 
@@ -233,6 +235,8 @@ class Row:
             job.priority,
             job.created_at.timestamp(),
             job.parent_id,
+            job.concurrency_key,
+            job.debounce_key,
         )
 
 

@@ -29,6 +29,7 @@ from goqueue.supervisor.common.jobs import (
     Enqueued,
     Job,
     JobSpec,
+    debounced_run_at,
     new_id,
 )
 from goqueue.supervisor.common.steps import dependent_error
@@ -202,6 +203,11 @@ class Tx:
                 if row is not None:
                     return Enqueued(row.job, created=False)
         spec = new.spec
+        if spec.debounce_key is not None:
+            replaced = self._debounce(spec)
+            if replaced is not None:
+                self._remember(new, replaced.job.id, [])
+                return Enqueued(replaced.job, created=False)
         if spec.dedupe_key is not None and spec.dedupe_window_seconds:
             held = self._key(DEDUPE, spec.dedupe_key)
             if held is not None:
@@ -223,13 +229,37 @@ class Tx:
         keys = []
         if spec.dedupe_key is not None and spec.dedupe_window_seconds:
             keys.append((DEDUPE, spec.dedupe_key, job_id, "", ts + spec.dedupe_window_seconds))
+        self._remember(new, job_id, keys)
+        lease = row.lease() if row.job.status == Status.RUNNING else None
+        return Enqueued(row.job, created=True, lease=lease)
+
+    def _remember(self, new: NewJob, job_id: str, keys: list[tuple[Any, ...]]) -> None:
+        """Write the keys of an enqueue (`keys`, and its idempotency key)."""
         if new.idempotency_key is not None:
-            expires = ts + self.ctx.idempotency_ttl
+            expires = self.ts + self.ctx.idempotency_ttl
             keys.append((IDEMPOTENCY, new.idempotency_key, job_id, new.request_hash or "", expires))
         if keys:
             self.conn.executemany("INSERT OR REPLACE INTO job_keys VALUES (?, ?, ?, ?, ?)", keys)
-        lease = row.lease() if row.job.status == Status.RUNNING else None
-        return Enqueued(row.job, created=True, lease=lease)
+
+    def _debounce(self, spec: JobSpec) -> Row | None:
+        """The row of the job of `spec`'s type and debounce key that has not started, its
+        payload replaced and put off (`debounced_run_at`); None when there is none."""
+        found = self.load_where(
+            "WHERE type = ? AND debounce_key = ? AND status = 'pending'"
+            " AND json_extract(CAST(job AS TEXT), '$.attempts') = 0 ORDER BY seq LIMIT 1",
+            (spec.type, spec.debounce_key),
+        )
+        if not found:
+            return None
+        row = found[0]
+        job = row.job
+        job.payload = spec.payload
+        job.run_at = debounced_run_at(spec, job.created_at, self.now)
+        job.updated_at = self.now
+        self.event(row, EventKind.DEBOUNCED)
+        self.save(row)
+        self.ctx.wake()  # its due time moved: the dispatcher's timer may have to
+        return row
 
     def _key(self, kind: str, key: str) -> tuple[str, str] | None:
         """(job id, request hash) of a key not expired."""

@@ -207,7 +207,23 @@ ROWS_ARE_THE_TRUTH: tuple[str, ...] = (  # 3: the rows are the truth, with their
     "CREATE INDEX edges_to ON workflow_edges (child_id)",
     "CREATE TABLE probe (n INTEGER)",  # readiness writes here to see that writes go
 )
-MIGRATIONS = (*MIGRATIONS, ROWS_ARE_THE_TRUTH)
+FLOW_KEYS: tuple[str, ...] = (  # 4: flow control by key (docs/guide/flow-control.md)
+    # a job's `concurrency_key` (immutable: written once, with the row); jobs stored
+    # before have none
+    "ALTER TABLE jobs ADD COLUMN concurrency_key TEXT",
+    # the claim walks a keyed type's pending jobs key by key, each key in claim order,
+    # and counts each key's claimed and running jobs; GET /jobs?concurrency_key= lists one
+    "CREATE INDEX jobs_key_due ON jobs (type, concurrency_key, priority DESC, run_at, seq)"
+    " WHERE status = 'pending' AND concurrency_key IS NOT NULL",
+    "CREATE INDEX jobs_key_busy ON jobs (type, concurrency_key)"
+    " WHERE status IN ('claimed', 'running') AND concurrency_key IS NOT NULL",
+    "CREATE INDEX jobs_key ON jobs (concurrency_key, seq) WHERE concurrency_key IS NOT NULL",
+    # a debounced job not started yet, found by its type and key to be replaced
+    "ALTER TABLE jobs ADD COLUMN debounce_key TEXT",
+    "CREATE INDEX jobs_debounce ON jobs (type, debounce_key)"
+    " WHERE status = 'pending' AND debounce_key IS NOT NULL",
+)
+MIGRATIONS = (*MIGRATIONS, ROWS_ARE_THE_TRUTH, FLOW_KEYS)
 VERSION = len(MIGRATIONS)
 
 

@@ -47,6 +47,7 @@ from goqueue.supervisor.common.errors import (
     NotFound,
     StoreFull,
 )
+from goqueue.supervisor.common.flow import KeyPace, KeyTurns
 from goqueue.supervisor.common.jobs import (
     BULK_CANCEL,
     CancelFilter,
@@ -63,7 +64,7 @@ from goqueue.supervisor.common.summaries import (
 )
 from goqueue.supervisor.settings.config import DEFAULTS
 from goqueue.supervisor.store.base import EMBEDDED, EVENTS_KEPT, NewJob, NodeLinks, Upkeep
-from goqueue.supervisor.store.sqlite import pruning, reads
+from goqueue.supervisor.store.sqlite import keyed, pruning, reads
 from goqueue.supervisor.store.sqlite.database import Database
 from goqueue.supervisor.store.sqlite.dead_letters import SqliteDeadLetters
 from goqueue.supervisor.store.sqlite.leases import held, outcome_of, reap
@@ -109,6 +110,11 @@ class SqliteStore:
         self.outbox = SqliteOutboxRows(self.db, node_id, clock)
         self._links = NodeLinks()  # this node's report (`open`)
         self._limits: dict[str, int | None] = {}
+        self._key_limits: dict[str, int] = {}  # per-key limits by type (`common/flow.py`)
+        self._key_rates: dict[str, Rate] = {}  # per-key rates by type
+        self._pace = KeyPace()  # the paced keys' TATs (this node's, as rate limits are)
+        self._key_waits: list[str] = []  # (`key_waits`)
+        self._cursors: dict[str, str] = {}  # where each keyed type takes keys up again
         self._seq = itertools.count(1)
         self._starts = StartTimes()
         self._opened_at = clock()
@@ -230,10 +236,18 @@ class SqliteStore:
     async def cancel_elsewhere(self, job_id: str, token: str) -> None:
         """Nothing to tell: one node owns the file."""
 
-    async def register_node(self, limits: Mapping[str, int | None]) -> None:
-        """Remember this node's job types and limits."""
+    async def register_node(
+        self,
+        limits: Mapping[str, int | None],
+        *,
+        key_limits: Mapping[str, int] | None = None,
+        key_rates: Mapping[str, Rate] | None = None,
+    ) -> None:
+        """Remember this node's job types and limits, and its per-key limits and rates."""
         self._limits.clear()
         self._limits.update(limits)
+        self._key_limits = dict(key_limits or {})
+        self._key_rates = dict(key_rates or {})
 
     async def known_types(self) -> frozenset[str]:
         """The types this node declared."""
@@ -286,7 +300,12 @@ class SqliteStore:
             return []
 
         def work(tx: Tx) -> list[Lease]:
-            best = reads.due(tx.conn, tx.ts, queues, tx.paused(), slots, limit)
+            turns = KeyTurns(
+                self._key_limits, {}, self._key_rates, self._pace, tx.ts, self._cursors
+            )
+            best = reads.due(tx.conn, tx.ts, queues, tx.paused(), slots, limit, turns)
+            if len(best) < limit:
+                self._key_waits.extend(turns.held)
             leases = []
             for i, row in enumerate(best):
                 tx.adopt(row)
@@ -298,6 +317,16 @@ class SqliteStore:
             return leases
 
         return await self._write(work)
+
+    async def key_holds(self, limits: Mapping[str, int]) -> list[tuple[str, str, int, int]]:
+        """The keys at their limit, with their due pending jobs (`Store.key_holds`)."""
+        now = self.clock().timestamp()
+        return self._read(lambda conn: keyed.holds(conn, limits, now))
+
+    def key_waits(self) -> list[str]:
+        """The types a short claim held jobs of back by key, since last asked."""
+        waits, self._key_waits = self._key_waits, []
+        return waits
 
     async def start(self, lease: Lease) -> Lease | None:
         """Start the attempt of a `claimed` lease, in the file before its worker gets it."""
@@ -314,12 +343,15 @@ class SqliteStore:
         return await self._write(work)
 
     def next_due_at(self) -> datetime | None:
-        """When the earliest delayed job becomes due (an indexed look-up)."""
+        """When the earliest delayed job becomes due (an indexed look-up), or a key held
+        back by its pace may start again, whichever comes first."""
         now = self.clock().timestamp()
+        paced = self._pace.due(now)
         try:
-            return from_ts(self._read(lambda c: reads.next_due(c, now)))
+            due = self._read(lambda c: reads.next_due(c, now))
         except Exception:
-            return None
+            due = None
+        return from_ts(due if paced is None or (due is not None and due < paced) else paced)
 
     # -- leases and outcomes ---------------------------------------------------------
 

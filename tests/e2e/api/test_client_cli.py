@@ -61,6 +61,8 @@ def job(**overrides: Any) -> dict[str, Any]:
         "step_key": None,
         "parent_ids": None,
         "parents": None,
+        "concurrency_key": None,
+        "debounce_key": None,
     }
     return fields | overrides
 

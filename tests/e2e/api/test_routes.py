@@ -188,6 +188,55 @@ BAD_BODIES = [
         id="nested-run-at-and-delay",
     ),
     pytest.param(
+        b'{"type": "email", "concurrency_key": ""}',
+        "concurrency_key",
+        "length >= 1",
+        id="key-empty",
+    ),
+    pytest.param(
+        b'{"type": "email", "concurrency_key": "' + b"k" * 201 + b'"}',
+        "concurrency_key",
+        "length <= 200",
+        id="key-long",
+    ),
+    pytest.param(
+        b'{"type": "email", "concurrency_key": 7}',
+        "concurrency_key",
+        "Expected `str",
+        id="key-number",
+    ),
+    pytest.param(
+        b'{"type": "email", "debounce_key": "d"}',
+        "debounce_seconds",
+        "needs debounce_seconds",
+        id="debounce-no-seconds",
+    ),
+    pytest.param(
+        b'{"type": "email", "debounce_seconds": 1}',
+        "debounce_key",
+        "needs a debounce_key",
+        id="debounce-no-key",
+    ),
+    pytest.param(
+        b'{"type": "email", "debounce_key": "d", "debounce_seconds": 0}',
+        "debounce_seconds",
+        "Expected `float` > 0",
+        id="debounce-zero",
+    ),
+    pytest.param(
+        b'{"type": "email", "debounce_key": "d", "debounce_seconds": 1, "delay_seconds": 5}',
+        "debounce_seconds",
+        "give no run_at or delay_seconds",
+        id="debounce-and-delay",
+    ),
+    pytest.param(
+        b'{"type": "email", "on_success": {"type": "email", "debounce_key": "d", '
+        b'"debounce_seconds": 1}}',
+        "on_success.debounce_key",
+        "not allowed in a job template",
+        id="debounce-in-template",
+    ),
+    pytest.param(
         b'{"type": "email", "payload": ' + b"[" * 5000 + b"]" * 5000 + b"}",
         None,
         "nested too deeply",
@@ -286,6 +335,9 @@ def test_ids_are_case_insensitive(api_server: ApiServer) -> None:
         ("/jobs?status=", "status"),
         ("/jobs?type=a%20b", "type"),
         ("/jobs?queue=", "queue"),
+        ("/jobs?concurrency_key=", "concurrency_key"),
+        ("/jobs?concurrency_key=" + "k" * 201, "concurrency_key"),
+        ("/summary/jobs?concurrency_key=", "concurrency_key"),
         ("/jobs?stauts=failed", "stauts"),
         ("/jobs?limit=1&limit=2", "limit"),
         ("/dlq?limit=5000", "limit"),
@@ -682,7 +734,7 @@ def test_openapi_describes_every_route(api_server: ApiServer) -> None:
     assert documented == served
     # 22 (deliveries, bulk dead letters, bulk cancel) + summaries (6), dashboard (2),
     # schedules (3), workflows (4)
-    assert len(served) == 37
+    assert len(served) == 38
     schemas = doc["components"]["schemas"]
     bulk_cancel = doc["paths"]["/jobs/cancel"]["post"]
     assert bulk_cancel["requestBody"]["content"]["application/json"]["schema"] == {
@@ -702,7 +754,7 @@ def test_openapi_describes_every_route(api_server: ApiServer) -> None:
     }
     assert {"201", "200", "400", "409", "413", "422", "503"} <= set(enqueue_op["responses"])
     listing = {p["name"] for p in doc["paths"]["/jobs"]["get"]["parameters"]}
-    assert listing == {"type", "status", "queue", "limit", "offset"}
+    assert listing == {"type", "status", "queue", "concurrency_key", "limit", "offset"}
     get_op = doc["paths"]["/jobs/{id}"]["get"]
     assert get_op["parameters"][0] == {
         "name": "id",

@@ -399,3 +399,16 @@ def test_the_async_client_decodes_templates_too(node: Node) -> None:
             assert done.on_success == job.on_success and done.result == {"n": 1}
 
     asyncio.run(main())
+
+
+def test_a_key_and_a_debounce_from_the_client(client: goqueue.Client) -> None:
+    job = client.enqueue("noop", {"n": 1}, concurrency_key="tenant-9")
+    assert job.concurrency_key == "tenant-9"
+    listed = list(client.list(concurrency_key="tenant-9"))
+    assert [j.id for j in listed] == [job.id]
+    first, created = client.submit("noop", {"n": 1}, debounce_key="d", debounce_seconds=30)
+    again, repeated = client.submit("noop", {"n": 2}, debounce_key="d", debounce_seconds=30)
+    assert created and not repeated and again.id == first.id and again.payload == {"n": 2}
+    with pytest.raises(goqueue.InvalidJob) as refused:  # checked before it is sent
+        client.enqueue("noop", concurrency_key="")
+    assert refused.value.field == "concurrency_key"

@@ -187,3 +187,27 @@ def test_a_typed_actor_s_payload_is_checked_when_the_actor_itself_is_given(
             conn, send_email, {"to": "a@example.com"}, schema=registered.schema
         )
     assert job.payload == {"to": "a@example.com"}
+
+
+def test_a_key_and_a_debounce_inside_the_callers_transaction(registered: Database) -> None:
+    def send(n: int) -> goqueue.JobOut:
+        with psycopg.connect(registered.dsn, autocommit=True) as conn, conn.transaction():
+            return goqueue.pg.enqueue(
+                conn,
+                "email",
+                {"n": n},
+                schema=registered.schema,
+                concurrency_key="tenant-1",
+                debounce_key="digest",
+                debounce_seconds=30,
+            )
+
+    first, second = send(1), send(2)
+    assert second.id == first.id and first.concurrency_key == "tenant-1"
+    ((payload, key),) = rows(
+        registered, "SELECT payload, concurrency_key FROM {s}.jobs WHERE id = %s", first.id
+    )
+    assert payload == {"n": 2} and key == "tenant-1"
+    with psycopg.connect(registered.dsn) as conn, pytest.raises(goqueue.BadRequest) as refused:
+        goqueue.pg.enqueue(conn, "email", schema=registered.schema, debounce_key="x")
+    assert refused.value.field == "debounce_seconds"

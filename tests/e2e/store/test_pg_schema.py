@@ -46,6 +46,7 @@ RELEASED = {
     13: "d31f12c466ac9e1ff64ef75fa123c09972a476f249c61de89fc7b5995a6fc5ad",  # workflows
     14: "1f3fab9be2a6342cea83dfd04bc72eb7c41e45abef327ba97f0eed9c8b7212ab",  # claim_leases
     15: "821ed28bdf912720ba82df7bbf3137bc16e4dcfe479b66709fa7aedb761fbf75",  # claim_floored
+    16: "10a7d0099e9737017443456f4acba481d38cf7505f185a3495ac4668710b6ec2",  # flow keys
 }
 
 

@@ -259,7 +259,7 @@ class Recorder:
             self.opens_failing -= 1
             raise StoreUnavailable("connection refused")
 
-    async def register_node(self, limits: Any) -> None:
+    async def register_node(self, limits: Any, **key_rules: Any) -> None:
         self.calls.append("store.register")
         if self.registers_failing:
             self.registers_failing -= 1

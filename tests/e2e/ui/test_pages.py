@@ -365,3 +365,29 @@ def test_on_postgresql_the_workers_page_shows_the_other_nodes_workers_and_the_cl
     no_sideways_scroll(page, viewport)
     tab.shot("workers-cluster")
     assert b.delete(f"/jobs/{job['id']}?force=true").status == 200
+
+
+@BOTH
+def test_the_job_types_page_shows_the_keys_at_their_limit(
+    make_node: Any, open_tab: Any, tmp_path: Path, viewport: dict[str, int]
+) -> None:
+    node = make_node("--actors", "keyedactors", "--workers", "3")
+    go = str(tmp_path / "go")
+    jobs = [{"type": "held", "concurrency_key": "tenant-1", "payload": {"go": go}}] * 3
+    jobs.append({"type": "held", "concurrency_key": "tenant-2", "payload": {"go": go}})
+    try:
+        for job in jobs:
+            assert node.post("/jobs", job).status == 201
+        wait_for(lambda: node.get("/jobs?type=held&status=pending").body["total"] == 2, timeout=15)
+        tab = open_tab(node.url, viewport=viewport)
+        page = tab.open("/types")
+        expect(page.locator('[data-keys-at-limit="held"]')).to_have_text("2")
+        expect(page.locator('[data-key-waiting="held"]')).to_have_text("2")
+        expect(page.locator('[data-key-limit="held"]')).to_have_text("1")
+        expect(page.locator('[data-held="held"]')).to_contain_text("tenant-1 1 running, 2 waiting")
+        no_sideways_scroll(page, viewport)
+        tab.shot("types-keys")
+        page.locator('[data-held="held"] a', has_text="tenant-1").click()
+        expect(page.locator("[data-job]")).to_have_count(3)  # the key's jobs
+    finally:
+        Path(go).touch()

@@ -22,7 +22,7 @@ from goqueue.supervisor.store.postgres.webhook_body import body_sql
 JOB_FIELDS: Final = tuple(field.name for field in msgspec.structs.fields(Job))
 N_JOB_FIELDS: Final = len(JOB_FIELDS)
 # `JobFilter` fields: equality filters
-FILTER_COLUMNS: Final = ("type", "status", "queue", "parent_id")
+FILTER_COLUMNS: Final = ("type", "status", "queue", "parent_id", "concurrency_key")
 # An Idempotency-Key of POST /workflows shares the table of POST /jobs, apart by prefix.
 WORKFLOW_KEY_PREFIX: Final = "workflow:"
 
@@ -144,6 +144,10 @@ class Sql(StrEnum):
     CLAIM_DEDUPE = auto()
     DEDUPE_HOLDER = auto()
     UNIQUE_HOLDER = auto()
+    KEY_HOLDS = auto()
+    DEBOUNCE_LOCK = auto()
+    DEBOUNCE = auto()
+    IDEMPOTENCY_MOVE = auto()
     CLAIM_IDEMPOTENCY = auto()
     IDEMPOTENCY_HOLDER = auto()
     TAKE_DEAD = auto()

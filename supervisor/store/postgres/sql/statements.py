@@ -56,13 +56,14 @@ LIVE_LEASES: Final = 3  # a node is live (its limits count) while its beat is th
 _INSERTED = (
     "id, type, queue, payload, priority, status, attempts, max_retries, run_at,"
     " timeout_seconds, dedupe_key, unique_key, webhook_url, on_success, on_failure,"
-    " parent_id, created_at, updated_at, trace_context"
+    " parent_id, created_at, updated_at, trace_context, concurrency_key, debounce_key"
 )
 _INSERT_VALUES = """(%(id)s, %(type)s, %(queue)s, %(payload)s, %(priority)s, 'pending', 0,
                 %(max_retries)s,
                 coalesce(%(run_at)s::timestamptz, now() + %(delay)s::float8 * interval '1 second'),
                 %(timeout)s, %(dedupe_key)s, %(unique_key)s, %(webhook_url)s, %(on_success)s,
-                %(on_failure)s, %(parent_id)s, now(), now(), %(trace_context)s)"""
+                %(on_failure)s, %(parent_id)s, now(), now(), %(trace_context)s,
+                %(concurrency_key)s, %(debounce_key)s)"""
 
 # The partial unique index of migration 6: a unique key is held while its job is not
 # terminal. Written out once, for `ON CONFLICT` to name the index by its predicate.
@@ -136,10 +137,10 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
         Sql.LISTEN: "LISTEN {channel}",
         Sql.NOTIFY: "SELECT pg_notify(%(channel)s, %(payload)s)",
         Sql.REGISTER: """
-            INSERT INTO {s}.nodes (node_id, limits, heartbeat_at, report)
-            VALUES (%(node)s, %(limits)s, now(), %(report)s)
+            INSERT INTO {s}.nodes (node_id, limits, heartbeat_at, report, key_limits)
+            VALUES (%(node)s, %(limits)s, now(), %(report)s, %(key_limits)s)
             ON CONFLICT (node_id) DO UPDATE SET limits = EXCLUDED.limits, heartbeat_at = now(),
-                report = EXCLUDED.report""",
+                report = EXCLUDED.report, key_limits = EXCLUDED.key_limits""",
         Sql.FORGET_NODE: "DELETE FROM {s}.nodes WHERE node_id = %(node)s",
         Sql.KNOWN_TYPES: """
             SELECT DISTINCT jsonb_object_keys(limits) FROM {s}.nodes WHERE {live_nodes}""",
@@ -203,7 +204,8 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
                     CASE WHEN go.run THEN 1 ELSE 0 END, %(max_retries)s, go.run_at,
                     %(timeout)s, %(dedupe_key)s, %(unique_key)s, %(webhook_url)s,
                     %(on_success)s, %(on_failure)s, %(parent_id)s, now(), now(),
-                    %(trace_context)s, CASE WHEN go.run THEN now() END,
+                    %(trace_context)s, %(concurrency_key)s, %(debounce_key)s,
+                    CASE WHEN go.run THEN now() END,
                     CASE WHEN go.run THEN %(node)s END,
                     CASE WHEN go.run THEN %(token)s::uuid END,
                     CASE WHEN go.run THEN now() + %(lease)s::float8 * interval '1 second' END
@@ -225,16 +227,18 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
                 SELECT t.id, t.type, t.queue, t.payload::json, t.priority, 'pending', 0,
                     t.max_retries, coalesce(t.run_at, now() + t.delay * interval '1 second'),
                     t.timeout, t.dedupe_key, t.unique_key, t.webhook_url, t.on_success::json,
-                    t.on_failure::json, t.parent_id, now(), now(), t.trace_context::jsonb
+                    t.on_failure::json, t.parent_id, now(), now(), t.trace_context::jsonb,
+                    t.concurrency_key, t.debounce_key
                 FROM unnest(%(id)b::uuid[], %(type)b::text[], %(queue)b::text[],
                     %(payload)b::text[], %(priority)b::int2[], %(max_retries)b::int4[],
                     %(run_at)b::timestamptz[], %(delay)b::float8[], %(timeout)b::float8[],
                     %(dedupe_key)b::text[], %(unique_key)b::text[], %(webhook_url)b::text[],
                     %(on_success)b::text[], %(on_failure)b::text[], %(parent_id)b::uuid[],
-                    %(trace_context)b::text[])
+                    %(trace_context)b::text[], %(concurrency_key)b::text[],
+                    %(debounce_key)b::text[])
                     AS t(id, type, queue, payload, priority, max_retries, run_at, delay,
                          timeout, dedupe_key, unique_key, webhook_url, on_success, on_failure,
-                         parent_id, trace_context)
+                         parent_id, trace_context, concurrency_key, debounce_key)
                 RETURNING id, attempts, run_at, created_at, seq),
             {_trail(EventKind.ENQUEUED)}
             SELECT id, run_at, created_at, seq FROM changed""",
@@ -248,6 +252,43 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
         Sql.DEDUPE_HOLDER: "SELECT job_id FROM {s}.dedupe WHERE key = %(key)s",
         Sql.UNIQUE_HOLDER: f"""
             SELECT id FROM {{s}}.jobs WHERE unique_key = %(key)s AND {_UNIQUE_HELD}""",
+        # The keys at their limit (`%(types)s`, `%(limits)s`: each type's key_concurrency),
+        # with their due pending jobs, on the keys' own partial indexes.
+        Sql.KEY_HOLDS: """
+            SELECT b.type, b.key, b.running, (
+                SELECT count(*) FROM {s}.jobs w
+                WHERE w.status = 'pending' AND w.concurrency_key IS NOT NULL
+                  AND w.type = b.type AND w.concurrency_key = b.key AND w.run_at <= now())
+            FROM (SELECT r.type, r.concurrency_key AS key, count(*) AS running
+                  FROM {s}.jobs r
+                  WHERE r.status IN ('claimed', 'running') AND r.concurrency_key IS NOT NULL
+                    AND r.type = ANY (%(types)s::text[])
+                  GROUP BY 1, 2) b
+            JOIN unnest(%(types)s::text[], %(limits)s::int[]) AS l(type, lim) ON l.type = b.type
+            WHERE b.running >= l.lim
+            LIMIT %(most)s""",
+        # Debounce: one enqueue of a (type, debounce key) at a time, across nodes (the
+        # lock is the transaction's); the job of that key not started yet takes the new
+        # payload and is put off, no later than debounce_max_seconds after its creation.
+        Sql.DEBOUNCE_LOCK: "SELECT pg_advisory_xact_lock(hashtextextended(%(lock)s, 0))",
+        Sql.DEBOUNCE: f"""
+            WITH target AS (
+                SELECT id FROM {{s}}.jobs
+                WHERE status = 'pending' AND debounce_key IS NOT NULL AND attempts = 0
+                  AND type = %(type)s AND debounce_key = %(key)s
+                ORDER BY seq LIMIT 1 FOR UPDATE),
+            changed AS (
+                UPDATE {{s}}.jobs j SET payload = %(payload)s, updated_at = now(),
+                    run_at = least(now() + %(seconds)s::float8 * interval '1 second',
+                        coalesce(j.created_at + %(max)s::float8 * interval '1 second',
+                                 'infinity'::timestamptz))
+                FROM target WHERE j.id = target.id
+                RETURNING j.*),
+            {_trail(EventKind.DEBOUNCED)}
+            SELECT {{job}} FROM changed""",
+        Sql.IDEMPOTENCY_MOVE: """
+            UPDATE {s}.idempotency SET job_id = %(id)s WHERE key = %(key)s
+            RETURNING job_id""",
         Sql.CLAIM_IDEMPOTENCY: """
             INSERT INTO {s}.idempotency (key, request_hash, job_id, expires_at)
             VALUES (%(key)s, %(hash)s, %(id)s, now() + %(ttl)s::float8 * interval '1 second')
@@ -457,6 +498,11 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
                 RETURNING w.id),
             flow_keys AS (DELETE FROM {s}.idempotency
                 WHERE {workflow_key} AND job_id IN (SELECT id FROM flows)),
+            -- a paced key's TAT a whole hour past (the longest period): a key never seen
+            -- starts the same burst
+            paces AS (DELETE FROM {s}.key_pace WHERE ctid IN (
+                SELECT ctid FROM {s}.key_pace
+                WHERE tat < extract(epoch FROM now()) - 3600 LIMIT %(limit)s)),
             -- finished deliveries as old (created with their job's terminal status)
             hooks AS (DELETE FROM {s}.webhook_deliveries WHERE id IN (
                 SELECT id FROM {s}.webhook_deliveries
@@ -578,5 +624,6 @@ class Statements:
             bool(filters.status),
             bool(filters.queue),
             bool(filters.parent_id),
+            bool(filters.concurrency_key),
         )
         return self._filtered[name, used]

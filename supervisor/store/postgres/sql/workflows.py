@@ -47,7 +47,7 @@ WORKFLOW_SQL: Final[Mapping[Sql, str]] = MappingProxyType(
                 INSERT INTO {{s}}.jobs (id, type, queue, payload, priority, status, attempts,
                     max_retries, run_at, timeout_seconds, dedupe_key, unique_key, webhook_url,
                     on_success, on_failure, created_at, updated_at,
-                    workflow_id, step_key, parent_ids, parents, unfinished)
+                    workflow_id, step_key, parent_ids, parents, unfinished, concurrency_key)
                 SELECT t.id, t.type, t.queue, t.payload::json, t.priority,
                     CASE WHEN t.waiting > 0 THEN 'waiting' ELSE 'pending' END, 0,
                     t.max_retries, coalesce(t.run_at, now() + t.delay * interval '1 second'),
@@ -56,14 +56,16 @@ WORKFLOW_SQL: Final[Mapping[Sql, str]] = MappingProxyType(
                     %(workflow)s::uuid, t.key,
                     string_to_array(nullif(t.pids, ''), ' ')::uuid[],
                     CASE WHEN t.waiting > 0 THEN '{{{{}}}}'::json END,
-                    nullif(t.waiting, 0)
+                    nullif(t.waiting, 0), t.concurrency_key
                 FROM unnest(%(id)b::uuid[], %(type)b::text[], %(queue)b::text[],
                     %(payload)b::text[], %(priority)b::int2[], %(max_retries)b::int4[],
                     %(run_at)b::timestamptz[], %(delay)b::float8[], %(timeout)b::float8[],
                     %(webhook_url)b::text[], %(on_success)b::text[], %(on_failure)b::text[],
-                    %(key)b::text[], %(pids)b::text[], %(waiting)b::int4[])
+                    %(key)b::text[], %(pids)b::text[], %(waiting)b::int4[],
+                    %(concurrency_key)b::text[])
                     AS t(id, type, queue, payload, priority, max_retries, run_at, delay,
-                         timeout, webhook_url, on_success, on_failure, key, pids, waiting)
+                         timeout, webhook_url, on_success, on_failure, key, pids, waiting,
+                         concurrency_key)
                 RETURNING *),
             edges AS (
                 INSERT INTO {{s}}.workflow_edges (parent, child)

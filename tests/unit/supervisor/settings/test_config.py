@@ -274,6 +274,8 @@ def test_every_option_is_a_settings_field_with_a_documented_default() -> None:
         "limits",
         "schedules",
         "rate_limits",
+        "key_limits",
+        "key_rate_limits",
     }
     for option in config.OPTIONS:
         field = fields[option.name]

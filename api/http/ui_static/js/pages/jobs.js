@@ -26,6 +26,7 @@ export default {
       status: STATUSES.includes(query.get("status")) ? query.get("status") : "",
       type: query.get("type") || "",
       queue: query.get("queue") || "",
+      concurrency_key: query.get("concurrency_key") || "",
       offset: Math.max(0, Number.parseInt(query.get("offset") || "0", 10) || 0),
     };
     const go = (changes) => navigate("/jobs", { ...filters, offset: 0, ...changes }, { replace: true });
@@ -55,7 +56,7 @@ export default {
       h("label", { class: "field", for: "f-type" }, "Type", typeInput),
       h("label", { class: "field", for: "f-queue" }, "Queue", queueInput),
       h("button", { type: "submit" }, "Filter"),
-      filters.type || filters.queue || filters.status ? h("button", { type: "button", class: "link", onclick: () => go({ status: "", type: "", queue: "" }) }, "Clear filters") : null,
+      filters.type || filters.queue || filters.status || filters.concurrency_key ? h("button", { type: "button", class: "link", onclick: () => go({ status: "", type: "", queue: "", concurrency_key: "" }) }, "Clear filters") : null,
       types,
     );
     const findForm = h(
@@ -137,7 +138,7 @@ export default {
     let last = "";
     async function refresh() {
       const data = await api("summary/jobs", {
-        query: { status: filters.status, type: filters.type, queue: filters.queue, limit: LIMIT, offset: filters.offset },
+        query: { status: filters.status, type: filters.type, queue: filters.queue, concurrency_key: filters.concurrency_key, limit: LIMIT, offset: filters.offset },
         quiet: last !== "",
       }).catch((err) => {
         swap(body, callout("bad", explain(err)));
@@ -146,7 +147,12 @@ export default {
       const text = JSON.stringify(data);
       if (text === last) return;
       last = text;
-      const what = [filters.status, filters.type && `of type ${filters.type}`, filters.queue && `in queue ${filters.queue}`].filter(Boolean).join(" ");
+      const what = [
+        filters.status,
+        filters.type && `of type ${filters.type}`,
+        filters.queue && `in queue ${filters.queue}`,
+        filters.concurrency_key && `of key ${filters.concurrency_key}`,
+      ].filter(Boolean).join(" ");
       swap(
         body,
         table(columns, data.jobs, { empty: what ? `No ${what} jobs.` : "No jobs yet. Enqueue one with POST /jobs.", caption: "Jobs" }),

@@ -1,7 +1,9 @@
 // Job types: per type, how many jobs are in each status, the p50 and p95 run time of the
 // finished ones and their failure rate, over the jobs the store keeps (finished ones
 // until pruned). One request every 10 s: GET /summary/types. A typed actor's parameters
-// come from its payload's schema in /openapi.json (read once per visit).
+// come from its payload's schema in /openapi.json (read once per visit). Below, for the
+// types with a per-key limit, the keys at it and the jobs waiting on them: GET
+// /summary/keys, as often (the panel shows only when some type has such a limit).
 
 import { api } from "../api.js";
 import { duration, h, int } from "../dom.js";
@@ -61,6 +63,57 @@ export function parameters(type, schemas) {
   );
 }
 
+function heldKeys(t) {
+  if (!t.keys.length) return h("span", { class: "faint" }, "—");
+  return h(
+    "span",
+    { class: "mono", "data-held": t.type },
+    ...t.keys.map((k, i) =>
+      h(
+        "span",
+        { class: "param" },
+        i ? ", " : "",
+        h("a", { href: `#/jobs?type=${encodeURIComponent(t.type)}&concurrency_key=${encodeURIComponent(k.key)}` }, k.key),
+        ` ${int(k.running)} running, ${int(k.waiting)} waiting`,
+      ),
+    ),
+  );
+}
+
+/** Flow control by key: per type with a per-key limit, the keys at it and what waits. */
+function keysPanel(root) {
+  const notice = h("div", { class: "banner" });
+  const body = h("div", null);
+  const section = panel(
+    "Keys at their limit",
+    { sub: "per type with a key_concurrency: its keys running that many jobs, and the due jobs waiting on them", id: "keys-title" },
+    body,
+  );
+  section.hidden = true;
+  root.append(notice, section);
+  const columns = [
+    { label: "Type", lead: true, cell: (t) => h("span", { class: "mono" }, t.type) },
+    { label: "Per key", class: "r num", cell: (t) => h("span", { "data-key-limit": t.type }, int(t.key_concurrency)) },
+    { label: "Keys at limit", class: "r num", cell: (t) => h("span", { "data-keys-at-limit": t.type }, int(t.keys_at_limit)) },
+    { label: "Waiting on a key", class: "r num", cell: (t) => h("span", { "data-key-waiting": t.type }, int(t.waiting)) },
+    { label: "Keys with the most waiting", cell: heldKeys },
+  ];
+  return liveTable({
+    body,
+    notice,
+    columns,
+    read: async () => {
+      const data = await api("summary/keys", { quiet: true });
+      section.hidden = !data.types.length;
+      return data;
+    },
+    rows: (data) => data.types,
+    empty: "No type has a per-key limit.",
+    caption: "Keys at their limit",
+    everyMs: EVERY_MS,
+  });
+}
+
 export default {
   title: "Job types",
   nav: "types",
@@ -105,6 +158,10 @@ export default {
       caption: "Job types",
       everyMs: EVERY_MS,
     });
-    return () => live.stop();
+    const keys = keysPanel(root);
+    return () => {
+      live.stop();
+      keys.stop();
+    };
   },
 };

@@ -1,0 +1,126 @@
+"""The SQLite claim's walk of a type with a per-key rule (`common/flow.py`): its keys'
+claimed and running jobs counted on their own small index, its pending keys found by
+skipping along `jobs_key_due` from the type's cursor (the last key a claim took) round to
+it, and each key with room (its limit, its pace) read from its head in claim order, up
+to a window of keys with room: a key that may start nothing costs one probe and never
+holds up another key, and a claim costs a window of keys, not every key."""
+
+from __future__ import annotations
+
+import sqlite3
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from goqueue.supervisor.common.flow import KeyTurns
+from goqueue.supervisor.store.base import MAX_KEY_HOLDS
+from goqueue.supervisor.store.sqlite.rows import COLUMNS
+
+# The first pending jobs of a keyed type looked at for jobs without a key: a type under a
+# per-key limit is walked key by key, and its jobs without one are the exception.
+PLAIN_WINDOW = 512
+
+Hit = tuple[int, int, int, float, int, tuple[Any, ...]]
+# (-priority, turn, place in the window of keys, run_at, seq, columns)
+
+_BUSY = (
+    "SELECT concurrency_key, count(*) FROM jobs INDEXED BY jobs_key_busy"
+    " WHERE status IN ('claimed', 'running') AND concurrency_key IS NOT NULL AND type = ?"
+    " GROUP BY concurrency_key"
+)
+_NEXT_KEY = (
+    "SELECT min(concurrency_key) FROM jobs INDEXED BY jobs_key_due"
+    " WHERE status = 'pending' AND concurrency_key IS NOT NULL AND type = ?"
+    " AND concurrency_key > ?"
+)
+
+
+def window(take: int) -> int:
+    """How many keys with room a claim of `take` jobs of a type looks at, at most: each
+    key costs a few index probes, so a claim walks a window of keys, not all of them."""
+    return 2 * take + 8
+
+
+def _keys_from(conn: sqlite3.Connection, job_type: str, cursor: str) -> Iterator[str]:
+    """The type's pending keys after `cursor`, then from the first one round to it."""
+    key: str | None = cursor
+    while (key := conn.execute(_NEXT_KEY, (job_type, key)).fetchone()[0]) is not None:
+        yield key
+    key = ""
+    while (key := conn.execute(_NEXT_KEY, (job_type, key)).fetchone()[0]) is not None:
+        if key > cursor:
+            return
+        yield key
+
+
+def busy(conn: sqlite3.Connection, job_type: str) -> dict[str, int]:
+    """The claimed and running jobs of each key of `job_type`."""
+    return dict(conn.execute(_BUSY, (job_type,)).fetchall())
+
+
+def keyed_due(
+    conn: sqlite3.Connection,
+    job_type: str,
+    take: int,
+    turns: KeyTurns,
+    now: float,
+    where: str,
+    params: list[Any],
+) -> list[Hit]:
+    """The best `take` due jobs of `job_type`, no key beyond its room in this claim
+    (`turns`: its limit less its claimed and running jobs, its paced starts), in claim
+    order: priority, then the key's turn, then run_at, then enqueue order."""
+    for key, count in busy(conn, job_type).items():
+        turns.busy[(job_type, key)] = count
+    hits: list[Hit] = []
+    place = 0
+    for key in _keys_from(conn, job_type, turns.cursors.get(job_type, "")):
+        room = min(turns.room_of(job_type, key), take)
+        if room <= 0:
+            continue
+        place += 1
+        turns.places[(job_type, key)] = place
+        busy_now = turns.busy.get((job_type, key), 0)
+        found = conn.execute(
+            f"SELECT priority, run_at, seq, {COLUMNS} FROM jobs INDEXED BY jobs_key_due"
+            " WHERE status = 'pending' AND concurrency_key IS NOT NULL AND type = ?"
+            f" AND concurrency_key = ? AND run_at <= ?{where}"
+            " ORDER BY priority DESC, run_at, seq LIMIT ?",
+            (job_type, key, now, *params, room),
+        )
+        hits.extend(
+            (-hit[0], busy_now + i, place, hit[1], hit[2], hit[3:]) for i, hit in enumerate(found)
+        )
+        if place >= window(take):
+            break
+    plain = conn.execute(
+        f"SELECT priority, run_at, seq, {COLUMNS} FROM ("
+        f" SELECT * FROM jobs INDEXED BY jobs_due"
+        f" WHERE status = 'pending' AND type = ? AND run_at <= ?{where}"
+        " ORDER BY priority DESC, run_at, seq LIMIT ?)"
+        " WHERE concurrency_key IS NULL ORDER BY priority DESC, run_at, seq LIMIT ?",
+        (job_type, now, *params, PLAIN_WINDOW, take),
+    )
+    hits.extend((-hit[0], 0, 0, hit[1], hit[2], hit[3:]) for hit in plain)
+    hits.sort(key=lambda hit: hit[:5])
+    return hits[:take]
+
+
+def holds(
+    conn: sqlite3.Connection, limits: Mapping[str, int], now: float
+) -> list[tuple[str, str, int, int]]:
+    """The keys at their limit, with their due pending jobs (`Store.key_holds`)."""
+    out: list[tuple[str, str, int, int]] = []
+    for job_type, limit in sorted(limits.items()):
+        for key, running in busy(conn, job_type).items():
+            if running < limit:
+                continue
+            (waiting,) = conn.execute(
+                "SELECT count(*) FROM jobs INDEXED BY jobs_key_due"
+                " WHERE status = 'pending' AND concurrency_key IS NOT NULL AND type = ?"
+                " AND concurrency_key = ? AND run_at <= ?",
+                (job_type, key, now),
+            ).fetchone()
+            out.append((job_type, key, running, int(waiting)))
+            if len(out) >= MAX_KEY_HOLDS:
+                return out
+    return out

@@ -1,0 +1,49 @@
+"""The flow-control rules every store's claim applies: keys' turns, limits and pace."""
+
+from __future__ import annotations
+
+from goqueue.supervisor.common.flow import KeyPace, KeyTurns
+from goqueue.supervisor.common.rates import Rate
+
+
+def test_turns_count_what_a_key_holds_and_refuse_a_key_at_its_limit() -> None:
+    turns = KeyTurns({"a": 2}, {("a", "k"): 1})
+    assert turns.turn("a", "k") == 1 and turns.turn("a", "m") == 0
+    turns.take("a", "k")
+    assert turns.turn("a", "k") is None  # 1 running + 1 taken: at its limit
+    assert turns.turn("a", None) == 0  # no key: a key of its own
+    assert turns.turn("b", "k") == 0 and not turns.keyed("b")  # no rule: keys ignored
+
+
+def test_a_paced_key_starts_its_burst_then_one_per_interval() -> None:
+    pace = KeyPace()
+    rate = Rate(5, 1.0)
+    turns = KeyTurns({}, {}, {"a": rate}, pace, now=100.0)
+    for _ in range(5):
+        assert turns.turn("a", "k") is not None
+        turns.take("a", "k")
+    assert turns.turn("a", "k") is None
+    turns.settle()
+    assert pace.due(100.0) == 101.0  # the next start, looked out for
+    later = KeyTurns({}, {}, {"a": rate}, pace, now=101.0)
+    assert later.room_of("a", "k") == 1
+
+
+def test_the_next_start_is_looked_out_for_after_one_due_before_has_passed() -> None:
+    pace = KeyPace()
+    rate = Rate(5, 1.0)
+    pace.took(("a", "k"), rate, 1, 100.0)  # due again at 100.2
+    assert pace.starts(("a", "m"), rate, 100.0) == 5
+    pace.took(("a", "k"), rate, 1, 100.3)  # the look-out of 100.2 has passed
+    assert pace.due(100.3) == 100.5
+
+
+def test_a_keys_pace_is_forgotten_only_once_a_whole_period_has_passed() -> None:
+    pace = KeyPace()
+    rate = Rate(5, 1.0)
+    pace.took(("a", "k"), rate, 5, 100.0)  # the burst: the next start at 101.0
+    for n in range(1100):  # past the size that makes it forget what it may
+        pace.took(("a", f"other-{n}"), rate, 1, 101.1)
+    assert pace.starts(("a", "k"), rate, 101.1) == 1  # remembered: one start, not five
+    pace.took(("a", "late"), rate, 1, 102.5)  # (forgets the spent ones)
+    assert pace.starts(("a", "k"), rate, 102.5) == 5
