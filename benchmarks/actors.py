@@ -19,3 +19,8 @@ def hang(payload: dict, ctx: Context) -> None:
         f.write(str(os.getpid()))
     while True:
         pass
+
+
+@actor("bench.keyed", max_retries=0, key_concurrency=1)
+def keyed(payload: object, ctx: Context) -> None:
+    """Do nothing, one job of a key at a time (`concurrency_key`): keys' cost, not work."""

@@ -17,6 +17,7 @@ import argparse
 import asyncio
 import json
 import time
+from collections.abc import Callable
 from typing import Any
 
 import psycopg
@@ -34,13 +35,20 @@ async def _call(client: LoadClient, method: str, path: str, body: Any = None) ->
     return json.loads(answer or b"null")
 
 
-async def burn_down(client: LoadClient, n: int) -> float:
-    """Enqueue `n` jobs into the paused queue, resume it, and time the drain: jobs/s."""
+def _noop(i: int) -> dict[str, Any]:
+    return {"type": "bench.noop", "payload": {"i": i}}
+
+
+async def burn_down(
+    client: LoadClient, n: int, job: Callable[[int], dict[str, Any]] = _noop
+) -> float:
+    """Enqueue `n` jobs (`job(i)` each) into the paused queue, resume it, and time the
+    drain: jobs/s."""
     before = (await _call(client, "GET", "/stats"))["counts"].get("done", 0)
     await _call(client, "POST", "/queues/default/pause")
     ids: list[str] = []
     for i in range(0, n, 1000):
-        jobs = [{"type": "bench.noop", "payload": {"i": i + j}} for j in range(min(1000, n - i))]
+        jobs = [job(i + j) for j in range(min(1000, n - i))]
         answer = await _call(client, "POST", "/jobs/batch", {"jobs": jobs})
         ids += [result["job"]["id"] for result in answer["results"]]
     started = time.monotonic()

@@ -1,0 +1,88 @@
+"""A backlog's burn-down with 1,000 concurrency keys against none, on each store.
+
+For each store and round, two fresh nodes in turn: one drains N no-op jobs without a key
+(`bench.noop`), the other N jobs of `bench.keyed` (`key_concurrency=1`) spread over 1,000
+keys. Each drain: the queue paused, the jobs enqueued in batches, the queue resumed, timed
+until the last job is done. Prints each drain as a JSON line, then the medians and the
+keyed drain's rate over the keyless one per store.
+
+    python -m benchmarks.keys --database-url postgresql://postgres@127.0.0.1:5432/test
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+from typing import Any
+
+from benchmarks.cost import own_database
+from benchmarks.loadgen import LoadClient
+from benchmarks.nodes import BenchNode
+from benchmarks.snapshot import burn_down
+
+
+async def drain(store: str, dsn: str | None, n: int, keys: int, workers: int) -> float:
+    """One fresh node on `store`; the rate of one burn-down of `n` jobs over `keys` keys."""
+    node = BenchNode("--workers", str(workers), dsn=dsn, schema="goqueue", store=store)
+    client = LoadClient("127.0.0.1", node.port)
+    try:
+        await node.ready(client)
+        if not keys:
+            return await burn_down(client, n)
+
+        def job(i: int) -> dict[str, Any]:
+            return {
+                "type": "bench.keyed",
+                "payload": {"i": i},
+                "concurrency_key": f"key-{i % keys}",
+            }
+
+        return await burn_down(client, n, job)
+    finally:
+        client.close()
+        node.stop()
+
+
+async def run(args: argparse.Namespace) -> None:
+    rates: dict[tuple[str, int], list[float]] = {}
+    for round_ in range(args.rounds):
+        for store in args.stores:
+            for keys in (0, args.keys):
+                if store == "postgres":
+                    with own_database(args.database_url) as dsn:
+                        rate = await drain(store, dsn, args.n, keys, args.workers)
+                else:
+                    rate = await drain(store, None, args.n, keys, args.workers)
+                rates.setdefault((store, keys), []).append(rate)
+                line = {"round": round_ + 1, "store": store, "keys": keys, "jobs_per_s": rate}
+                print(json.dumps(line | {"jobs_per_s": round(rate)}), flush=True)
+    summary: dict[str, Any] = {}
+    for store in args.stores:
+        none = statistics.median(rates[(store, 0)])
+        keyed = statistics.median(rates[(store, args.keys)])
+        summary[store] = {
+            "none": round(none),
+            "keys": round(keyed),
+            "ratio": round(keyed / none, 2),
+        }
+    print(json.dumps({"n": args.n, "keys": args.keys, "rounds": args.rounds} | summary))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--database-url", help="PostgreSQL server for the postgres store")
+    parser.add_argument("-n", type=int, default=20_000, help="jobs per burn-down")
+    parser.add_argument("--keys", type=int, default=1000)
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--stores", nargs="+", default=["memory", "sqlite", "postgres"])
+    args = parser.parse_args()
+    if "postgres" in args.stores and not args.database_url:
+        parser.error("--database-url is needed for the postgres store")
+    asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    main()
