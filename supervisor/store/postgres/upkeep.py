@@ -6,7 +6,7 @@ The server's autovacuum removes them, when it runs and keeps up; many servers ha
 off, tuned for other tables, or behind. So every `every` seconds one node at a time
 (an advisory lock) reads the table's statistics and, once the dead versions pass
 `threshold` and a fifth of the live ones, runs `VACUUM (ANALYZE)` on it: bounded to this
-one table, logged, counted. ANALYZE also gives the planner the table's true size, which a
+one table, paced as autovacuum paces itself (`vacuum_cost_delay`), logged, counted. ANALYZE also gives the planner the table's true size, which a
 table never analyzed does not have.
 
 VACUUM cannot remove a version some open snapshot may still see: a transaction left open
@@ -126,6 +126,8 @@ class TableCare:
                 return False  # another node is at it
             started = time.monotonic()
             table = sql.Identifier(self.schema, "jobs")
+            # paced as autovacuum paces itself: the node's own claims keep their share
+            await conn.execute("SET vacuum_cost_delay = '2ms'")
             await conn.execute(sql.SQL("VACUUM (ANALYZE) {}").format(table))
         self._vacuums += 1
         after = await self.look()
