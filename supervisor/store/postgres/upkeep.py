@@ -6,8 +6,9 @@ The server's autovacuum removes them, when it runs and keeps up; many servers ha
 off, tuned for other tables, or behind. So every `every` seconds one node at a time
 (an advisory lock) reads the table's statistics and, once the dead versions pass
 `threshold` and a fifth of the live ones, runs `VACUUM (ANALYZE)` on it: bounded to this
-one table, paced as autovacuum paces itself (`vacuum_cost_delay`), logged, counted. ANALYZE also gives the planner the table's true size, which a
-table never analyzed does not have.
+one table, paced as autovacuum paces itself (`vacuum_cost_delay`), logged, counted.
+ANALYZE also gives the planner the table's true size, which a table never analyzed does
+not have.
 
 VACUUM cannot remove a version some open snapshot may still see: a transaction left open
 anywhere in the database (a report, a stuck session) holds every dead version since it
