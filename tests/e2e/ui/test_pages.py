@@ -386,7 +386,7 @@ def test_the_job_types_page_shows_the_keys_at_their_limit(
         expect(page.locator('[data-key-limit="held"]')).to_have_text("1")
         expect(page.locator('[data-held="held"]')).to_contain_text("tenant-1 1 running, 2 waiting")
         no_sideways_scroll(page, viewport)
-        tab.shot("types-keys")
+        tab.shot("job-types-keys", docs=viewport is WIDE)
         page.locator('[data-held="held"] a', has_text="tenant-1").click()
         expect(page.locator("[data-job]")).to_have_count(3)  # the key's jobs
     finally:
