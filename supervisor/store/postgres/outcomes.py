@@ -159,7 +159,8 @@ class Outcomes:
         self.key_held.extend(t[1:] for t in named or () if t.startswith(HELD_MARK))
         short = len(leases) < limit
         self._wakeups.claimed(queues, types, limited, next_due, short=short)
-        exhausted = _exhausted(types, slots, limit, limited, leases, short)
+        held = set(limited) - self._floors.key_only  # limited by key alone: not held
+        exhausted = _exhausted(types, slots, limit, held, leases, short)
         self._floors.claimed(queues, leases, exhausted, db_now)
         leases.sort(key=lambda lease: (-lease.job.priority, lease.job.run_at, lease.job.seq))
         return leases

@@ -295,6 +295,7 @@ class PostgresStore:
         starts at once}`, each null when not declared."""
         self._limits = dict(limits)
         self._key_rules = key_rules(key_limits or {}, key_rates or {})
+        self._floors.declare(self._key_rules, (t for t, n in limits.items() if n is not None))
         self._known = (0.0, frozenset())
         await self._register()
 

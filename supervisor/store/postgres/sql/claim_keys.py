@@ -332,3 +332,78 @@ CREATE TABLE {s}.key_pace (
 );
 CREATE INDEX key_pace_due ON {s}.key_pace (type, tat);
 """ + _keyed_claim()
+
+
+# Migration 17: the window's first key after the cursor, and each key up to it, found by
+# one index probe each. Migration 16 joined the cursor to the jobs, so the planner could
+# not bound the index scan by it: each claim read every pending job of the type's keys.
+# Here the cursor is an outer value of each probe, as the walk's next step always was.
+_WINDOW_PROBES: Final[tuple[tuple[str, str], ...]] = (
+    (
+        """                    SELECT min(h.concurrency_key), 1 FROM {s}.jobs h, cur
+                    WHERE h.status = 'pending' AND h.concurrency_key IS NOT NULL
+                      AND h.type = kt.type AND h.concurrency_key > cur.key
+""",
+        """                    SELECT (SELECT min(h.concurrency_key) FROM {s}.jobs h
+                            WHERE h.status = 'pending' AND h.concurrency_key IS NOT NULL
+                              AND h.type = kt.type AND h.concurrency_key > cur.key),
+                        1
+                    FROM cur
+""",
+    ),
+    (
+        """                    SELECT min(h.concurrency_key), 1000000000 FROM {s}.jobs h, cur
+                    WHERE h.status = 'pending' AND h.concurrency_key IS NOT NULL
+                      AND h.type = kt.type AND h.concurrency_key <= cur.key
+""",
+        """                    SELECT (SELECT min(h.concurrency_key) FROM {s}.jobs h
+                            WHERE h.status = 'pending' AND h.concurrency_key IS NOT NULL
+                              AND h.type = kt.type AND h.concurrency_key <= cur.key),
+                        1000000000
+                    FROM cur
+""",
+    ),
+    (
+        """                    SELECT (SELECT min(h.concurrency_key) FROM {s}.jobs h, cur
+                            WHERE h.status = 'pending' AND h.concurrency_key IS NOT NULL
+                              AND h.type = kt.type AND h.concurrency_key > upto.key
+                              AND h.concurrency_key <= cur.key),
+                        upto.n + 1
+                    FROM upto WHERE upto.key IS NOT NULL)""",
+        """                    SELECT (SELECT min(h.concurrency_key) FROM {s}.jobs h
+                            WHERE h.status = 'pending' AND h.concurrency_key IS NOT NULL
+                              AND h.type = kt.type AND h.concurrency_key > upto.key
+                              AND h.concurrency_key <= cur.key),
+                        upto.n + 1
+                    FROM upto, cur WHERE upto.key IS NOT NULL)""",
+    ),
+)
+
+
+# And a short claim's test for a held back key's due jobs is a probe per key held back:
+# as a plain EXISTS the planner, misled by a table never analyzed, hashed every due job
+# of the type instead (an OFFSET keeps the subquery as it is written).
+_WAITING_END: Final = "                      AND w.run_at <= now())"
+_WAITING_PROBE: Final = "                      AND w.run_at <= now()\n                    OFFSET 0)"
+
+
+def _probed() -> str:
+    """Migration 16's function text with its window's probes bounded by the cursor, and
+    its held back keys probed one by one."""
+    window = _KEY_WINDOW
+    for old, new in _WINDOW_PROBES:
+        if window.count(old) != 1:
+            raise AssertionError(f"the key window has no {old!r} to splice into")
+        window = window.replace(old, new)
+    if _PACE_DUE.count(_WAITING_END) != 3:
+        raise AssertionError("the held back keys' test is not three probes")
+    pace_due = _PACE_DUE.replace(_WAITING_END, _WAITING_PROBE)
+    text = _keyed_claim()
+    for old, new in ((_KEY_WINDOW, window), (_PACE_DUE, pace_due)):
+        if text.count(old) != 1:
+            raise AssertionError(f"claim_floored has no {old[:60]!r} to replace")
+        text = text.replace(old, new)
+    return text
+
+
+KEY_PROBES: Final = _probed()

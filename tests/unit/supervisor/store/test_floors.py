@@ -1,5 +1,6 @@
-"""Claim floors: raised by claims, lowered by work made pending, forgotten on a rescan, and
-kept apart for claims from different queues."""
+"""Claim floors: raised by claims (keyed ones by what they say of unkeyed jobs), lowered
+by work made pending, forgotten on a rescan, and kept apart for claims from different
+queues."""
 
 from __future__ import annotations
 
@@ -21,7 +22,9 @@ class Clock:
         return self.now
 
 
-def job(seq: int, *, type_: str = "t", priority: int = 5, at: float = 0.0) -> Job:
+def job(
+    seq: int, *, type_: str = "t", priority: int = 5, at: float = 0.0, key: str | None = None
+) -> Job:
     return Job(
         id=f"j{seq}",
         type=type_,
@@ -46,6 +49,7 @@ def job(seq: int, *, type_: str = "t", priority: int = 5, at: float = 0.0) -> Jo
         finished_at=None,
         updated_at=T0,
         seq=seq,
+        concurrency_key=key,
     )
 
 
@@ -113,3 +117,28 @@ def test_every_floor_goes_on_a_rescan_and_on_a_reset() -> None:
     floors.claimed(None, [lease(job(9))], [], None)
     floors.reset()
     assert floor_of(floors, "t", 5) == (None, None)
+
+
+def test_a_job_taken_by_key_raises_its_priority_and_those_above_to_the_clock() -> None:
+    floors = ClaimFloors(slack=timedelta(seconds=1))
+    floors.declare(["t"], [])
+    now = T0 + timedelta(seconds=60)
+    # unkeyed jobs of 4 and above come first in a key-ruled type's claim: none was left
+    floors.claimed(None, [lease(job(7, priority=4, key="k"))], [], now)
+    assert all(floor_of(floors, "t", p) == (now - timedelta(seconds=1), 0) for p in range(4, 11))
+    assert all(floor_of(floors, "t", p) == (None, None) for p in range(4))
+
+
+def test_a_keyed_job_of_a_type_without_a_key_rule_says_nothing_below_it() -> None:
+    floors = ClaimFloors()
+    floors.declare(["t"], [])
+    # a key is a label on "u": its jobs are walked in order, and the walk may have stopped
+    floors.claimed(None, [lease(job(7, type_="u", key="k"))], [], T0)
+    assert floor_of(floors, "u", 5) == (None, None)
+
+
+def test_a_type_limited_by_key_alone_is_one_a_short_claim_may_exhaust() -> None:
+    floors = ClaimFloors()
+    floors.declare(["t", "u"], ["u"])
+    assert floors.key_ruled == {"t", "u"}
+    assert floors.key_only == {"t"}  # "u" is limited as a whole too: its claim may be cut
