@@ -66,6 +66,13 @@ class KeyPace:
             del self._tat[key], self._spent[key]
 
 
+def key_window(take: int) -> int:
+    """How many keys with room a claim of `take` jobs of a type looks at, at most (as
+    PostgreSQL's `KEY_WINDOW`): each key costs a look, so a claim walks a window of keys,
+    not all of them."""
+    return 2 * take + 8
+
+
 class KeyTurns:
     """The turns of keys in one claim at `now`: `busy` holds the claimed and running jobs
     of each (type, key) before it, `limits` the per-key limit of each type that has one,

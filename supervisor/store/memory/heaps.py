@@ -1,9 +1,11 @@
-"""The memory store's pending jobs in claim order: one ready heap per (queue, type, flow
-key), best first (priority, then run_at, then enqueue order), and one heap of delayed jobs
-by due time. A job that stops being pending (cancelled, claimed) leaves its entry behind; the
-entry is skipped when it reaches the top. So is the entry of a job pending again at
-another time (a late outcome's retry replacing its reaping's): an entry is live only
-while its job is pending at the entry's own time."""
+"""The memory store's pending jobs in claim order: one ready heap per (queue, type) and,
+for a type with a per-key rule, one per key besides, best first (priority, then run_at,
+then enqueue order), and one heap of delayed jobs by due time. A claim looks at a window
+of each such type's keys, least lately taken first, not at every key. A job that stops
+being pending (cancelled, claimed) leaves its entry behind; the entry is skipped when it
+reaches the top. So is the entry of a job pending again at another time (a late
+outcome's retry replacing its reaping's): an entry is live only while its job is pending
+at the entry's own time."""
 
 from __future__ import annotations
 
@@ -16,11 +18,13 @@ from datetime import datetime
 from goqueue.supervisor.common.enums import Status
 from goqueue.supervisor.common.jobs import Job
 
-ReadyKey = tuple[str, str, str | None]  # (queue, type, concurrency_key)
+ReadyKey = tuple[str, str, str | None]  # (queue, type, key: None unless it takes turns)
+Group = tuple[str, str]  # (queue, type)
 ReadyEntry = tuple[int, float, int, str]  # (-priority, run_at, seq, job id)
 # A key's turn in a claim, or None when the key is at its limit (`flow.KeyTurns.turn`)
 Turn = Callable[[str, str | None], int | None]
-Order = tuple[int, int, float, int, str]  # (-priority, turn, run_at, seq, job id)
+# (-priority, turn, the key's place in the claim's window, run_at, seq, job id)
+Order = tuple[int, int, int, float, int, str]
 _RUN_AT = operator.itemgetter(1)
 
 
@@ -30,16 +34,35 @@ class PendingHeaps:
     def __init__(self, jobs: Mapping[str, Job]) -> None:
         self.jobs = jobs
         self.ready: dict[ReadyKey, list[ReadyEntry]] = {}
+        # each (queue, type)'s heaps by key (None: its jobs without turns, first), the keys
+        # least lately taken first (`took` moves a key to the end: keys take turns)
+        self.groups: dict[Group, dict[str | None, None]] = {}
         self.delayed: list[tuple[float, int, str]] = []
         self.stale: Counter[ReadyKey] = Counter()  # entries of due jobs cancelled in place
+        self.keyed: frozenset[str] = frozenset()  # the types whose keys take turns
+        self.places: dict[ReadyKey, int] = {}  # each key's place in the last claim's window
+
+    def rekey(self, keyed: frozenset[str]) -> None:
+        """The types with a per-key rule are now `keyed`: the ready heaps are made again,
+        one per key of those types, from their live entries."""
+        if keyed == self.keyed:
+            return
+        entries = [e for heap in self.ready.values() for e in heap if self._is_pending(e[3], e[1])]
+        self.keyed = keyed
+        self.ready, self.groups, self.stale = {}, {}, Counter()
+        for entry in entries:
+            self._push(self.jobs[entry[3]], entry)
+
+    def ready_key(self, job: Job) -> ReadyKey:
+        """The ready heap of a due job."""
+        key = job.concurrency_key if job.type in self.keyed else None
+        return (job.queue, job.type, key)
 
     def add(self, job: Job, now_ts: float) -> None:
         """A job became pending: ready if due at `now_ts`, delayed otherwise."""
         run_ts = job.run_at.timestamp()
-        if run_ts <= now_ts:  # as _push_ready, inline: this runs for every job enqueued
-            entry = (-job.priority, run_ts, job.seq, job.id)
-            ready_key = (job.queue, job.type, job.concurrency_key)
-            heapq.heappush(self.ready.setdefault(ready_key, []), entry)
+        if run_ts <= now_ts:
+            self._push(job, (-job.priority, run_ts, job.seq, job.id))
         else:
             heapq.heappush(self.delayed, (run_ts, job.seq, job.id))
 
@@ -57,35 +80,59 @@ class PendingHeaps:
         free: Mapping[str, int],
         paused: Container[str],
         turn: Turn,
+        window: int,
     ) -> list[tuple[Order, ReadyKey]]:
         """The heaps whose top is claimable, as a heap of (its top's order, the heap):
         its type has a free slot, its queue is served (`queues`, None for all) and not
-        paused, and its key (`turn`) may start a job. One pass over the heaps per claim;
-        `next_of` orders a heap again once its top was taken."""
+        paused, and its key (`turn`) may start a job; of a type whose keys take turns, the
+        first `window` keys that may, least lately taken first. `next_of` orders a heap
+        again once its top was taken."""
         out: list[tuple[Order, ReadyKey]] = []
-        emptied = []
-        for key, heap in self.ready.items():
-            queue, job_type, flow_key = key
+        self.places = places = {}
+        for group, members in list(self.groups.items()):
+            queue, job_type = group
             if free.get(job_type, 0) <= 0 or queue in paused:
                 continue
             if queues is not None and queue not in queues:
                 continue
-            order = self.next_of(key, turn)
-            if order is not None:
-                out.append((order, key))
-            elif not heap and flow_key is not None:
-                emptied.append(key)  # a key's heap goes once empty: keys come and go
-        for key in emptied:
-            del self.ready[key]
-            self.stale.pop(key, None)
+            if None in members and (order := self.next_of((queue, job_type, None), turn)):
+                out.append((order, (queue, job_type, None)))
+            found = 0
+            emptied = []
+            for flow_key in members:
+                if flow_key is None:
+                    continue
+                key = (queue, job_type, flow_key)
+                places[key] = found + 1
+                order = self.next_of(key, turn)
+                if order is not None:
+                    out.append((order, key))
+                    found += 1
+                    if found >= window:
+                        break
+                elif not self.ready[key]:
+                    emptied.append(key)  # a key's heap goes once empty: keys come and go
+            for key in emptied:
+                del self.ready[key], members[key[2]]
+                self.stale.pop(key, None)
+            if not members:
+                del self.groups[group]
         heapq.heapify(out)
         return out
 
+    def took(self, key: ReadyKey) -> None:
+        """A claim took a job of `key`'s heap: a key goes behind the others of its type."""
+        if key[2] is not None:
+            members = self.groups[key[:2]]
+            del members[key[2]]
+            members[key[2]] = None
+
     def next_of(self, key: ReadyKey, turn: Turn) -> Order | None:
         """The claim order of the heap's top job: highest priority, then its key's turn
-        (the fewest of its jobs claimed or running: keys take turns), then oldest run_at,
-        then enqueue order; None when the heap is empty or its key may start no job (at
-        its limit, or its pace not due: its jobs wait, the others go on)."""
+        (the fewest of its jobs claimed or running: keys take turns) and its place in the
+        claim's window (least lately taken first), then oldest run_at, then enqueue order;
+        None when the heap is empty or its key may start no job (at its limit, or its pace
+        not due: its jobs wait, the others go on)."""
         heap = self.ready.get(key)
         while heap and not self._is_pending(heap[0][3], heap[0][1]):
             heapq.heappop(heap)  # cancelled while waiting
@@ -96,7 +143,7 @@ class PendingHeaps:
         if rank is None:
             return None
         top = heap[0]
-        return (top[0], rank, top[1], top[2], top[3])
+        return (top[0], rank, self.places.get(key, 0), top[1], top[2], top[3])
 
     def pop(self, key: ReadyKey) -> Job:
         """Take the top job of a heap `candidates` chose."""
@@ -108,7 +155,7 @@ class PendingHeaps:
         entry as stale if it is in a ready heap, so the ready counts stay right."""
         self.promote(now_ts)  # so a due job's entry is surely in its ready heap
         if job.run_at.timestamp() <= now_ts:
-            self.stale[(job.queue, job.type, job.concurrency_key)] += 1
+            self.stale[self.ready_key(job)] += 1
 
     def ready_by_queue(self, now_ts: float) -> tuple[Counter[str], dict[str, float]]:
         """Due jobs per queue, and the earliest run_at among each queue's due jobs. One
@@ -142,9 +189,15 @@ class PendingHeaps:
         return self.jobs[self.delayed[0][2]].run_at
 
     def _push_ready(self, job: Job) -> None:
-        entry = (-job.priority, job.run_at.timestamp(), job.seq, job.id)
-        ready_key = (job.queue, job.type, job.concurrency_key)
-        heapq.heappush(self.ready.setdefault(ready_key, []), entry)
+        self._push(job, (-job.priority, job.run_at.timestamp(), job.seq, job.id))
+
+    def _push(self, job: Job, entry: ReadyEntry) -> None:
+        key = self.ready_key(job)
+        heap = self.ready.get(key)
+        if heap is None:
+            heap = self.ready[key] = []
+            self.groups.setdefault((key[0], key[1]), {})[key[2]] = None
+        heapq.heappush(heap, entry)
 
     def _is_pending(self, job_id: str, run_ts: float) -> bool:
         """True while the job of an entry due at `run_ts` is pending at that time."""

@@ -21,7 +21,7 @@ from goqueue.supervisor.common.errors import (
     NotFound,
     StoreFull,
 )
-from goqueue.supervisor.common.flow import KeyTurns
+from goqueue.supervisor.common.flow import KeyTurns, key_window
 from goqueue.supervisor.common.jobs import (
     BULK_CANCEL,
     CancelFilter,
@@ -85,6 +85,7 @@ class MemoryStore(MemoryWorkflows):
         self._limits = dict(limits)
         self._key_limits = dict(key_limits or {})
         self._key_rates = dict(key_rates or {})
+        self._pending.rekey(frozenset(self._key_limits) | frozenset(self._key_rates))
 
     async def known_types(self) -> frozenset[str]:
         """The types this node declared."""
@@ -243,7 +244,8 @@ class MemoryStore(MemoryWorkflows):
         )
         leases: list[Lease] = []
         pending = self._pending
-        best = pending.candidates(queues, free, self._paused, turns.turn)
+        window = key_window(limit)
+        best = pending.candidates(queues, free, self._paused, turns.turn, window)
         while best and len(leases) < limit:
             seen, key = heapq.heappop(best)
             if free.get(key[1], 0) <= 0:
@@ -254,6 +256,7 @@ class MemoryStore(MemoryWorkflows):
                     heapq.heappush(best, (order, key))
                 continue
             job = pending.pop(key)
+            pending.took(key)
             free[job.type] -= 1
             turns.take(job.type, job.concurrency_key)
             leases.append(self._lease(job, now, start is None or len(leases) < start))

@@ -11,7 +11,7 @@ import sqlite3
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-from goqueue.supervisor.common.flow import KeyTurns
+from goqueue.supervisor.common.flow import KeyTurns, key_window
 from goqueue.supervisor.store.base import MAX_KEY_HOLDS
 from goqueue.supervisor.store.sqlite.rows import COLUMNS
 
@@ -32,12 +32,6 @@ _NEXT_KEY = (
     " WHERE status = 'pending' AND concurrency_key IS NOT NULL AND type = ?"
     " AND concurrency_key > ?"
 )
-
-
-def window(take: int) -> int:
-    """How many keys with room a claim of `take` jobs of a type looks at, at most: each
-    key costs a few index probes, so a claim walks a window of keys, not all of them."""
-    return 2 * take + 8
 
 
 def _keys_from(conn: sqlite3.Connection, job_type: str, cursor: str) -> Iterator[str]:
@@ -90,7 +84,7 @@ def keyed_due(
         hits.extend(
             (-hit[0], busy_now + i, place, hit[1], hit[2], hit[3:]) for i, hit in enumerate(found)
         )
-        if place >= window(take):
+        if place >= key_window(take):
             break
     plain = conn.execute(
         f"SELECT priority, run_at, seq, {COLUMNS} FROM ("
