@@ -3,7 +3,8 @@ claimed and running jobs counted on their own small index, its pending keys foun
 skipping along `jobs_key_due` from the type's cursor (the last key a claim took) round to
 it, and each key with room (its limit, its pace) read from its head in claim order, up
 to a window of keys with room: a key that may start nothing costs one probe and never
-holds up another key, and a claim costs a window of keys, not every key."""
+holds up another key, and a claim costs a window of keys, not every key. The window's
+keys come in one statement and their jobs in another, most of the time."""
 
 from __future__ import annotations
 
@@ -27,23 +28,40 @@ _BUSY = (
     " WHERE status IN ('claimed', 'running') AND concurrency_key IS NOT NULL AND type = ?"
     " GROUP BY concurrency_key"
 )
-_NEXT_KEY = (
-    "SELECT min(concurrency_key) FROM jobs INDEXED BY jobs_key_due"
-    " WHERE status = 'pending' AND concurrency_key IS NOT NULL AND type = ?"
-    " AND concurrency_key > ?"
+# The type's pending keys after a key, in key order, `most` at most: one statement that
+# skips along `jobs_key_due` (each step an index probe for the next key).
+_KEYS_AFTER = (
+    "WITH RECURSIVE k(key, n) AS ("
+    " SELECT (SELECT min(concurrency_key) FROM jobs INDEXED BY jobs_key_due"
+    "  WHERE status = 'pending' AND concurrency_key IS NOT NULL AND type = :type"
+    "  AND concurrency_key > :after), 1"
+    " UNION ALL"
+    " SELECT (SELECT min(concurrency_key) FROM jobs INDEXED BY jobs_key_due"
+    "  WHERE status = 'pending' AND concurrency_key IS NOT NULL AND type = :type"
+    "  AND concurrency_key > k.key), k.n + 1"
+    " FROM k WHERE k.key IS NOT NULL AND k.n < :most)"
+    " SELECT key FROM k WHERE key IS NOT NULL"
 )
 
 
-def _keys_from(conn: sqlite3.Connection, job_type: str, cursor: str) -> Iterator[str]:
-    """The type's pending keys after `cursor`, then from the first one round to it."""
-    key: str | None = cursor
-    while (key := conn.execute(_NEXT_KEY, (job_type, key)).fetchone()[0]) is not None:
-        yield key
-    key = ""
-    while (key := conn.execute(_NEXT_KEY, (job_type, key)).fetchone()[0]) is not None:
-        if key > cursor:
-            return
-        yield key
+def _keys_from(conn: sqlite3.Connection, job_type: str, cursor: str, step: int) -> Iterator[str]:
+    """The type's pending keys after `cursor`, then from the first one round to it, read
+    `step` at a time."""
+    after = cursor
+    while keys := [k for (k,) in conn.execute(_KEYS_AFTER, _after(job_type, after, step))]:
+        yield from keys
+        after = keys[-1]
+    after = ""
+    while keys := [k for (k,) in conn.execute(_KEYS_AFTER, _after(job_type, after, step))]:
+        for key in keys:
+            if key > cursor:
+                return
+            yield key
+        after = keys[-1]
+
+
+def _after(job_type: str, after: str, most: int) -> dict[str, Any]:
+    return {"type": job_type, "after": after, "most": most}
 
 
 def busy(conn: sqlite3.Connection, job_type: str) -> dict[str, int]:
@@ -66,26 +84,38 @@ def keyed_due(
     for key, count in busy(conn, job_type).items():
         turns.busy[(job_type, key)] = count
     hits: list[Hit] = []
-    place = 0
-    for key in _keys_from(conn, job_type, turns.cursors.get(job_type, "")):
+    window = key_window(take)
+    rooms: list[tuple[str, int]] = []  # the window: each key with room, and its room
+    cursor = turns.cursors.get(job_type, "")
+    # read ahead by as many keys as may be full: most windows are one statement
+    for key in _keys_from(conn, job_type, cursor, window + len(turns.busy)):
         room = min(turns.room_of(job_type, key), take)
-        if room <= 0:
-            continue
-        place += 1
-        turns.places[(job_type, key)] = place
-        busy_now = turns.busy.get((job_type, key), 0)
-        found = conn.execute(
-            f"SELECT priority, run_at, seq, {COLUMNS} FROM jobs INDEXED BY jobs_key_due"
+        if room > 0:
+            rooms.append((key, room))
+            turns.places[(job_type, key)] = len(rooms)
+            if len(rooms) >= window:
+                break
+    if rooms:
+        # each key's room of jobs from its head, in claim order: one statement
+        head = (
+            f"SELECT * FROM (SELECT ? AS place, priority, run_at, seq, {COLUMNS}"
+            " FROM jobs INDEXED BY jobs_key_due"
             " WHERE status = 'pending' AND concurrency_key IS NOT NULL AND type = ?"
             f" AND concurrency_key = ? AND run_at <= ?{where}"
-            " ORDER BY priority DESC, run_at, seq LIMIT ?",
-            (job_type, key, now, *params, room),
+            " ORDER BY priority DESC, run_at, seq LIMIT ?)"
         )
-        hits.extend(
-            (-hit[0], busy_now + i, place, hit[1], hit[2], hit[3:]) for i, hit in enumerate(found)
-        )
-        if place >= key_window(take):
-            break
+        args: list[Any] = []
+        for place, (key, room) in enumerate(rooms, 1):
+            args += [place, job_type, key, now, *params, room]
+        found = conn.execute(" UNION ALL ".join([head] * len(rooms)), args).fetchall()
+        found.sort(key=lambda hit: (hit[0], -hit[1], hit[2], hit[3]))  # by key, in order
+        turn: dict[int, int] = {}  # the next turn of each key, by place
+        for hit in found:
+            place = hit[0]
+            key = rooms[place - 1][0]
+            n = turn.get(place, turns.busy.get((job_type, key), 0))
+            turn[place] = n + 1
+            hits.append((-hit[1], n, place, hit[2], hit[3], hit[4:]))
     plain = conn.execute(
         f"SELECT priority, run_at, seq, {COLUMNS} FROM ("
         f" SELECT * FROM jobs INDEXED BY jobs_due"
