@@ -16,9 +16,12 @@ from goqueue.supervisor.common.flow import KeyTurns, key_window
 from goqueue.supervisor.store.base import MAX_KEY_HOLDS
 from goqueue.supervisor.store.sqlite.rows import COLUMNS
 
-# The first pending jobs of a keyed type looked at for jobs without a key: a type under a
-# per-key limit is walked key by key, and its jobs without one are the exception.
-PLAIN_WINDOW = 512
+# A type's best due jobs without a key (keyed ones: `= 1`), in claim order, on `jobs_due`.
+DUE_BY_KEYEDNESS = (
+    "SELECT priority, run_at, seq, {columns} FROM jobs INDEXED BY jobs_due"
+    " WHERE status = 'pending' AND type = ? AND (concurrency_key IS NOT NULL) = {keyed}"
+    " AND run_at <= ?{where} ORDER BY priority DESC, run_at, seq LIMIT ?"
+)
 
 Hit = tuple[int, int, int, float, int, tuple[Any, ...]]
 # (-priority, turn, place in the window of keys, run_at, seq, columns)
@@ -117,12 +120,8 @@ def keyed_due(
             turn[place] = n + 1
             hits.append((-hit[1], n, place, hit[2], hit[3], hit[4:]))
     plain = conn.execute(
-        f"SELECT priority, run_at, seq, {COLUMNS} FROM ("
-        f" SELECT * FROM jobs INDEXED BY jobs_due"
-        f" WHERE status = 'pending' AND type = ? AND run_at <= ?{where}"
-        " ORDER BY priority DESC, run_at, seq LIMIT ?)"
-        " WHERE concurrency_key IS NULL ORDER BY priority DESC, run_at, seq LIMIT ?",
-        (job_type, now, *params, PLAIN_WINDOW, take),
+        DUE_BY_KEYEDNESS.format(columns=COLUMNS, keyed=0, where=where),
+        (job_type, now, *params, take),
     )
     hits.extend((-hit[0], 0, 0, hit[1], hit[2], hit[3:]) for hit in plain)
     hits.sort(key=lambda hit: hit[:5])

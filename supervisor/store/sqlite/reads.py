@@ -7,7 +7,7 @@ from __future__ import annotations
 import heapq
 import sqlite3
 from collections.abc import Iterable, Mapping
-from typing import Any
+from typing import Any, Final
 
 import msgspec
 from goqueue.supervisor.common.enums import Status, WorkflowStatus
@@ -35,7 +35,7 @@ from goqueue.supervisor.common.summaries import (
     type_stats as stats_by_type,
 )
 from goqueue.supervisor.store.memory.flows import workflow_of
-from goqueue.supervisor.store.sqlite.keyed import keyed_due
+from goqueue.supervisor.store.sqlite.keyed import DUE_BY_KEYEDNESS, keyed_due
 from goqueue.supervisor.store.sqlite.rows import COLUMNS, SELECT_ROW, Row, from_ts, letter_of
 from goqueue.supervisor.store.sqlite.rules import FLOW
 from goqueue.supervisor.store.sqlite.schema import LIVE_SQL
@@ -61,10 +61,11 @@ def due(
     turns: KeyTurns | None = None,
 ) -> list[Row]:
     """The rows of the best `limit` due jobs, at most `slots[type]` of each type, highest
-    priority first, then oldest `run_at`, then enqueue order: per type, one walk of the
-    `jobs_due` index, so a type at its limit never holds up another. A type with a
-    per-key rule is walked key by key (`keyed.py`), its keys taking turns; the jobs taken
-    are counted in `turns`."""
+    priority first, then oldest `run_at`, then enqueue order: per type, one statement on
+    the `jobs_due` index (its jobs without a key, then with one, each range in order),
+    so a type at its limit never holds up another. A type with a per-key rule is walked
+    key by key (`keyed.py`), its keys taking turns; the jobs taken are counted in
+    `turns`."""
     where, params = "", []
     if queues is not None:
         where += f" AND queue IN ({_marks(queues)})"
@@ -79,18 +80,15 @@ def due(
         if turns is not None and turns.keyed(job_type):
             found.extend(keyed_due(conn, job_type, min(free, limit), turns, now, where, params))
             continue
+        # its jobs without a key and with one (a label here), each range in claim order
+        take = min(free, limit)
         found.extend(
             (-hit[0], 0, 0, hit[1], hit[2], hit[3:])
-            for hit in conn.execute(
-                f"SELECT priority, run_at, seq, {COLUMNS} FROM jobs INDEXED BY jobs_due"
-                f" WHERE status = 'pending' AND type = ? AND run_at <= ?{where}"
-                " ORDER BY priority DESC, run_at, seq LIMIT ?",
-                (job_type, now, *params, min(free, limit)),
-            )
+            for hit in conn.execute(_DUE.format(where=where), (job_type, now, *params, take) * 2)
         )
     if len(found) > limit:
         found = heapq.nsmallest(limit, found, key=_claim_order)
-    elif len(slots) > 1:
+    else:
         found.sort(key=_claim_order)
     rows = [Row.read(columns) for *_, columns in found]
     if turns is not None:
@@ -98,6 +96,12 @@ def due(
             turns.take(row.job.type, row.job.concurrency_key)
         turns.settle()
     return rows
+
+
+_DUE: Final = "SELECT * FROM ({}) UNION ALL SELECT * FROM ({})".format(
+    DUE_BY_KEYEDNESS.format(columns=COLUMNS, keyed=0, where="{where}"),
+    DUE_BY_KEYEDNESS.format(columns=COLUMNS, keyed=1, where="{where}"),
+)
 
 
 def _claim_order(

@@ -223,7 +223,15 @@ FLOW_KEYS: tuple[str, ...] = (  # 4: flow control by key (docs/guide/flow-contro
     "CREATE INDEX jobs_debounce ON jobs (type, debounce_key)"
     " WHERE status = 'pending' AND debounce_key IS NOT NULL",
 )
-MIGRATIONS = (*MIGRATIONS, ROWS_ARE_THE_TRUTH, FLOW_KEYS)
+PLAIN_DUE: tuple[str, ...] = (  # 5: a type's due jobs without a key, apart from its keyed
+    # ones: a type with a per-key rule walks its jobs without a key on their own, never
+    # stepping over its keyed backlog (any other type walks both, merged)
+    "DROP INDEX jobs_due",
+    "CREATE INDEX jobs_due ON jobs"
+    " (type, (concurrency_key IS NOT NULL), priority DESC, run_at, seq)"
+    " WHERE status = 'pending'",
+)
+MIGRATIONS = (*MIGRATIONS, ROWS_ARE_THE_TRUTH, FLOW_KEYS, PLAIN_DUE)
 VERSION = len(MIGRATIONS)
 
 

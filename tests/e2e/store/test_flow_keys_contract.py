@@ -71,6 +71,18 @@ async def test_a_key_at_its_limit_holds_back_only_its_own_jobs(open_store) -> No
         assert [x.job.id for x in first if x.job.concurrency_key == "small"] == small[:2]
 
 
+async def test_a_job_without_a_key_is_not_held_behind_its_types_keyed_backlog(
+    open_store,
+) -> None:
+    async with open_store() as store:
+        await store.register_node({"a": None, "b": None}, key_limits={"a": 1})
+        await store.enqueue_many([new("a", concurrency_key="busy") for _ in range(1000)])
+        (plain,) = await keyed(store, None, 1)  # behind 1,000 jobs of a key at its limit
+        first = await store.claim(10, None, {"a": 10})
+        assert keys_of(first) == {"busy": 1, None: 1}
+        assert plain in {x.job.id for x in first}
+
+
 async def test_a_type_without_a_key_limit_ignores_keys_and_the_type_limit_holds(
     open_store,
 ) -> None:
