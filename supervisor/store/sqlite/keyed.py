@@ -8,6 +8,7 @@ keys come in one statement and their jobs in another, most of the time."""
 
 from __future__ import annotations
 
+import heapq
 import sqlite3
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -86,7 +87,6 @@ def keyed_due(
     order: priority, then the key's turn, then run_at, then enqueue order."""
     for key, count in busy(conn, job_type).items():
         turns.busy[(job_type, key)] = count
-    hits: list[Hit] = []
     window = key_window(take)
     rooms: list[tuple[str, int]] = []  # the window: each key with room, and its room
     cursor = turns.cursors.get(job_type, "")
@@ -98,10 +98,12 @@ def keyed_due(
             turns.places[(job_type, key)] = len(rooms)
             if len(rooms) >= window:
                 break
+    heads: list[tuple[int, int, int, float, int]] = []  # (-priority, turn, place, run_at, seq)
     if rooms:
-        # each key's room of jobs from its head, in claim order: one statement
+        # each key's room of jobs from its head, in claim order, their places in claim
+        # order only (one statement); the rows of those taken are read after
         head = (
-            f"SELECT * FROM (SELECT ? AS place, priority, run_at, seq, {COLUMNS}"
+            "SELECT * FROM (SELECT ? AS place, priority, run_at, seq"
             " FROM jobs INDEXED BY jobs_key_due"
             " WHERE status = 'pending' AND concurrency_key IS NOT NULL AND type = ?"
             f" AND concurrency_key = ? AND run_at <= ?{where}"
@@ -113,17 +115,26 @@ def keyed_due(
         found = conn.execute(" UNION ALL ".join([head] * len(rooms)), args).fetchall()
         found.sort(key=lambda hit: (hit[0], -hit[1], hit[2], hit[3]))  # by key, in order
         turn: dict[int, int] = {}  # the next turn of each key, by place
-        for hit in found:
-            place = hit[0]
+        for place, priority, run_at, seq in found:
             key = rooms[place - 1][0]
             n = turn.get(place, turns.busy.get((job_type, key), 0))
             turn[place] = n + 1
-            hits.append((-hit[1], n, place, hit[2], hit[3], hit[4:]))
+            heads.append((-priority, n, place, run_at, seq))
+        heads = heapq.nsmallest(take, heads)
     plain = conn.execute(
         DUE_BY_KEYEDNESS.format(columns=COLUMNS, keyed=0, where=where),
         (job_type, now, *params, take),
     )
-    hits.extend((-hit[0], 0, 0, hit[1], hit[2], hit[3:]) for hit in plain)
+    hits: list[Hit] = [(-hit[0], 0, 0, hit[1], hit[2], hit[3:]) for hit in plain]
+    # the keyed jobs that may be taken, whole rows now: at most `take`, by seq (the rowid)
+    taken = heapq.nsmallest(take, [*heads, *(hit[:5] for hit in hits)])
+    wanted = {order[4]: order for order in taken if order[2]}  # keyed ones have a place
+    if wanted:
+        rows = conn.execute(
+            f"SELECT seq, {COLUMNS} FROM jobs WHERE seq IN ({', '.join('?' * len(wanted))})",
+            list(wanted),
+        )
+        hits.extend((*wanted[row[0]], row[1:]) for row in rows)
     hits.sort(key=lambda hit: hit[:5])
     return hits[:take]
 
