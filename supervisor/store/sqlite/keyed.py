@@ -88,39 +88,28 @@ def keyed_due(
     for key, count in busy(conn, job_type).items():
         turns.busy[(job_type, key)] = count
     window = key_window(take)
-    rooms: list[tuple[str, int]] = []  # the window: each key with room, and its room
     cursor = turns.cursors.get(job_type, "")
-    # read ahead by as many keys as may be full: most windows are one statement
+    heads: list[tuple[int, int, int, float, int]] = []  # (-priority, turn, place, run_at, seq)
+    batch: list[tuple[int, str, int]] = []  # keys with room: (place, key, room)
+    found = 0  # keys of the window: keys with room and a job due in the queues served
+    place = 0
+    # read ahead by as many keys as may be full: most windows are one statement of keys
+    # and one of jobs; keys with nothing due (later jobs, paused queues) do not count
     for key in _keys_from(conn, job_type, cursor, window + len(turns.busy)):
         room = min(turns.room_of(job_type, key), take)
-        if room > 0:
-            rooms.append((key, room))
-            turns.places[(job_type, key)] = len(rooms)
-            if len(rooms) >= window:
+        if room <= 0:
+            continue
+        place += 1
+        turns.places[(job_type, key)] = place
+        batch.append((place, key, room))
+        if len(batch) >= window - found:
+            found += _heads(conn, job_type, batch, turns, now, where, params, heads)
+            batch = []
+            if found >= window:
                 break
-    heads: list[tuple[int, int, int, float, int]] = []  # (-priority, turn, place, run_at, seq)
-    if rooms:
-        # each key's room of jobs from its head, in claim order, their places in claim
-        # order only (one statement); the rows of those taken are read after
-        head = (
-            "SELECT * FROM (SELECT ? AS place, priority, run_at, seq"
-            " FROM jobs INDEXED BY jobs_key_due"
-            " WHERE status = 'pending' AND concurrency_key IS NOT NULL AND type = ?"
-            f" AND concurrency_key = ? AND run_at <= ?{where}"
-            " ORDER BY priority DESC, run_at, seq LIMIT ?)"
-        )
-        args: list[Any] = []
-        for place, (key, room) in enumerate(rooms, 1):
-            args += [place, job_type, key, now, *params, room]
-        found = conn.execute(" UNION ALL ".join([head] * len(rooms)), args).fetchall()
-        found.sort(key=lambda hit: (hit[0], -hit[1], hit[2], hit[3]))  # by key, in order
-        turn: dict[int, int] = {}  # the next turn of each key, by place
-        for place, priority, run_at, seq in found:
-            key = rooms[place - 1][0]
-            n = turn.get(place, turns.busy.get((job_type, key), 0))
-            turn[place] = n + 1
-            heads.append((-priority, n, place, run_at, seq))
-        heads = heapq.nsmallest(take, heads)
+    if batch:
+        _heads(conn, job_type, batch, turns, now, where, params, heads)
+    heads = heapq.nsmallest(take, heads)
     plain = conn.execute(
         DUE_BY_KEYEDNESS.format(columns=COLUMNS, keyed=0, where=where),
         (job_type, now, *params, take),
@@ -137,6 +126,41 @@ def keyed_due(
         hits.extend((*wanted[row[0]], row[1:]) for row in rows)
     hits.sort(key=lambda hit: hit[:5])
     return hits[:take]
+
+
+def _heads(
+    conn: sqlite3.Connection,
+    job_type: str,
+    batch: list[tuple[int, str, int]],
+    turns: KeyTurns,
+    now: float,
+    where: str,
+    params: list[Any],
+    heads: list[tuple[int, int, int, float, int]],
+) -> int:
+    """Each key's room of due jobs from its head into `heads`, with its claim order (one
+    statement for the batch; the rows of those taken are read after); how many keys had
+    one."""
+    head = (
+        "SELECT * FROM (SELECT ? AS place, priority, run_at, seq"
+        " FROM jobs INDEXED BY jobs_key_due"
+        " WHERE status = 'pending' AND concurrency_key IS NOT NULL AND type = ?"
+        f" AND concurrency_key = ? AND run_at <= ?{where}"
+        " ORDER BY priority DESC, run_at, seq LIMIT ?)"
+    )
+    args: list[Any] = []
+    keys: dict[int, str] = {}
+    for place, key, room in batch:
+        args += [place, job_type, key, now, *params, room]
+        keys[place] = key
+    found = conn.execute(" UNION ALL ".join([head] * len(batch)), args).fetchall()
+    found.sort(key=lambda hit: (hit[0], -hit[1], hit[2], hit[3]))  # by key, in order
+    turn: dict[int, int] = {}  # the next turn of each key, by place
+    for place, priority, run_at, seq in found:
+        n = turn.get(place, turns.busy.get((job_type, keys[place]), 0))
+        turn[place] = n + 1
+        heads.append((-priority, n, place, run_at, seq))
+    return len(turn)
 
 
 def holds(

@@ -83,6 +83,21 @@ async def test_a_job_without_a_key_is_not_held_behind_its_types_keyed_backlog(
         assert plain in {x.job.id for x in first}
 
 
+async def test_keys_with_nothing_due_or_only_paused_jobs_never_fill_a_claims_window(
+    open_store,
+) -> None:
+    async with open_store() as store:
+        await store.register_node({"a": None, "b": None}, key_limits={"a": 5})
+        # forty keys first in key order: twenty with jobs not due for an hour, twenty with
+        # jobs in a paused queue; then one key with a job due now
+        later = [new("a", concurrency_key=f"k{i:02}", delay_seconds=3600) for i in range(20)]
+        held = [new("a", concurrency_key=f"k{i:02}", queue="held") for i in range(20, 40)]
+        await store.enqueue_many([*later, *held])
+        await store.set_paused("held", True)
+        (due,) = await keyed(store, "zz", 1)
+        assert [x.job.id for x in await store.claim(5, None, {"a": 5})] == [due]
+
+
 async def test_a_type_without_a_key_limit_ignores_keys_and_the_type_limit_holds(
     open_store,
 ) -> None:

@@ -335,9 +335,10 @@ CREATE INDEX key_pace_due ON {s}.key_pace (type, tat);
 
 
 # Migration 17: the window's first key after the cursor, and each key up to it, found by
-# one index probe each. Migration 16 joined the cursor to the jobs, so the planner could
-# not bound the index scan by it: each claim read every pending job of the type's keys.
-# Here the cursor is an outer value of each probe, as the walk's next step always was.
+# one index probe each, and only keys with a job due in a queue served. Migration 16
+# joined the cursor to the jobs, so the planner could not bound the index scan by it:
+# each claim read every pending job of the type's keys. Here the cursor is an outer value
+# of each probe, as the walk's next step always was.
 _WINDOW_PROBES: Final[tuple[tuple[str, str], ...]] = (
     (
         """                    SELECT min(h.concurrency_key), 1 FROM {s}.jobs h, cur
@@ -376,6 +377,22 @@ _WINDOW_PROBES: Final[tuple[tuple[str, str], ...]] = (
                               AND h.concurrency_key <= cur.key),
                         upto.n + 1
                     FROM upto, cur WHERE upto.key IS NOT NULL)""",
+    ),
+    # a key counts in the window only with a job due in a queue the claim serves: keys
+    # whose jobs are all later, or in paused queues, never fill it (and starve the rest)
+    (
+        """            WHERE least(kt.lim - b.busy, r.starts) > 0
+""",
+        """            WHERE least(kt.lim - b.busy, r.starts) > 0
+              AND EXISTS (SELECT 1 FROM {s}.jobs d
+                    WHERE d.status = 'pending' AND d.concurrency_key IS NOT NULL
+                      AND d.type = kt.type AND d.concurrency_key = k.key
+                      AND d.run_at <= now()
+                      AND (p_queues IS NULL OR d.queue = ANY (p_queues))
+                      AND NOT EXISTS (SELECT 1 FROM {s}.paused_queues pq
+                                      WHERE pq.queue = d.queue)
+                    OFFSET 0)
+""",
     ),
 )
 
