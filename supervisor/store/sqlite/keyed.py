@@ -48,20 +48,79 @@ _KEYS_AFTER = (
 )
 
 
-def _keys_from(conn: sqlite3.Connection, job_type: str, cursor: str, step: int) -> Iterator[str]:
-    """The type's pending keys after `cursor`, then from the first one round to it, read
-    `step` at a time."""
-    after = cursor
-    while keys := [k for (k,) in conn.execute(_KEYS_AFTER, _after(job_type, after, step))]:
-        yield from keys
-        after = keys[-1]
-    after = ""
-    while keys := [k for (k,) in conn.execute(_KEYS_AFTER, _after(job_type, after, step))]:
-        for key in keys:
-            if key > cursor:
-                return
-            yield key
-        after = keys[-1]
+class KeysAhead:
+    """Each keyed type's pending keys in turn, read ahead `step` at a time and used over
+    several claims (the store is the file's only writer: nothing else takes keys). A lap
+    runs from the key after the cursor it began at, round to that cursor; each claim
+    passes the keys up to the type's cursor (the last key the claim before took). A key
+    first enqueued between keys already read waits for the next lap; a key whose jobs
+    went has none due and is passed over."""
+
+    def __init__(self, step: int = 128) -> None:
+        self.step = step
+        self._laps: dict[str, _Lap] = {}
+
+    def keys(self, conn: sqlite3.Connection, job_type: str, cursor: str) -> Iterator[str]:
+        """The type's keys in turn after `cursor`, each once, for one claim."""
+        lap = self._laps.get(job_type)
+        fresh = lap is None or not lap.move_to(cursor)
+        if lap is None or fresh:
+            lap = self._laps[job_type] = _Lap(cursor)
+        seen: set[str] = set()
+        i = 0
+        while True:
+            if i == len(lap.ahead) and not lap.read(conn, job_type, self.step):
+                if fresh:
+                    return  # a whole lap read in this claim: every key was offered
+                lap = self._laps[job_type] = _Lap(cursor)  # the next lap
+                fresh, i = True, 0
+                continue
+            key = lap.ahead[i]
+            i += 1
+            if key not in seen:
+                seen.add(key)
+                yield key
+
+
+class _Lap:
+    """One lap of a type's keys: the keys read and not yet passed, in turn."""
+
+    def __init__(self, start: str) -> None:
+        self.start = start  # the cursor the lap began at: it ends there
+        self.at = start  # the cursor the keys ahead follow
+        self.ahead: list[str] = []
+        self.last = start  # the last key read
+        self.wrapped = False  # every key after `start` read: reading from the first
+        self.over = False
+
+    def move_to(self, cursor: str) -> bool:
+        """Pass the keys up to `cursor` (the claims took keys up to it); False when it
+        is not one of the keys ahead."""
+        if cursor == self.at:
+            return True
+        if cursor not in self.ahead:
+            return False
+        del self.ahead[: self.ahead.index(cursor) + 1]
+        self.at = cursor
+        return True
+
+    def read(self, conn: sqlite3.Connection, job_type: str, step: int) -> bool:
+        """Read the lap's next `step` keys at most; False when it is over."""
+        if self.over:
+            return False
+        keys = [k for (k,) in conn.execute(_KEYS_AFTER, _after(job_type, self.last, step))]
+        if not keys and not self.wrapped:
+            self.wrapped, self.last = True, ""
+            keys = [k for (k,) in conn.execute(_KEYS_AFTER, _after(job_type, "", step))]
+        if self.wrapped and keys and keys[-1] > self.start:
+            keys = [k for k in keys if k <= self.start]
+            self.over = True
+        if not keys:
+            self.over = True
+            return False
+        self.ahead += keys
+        self.last = keys[-1]
+        return True
 
 
 def _after(job_type: str, after: str, most: int) -> dict[str, Any]:
@@ -78,6 +137,7 @@ def keyed_due(
     job_type: str,
     take: int,
     turns: KeyTurns,
+    ahead: KeysAhead,
     now: float,
     where: str,
     params: list[Any],
@@ -93,9 +153,9 @@ def keyed_due(
     batch: list[tuple[int, str, int]] = []  # keys with room: (place, key, room)
     found = 0  # keys of the window: keys with room and a job due in the queues served
     place = 0
-    # read ahead by as many keys as may be full: most windows are one statement of keys
-    # and one of jobs; keys with nothing due (later jobs, paused queues) do not count
-    for key in _keys_from(conn, job_type, cursor, window + len(turns.busy)):
+    # keys read ahead over claims, then one statement of jobs for most windows; keys
+    # with nothing due (later jobs, paused queues) do not count
+    for key in ahead.keys(conn, job_type, cursor):
         room = min(turns.room_of(job_type, key), take)
         if room <= 0:
             continue

@@ -35,7 +35,7 @@ from goqueue.supervisor.common.summaries import (
     type_stats as stats_by_type,
 )
 from goqueue.supervisor.store.memory.flows import workflow_of
-from goqueue.supervisor.store.sqlite.keyed import DUE_BY_KEYEDNESS, keyed_due
+from goqueue.supervisor.store.sqlite.keyed import DUE_BY_KEYEDNESS, KeysAhead, keyed_due
 from goqueue.supervisor.store.sqlite.rows import COLUMNS, SELECT_ROW, Row, from_ts, letter_of
 from goqueue.supervisor.store.sqlite.rules import FLOW
 from goqueue.supervisor.store.sqlite.schema import LIVE_SQL
@@ -58,14 +58,15 @@ def due(
     paused: set[str],
     slots: Mapping[str, int],
     limit: int,
-    turns: KeyTurns | None = None,
+    turns: KeyTurns,
+    ahead: KeysAhead,
 ) -> list[Row]:
     """The rows of the best `limit` due jobs, at most `slots[type]` of each type, highest
     priority first, then oldest `run_at`, then enqueue order: per type, one statement on
     the `jobs_due` index (its jobs without a key, then with one, each range in order),
     so a type at its limit never holds up another. A type with a per-key rule is walked
-    key by key (`keyed.py`), its keys taking turns; the jobs taken are counted in
-    `turns`."""
+    key by key (`keyed.py`), its keys taking turns (read `ahead`); the jobs taken are
+    counted in `turns`."""
     where, params = "", []
     if queues is not None:
         where += f" AND queue IN ({_marks(queues)})"
@@ -77,8 +78,9 @@ def due(
     for job_type, free in slots.items():
         if free <= 0:
             continue
-        if turns is not None and turns.keyed(job_type):
-            found.extend(keyed_due(conn, job_type, min(free, limit), turns, now, where, params))
+        if turns.keyed(job_type):
+            take = min(free, limit)
+            found.extend(keyed_due(conn, job_type, take, turns, ahead, now, where, params))
             continue
         # its jobs without a key and with one (a label here), each range in claim order
         take = min(free, limit)
@@ -91,10 +93,9 @@ def due(
     else:
         found.sort(key=_claim_order)
     rows = [Row.read(columns) for *_, columns in found]
-    if turns is not None:
-        for row in rows:
-            turns.take(row.job.type, row.job.concurrency_key)
-        turns.settle()
+    for row in rows:
+        turns.take(row.job.type, row.job.concurrency_key)
+    turns.settle()
     return rows
 
 

@@ -115,6 +115,7 @@ class SqliteStore:
         self._pace = KeyPace()  # the paced keys' TATs (this node's, as rate limits are)
         self._key_waits: list[str] = []  # (`key_waits`)
         self._cursors: dict[str, str] = {}  # where each keyed type takes keys up again
+        self._keys_ahead = keyed.KeysAhead()  # and the keys after it, read ahead
         self._seq = itertools.count(1)
         self._starts = StartTimes()
         self._opened_at = clock()
@@ -303,7 +304,8 @@ class SqliteStore:
             turns = KeyTurns(
                 self._key_limits, {}, self._key_rates, self._pace, tx.ts, self._cursors
             )
-            best = reads.due(tx.conn, tx.ts, queues, tx.paused(), slots, limit, turns)
+            paused = tx.paused()
+            best = reads.due(tx.conn, tx.ts, queues, paused, slots, limit, turns, self._keys_ahead)
             if len(best) < limit:
                 self._key_waits.extend(turns.held)
             leases = []
