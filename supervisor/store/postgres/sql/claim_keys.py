@@ -379,7 +379,8 @@ _WINDOW_PROBES: Final[tuple[tuple[str, str], ...]] = (
                     FROM upto, cur WHERE upto.key IS NOT NULL)""",
     ),
     # a key counts in the window only with a job due in a queue the claim serves: keys
-    # whose jobs are all later, or in paused queues, never fill it (and starve the rest)
+    # whose jobs are all later, or in paused queues, never fill it (and starve the rest);
+    # read along the key's own index (its order), whatever the planner guesses
     (
         """            WHERE least(kt.lim - b.busy, r.starts) > 0
 """,
@@ -391,7 +392,8 @@ _WINDOW_PROBES: Final[tuple[tuple[str, str], ...]] = (
                       AND (p_queues IS NULL OR d.queue = ANY (p_queues))
                       AND NOT EXISTS (SELECT 1 FROM {s}.paused_queues pq
                                       WHERE pq.queue = d.queue)
-                    OFFSET 0)
+                    ORDER BY d.priority DESC, d.run_at, d.seq
+                    LIMIT 1 OFFSET 0)
 """,
     ),
 )
