@@ -54,15 +54,17 @@ def call(method: str, url: str, body: Any = None, timeout: float = 10) -> tuple[
 def until(what: str, probe: Callable[[], T | None], timeout: float) -> T:
     """Probe every 0.2 s until it returns something other than None, or fail after timeout."""
     deadline = time.monotonic() + timeout
+    error: OSError | None = None
     while True:
         try:
             seen = probe()
-        except OSError:  # not listening yet, connection reset while restarting
-            seen = None
+        except OSError as exc:  # not listening yet, connection reset while restarting
+            seen, error = None, exc
         if seen is not None:
             return seen
         if time.monotonic() > deadline:
-            raise Failed(f"{what}: not within {timeout:.0f} s")
+            last = f" (the last request failed: {error!r})" if error is not None else ""
+            raise Failed(f"{what}: not within {timeout:.0f} s{last}")
         time.sleep(0.2)
 
 
@@ -152,6 +154,20 @@ def exactly_once(args: argparse.Namespace) -> str:
     return f"exactly once: {args.count} jobs through {len(nodes)} nodes, each done once ({spread})"
 
 
+def seen_by(urls: dict[str, str], job_id: str) -> str:
+    """What each node says of a job and of its own workers, for a failure's message."""
+    seen = []
+    for name, url in urls.items():
+        try:
+            found = call("GET", f"{url}/jobs/{job_id}", timeout=5)[1]
+            state = found.get("status") if isinstance(found, dict) else found
+            busy = metric(url, "goqueue_workers", 'state="busy"')
+            seen.append(f"{name}: job {state}, trail {events(url, job_id)}, busy {busy}")
+        except (OSError, Failed) as exc:
+            seen.append(f"{name}: {exc!r}")
+    return "; ".join(seen)
+
+
 def cancel(args: argparse.Namespace) -> str:
     """A job enqueued on one node and running there, cancelled through the other: its
     worker is killed (the node counts a worker restart for a cancel) and it ends cancelled."""
@@ -160,7 +176,11 @@ def cancel(args: argparse.Namespace) -> str:
     started = []
     for _ in range(5):  # the other node may claim it first; it holds two workers at most
         started.append(enqueue(urls[first], "report", ENDLESS)["id"])
-        if runner(urls[first], started[-1]) == first:
+        try:
+            ran_on = runner(urls[first], started[-1])
+        except Failed as failed:
+            raise Failed(f"{failed}; {seen_by(urls, started[-1])}") from None
+        if ran_on == first:
             break
     else:
         raise Failed(f"none of {len(started)} jobs enqueued on {first} ran there")

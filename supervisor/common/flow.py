@@ -114,15 +114,11 @@ class KeyTurns:
         self.cursors = {} if cursors is None else cursors
         self.places: dict[KeyOf, int] = {}
 
-    def keyed(self, job_type: str) -> bool:
-        """True when `job_type` has a per-key rule (its keys are walked one by one)."""
-        return job_type in self.limits or job_type in self.rates
-
     def turn(self, job_type: str, key: str | None) -> int | None:
         """How many jobs of `key` are claimed or running (its place in the turns: fewer
         goes first), or None when the key may start no more now (at its limit, or its
-        pace not due). 0 for a job without a key, or of a type with no per-key rule."""
-        if key is None or not self.keyed(job_type):
+        pace not due). 0 for a job without a key."""
+        if key is None:
             return 0
         if self.room_of(job_type, key) <= 0:
             return None
@@ -130,7 +126,8 @@ class KeyTurns:
         return self.busy.get(of, 0) + self.taken[of]
 
     def room_of(self, job_type: str, key: str) -> int:
-        """How many more jobs of `key` this claim may take (of a keyed type)."""
+        """How many more jobs of `key` this claim may take (its type's per-key limit
+        and pace, if it has them)."""
         of = (job_type, key)
         taken = self.taken[of]
         room = MAX_ROOM
@@ -150,7 +147,7 @@ class KeyTurns:
 
     def take(self, job_type: str, key: str | None) -> None:
         """The claim took a job of `key`."""
-        if key is not None and self.keyed(job_type):
+        if key is not None:
             self.taken[(job_type, key)] += 1
 
     def settle(self) -> None:

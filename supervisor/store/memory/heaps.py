@@ -1,7 +1,7 @@
-"""The memory store's pending jobs in claim order: one ready heap per (queue, type) and,
-for a type with a per-key rule, one per key besides, best first (priority, then run_at,
-then enqueue order), and one heap of delayed jobs by due time. A claim looks at a window
-of each such type's keys, least lately taken first, not at every key. A job that stops
+"""The memory store's pending jobs in claim order: one ready heap per (queue, type, key),
+jobs without a key in a heap of their own, best first (priority, then run_at, then
+enqueue order), and one heap of delayed jobs by due time. A claim looks at a window of
+each (queue, type)'s keys, least lately taken first, not at every key. A job that stops
 being pending (cancelled, claimed) leaves its entry behind; the entry is skipped when it
 reaches the top. So is the entry of a job pending again at another time (a late
 outcome's retry replacing its reaping's): an entry is live only while its job is pending
@@ -18,7 +18,7 @@ from datetime import datetime
 from goqueue.supervisor.common.enums import Status
 from goqueue.supervisor.common.jobs import Job
 
-ReadyKey = tuple[str, str, str | None]  # (queue, type, key: None unless it takes turns)
+ReadyKey = tuple[str, str, str | None]  # (queue, type, concurrency_key)
 Group = tuple[str, str]  # (queue, type)
 ReadyEntry = tuple[int, float, int, str]  # (-priority, run_at, seq, job id)
 # A key's turn in a claim, or None when the key is at its limit (`flow.KeyTurns.turn`)
@@ -39,24 +39,12 @@ class PendingHeaps:
         self.groups: dict[Group, dict[str | None, None]] = {}
         self.delayed: list[tuple[float, int, str]] = []
         self.stale: Counter[ReadyKey] = Counter()  # entries of due jobs cancelled in place
-        self.keyed: frozenset[str] = frozenset()  # the types whose keys take turns
         self.places: dict[ReadyKey, int] = {}  # each key's place in the last claim's window
 
-    def rekey(self, keyed: frozenset[str]) -> None:
-        """The types with a per-key rule are now `keyed`: the ready heaps are made again,
-        one per key of those types, from their live entries."""
-        if keyed == self.keyed:
-            return
-        entries = [e for heap in self.ready.values() for e in heap if self._is_pending(e[3], e[1])]
-        self.keyed = keyed
-        self.ready, self.groups, self.stale = {}, {}, Counter()
-        for entry in entries:
-            self._push(self.jobs[entry[3]], entry)
-
-    def ready_key(self, job: Job) -> ReadyKey:
+    @staticmethod
+    def ready_key(job: Job) -> ReadyKey:
         """The ready heap of a due job."""
-        key = job.concurrency_key if job.type in self.keyed else None
-        return (job.queue, job.type, key)
+        return (job.queue, job.type, job.concurrency_key)
 
     def add(self, job: Job, now_ts: float) -> None:
         """A job became pending: ready if due at `now_ts`, delayed otherwise."""
@@ -84,7 +72,7 @@ class PendingHeaps:
     ) -> list[tuple[Order, ReadyKey]]:
         """The heaps whose top is claimable, as a heap of (its top's order, the heap):
         its type has a free slot, its queue is served (`queues`, None for all) and not
-        paused, and its key (`turn`) may start a job; of a type whose keys take turns, the
+        paused, and its key (`turn`) may start a job: its jobs without a key, and the
         first `window` keys that may, least lately taken first. `next_of` orders a heap
         again once its top was taken."""
         out: list[tuple[Order, ReadyKey]] = []

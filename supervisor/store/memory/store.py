@@ -85,7 +85,6 @@ class MemoryStore(MemoryWorkflows):
         self._limits = dict(limits)
         self._key_limits = dict(key_limits or {})
         self._key_rates = dict(key_rates or {})
-        self._pending.rekey(frozenset(self._key_limits) | frozenset(self._key_rates))
 
     async def known_types(self) -> frozenset[str]:
         """The types this node declared."""

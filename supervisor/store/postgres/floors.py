@@ -9,13 +9,15 @@ its start steps over every job drained since. A floor lets it start past them.
 A floor rises with what this node claims (the last job without a key taken in each
 (type, priority)) and, after a claim that took everything due of a type, to the
 database's `now()` less a little slack (a job whose transaction began before then may
-commit after). A floor holds for the claim's walk of jobs without a key; the keyed jobs
-of a type with a per-key rule are taken by key, from their own index, and never walked.
-So a claim that took a keyed job of such a type at some priority took every unkeyed job
-due at that priority and above first (they come first in its order): those floors rise
-to `now()` too; and one that came back short took every unkeyed job of such a type
-this node does not limit as a whole (another node's limit on it could have cut the claim
-short instead: those jobs wait for the next rescan at worst). It falls when
+commit after). A floor holds for the claim's walk of jobs without a key; keyed jobs are
+taken by key, from their own index, and never walked. So a claim that took a keyed job
+of a type at some priority took every unkeyed job of it due at that priority and above
+first (they come first in its order): those floors rise to `now()` too. (A keyed job
+committed between the claim's look for keyed types and its walk may be walked instead:
+the unkeyed jobs after it wait for the next rescan at worst.) A claim that came back
+short took every unkeyed job of a type with a per-key rule this node does not limit as
+a whole (another node's limit on it could have cut the claim short instead: those jobs
+wait for the next rescan at worst). It falls when
 this node makes a job pending below it (an enqueue that committed late, a lease reaped,
 an explicit past `run_at`), and all floors go on a resume and every `rescan` seconds, so
 a job placed below them by another node is claimed within that time at worst. Floors
@@ -51,13 +53,11 @@ class ClaimFloors:
         self._clock = clock
         self._floors: dict[Queues, dict[tuple[str, int], Floor]] = {}
         self._rescan_at = clock() + rescan
-        self.key_ruled: frozenset[str] = frozenset()  # types with this node's per-key rule
-        self.key_only: frozenset[str] = frozenset()  # those it limits by key alone
+        self.key_only: frozenset[str] = frozenset()  # types this node limits by key alone
 
     def declare(self, key_ruled: Iterable[str], limited: Iterable[str]) -> None:
         """This node's types with a per-key rule, and those it limits as a whole."""
-        self.key_ruled = frozenset(key_ruled)
-        self.key_only = self.key_ruled - frozenset(limited)
+        self.key_only = frozenset(key_ruled) - frozenset(limited)
 
     def arrays(
         self, queues: Queues, types: Sequence[str]
@@ -81,14 +81,13 @@ class ClaimFloors:
         the `exhausted` types (everything due of them was taken), to `db_now` less the
         slack."""
         known = self._floors.setdefault(queues, {})
-        by_key: dict[str, int] = {}  # a key-ruled type's lowest priority taken by key
+        by_key: dict[str, int] = {}  # each type's lowest priority taken by key
         for lease in leases:
             job = lease.job
             if job.concurrency_key is None:
                 _raise(known, (job.type, job.priority), (job.run_at, job.seq))
-            elif job.type in self.key_ruled:
+            else:
                 by_key[job.type] = min(job.priority, by_key.get(job.type, job.priority))
-            # (otherwise the key is a label: a keyed job walked in turn, as unkeyed ones)
         if db_now is not None:
             floor = (db_now - self.slack, 0)
             for type_ in exhausted:

@@ -1,10 +1,12 @@
-"""The SQLite claim's walk of a type with a per-key rule (`common/flow.py`): its keys'
-claimed and running jobs counted on their own small index, its pending keys found by
-skipping along `jobs_key_due` from the type's cursor (the last key a claim took) round to
-it, and each key with room (its limit, its pace) read from its head in claim order, up
-to a window of keys with room: a key that may start nothing costs one probe and never
-holds up another key, and a claim costs a window of keys, not every key. The window's
-keys come in one statement and their jobs in another, most of the time."""
+"""The SQLite claim's walk of a type's jobs (`common/flow.py`): its jobs without a key in
+claim order, and its keys in turn. Its keys' claimed and running jobs are counted on
+their own small index, its pending keys found by skipping along `jobs_key_due` from the
+type's cursor (the last key a claim took) round to it, and each key with room (its
+limit, its pace, if the type has them) read from its head in claim order, up to a window
+of keys with room and a job due: a key that may start nothing never holds up another
+key, and a claim costs a window of keys, not every key. The keys are read ahead over
+many claims (`KeysAhead`), and the window's jobs come in one statement, most of the
+time."""
 
 from __future__ import annotations
 
@@ -17,10 +19,10 @@ from goqueue.supervisor.common.flow import KeyTurns, key_window
 from goqueue.supervisor.store.base import MAX_KEY_HOLDS
 from goqueue.supervisor.store.sqlite.rows import COLUMNS
 
-# A type's best due jobs without a key (keyed ones: `= 1`), in claim order, on `jobs_due`.
-DUE_BY_KEYEDNESS = (
-    "SELECT priority, run_at, seq, {columns} FROM jobs INDEXED BY jobs_due"
-    " WHERE status = 'pending' AND type = ? AND (concurrency_key IS NOT NULL) = {keyed}"
+# A type's best due jobs without a key, in claim order, on `jobs_due`.
+_PLAIN_DUE = (
+    f"SELECT priority, run_at, seq, {COLUMNS} FROM jobs INDEXED BY jobs_due"
+    " WHERE status = 'pending' AND type = ? AND (concurrency_key IS NOT NULL) = 0"
     " AND run_at <= ?{where} ORDER BY priority DESC, run_at, seq LIMIT ?"
 )
 
@@ -59,6 +61,16 @@ class KeysAhead:
     def __init__(self, step: int = 128) -> None:
         self.step = step
         self._laps: dict[str, _Lap] = {}
+        self._quiet: set[str] = set()  # types a whole lap found no pending key of
+
+    def quiet(self, job_type: str) -> bool:
+        """True when no job of `job_type` with a key is pending, as far as is known: no
+        lap needs reading."""
+        return job_type in self._quiet
+
+    def stir(self, job_type: str) -> None:
+        """A job of `job_type` with a key was written: its keys need reading again."""
+        self._quiet.discard(job_type)
 
     def keys(self, conn: sqlite3.Connection, job_type: str, cursor: str) -> Iterator[str]:
         """The type's keys in turn after `cursor`, each once, for one claim."""
@@ -71,6 +83,8 @@ class KeysAhead:
         while True:
             if i == len(lap.ahead) and not lap.read(conn, job_type, self.step):
                 if fresh:
+                    if not seen:
+                        self._quiet.add(job_type)  # no key at all
                     return  # a whole lap read in this claim: every key was offered
                 lap = self._laps[job_type] = _Lap(cursor)  # the next lap
                 fresh, i = True, 0
@@ -145,6 +159,13 @@ def keyed_due(
     """The best `take` due jobs of `job_type`, no key beyond its room in this claim
     (`turns`: its limit less its claimed and running jobs, its paced starts), in claim
     order: priority, then the key's turn, then run_at, then enqueue order."""
+    plain = conn.execute(
+        _PLAIN_DUE.format(where=where),
+        (job_type, now, *params, take),
+    )
+    hits: list[Hit] = [(-hit[0], 0, 0, hit[1], hit[2], hit[3:]) for hit in plain]
+    if ahead.quiet(job_type):
+        return hits  # no key pending: no key to walk
     for key, count in busy(conn, job_type).items():
         turns.busy[(job_type, key)] = count
     window = key_window(take)
@@ -170,11 +191,6 @@ def keyed_due(
     if batch:
         _heads(conn, job_type, batch, turns, now, where, params, heads)
     heads = heapq.nsmallest(take, heads)
-    plain = conn.execute(
-        DUE_BY_KEYEDNESS.format(columns=COLUMNS, keyed=0, where=where),
-        (job_type, now, *params, take),
-    )
-    hits: list[Hit] = [(-hit[0], 0, 0, hit[1], hit[2], hit[3:]) for hit in plain]
     # the keyed jobs that may be taken, whole rows now: at most `take`, by seq (the rowid)
     taken = heapq.nsmallest(take, [*heads, *(hit[:5] for hit in hits)])
     wanted = {order[4]: order for order in taken if order[2]}  # keyed ones have a place

@@ -7,7 +7,7 @@ from __future__ import annotations
 import heapq
 import sqlite3
 from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from typing import Any
 
 import msgspec
 from goqueue.supervisor.common.enums import Status, WorkflowStatus
@@ -35,8 +35,8 @@ from goqueue.supervisor.common.summaries import (
     type_stats as stats_by_type,
 )
 from goqueue.supervisor.store.memory.flows import workflow_of
-from goqueue.supervisor.store.sqlite.keyed import DUE_BY_KEYEDNESS, KeysAhead, keyed_due
-from goqueue.supervisor.store.sqlite.rows import COLUMNS, SELECT_ROW, Row, from_ts, letter_of
+from goqueue.supervisor.store.sqlite.keyed import KeysAhead, keyed_due
+from goqueue.supervisor.store.sqlite.rows import SELECT_ROW, Row, from_ts, letter_of
 from goqueue.supervisor.store.sqlite.rules import FLOW
 from goqueue.supervisor.store.sqlite.schema import LIVE_SQL
 
@@ -62,11 +62,10 @@ def due(
     ahead: KeysAhead,
 ) -> list[Row]:
     """The rows of the best `limit` due jobs, at most `slots[type]` of each type, highest
-    priority first, then oldest `run_at`, then enqueue order: per type, one statement on
-    the `jobs_due` index (its jobs without a key, then with one, each range in order),
-    so a type at its limit never holds up another. A type with a per-key rule is walked
-    key by key (`keyed.py`), its keys taking turns (read `ahead`); the jobs taken are
-    counted in `turns`."""
+    priority first, then oldest `run_at`, then enqueue order, keys taking turns: per
+    type, its jobs without a key on the `jobs_due` index, and its keys one by one
+    (`keyed.py`, read `ahead`), so a type at its limit never holds up another. The jobs
+    taken are counted in `turns`."""
     where, params = "", []
     if queues is not None:
         where += f" AND queue IN ({_marks(queues)})"
@@ -76,18 +75,9 @@ def due(
         params.extend(sorted(paused))
     found: list[tuple[int, int, int, float, int, tuple[Any, ...]]] = []
     for job_type, free in slots.items():
-        if free <= 0:
-            continue
-        if turns.keyed(job_type):
+        if free > 0:
             take = min(free, limit)
             found.extend(keyed_due(conn, job_type, take, turns, ahead, now, where, params))
-            continue
-        # its jobs without a key and with one (a label here), each range in claim order
-        take = min(free, limit)
-        found.extend(
-            (-hit[0], 0, 0, hit[1], hit[2], hit[3:])
-            for hit in conn.execute(_DUE.format(where=where), (job_type, now, *params, take) * 2)
-        )
     if len(found) > limit:
         found = heapq.nsmallest(limit, found, key=_claim_order)
     else:
@@ -97,12 +87,6 @@ def due(
         turns.take(row.job.type, row.job.concurrency_key)
     turns.settle()
     return rows
-
-
-_DUE: Final = "SELECT * FROM ({}) UNION ALL SELECT * FROM ({})".format(
-    DUE_BY_KEYEDNESS.format(columns=COLUMNS, keyed=0, where="{where}"),
-    DUE_BY_KEYEDNESS.format(columns=COLUMNS, keyed=1, where="{where}"),
-)
 
 
 def _claim_order(

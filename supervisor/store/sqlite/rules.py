@@ -100,6 +100,7 @@ class Context:
     # A call that fails forgets every row it touched (`Tx.forget`).
     leased: dict[str, Row]
     paused: PausedQueues
+    stir: Callable[[str], None]  # a job of this type with a key was written
 
 
 class Tx:
@@ -152,6 +153,8 @@ class Tx:
         row.moved(self.counts)
         self.conn.execute(*row.update())
         self._mind(row)
+        if row.job.concurrency_key is not None:
+            self.ctx.stir(row.job.type)
 
     def _mind(self, row: Row) -> None:
         """Keep a leased row in the cache of leased rows, or drop it from there."""
@@ -311,6 +314,8 @@ class Tx:
         row.moved(self.counts)
         self.conn.execute(INSERT, row.insert())
         self._mind(row)
+        if job.concurrency_key is not None:
+            self.ctx.stir(job.type)
         return row
 
     def follow_up(self, spec: JobSpec | None, parent: Job) -> list[Job]:

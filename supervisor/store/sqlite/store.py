@@ -130,6 +130,7 @@ class SqliteStore:
             wake=wake,
             leased={},
             paused=PausedQueues(),
+            stir=self._keys_ahead.stir,
         )
         # The calls a part answers whole are that part's own methods (documented there).
         read_calls = SqliteReads(self._read, clock)

@@ -122,6 +122,19 @@ async def test_keys_take_turns_rather_than_enqueue_order(open_store) -> None:
         assert taken == [big[0], small[0], big[1], small[1], big[2], small[2], *big[3:5]]
 
 
+async def test_keys_of_a_type_without_a_key_rule_take_turns_too(open_store) -> None:
+    async with open_store() as store:
+        await store.register_node({"a": None, "b": None})
+        big = await keyed(store, "big", 20, job_type="b")
+        small = await keyed(store, "small", 3, job_type="b")
+        taken = []
+        for _ in range(8):
+            (lease,) = await store.claim(1, None, ALL)
+            taken.append(lease.job.id)
+            await store.complete(lease, None)  # nothing busy: the keys' order alone
+        assert taken == [big[0], small[0], big[1], small[1], big[2], small[2], *big[3:5]]
+
+
 async def test_a_killed_or_lost_attempt_frees_its_keys_slot(open_store, clock) -> None:
     async with open_store(lease_seconds=1) as store:
         await store.register_node({"a": None, "b": None}, key_limits={"a": 1})

@@ -47,7 +47,7 @@ RELEASED = {
     14: "1f3fab9be2a6342cea83dfd04bc72eb7c41e45abef327ba97f0eed9c8b7212ab",  # claim_leases
     15: "821ed28bdf912720ba82df7bbf3137bc16e4dcfe479b66709fa7aedb761fbf75",  # claim_floored
     16: "10a7d0099e9737017443456f4acba481d38cf7505f185a3495ac4668710b6ec2",  # flow keys
-    17: "ba267c511a6e871165124e615fe4168fa9e08b202483bfa8a4ebdffe3d5274a1",  # key probes
+    17: "b17c4cde229cd2aab040e69d22f68683c96c51c187e6b83975aca734f47043e5",  # key probes
 }
 
 

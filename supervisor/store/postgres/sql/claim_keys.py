@@ -406,9 +406,47 @@ _WAITING_END: Final = "                      AND w.run_at <= now())"
 _WAITING_PROBE: Final = "                      AND w.run_at <= now()\n                    OFFSET 0)"
 
 
+# And every type's keys take turns, not only a key-ruled type's: the types asked for with
+# a pending keyed job (one probe each) are walked key by key, those without a rule with
+# no limit and no pace and without the lock (two nodes may give a key a turn each).
+# Their unkeyed walk leaves their keyed jobs to the keys' walk, as a key-ruled type's.
+_TURNS_FOR_EVERY_TYPE: Final[tuple[tuple[str, str, int], ...]] = (
+    ("    v_held text[] := '{{}}';\n", "    v_held text[] := '{{}}';\n    v_turned text[];\n", 1),
+    (
+        "    IF cardinality(v_key_limited) > 0 THEN\n        SELECT coalesce(array_agg(w.type",
+        """    -- The types asked for with a pending keyed job: their keys take turns.
+    v_turned := ARRAY(
+        SELECT t.type FROM unnest(p_types) AS t(type)
+        WHERE EXISTS (SELECT 1 FROM {s}.jobs h
+                      WHERE h.status = 'pending' AND h.concurrency_key IS NOT NULL
+                        AND h.type = t.type
+                      ORDER BY h.concurrency_key LIMIT 1 OFFSET 0));
+    IF cardinality(v_turned) > 0 THEN
+        SELECT coalesce(array_agg(w.type""",
+        1,
+    ),
+    (
+        """        FROM unnest(v_key_limited, v_key_limits, v_key_steps, v_key_bursts)
+            WITH ORDINALITY AS kt(type, lim, step, burst, t)
+""",
+        """        FROM (SELECT u.type, r.lim, r.step, r.burst, u.t
+              FROM unnest(v_turned) WITH ORDINALITY AS u(type, t)
+              LEFT JOIN unnest(v_key_limited, v_key_limits, v_key_steps, v_key_bursts)
+                  AS r(type, lim, step, burst) ON r.type = u.type) kt
+""",
+        1,
+    ),
+    (
+        "NOT caps.type = ANY (v_key_limited))",
+        "NOT caps.type = ANY (v_key_limited || v_turned))",
+        2,
+    ),
+)
+
+
 def _probed() -> str:
-    """Migration 16's function text with its window's probes bounded by the cursor, and
-    its held back keys probed one by one."""
+    """Migration 16's function text with its window's probes bounded by the cursor, its
+    held back keys probed one by one, and every type's keys taking turns."""
     window = _KEY_WINDOW
     for old, new in _WINDOW_PROBES:
         if window.count(old) != 1:
@@ -421,6 +459,10 @@ def _probed() -> str:
     for old, new in ((_KEY_WINDOW, window), (_PACE_DUE, pace_due)):
         if text.count(old) != 1:
             raise AssertionError(f"claim_floored has no {old[:60]!r} to replace")
+        text = text.replace(old, new)
+    for old, new, times in _TURNS_FOR_EVERY_TYPE:
+        if text.count(old) != times:
+            raise AssertionError(f"claim_floored has not {times} {old[:60]!r} to splice into")
         text = text.replace(old, new)
     return text
 

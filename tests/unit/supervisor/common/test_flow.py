@@ -12,7 +12,8 @@ def test_turns_count_what_a_key_holds_and_refuse_a_key_at_its_limit() -> None:
     turns.take("a", "k")
     assert turns.turn("a", "k") is None  # 1 running + 1 taken: at its limit
     assert turns.turn("a", None) == 0  # no key: a key of its own
-    assert turns.turn("b", "k") == 0 and not turns.keyed("b")  # no rule: keys ignored
+    turns.take("b", "k")  # no rule: the key has no limit, and takes turns all the same
+    assert turns.turn("b", "k") == 1 and turns.room_of("b", "k") > 1000
 
 
 def test_a_paced_key_starts_its_burst_then_one_per_interval() -> None:

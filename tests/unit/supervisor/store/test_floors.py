@@ -121,7 +121,6 @@ def test_every_floor_goes_on_a_rescan_and_on_a_reset() -> None:
 
 def test_a_job_taken_by_key_raises_its_priority_and_those_above_to_the_clock() -> None:
     floors = ClaimFloors(slack=timedelta(seconds=1))
-    floors.declare(["t"], [])
     now = T0 + timedelta(seconds=60)
     # unkeyed jobs of 4 and above come first in a key-ruled type's claim: none was left
     floors.claimed(None, [lease(job(7, priority=4, key="k"))], [], now)
@@ -129,16 +128,7 @@ def test_a_job_taken_by_key_raises_its_priority_and_those_above_to_the_clock() -
     assert all(floor_of(floors, "t", p) == (None, None) for p in range(4))
 
 
-def test_a_keyed_job_of_a_type_without_a_key_rule_says_nothing_below_it() -> None:
-    floors = ClaimFloors()
-    floors.declare(["t"], [])
-    # a key is a label on "u": its jobs are walked in order, and the walk may have stopped
-    floors.claimed(None, [lease(job(7, type_="u", key="k"))], [], T0)
-    assert floor_of(floors, "u", 5) == (None, None)
-
-
 def test_a_type_limited_by_key_alone_is_one_a_short_claim_may_exhaust() -> None:
     floors = ClaimFloors()
     floors.declare(["t", "u"], ["u"])
-    assert floors.key_ruled == {"t", "u"}
     assert floors.key_only == {"t"}  # "u" is limited as a whole too: its claim may be cut

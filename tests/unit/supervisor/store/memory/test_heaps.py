@@ -1,6 +1,5 @@
 """The memory store's claims by key (`PendingHeaps`): a claim looks at a window of a
-type's keys, not at every key; keys take turns, least lately taken first; and the keys of
-a type without a per-key rule are labels, its jobs taken in enqueue order."""
+type's keys, not at every key, and keys take turns, least lately taken first."""
 
 from __future__ import annotations
 
@@ -58,17 +57,7 @@ async def test_keys_take_turns_least_lately_taken_first_though_each_has_room() -
     assert "".join(map(str, order)) == "abcabcabc"
 
 
-async def test_keys_of_a_type_without_a_key_rule_are_labels_taken_in_order() -> None:
-    store = MemoryStore()
-    await store.register_node({"k": None, "u": None}, key_limits={"k": 1})
-    for key in "aab":
-        await store.enqueue(new(key, "u"))
-    assert set(store._pending.ready) == {("default", "u", None)}  # one heap: no turns
-    leases = await store.claim(3, None, {"u": 3})
-    assert [x.job.concurrency_key for x in leases] == ["a", "a", "b"]
-
-
-async def test_a_new_key_rule_sorts_the_waiting_jobs_into_their_keys() -> None:
+async def test_a_key_rule_added_by_a_reload_holds_for_the_jobs_waiting() -> None:
     store = MemoryStore()
     await store.register_node({"k": None})
     for key in "aab":
