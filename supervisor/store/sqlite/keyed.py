@@ -26,6 +26,16 @@ _PLAIN_DUE = (
     " AND run_at <= ?{where} ORDER BY priority DESC, run_at, seq LIMIT ?"
 )
 
+# A key's first due jobs (its room of them) in claim order, with the key's place in the
+# window: one arm of `_heads`' statement.
+_HEAD = (
+    "SELECT * FROM (SELECT ? AS place, priority, run_at, seq"
+    " FROM jobs INDEXED BY jobs_key_due"
+    " WHERE status = 'pending' AND concurrency_key IS NOT NULL AND type = ?"
+    " AND concurrency_key = ? AND run_at <= ?{where}"
+    " ORDER BY priority DESC, run_at, seq LIMIT ?)"
+)
+
 Hit = tuple[int, int, int, float, int, tuple[Any, ...]]
 # (-priority, turn, place in the window of keys, run_at, seq, columns)
 
@@ -190,7 +200,6 @@ def keyed_due(
                 break
     if batch:
         _heads(conn, job_type, batch, turns, now, where, params, heads)
-    heads = heapq.nsmallest(take, heads)
     # the keyed jobs that may be taken, whole rows now: at most `take`, by seq (the rowid)
     taken = heapq.nsmallest(take, [*heads, *(hit[:5] for hit in hits)])
     wanted = {order[4]: order for order in taken if order[2]}  # keyed ones have a place
@@ -217,13 +226,7 @@ def _heads(
     """Each key's room of due jobs from its head into `heads`, with its claim order (one
     statement for the batch; the rows of those taken are read after); how many keys had
     one."""
-    head = (
-        "SELECT * FROM (SELECT ? AS place, priority, run_at, seq"
-        " FROM jobs INDEXED BY jobs_key_due"
-        " WHERE status = 'pending' AND concurrency_key IS NOT NULL AND type = ?"
-        f" AND concurrency_key = ? AND run_at <= ?{where}"
-        " ORDER BY priority DESC, run_at, seq LIMIT ?)"
-    )
+    head = _HEAD.format(where=where)
     args: list[Any] = []
     keys: dict[int, str] = {}
     for place, key, room in batch:

@@ -25,6 +25,7 @@ the function reads as migration 15's with them applied:
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from typing import Final
 
 from goqueue.supervisor.store.postgres.sql.claim import CLAIM_V15
@@ -288,15 +289,23 @@ KEY_SPLICES: Final[tuple[tuple[str, str] | tuple[str, str, int], ...]] = (
 )
 
 
+def _spliced(
+    text: str, splices: Iterable[tuple[str, str] | tuple[str, str, int]], what: str
+) -> str:
+    """`text` with each (old, new[, how many times old is there: once unless said])
+    applied in order; each must apply exactly so (the frozen text it splices into did
+    not change under it)."""
+    for old, new, *times in splices:
+        if text.count(old) != (times[0] if times else 1):
+            raise AssertionError(f"{what} has not {times or 1} {old!r} to splice into")
+        text = text.replace(old, new)
+    return text
+
+
 def _keyed_claim() -> str:
     """Migration 15's function text with `KEY_SPLICES` applied (each must apply)."""
     start = CLAIM_V15.index("CREATE FUNCTION {s}.claim_floored(")
-    text = CLAIM_V15[start:]
-    for old, new, *times in KEY_SPLICES:
-        if text.count(old) != (times[0] if times else 1):
-            raise AssertionError(f"claim_floored has not {times or 1} {old!r} to splice into")
-        text = text.replace(old, new)
-    return text
+    return _spliced(CLAIM_V15[start:], KEY_SPLICES, "claim_floored")
 
 
 FLOW_KEYS: Final = """
@@ -447,24 +456,10 @@ _TURNS_FOR_EVERY_TYPE: Final[tuple[tuple[str, str, int], ...]] = (
 def _probed() -> str:
     """Migration 16's function text with its window's probes bounded by the cursor, its
     held back keys probed one by one, and every type's keys taking turns."""
-    window = _KEY_WINDOW
-    for old, new in _WINDOW_PROBES:
-        if window.count(old) != 1:
-            raise AssertionError(f"the key window has no {old!r} to splice into")
-        window = window.replace(old, new)
-    if _PACE_DUE.count(_WAITING_END) != 3:
-        raise AssertionError("the held back keys' test is not three probes")
-    pace_due = _PACE_DUE.replace(_WAITING_END, _WAITING_PROBE)
-    text = _keyed_claim()
-    for old, new in ((_KEY_WINDOW, window), (_PACE_DUE, pace_due)):
-        if text.count(old) != 1:
-            raise AssertionError(f"claim_floored has no {old[:60]!r} to replace")
-        text = text.replace(old, new)
-    for old, new, times in _TURNS_FOR_EVERY_TYPE:
-        if text.count(old) != times:
-            raise AssertionError(f"claim_floored has not {times} {old[:60]!r} to splice into")
-        text = text.replace(old, new)
-    return text
+    window = _spliced(_KEY_WINDOW, _WINDOW_PROBES, "the key window")
+    pace_due = _spliced(_PACE_DUE, [(_WAITING_END, _WAITING_PROBE, 3)], "the held keys' test")
+    text = _spliced(_keyed_claim(), [(_KEY_WINDOW, window), (_PACE_DUE, pace_due)], "claim_floored")
+    return _spliced(text, _TURNS_FOR_EVERY_TYPE, "claim_floored")
 
 
 KEY_PROBES: Final = _probed()
