@@ -1,5 +1,6 @@
 """The `open_store` factory: each contract test runs against every store (memory, SQLite,
-PostgreSQL), and a `clock` that moves the memory and SQLite stores' time by hand."""
+PostgreSQL), and a `clock` that moves the memory and SQLite stores' time by hand; for the
+PostgreSQL tests, the test database's `dsn` and a factory of `nodes` on a fresh schema."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from goqueue.supervisor.common.jobs import utcnow
 from goqueue.supervisor.store.base import NodeLinks, Store
@@ -18,6 +20,7 @@ from goqueue.supervisor.store.memory.store import MemoryStore
 from goqueue.supervisor.store.sqlite.store import SqliteStore
 
 from tests.conftest import postgres_dsn
+from tests.e2e.store.pg_nodes import Nodes
 
 OpenStore = Callable[..., contextlib.AbstractAsyncContextManager[Store]]
 
@@ -106,3 +109,18 @@ def open_store(store_kind: str, clock: Clock, tmp_path: Path) -> Iterator[OpenSt
 
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")
+
+
+@pytest.fixture(scope="module")
+def dsn() -> str:
+    """The test database's DSN once it answered (skips loudly without one; fails in CI)."""
+    return postgres_dsn()
+
+
+@pytest.fixture
+def nodes(dsn: str) -> Iterator[Nodes]:
+    """A factory of nodes on a fresh schema, dropped after the test."""
+    schema = f"gq_test_{uuid.uuid4().hex[:12]}"
+    yield Nodes(dsn, schema)
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')

@@ -6,7 +6,6 @@ holds cleanup back."""
 from __future__ import annotations
 
 import json
-import uuid
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -15,25 +14,10 @@ import pytest
 from goqueue.supervisor.common.jobs import utcnow
 from goqueue.supervisor.store.postgres.upkeep import TableCare
 
-from tests.conftest import postgres_dsn, wait_for_async
+from tests.conftest import wait_for_async
 from tests.e2e.store.pg_nodes import Nodes, new
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture(scope="module")
-def dsn() -> str:
-    """The test database's DSN once it answered (skips loudly without one; fails in CI)."""
-    return postgres_dsn()
-
-
-@pytest.fixture
-def nodes(dsn: str) -> Iterator[Nodes]:
-    """A factory of nodes on a fresh schema, dropped after the test."""
-    schema = f"gq_test_{uuid.uuid4().hex[:12]}"
-    yield Nodes(dsn, schema)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 @pytest.fixture

@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
@@ -31,25 +31,10 @@ from goqueue.supervisor.store.postgres.group_commit import Batcher
 from goqueue.supervisor.store.postgres.sql import schema as pg_schema
 from goqueue.supervisor.store.postgres.store import PostgresStore
 
-from tests.conftest import postgres_dsn, wait_for_async
+from tests.conftest import wait_for_async
 from tests.e2e.store.pg_nodes import Nodes, new
 
 pytestmark = pytest.mark.postgres
-
-
-@pytest.fixture(scope="module")
-def dsn() -> str:
-    """The test database's DSN once it answered (skips loudly without one; fails in CI)."""
-    return postgres_dsn()
-
-
-@pytest.fixture
-def nodes(dsn: str) -> Iterator[Nodes]:
-    """A factory of nodes on a fresh schema, dropped after the test."""
-    schema = f"gq_test_{uuid.uuid4().hex[:12]}"
-    yield Nodes(dsn, schema)
-    with psycopg.connect(dsn, autocommit=True) as conn:
-        conn.execute(f'DROP SCHEMA IF EXISTS "{schema}" CASCADE')
 
 
 async def wait_until(check: Callable[[], Awaitable[bool]], timeout: float) -> float:
