@@ -72,21 +72,26 @@ class Claims:
         self.monotonic = monotonic
         self._ends: dict[str, float] = {}  # by type: when starts the last claim took expire
 
-    async def for_idle(self, idle: list[Worker], catalog: Catalog, policy: Policy) -> int | None:
+    async def for_idle(
+        self, idle: list[Worker], beside: int, catalog: Catalog, policy: Policy
+    ) -> int | None:
         """Claim the best due job for each idle worker, started by the claim (the workers
         are kept for them meanwhile: a job charged is a job that runs), and run it there;
-        how many, or None when nothing could be asked (every type throttled, the store
-        unavailable, drained since the last look)."""
+        in the same claim, up to `beside` more, merely claimed, for their queues (handed
+        out as `for_queues` does). How many started, or None when nothing could be asked
+        (every type throttled, the store unavailable, drained since the last look)."""
         wakeup = self.wakeup
         if wakeup.drained():
             return None
         want = len(idle)
+        if wakeup.seen_short == wakeup.news:
+            beside = 0  # nothing more for the queues as of the last look
         news = wakeup.news
         kept = {id(w) for w in idle} - self.kept
         self.kept |= kept
         try:
             asked = self.monotonic()
-            leases = await self._take(want, types_of(idle), want, catalog, policy)
+            leases = await self._take(want + beside, types_of(idle), want, catalog, policy)
         finally:
             self.kept -= kept
         if leases is None:
@@ -104,12 +109,18 @@ class Claims:
             else:
                 ready.remove(worker)
                 self.run(lease, worker, None)
+        if beside:
+            self.hand_out()  # (before the depth changes: it sized this claim)
         if len(leases) < want:
             wakeup.seen = news  # drained as of then; a wake since means look again
             self.depth.shallow()
             return None
-        self.depth.deep()  # every idle worker found a job waiting: there may be more
-        return len(leases)
+        if beside and len(leases) < want + beside:
+            wakeup.seen_short = news  # nothing more for the queues as of then
+            self.depth.shallow()
+        else:
+            self.depth.deep()  # every idle worker found a job waiting: there may be more
+        return want
 
     async def for_queues(
         self, low: dict[Worker, int], catalog: Catalog, policy: Policy

@@ -198,7 +198,8 @@ class Dispatcher:
 
     async def fill(self) -> None:
         """Hand attempts in hand out; give idle workers attempts queued on busy ones, or
-        else claim the best due job for each (started by the claim); then claim the next
+        else claim the best due job for each (started by the claim) and, in the same
+        claim while the queue is deep, the next ones for their queues; then claim the next
         due jobs for workers whose queue ran low; until the workers are fed or the store
         has nothing more for them."""
         while not self.lifecycle.winding_down:
@@ -209,7 +210,8 @@ class Dispatcher:
             if self.attempts.hand:
                 return  # they wait for an idle worker: claim nothing behind them
             if idle:
-                got = await self.claims.for_idle(idle, self.catalog, self.policy)
+                beside = self.feeding.room_beside(idle)
+                got = await self.claims.for_idle(idle, beside, self.catalog, self.policy)
                 if got:
                     continue  # the workers fed: their queues next
             low = self.feeding.low()

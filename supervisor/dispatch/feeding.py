@@ -56,6 +56,25 @@ class Feeding:
                     rooms[worker] = room
         return rooms
 
+    def room_beside(self, idle: list[Worker]) -> int:
+        """How many attempts a claim for `idle` workers may take beyond one each, for
+        their queues: while the queue is deep, for each that last ran a job that usually
+        takes little here (the next one likely does too), up to its queue's depth."""
+        if self.depth.current <= 1:
+            return 0
+        extra = 0
+        recycle = self.pool.recycle
+        for worker in idle:
+            last = worker.last_type
+            if last is None or self.durations.expected(last) >= self.durations.short:
+                continue
+            room = self.depth.current - 1
+            left = recycle.left(worker)
+            if left is not None:
+                room = min(room, left - 1)  # a worker due for recycling takes no more
+            extra += max(0, room)
+        return extra
+
     def plan_queues(
         self, short: frozenset[str], fresh: Callable[[Attempt], bool]
     ) -> dict[Worker, list[Attempt]]:

@@ -75,6 +75,7 @@ class Worker:
     queued: deque[Queued] = field(default_factory=deque)  # handed over, not started
     attempt_started: float = 0.0
     jobs_run: int = 0
+    last_type: str | None = None  # the type of the last attempt it ended
     rss_kb: int = 0
     kill_reason: KillReason | None = None
     retire: bool = False  # replace once it holds nothing (reload, shrink, recycling)
@@ -147,6 +148,8 @@ class Worker:
         self.rss_kb = rss_kb
         self.progress = None
         lease, self.lease = self.lease, None
+        if lease is not None:
+            self.last_type = lease.job.type
         self._free_if_empty()
         return lease
 

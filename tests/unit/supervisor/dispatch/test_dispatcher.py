@@ -637,6 +637,33 @@ async def test_nothing_is_queued_behind_a_job_of_unknown_run_time() -> None:
     assert r.store.claims == [] and r.pool.handoffs == []  # it waits for an idle worker
 
 
+async def test_an_idle_worker_that_ran_short_jobs_gets_its_queue_in_the_same_claim() -> None:
+    best, *behind = [lease("a", 9), claimed("a", 8), claimed("a", 7), claimed("a", 6)]
+    idle = worker(both())
+    idle.last_type = "a"
+    r = rig(leases=[best, *behind], workers=[idle], prefetch=3, durable=False)
+    r.dispatcher.durations.add("a", 0.002)
+    r.dispatcher.depth.current = 4  # earlier batches came back full
+    await r.dispatcher.fill()
+    assert r.store.claims == [(4, {"a": 4, "b": 4})]  # one claim: its job and its queue
+    assert [(w, x) for w, x, _ in r.pool.runs] == [(idle, best)]
+    assert [h.lease for _, hs in r.pool.handoffs for h in hs] == behind
+    assert r.dispatcher.depth.current == 4  # it came back full: the queue is still deep
+
+
+async def test_an_idle_worker_whose_last_job_ran_long_is_claimed_one_job_alone() -> None:
+    held = lease("a")
+    idle = worker(both())
+    idle.last_type = "b"
+    r = rig(leases=[held, claimed("a")], workers=[idle], prefetch=3, durable=False)
+    r.dispatcher.durations.add("a", 0.002)
+    r.dispatcher.durations.add("b", 2.0)  # what it ran last took long: so may the next
+    r.dispatcher.depth.current = 4
+    await r.dispatcher.fill()
+    assert r.store.claims[0] == (1, {"a": 1, "b": 1})  # its job alone, started
+    assert [x for _, x, _ in r.pool.runs] == [held]
+
+
 async def test_a_long_job_among_the_claimed_waits_for_an_idle_worker_and_holds_the_rest() -> None:
     first, long_one, after = claimed("a", 9), claimed("c", 8), claimed("a", 7)
     actors = [ActorInfo("a"), ActorInfo("b"), ActorInfo("c")]
