@@ -103,6 +103,7 @@ class Database:
         self.checkpoints_tried = 0
         self.applied: list[int] = []  # migrations the last open applied
         self.failing = False  # the last commit failed (a full disk): readiness says so
+        self.undone = 0  # calls and transactions rolled back (caches of rows read again)
         self._flusher = ThreadPoolExecutor(1, thread_name_prefix="goqueue-sqlite-flush")
         self._conn: sqlite3.Connection | None = None
         self._checkpointer: sqlite3.Connection | None = None  # the flusher's own
@@ -257,6 +258,7 @@ class Database:
     def _undo(self, conn: sqlite3.Connection, batch: Batch) -> None:
         """Roll back a call's savepoint; if SQLite ended the transaction (a full disk
         may), the turn's batch has failed."""
+        self.undone += 1
         try:
             if conn.in_transaction:
                 conn.execute("ROLLBACK TO call")
@@ -267,6 +269,7 @@ class Database:
         self._fail(batch, StoreUnavailable(f"SQLite file {self.path}: the transaction was lost"))
 
     def _fail(self, batch: Batch, exc: StoreUnavailable) -> None:
+        self.undone += 1
         conn = self._conn
         if conn is not None and conn.in_transaction:
             with contextlib.suppress(sqlite3.Error):

@@ -1,21 +1,23 @@
 """The SQLite claim's walk of a type's jobs (`common/flow.py`): its jobs without a key in
-claim order, and its keys in turn. Its keys' claimed and running jobs are counted on
-their own small index, its pending keys found by skipping along `jobs_key_due` from the
-type's cursor (the last key a claim took) round to it, and each key with room (its
-limit, its pace, if the type has them) read from its head in claim order, up to a window
-of keys with room and a job due: a key that may start nothing never holds up another
-key, and a claim costs a window of keys, not every key. The keys are read ahead over
-many claims (`KeysAhead`), and the window's jobs come in one statement, most of the
-time."""
+claim order, and its keys in turn. Its keys' claimed and running jobs are counted in
+memory as rows are written (`KeysBusy`), its pending keys found by skipping along
+`jobs_key_due` from the type's cursor (the last key a claim took) round to it, and each
+key with room (its limit, its pace, if the type has them) read from its head in claim
+order, up to a window of keys with room and a job due: a key that may start nothing
+never holds up another key, and a claim costs a window of keys, not every key. The keys
+are read ahead over many claims (`KeysAhead`), and the window's jobs come in one
+statement, most of the time."""
 
 from __future__ import annotations
 
 import heapq
 import sqlite3
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
+from goqueue.supervisor.common.enums import Status
 from goqueue.supervisor.common.flow import KeyTurns, key_window
+from goqueue.supervisor.common.jobs import Job
 from goqueue.supervisor.store.base import MAX_KEY_HOLDS
 from goqueue.supervisor.store.sqlite.rows import COLUMNS
 
@@ -39,11 +41,14 @@ _HEAD = (
 Hit = tuple[int, int, int, float, int, tuple[Any, ...]]
 # (-priority, turn, place in the window of keys, run_at, seq, columns)
 
+# Every key's claimed and running jobs, from the leased rows (every claimed or running
+# row holds a lease: few rows, the attempts in flight).
 _BUSY = (
-    "SELECT concurrency_key, count(*) FROM jobs INDEXED BY jobs_key_busy"
-    " WHERE status IN ('claimed', 'running') AND concurrency_key IS NOT NULL AND type = ?"
-    " GROUP BY concurrency_key"
+    "SELECT type, concurrency_key, count(*) FROM jobs INDEXED BY jobs_leased"
+    " WHERE lease_token IS NOT NULL AND concurrency_key IS NOT NULL"
+    " AND status IN ('claimed', 'running') GROUP BY type, concurrency_key"
 )
+_BUSY_STATUSES = frozenset({Status.CLAIMED, Status.RUNNING})
 # The type's pending keys after a key, in key order, `most` at most: one statement that
 # skips along `jobs_key_due` (each step an index probe for the next key).
 _KEYS_AFTER = (
@@ -58,6 +63,63 @@ _KEYS_AFTER = (
     " FROM k WHERE k.key IS NOT NULL AND k.n < :most)"
     " SELECT key FROM k WHERE key IS NOT NULL"
 )
+
+
+class KeysBusy:
+    """Each key's claimed and running jobs, by type, as the file holds them: read from its
+    leased rows when first asked, then kept as keyed rows are written (the store is the
+    file's only writer), so a claim reads no index for them and no write keeps one.
+    Read again after any call or commit failed (`failures`, the file's count of them):
+    what such a call changed was undone in the file, not here."""
+
+    def __init__(self, failures: Callable[[], int]) -> None:
+        self.failures = failures
+        self._by_type: dict[str, dict[str, int]] | None = None
+        self._as_of = -1  # `failures` when read
+
+    def of(self, conn: sqlite3.Connection, job_type: str) -> Mapping[str, int]:
+        """The claimed and running jobs of each key of `job_type` (keys with none left out)."""
+        return self._known(conn).get(job_type, {})
+
+    def _known(self, conn: sqlite3.Connection) -> dict[str, dict[str, int]]:
+        known, failures = self._by_type, self.failures()
+        if known is None or self._as_of != failures:
+            known = self._by_type = {}
+            for job_type, key, count in conn.execute(_BUSY):
+                known.setdefault(job_type, {})[key] = count
+            self._as_of = failures
+        return known
+
+    def moved(self, job: Job, was: Status | None) -> None:
+        """A keyed row was written, its status `was` in the file before (None: new)."""
+        known = self._by_type
+        if known is None:
+            return  # read from the file when first asked
+        before, after = was in _BUSY_STATUSES, job.status in _BUSY_STATUSES
+        if before == after:
+            return
+        assert job.concurrency_key is not None
+        keys = known.setdefault(job.type, {})
+        count = keys.get(job.concurrency_key, 0) + (1 if after else -1)
+        if count > 0:
+            keys[job.concurrency_key] = count
+        else:
+            keys.pop(job.concurrency_key, None)
+
+
+class Keys:
+    """What the claim keeps of keyed jobs between calls: each type's keys read ahead
+    (`ahead`) and each key's claimed and running jobs (`busy`); told of every keyed
+    row written."""
+
+    def __init__(self, failures: Callable[[], int]) -> None:
+        self.ahead = KeysAhead()
+        self.busy = KeysBusy(failures)
+
+    def wrote(self, job: Job, was: Status | None) -> None:
+        """A row of `job` (with a key) was written, its status `was` in the file before."""
+        self.ahead.stir(job.type)
+        self.busy.moved(job, was)
 
 
 class KeysAhead:
@@ -151,17 +213,12 @@ def _after(job_type: str, after: str, most: int) -> dict[str, Any]:
     return {"type": job_type, "after": after, "most": most}
 
 
-def busy(conn: sqlite3.Connection, job_type: str) -> dict[str, int]:
-    """The claimed and running jobs of each key of `job_type`."""
-    return dict(conn.execute(_BUSY, (job_type,)).fetchall())
-
-
 def keyed_due(
     conn: sqlite3.Connection,
     job_type: str,
     take: int,
     turns: KeyTurns,
-    ahead: KeysAhead,
+    keys: Keys,
     now: float,
     where: str,
     params: list[Any],
@@ -174,9 +231,10 @@ def keyed_due(
         (job_type, now, *params, take),
     )
     hits: list[Hit] = [(-hit[0], 0, 0, hit[1], hit[2], hit[3:]) for hit in plain]
+    ahead = keys.ahead
     if ahead.quiet(job_type):
         return hits  # no key pending: no key to walk
-    for key, count in busy(conn, job_type).items():
+    for key, count in keys.busy.of(conn, job_type).items():
         turns.busy[(job_type, key)] = count
     window = key_window(take)
     cursor = turns.cursors.get(job_type, "")
@@ -243,12 +301,12 @@ def _heads(
 
 
 def holds(
-    conn: sqlite3.Connection, limits: Mapping[str, int], now: float
+    conn: sqlite3.Connection, busy: KeysBusy, limits: Mapping[str, int], now: float
 ) -> list[tuple[str, str, int, int]]:
     """The keys at their limit, with their due pending jobs (`Store.key_holds`)."""
     out: list[tuple[str, str, int, int]] = []
     for job_type, limit in sorted(limits.items()):
-        for key, running in busy(conn, job_type).items():
+        for key, running in sorted(busy.of(conn, job_type).items()):
             if running < limit:
                 continue
             (waiting,) = conn.execute(

@@ -35,7 +35,7 @@ from goqueue.supervisor.common.summaries import (
     type_stats as stats_by_type,
 )
 from goqueue.supervisor.store.memory.flows import workflow_of
-from goqueue.supervisor.store.sqlite.keyed import KeysAhead, keyed_due
+from goqueue.supervisor.store.sqlite.keyed import Keys, keyed_due
 from goqueue.supervisor.store.sqlite.rows import SELECT_ROW, Row, from_ts, letter_of
 from goqueue.supervisor.store.sqlite.rules import FLOW
 from goqueue.supervisor.store.sqlite.schema import LIVE_SQL
@@ -59,13 +59,13 @@ def due(
     slots: Mapping[str, int],
     limit: int,
     turns: KeyTurns,
-    ahead: KeysAhead,
+    keys: Keys,
 ) -> list[Row]:
     """The rows of the best `limit` due jobs, at most `slots[type]` of each type, highest
     priority first, then oldest `run_at`, then enqueue order, keys taking turns: per
     type, its jobs without a key on the `jobs_due` index, and its keys one by one
-    (`keyed.py`, read `ahead`), so a type at its limit never holds up another. The jobs
-    taken are counted in `turns`."""
+    (`keyed.py`, with what it keeps of `keys`), so a type at its limit never holds up
+    another. The jobs taken are counted in `turns`."""
     where, params = "", []
     if queues is not None:
         where += f" AND queue IN ({_marks(queues)})"
@@ -77,7 +77,7 @@ def due(
     for job_type, free in slots.items():
         if free > 0:
             take = min(free, limit)
-            found.extend(keyed_due(conn, job_type, take, turns, ahead, now, where, params))
+            found.extend(keyed_due(conn, job_type, take, turns, keys, now, where, params))
     if len(found) > limit:
         found = heapq.nsmallest(limit, found, key=_claim_order)
     else:

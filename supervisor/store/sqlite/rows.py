@@ -12,7 +12,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 import msgspec
-from goqueue.supervisor.common.enums import EventKind
+from goqueue.supervisor.common.enums import EventKind, Status
 from goqueue.supervisor.common.jobs import DeadLetter, Event, Job, Lease
 from goqueue.supervisor.store.base import EVENTS_KEPT
 
@@ -197,14 +197,17 @@ class Row:
         self._saved = columns
         return trail, count
 
-    def moved(self, counts: dict[Group, int]) -> None:
-        """Count the job's move from the status the file holds to its status now."""
-        was, now = self._saved[0], self.job.status
+    def moved(self, counts: dict[Group, int]) -> Status | None:
+        """Count the job's move from the status the file holds to its status now; the
+        status the file holds (None for a new row)."""
+        was: Status | None = self._saved[0]
+        now = self.job.status
         if was != now:
             job = self.job
             if was is not None:
                 add_count(counts, (job.queue, job.type, job.priority, was), -1)
             add_count(counts, (job.queue, job.type, job.priority, now), 1)
+        return was
 
     def update(self) -> tuple[str, tuple[Any, ...]]:
         """The UPDATE that writes what changed since the row was read or last written."""

@@ -35,6 +35,7 @@ from goqueue.supervisor.common.jobs import (
 from goqueue.supervisor.common.steps import dependent_error
 from goqueue.supervisor.store.base import NewJob
 from goqueue.supervisor.store.memory.flows import RESULTS, FlowRecord
+from goqueue.supervisor.store.sqlite.keyed import Keys
 from goqueue.supervisor.store.sqlite.rows import (
     INSERT,
     INSERT_LETTER,
@@ -100,7 +101,7 @@ class Context:
     # A call that fails forgets every row it touched (`Tx.forget`).
     leased: dict[str, Row]
     paused: PausedQueues
-    stir: Callable[[str], None]  # a job of this type with a key was written
+    keys: Keys  # the keyed jobs' turns and counts, told of each keyed row written
 
 
 class Tx:
@@ -150,11 +151,11 @@ class Tx:
 
     def save(self, row: Row) -> None:
         """Write `row` back (its new events appended to its trail)."""
-        row.moved(self.counts)
+        was = row.moved(self.counts)
         self.conn.execute(*row.update())
         self._mind(row)
         if row.job.concurrency_key is not None:
-            self.ctx.stir(row.job.type)
+            self.ctx.keys.wrote(row.job, was)
 
     def _mind(self, row: Row) -> None:
         """Keep a leased row in the cache of leased rows, or drop it from there."""
@@ -315,7 +316,7 @@ class Tx:
         self.conn.execute(INSERT, row.insert())
         self._mind(row)
         if job.concurrency_key is not None:
-            self.ctx.stir(job.type)
+            self.ctx.keys.wrote(job, None)
         return row
 
     def follow_up(self, spec: JobSpec | None, parent: Job) -> list[Job]:

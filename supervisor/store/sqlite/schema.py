@@ -231,7 +231,12 @@ PLAIN_DUE: tuple[str, ...] = (  # 5: a type's due jobs without a key, apart from
     " (type, (concurrency_key IS NOT NULL), priority DESC, run_at, seq)"
     " WHERE status = 'pending'",
 )
-MIGRATIONS = (*MIGRATIONS, ROWS_ARE_THE_TRUTH, FLOW_KEYS, PLAIN_DUE)
+BUSY_IN_MEMORY: tuple[str, ...] = (  # 6: each key's claimed and running jobs are counted
+    # by the store as it writes them (`keyed.KeysBusy`, read from the leased rows at
+    # first): an index kept by every claim, start and outcome of a keyed job is not needed
+    "DROP INDEX jobs_key_busy",
+)
+MIGRATIONS = (*MIGRATIONS, ROWS_ARE_THE_TRUTH, FLOW_KEYS, PLAIN_DUE, BUSY_IN_MEMORY)
 VERSION = len(MIGRATIONS)
 
 

@@ -115,7 +115,7 @@ class SqliteStore:
         self._pace = KeyPace()  # the paced keys' TATs (this node's, as rate limits are)
         self._key_waits: list[str] = []  # (`key_waits`)
         self._cursors: dict[str, str] = {}  # where each keyed type takes keys up again
-        self._keys_ahead = keyed.KeysAhead()  # and the keys after it, read ahead
+        self._keys = keyed.Keys(lambda: self.db.undone)  # the keys after it, their counts
         self._seq = itertools.count(1)
         self._starts = StartTimes()
         self._opened_at = clock()
@@ -130,7 +130,7 @@ class SqliteStore:
             wake=wake,
             leased={},
             paused=PausedQueues(),
-            stir=self._keys_ahead.stir,
+            keys=self._keys,
         )
         # The calls a part answers whole are that part's own methods (documented there).
         read_calls = SqliteReads(self._read, clock)
@@ -306,7 +306,7 @@ class SqliteStore:
                 self._key_limits, {}, self._key_rates, self._pace, tx.ts, self._cursors
             )
             paused = tx.paused()
-            best = reads.due(tx.conn, tx.ts, queues, paused, slots, limit, turns, self._keys_ahead)
+            best = reads.due(tx.conn, tx.ts, queues, paused, slots, limit, turns, self._keys)
             if len(best) < limit:
                 self._key_waits.extend(turns.held)
             leases = []
@@ -324,7 +324,7 @@ class SqliteStore:
     async def key_holds(self, limits: Mapping[str, int]) -> list[tuple[str, str, int, int]]:
         """The keys at their limit, with their due pending jobs (`Store.key_holds`)."""
         now = self.clock().timestamp()
-        return self._read(lambda conn: keyed.holds(conn, limits, now))
+        return self._read(lambda conn: keyed.holds(conn, self._keys.busy, limits, now))
 
     def key_waits(self) -> list[str]:
         """The types a short claim held jobs of back by key, since last asked."""

@@ -325,6 +325,31 @@ async def test_an_outcome_whose_commit_failed_is_held_then_written(path: str, cl
     await again.close()
 
 
+async def test_a_keys_running_jobs_are_counted_across_a_failed_outcome_and_a_restart(
+    path: str, clock: Clock
+) -> None:
+    store = await opened(path, clock)
+    await store.register_node({"a": None}, key_limits={"a": 1})
+    for _ in range(3):
+        await store.enqueue(new(concurrency_key="k"))
+    (lease,) = await store.claim(5, None, ALL)
+    pages = await store.db.read(lambda c: c.execute("PRAGMA page_count").fetchone()[0])
+    await store.db.read(lambda c: c.execute(f"PRAGMA max_page_count = {pages}").fetchone())
+    with pytest.raises(StoreUnavailable):
+        await store.complete(lease, msgspec.Raw(msgspec.json.encode("y" * 200_000)))
+    await store.db.read(lambda c: c.execute("PRAGMA max_page_count = 1073741823").fetchone())
+    assert await store.claim(5, None, ALL) == []  # the outcome was undone: still running
+    await crash(store)
+    again = await opened(path, clock)
+    await again.register_node({"a": None}, key_limits={"a": 1})
+    assert await again.claim(5, None, ALL) == []  # its lease holds until it runs out
+    outcome = await again.complete(lease, msgspec.Raw(b"1"))
+    assert outcome is not None and outcome.job.status == "done"
+    (following,) = await again.claim(5, None, ALL)  # the key's slot is free again
+    assert following.job.concurrency_key == "k"
+    await again.close()
+
+
 async def test_bulk_dead_letter_actions_survive_a_restart(path: str, clock: Clock) -> None:
     store = await opened(path, clock)
     for _ in range(3):
