@@ -67,10 +67,11 @@ class KeyPace:
 
 
 def key_window(take: int) -> int:
-    """How many keys with room a claim of `take` jobs of a type looks at, at most (as
-    PostgreSQL's `KEY_WINDOW`): each key costs a look, so a claim walks a window of keys,
-    not all of them."""
-    return 2 * take + 8
+    """How many keys with room a claim of `take` jobs of a type looks at, at most, in the
+    embedded stores: each key costs a look, so a claim walks a window of keys, not all
+    of them, and the few beyond `take` let a higher priority among them go first. (On
+    PostgreSQL, `KEY_WINDOW` is wider: other nodes may be taking some of its keys.)"""
+    return take + 4
 
 
 class KeyTurns:
