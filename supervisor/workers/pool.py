@@ -343,6 +343,8 @@ class Pool:
             case Dropped(job_ids=job_ids):
                 for lease in worker.drop(job_ids):
                     self.listeners.jobs.job_dropped(lease, worker)
+                if worker.state == WorkerState.IDLE:
+                    self._freed.set()  # it held only queued attempts: a drain waits on it
                 self._after_attempts(worker)
             case Progress(job_id=job_id, value=value):
                 if worker.running(job_id) and worker.verdict is None:
