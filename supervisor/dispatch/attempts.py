@@ -58,7 +58,7 @@ MOVES: dict[Phase, frozenset[Phase]] = {
     Phase.STARTING: frozenset({Phase.IN_HAND}),
     Phase.QUEUED: frozenset({Phase.IN_HAND, Phase.GOING}),
     Phase.GOING: frozenset({Phase.QUEUED}),
-    Phase.GRANTED: frozenset({Phase.GOING}),
+    Phase.GRANTED: frozenset({Phase.GOING, Phase.IN_HAND}),  # (started by its claim)
     Phase.MOVING: frozenset({Phase.QUEUED, Phase.GRANTED}),
     Phase.WITHDRAWN: frozenset({Phase.QUEUED, Phase.GOING, Phase.GRANTED, Phase.MOVING}),
     Phase.RUNNING: frozenset(

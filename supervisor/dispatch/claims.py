@@ -23,7 +23,7 @@ from goqueue.supervisor.dispatch.attempts import Attempt, Attempts, Phase
 from goqueue.supervisor.dispatch.feeding import types_of
 from goqueue.supervisor.dispatch.in_hand import InHand
 from goqueue.supervisor.dispatch.policy import Policy
-from goqueue.supervisor.dispatch.queues import Depth
+from goqueue.supervisor.dispatch.queues import Depth, Durations
 from goqueue.supervisor.dispatch.throttle import Held, Throttle
 from goqueue.supervisor.dispatch.wakeup import Wakeup
 from goqueue.supervisor.store.base import Store
@@ -52,7 +52,9 @@ class Claims:
         wakeup: Wakeup,
         kept: set[int],
         in_hand: InHand,
+        durations: Durations,
         *,
+        durable: bool,
         lifecycle: Lifecycle,
         run: Callable[[Lease, Worker, Attempt | None], None],
         hand_out: Callable[[], None],
@@ -69,6 +71,8 @@ class Claims:
         self.run = run
         self.hand_out = hand_out
         self.in_hand = in_hand
+        self.durations = durations
+        self.durable = durable  # the store outlives the node: starts are written first
         self.monotonic = monotonic
         self._ends: dict[str, float] = {}  # by type: when starts the last claim took expire
 
@@ -91,7 +95,9 @@ class Claims:
         self.kept |= kept
         try:
             asked = self.monotonic()
-            leases = await self._take(want + beside, types_of(idle), want, catalog, policy)
+            leases = await self._take(
+                want + beside, types_of(idle), want, catalog, policy, ahead=bool(beside)
+            )
         finally:
             self.kept -= kept
         if leases is None:
@@ -132,7 +138,7 @@ class Claims:
         want = sum(low.values())
         news = self.wakeup.news
         asked = self.monotonic()
-        leases = await self._take(want, types_of(list(low)), 0, catalog, policy)
+        leases = await self._take(want, types_of(list(low)), 0, catalog, policy, ahead=True)
         if leases is None:
             return None
         for lease in leases:
@@ -150,11 +156,20 @@ class Claims:
         self.attempts.add(lease, Phase.IN_HAND, asked, window_end=window_end)
 
     async def _take(
-        self, want: int, types: frozenset[str], start: int, catalog: Catalog, policy: Policy
+        self,
+        want: int,
+        types: frozenset[str],
+        start: int,
+        catalog: Catalog,
+        policy: Policy,
+        *,
+        ahead: bool = False,
     ) -> list[Lease] | None:
         """Claim up to `want` due jobs of `types` within the free per-type slots, the best
         `start` of them started; None when nothing could be asked (every type throttled,
-        the store unavailable)."""
+        the store unavailable). With `ahead` (jobs for workers' queues), all of them are
+        started when a store that outlives the node would have their starts written
+        ahead anyway: a queue of any type the claim may return starts soon."""
         attempts = self.attempts
         slots = catalog.free_slots(
             want,
@@ -166,6 +181,8 @@ class Claims:
             slots = {t: n for t, n in slots.items() if t in types}
         if not slots:
             return None
+        if ahead and self.durable and self.durations.soon(slots, catalog, self.depth.current):
+            start = want
         asked = self.monotonic()
         try:
             taken: list[Held] = []

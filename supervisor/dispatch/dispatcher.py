@@ -118,6 +118,8 @@ class Dispatcher:
             self.wakeup,
             self._kept,
             self.in_hand,
+            self.durations,
+            durable=traits.durable,
             lifecycle=self.lifecycle,
             run=self._start,
             hand_out=self._hand_out,
@@ -258,9 +260,8 @@ class Dispatcher:
         """How `attempt` is handed to a worker's queue."""
         job = attempt.lease.job
         start_by = attempt.renewed + self.in_hand.fresh_for
-        return Handoff(
-            attempt.lease, self.timeout_of(job), not self.worker_queues.durable, start_by
-        )
+        go = attempt.written or not self.worker_queues.durable
+        return Handoff(attempt.lease, self.timeout_of(job), go, start_by)
 
     def release_stale(self) -> int:
         """Hand back attempts in hand that waited a whole lease for a worker, and those

@@ -82,14 +82,15 @@ class Feeding:
         to the one holding fewest): stop at the first that may not wait in a queue (a long
         or limited type, a rate window, a lease going stale: it waits for an idle worker,
         and the rest with it), and never queue one behind another worker's queued attempt
-        of a higher priority (it would overtake it)."""
+        of a higher priority (it would overtake it). One its claim started already goes
+        at once."""
         rooms = self.low()
         batches: dict[Worker, list[Attempt]] = {}
         if not rooms:
             return batches
         for attempt in list(self.attempts.hand):
             job = attempt.lease.job
-            if attempt.written or job.type not in short:
+            if job.type not in short:
                 break
             if attempt.window_end is not None or not fresh(attempt):
                 break

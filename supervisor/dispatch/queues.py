@@ -17,12 +17,15 @@ holds that other nodes cannot take.
 With a store that outlives the node, a queued attempt waits for its start to be written
 before it runs (a job that kills its node is then charged for it), and the dispatcher
 writes those starts ahead only for the attempts due to start within `GO_AHEAD` seconds
-of work: a node that dies charges at most about that much work that never ran.
+of work: a node that dies charges at most about that much work that never ran. When a
+whole queue of the types a claim may return starts within that (`Durations.soon`), the
+claim itself starts them: one write a job fewer.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 
 from goqueue.supervisor.common.catalog import Catalog
 
@@ -81,6 +84,14 @@ class Durations:
     def expected(self, job_type: str) -> float:
         """The usual run time of `job_type` (infinite until one ran here)."""
         return self._usual.get(job_type, math.inf)
+
+    def soon(self, types: Iterable[str], catalog: Catalog, depth: int) -> bool:
+        """True when each of `types` may wait in a worker's queue and `depth` attempts of
+        it usually take at most `go_ahead` seconds: a queue of them all starts within
+        that, so their starts may be written as they are claimed."""
+        short = self.short_types(catalog)
+        usual = self._usual
+        return all(t in short and usual[t] * depth <= self.go_ahead for t in types)
 
     def short_types(self, catalog: Catalog) -> frozenset[str]:
         """The types of `catalog` that may wait in a worker's queue: short, unlimited."""

@@ -64,8 +64,9 @@ class WorkerQueues:
         """Queue attempts in hand on `worker`, in this order, in one frame (`handoff`
         says how each is handed over)."""
         handoffs = [handoff(attempt) for attempt in queued]
-        for attempt in queued:
-            self.attempts.move(attempt, Phase.QUEUED, worker=worker)
+        for attempt in queued:  # one started by its claim goes at once
+            phase = Phase.GRANTED if attempt.written else Phase.QUEUED
+            self.attempts.move(attempt, phase, worker=worker)
         self.pool.hand(worker, handoffs)
         self.grant(worker)
 

@@ -52,6 +52,7 @@ class FakeStore:
         self.during_claim: list[Any] = []  # called while a claim is in flight
         self.hold: asyncio.Event | None = None  # the next enqueue waits for it
         self.keep_pending = False  # an enqueue to start is stored pending (a paused queue)
+        self.starts: list[int | None] = []  # each claim's `start`
 
     async def take_starts(self, job_type: str, rate: Rate, want: int) -> Taken:
         return Taken(min(want, rate.limit), 0.0, self.window_left)
@@ -67,6 +68,7 @@ class FakeStore:
         start: int | None = None,
     ) -> list[Lease]:
         self.claims.append((limit, dict(slots)))
+        self.starts.append(start)
         for call in self.during_claim:
             call()
         free, taken = dict(slots), []
@@ -626,6 +628,33 @@ async def test_with_a_durable_store_a_queued_attempt_goes_only_once_its_start_is
     await r.dispatcher.flush(5)
     assert ("start", held.job.id) in r.log
     assert r.pool.goes == [(busy, [held.job.id])]
+
+
+async def test_a_queue_that_starts_within_the_go_ahead_is_started_by_its_claim() -> None:
+    started = [lease("a", 9), lease("a", 8)]  # as the store answers a claim that starts them
+    r = rig(leases=list(started), prefetch=3)
+    (busy,) = busy_workers(r, 1)  # "a" and "b" take 2 ms: 4 of them well within 50 ms
+    await r.dispatcher.fill()
+    assert r.store.starts == [3]  # every job the claim takes starts with it
+    handed = [h for _, hs in r.pool.handoffs for h in hs]
+    assert [h.lease for h in handed] == started and all(h.go for h in handed)
+    assert not any(entry[0] == "start" for entry in r.log)  # no start written after
+    busy.end(0)
+    busy.start(started[0].job.id)
+    r.dispatcher.job_started(started[0], busy)
+    assert ("hook", "start", started[0].job.id) in r.log
+    assert not any(entry[0] == "start" for entry in r.log)
+
+
+async def test_a_queue_of_a_type_that_runs_longer_has_its_starts_written_as_it_goes() -> None:
+    r = rig(leases=[claimed("a")], prefetch=3)
+    busy_workers(r, 1)
+    for _ in range(2):
+        r.dispatcher.durations.add("b", 0.049)  # short, but 4 of them take over 50 ms
+    await r.dispatcher.fill()
+    assert r.store.starts == [0]
+    await r.dispatcher.flush(5)
+    assert any(entry[0] == "start" for entry in r.log)
 
 
 async def test_nothing_is_queued_behind_a_job_of_unknown_run_time() -> None:
