@@ -6,8 +6,9 @@ disk answered as unavailable with nothing half-stored."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import sqlite3
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
@@ -76,6 +77,17 @@ async def opened(path: str, clock: Clock) -> SqliteStore:
     store = SqliteStore(path, "node-a", clock=clock.now)
     await store.open()
     return store
+
+
+@contextlib.asynccontextmanager
+async def full_disk(store: SqliteStore) -> AsyncIterator[None]:
+    """While inside, the file may grow no more, as on a full disk; room again after."""
+    pages = await store.db.read(lambda c: c.execute("PRAGMA page_count").fetchone()[0])
+    await store.db.read(lambda c: c.execute(f"PRAGMA max_page_count = {pages}").fetchone())
+    try:
+        yield
+    finally:
+        await store.db.read(lambda c: c.execute("PRAGMA max_page_count = 1073741823").fetchone())
 
 
 async def crash(store: SqliteStore) -> None:
@@ -294,14 +306,12 @@ async def test_enqueues_arriving_together_share_a_transaction(path: str, clock: 
 async def test_a_full_disk_refuses_the_enqueue_and_keeps_nothing(path: str, clock: Clock) -> None:
     store = await opened(path, clock)
     kept = (await store.enqueue(new())).job
-    pages = await store.db.read(lambda c: c.execute("PRAGMA page_count").fetchone()[0])
-    await store.db.read(lambda c: c.execute(f"PRAGMA max_page_count = {pages}").fetchone())
-    big = "x" * 200_000
-    with pytest.raises(StoreUnavailable, match="full"):
-        await store.enqueue(new(payload={"big": big}, unique_key="only"))
-    assert (await store.stats()).counts["pending"] == 1
-    assert [j.id for j in (await store.list_jobs(JobFilter(), 10, 0)).items] == [kept.id]
-    await store.db.read(lambda c: c.execute("PRAGMA max_page_count = 1073741823").fetchone())
+    async with full_disk(store):
+        big = "x" * 200_000
+        with pytest.raises(StoreUnavailable, match="full"):
+            await store.enqueue(new(payload={"big": big}, unique_key="only"))
+        assert (await store.stats()).counts["pending"] == 1
+        assert [j.id for j in (await store.list_jobs(JobFilter(), 10, 0)).items] == [kept.id]
     again = (await store.enqueue(new(unique_key="only"))).job  # the key was not kept
     assert again.unique_key == "only"
     await store.close()
@@ -311,11 +321,9 @@ async def test_an_outcome_whose_commit_failed_is_held_then_written(path: str, cl
     store = await opened(path, clock)
     (await store.enqueue(new()))
     (lease,) = await store.claim(1, None, ALL)
-    pages = await store.db.read(lambda c: c.execute("PRAGMA page_count").fetchone()[0])
-    await store.db.read(lambda c: c.execute(f"PRAGMA max_page_count = {pages}").fetchone())
-    with pytest.raises(StoreUnavailable):
-        await store.complete(lease, msgspec.Raw(msgspec.json.encode("y" * 200_000)))
-    await store.db.read(lambda c: c.execute("PRAGMA max_page_count = 1073741823").fetchone())
+    async with full_disk(store):
+        with pytest.raises(StoreUnavailable):
+            await store.complete(lease, msgspec.Raw(msgspec.json.encode("y" * 200_000)))
     outcome = await store.complete(lease, msgspec.Raw(b"1"))  # the dispatcher's retry
     assert outcome is not None and outcome.job.status == "done"
     await crash(store)
@@ -333,11 +341,9 @@ async def test_a_keys_running_jobs_are_counted_across_a_failed_outcome_and_a_res
     for _ in range(3):
         await store.enqueue(new(concurrency_key="k"))
     (lease,) = await store.claim(5, None, ALL)
-    pages = await store.db.read(lambda c: c.execute("PRAGMA page_count").fetchone()[0])
-    await store.db.read(lambda c: c.execute(f"PRAGMA max_page_count = {pages}").fetchone())
-    with pytest.raises(StoreUnavailable):
-        await store.complete(lease, msgspec.Raw(msgspec.json.encode("y" * 200_000)))
-    await store.db.read(lambda c: c.execute("PRAGMA max_page_count = 1073741823").fetchone())
+    async with full_disk(store):
+        with pytest.raises(StoreUnavailable):
+            await store.complete(lease, msgspec.Raw(msgspec.json.encode("y" * 200_000)))
     assert await store.claim(5, None, ALL) == []  # the outcome was undone: still running
     await crash(store)
     again = await opened(path, clock)
@@ -536,11 +542,9 @@ async def test_the_kept_counts_are_the_rows_counted_after_every_kind_of_change(
     assert started is not None
     (await store.cancel((await store.enqueue(new())).job.id, force=False))
     await store.create_workflow(workflow(("a", []), ("b", ["a"])))
-    pages = await store.db.read(lambda c: c.execute("PRAGMA page_count").fetchone()[0])
-    await store.db.read(lambda c: c.execute(f"PRAGMA max_page_count = {pages}").fetchone())
-    with pytest.raises(StoreUnavailable):  # a failed commit counts nothing
-        await store.enqueue(new(payload={"big": "x" * 200_000}))
-    await store.db.read(lambda c: c.execute("PRAGMA max_page_count = 1073741823").fetchone())
+    async with full_disk(store):
+        with pytest.raises(StoreUnavailable):  # a failed commit counts nothing
+            await store.enqueue(new(payload={"big": "x" * 200_000}))
     clock.advance(60)
     await store.reap_expired()
     assert await store.prune(clock.now(), 1000) >= 2
