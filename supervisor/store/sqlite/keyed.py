@@ -69,25 +69,25 @@ class KeysBusy:
     """Each key's claimed and running jobs, by type, as the file holds them: read from its
     leased rows when first asked, then kept as keyed rows are written (the store is the
     file's only writer), so a claim reads no index for them and no write keeps one.
-    Read again after any call or commit failed (`failures`, the file's count of them):
-    what such a call changed was undone in the file, not here."""
+    Read again after any call or commit was undone (`undone`, the file's count of
+    them): what such a call changed was undone in the file, not here."""
 
-    def __init__(self, failures: Callable[[], int]) -> None:
-        self.failures = failures
+    def __init__(self, undone: Callable[[], int]) -> None:
+        self.undone = undone
         self._by_type: dict[str, dict[str, int]] | None = None
-        self._as_of = -1  # `failures` when read
+        self._as_of = -1  # `undone` when read
 
     def of(self, conn: sqlite3.Connection, job_type: str) -> Mapping[str, int]:
         """The claimed and running jobs of each key of `job_type` (keys with none left out)."""
         return self._known(conn).get(job_type, {})
 
     def _known(self, conn: sqlite3.Connection) -> dict[str, dict[str, int]]:
-        known, failures = self._by_type, self.failures()
-        if known is None or self._as_of != failures:
+        known, undone = self._by_type, self.undone()
+        if known is None or self._as_of != undone:
             known = self._by_type = {}
             for job_type, key, count in conn.execute(_BUSY):
                 known.setdefault(job_type, {})[key] = count
-            self._as_of = failures
+            self._as_of = undone
         return known
 
     def moved(self, job: Job, was: Status | None) -> None:
@@ -112,9 +112,9 @@ class Keys:
     (`ahead`) and each key's claimed and running jobs (`busy`); told of every keyed
     row written."""
 
-    def __init__(self, failures: Callable[[], int]) -> None:
+    def __init__(self, undone: Callable[[], int]) -> None:
         self.ahead = KeysAhead()
-        self.busy = KeysBusy(failures)
+        self.busy = KeysBusy(undone)
 
     def wrote(self, job: Job, was: Status | None) -> None:
         """A row of `job` (with a key) was written, its status `was` in the file before."""

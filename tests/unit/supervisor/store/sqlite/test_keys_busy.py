@@ -42,8 +42,8 @@ def test_counts_are_read_once_from_the_leased_rows_then_kept_as_rows_are_written
         ("t", "c", "pending", None),
         ("t", "c", "done", None),
     )
-    failures = 0
-    busy = KeysBusy(lambda: failures)
+    undone = 0
+    busy = KeysBusy(lambda: undone)
     assert busy.of(conn, "t") == {"a": 2, "b": 1}
     assert busy.of(conn, "u") == {"a": 1}
     busy.moved(job("c", Status.CLAIMED), Status.PENDING)  # claimed
@@ -53,7 +53,7 @@ def test_counts_are_read_once_from_the_leased_rows_then_kept_as_rows_are_written
     assert busy.of(conn, "t") == {"a": 2, "c": 1}  # not read again: kept
     conn.execute("UPDATE jobs SET status = 'done', lease_token = NULL WHERE type = 'u'")
     assert busy.of(conn, "u") == {"a": 1}
-    failures += 1  # a call was undone: what it wrote here may not be in the file
+    undone += 1  # a call was undone: what it wrote here may not be in the file
     assert busy.of(conn, "u") == {}
     assert busy.of(conn, "t") == {"a": 2, "b": 1}  # as the file holds it
 
