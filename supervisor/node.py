@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import partial
 from typing import Protocol
 
 from goqueue.supervisor.common.catalog import Catalog
@@ -136,7 +135,7 @@ def build_node(
             ALLOWANCE_SHARE * settings.lease_seconds if is_postgres(settings.database_url) else None
         ),
         memory_limit_mb=settings.max_worker_rss_mb,
-        on_read=partial(metrics.loop.spent, Work.WORKERS),
+        on_read=metrics.loop.spent(Work.WORKERS),
     )
     dispatcher = Dispatcher(
         store,
@@ -150,7 +149,7 @@ def build_node(
         prefetch=settings.prefetch,
         on_rate_wait=metrics.rate_limit_wait,
         on_key_wait=metrics.key_limit_wait,
-        on_pass=partial(metrics.loop.spent, Work.DISPATCH),
+        on_pass=metrics.loop.spent(Work.DISPATCH),
     )
     metrics.loop.start(asyncio.get_running_loop())
     tracing = None

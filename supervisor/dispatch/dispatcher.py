@@ -27,7 +27,7 @@ from goqueue.supervisor.common.hooks import Hook
 from goqueue.supervisor.common.jobs import Job, Lease, utcnow
 from goqueue.supervisor.common.lifecycle import Lifecycle
 from goqueue.supervisor.dispatch.at_enqueue import AtEnqueue
-from goqueue.supervisor.dispatch.attempts import Attempt, Attempts, Phase
+from goqueue.supervisor.dispatch.attempts import MOVES, Attempt, Attempts, Phase
 from goqueue.supervisor.dispatch.claims import RETRY_CLAIM, Claims
 from goqueue.supervisor.dispatch.feeding import Feeding
 from goqueue.supervisor.dispatch.in_hand import InHand
@@ -325,12 +325,7 @@ class Dispatcher:
             self.pool.kill(worker, reason)
             return True
         attempt = self.attempts.get(token)
-        if attempt is not None and attempt.phase in (
-            Phase.QUEUED,
-            Phase.GOING,
-            Phase.GRANTED,
-            Phase.MOVING,
-        ):
+        if attempt is not None and attempt.phase in MOVES[Phase.WITHDRAWN]:  # on a queue
             self.worker_queues.withdraw(attempt, reason)
             return True
         return self.drop(token)

@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from enum import StrEnum
+from functools import partial
 
 from goqueue.supervisor.observe.tallies import Tally, TallyHistogram
 
@@ -51,9 +53,10 @@ class LoopWatch:
         self.lag.declare(())
         self._timer: asyncio.TimerHandle | None = None
 
-    def spent(self, work: Work, seconds: float) -> None:
-        """The loop spent `seconds` on `work`."""
-        self.busy.inc((work,), seconds)
+    def spent(self, work: Work) -> Callable[[float], None]:
+        """What to call with the seconds the loop spent on `work` each time (the tally's
+        own count: a call on every job's path)."""
+        return partial(self.busy.inc, (work,))
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Sample the lag from now on."""

@@ -23,7 +23,8 @@ async def test_a_blocked_loop_shows_as_lag_and_busy_time_adds_up_by_work() -> No
     counts = watch.lag.buckets[()]
     late = sum(counts[watch.lag.bounds.index(0.1) + 1 :])  # samples later than 0.1 s
     assert sum(counts) >= 2 and late == 1, counts
-    watch.spent(Work.WORKERS, 0.25)
-    watch.spent(Work.WORKERS, 0.5)
+    spent = watch.spent(Work.WORKERS)
+    spent(0.25)
+    spent(0.5)
     assert watch.busy.counts[(Work.WORKERS,)] == 0.75
     assert watch.busy.counts[(Work.HTTP,)] == 0  # declared: exported at zero
