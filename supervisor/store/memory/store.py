@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime, timedelta
 
 import msgspec
+from goqueue.supervisor.common.bulk import BULK_CANCEL, CancelFilter, Cancelled, Purged, Replayed
 from goqueue.supervisor.common.enums import TERMINAL, EventKind, Status
 from goqueue.supervisor.common.errors import (
     UNIQUE_HELD,
@@ -23,17 +24,12 @@ from goqueue.supervisor.common.errors import (
 )
 from goqueue.supervisor.common.flow import KeyTurns, key_window
 from goqueue.supervisor.common.jobs import (
-    BULK_CANCEL,
-    CancelFilter,
-    Cancelled,
     DeadLetter,
     Enqueued,
     Job,
     JobSpec,
     Lease,
     Outcome,
-    Purged,
-    Replayed,
     debounced_run_at,
     new_id,
 )
