@@ -23,7 +23,7 @@ from goqueue.supervisor.common.jobs import (
     JobSpec,
     Name,
 )
-from goqueue.supervisor.common.jobs import QueueStats as QueueStats
+from goqueue.supervisor.common.reads import QueueStats as QueueStats
 from goqueue.supervisor.common.steps import Workflow
 from goqueue.supervisor.common.steps import WorkflowRequest as WorkflowRequest
 from goqueue.supervisor.common.steps import WorkflowStep as WorkflowStep

@@ -18,20 +18,26 @@ import logging
 import random
 import signal
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from functools import partial
 
 from goqueue.actors.protocol import BootFailed, Ready
-from goqueue.supervisor.common.backoff import Backoff, backoff, retrying
-from goqueue.supervisor.common.catalog import Catalog
+from goqueue.supervisor.common.backoff import Backoff, backoff
 from goqueue.supervisor.common.enums import RESTART_AFTER, KillReason, RestartReason, WorkerState
 from goqueue.supervisor.common.errors import BootError, ConfigError, StoreUnavailable
 from goqueue.supervisor.common.lifecycle import NodePhase
-from goqueue.supervisor.dispatch.policy import Policy
 from goqueue.supervisor.node import Node
 from goqueue.supervisor.settings.config import Settings
 from goqueue.supervisor.shutdown import abort, drain, kill_busy
+from goqueue.supervisor.startup import (
+    FirstWorker,
+    adopt,
+    announce,
+    boot_step,
+    catalog_of,
+    reap_first,
+    register,
+)
 from goqueue.supervisor.workers.handle import Worker
 from goqueue.supervisor.workers.pool import Recycle, WorkerConfig, describe_exit
 from goqueue.supervisor.workers.scaling import Bounds, Scaler, longest_wait
@@ -43,10 +49,6 @@ EXIT_FAILED = 1  # something failed that retrying would not mend (see the log)
 EXIT_CONFIG = 2  # the settings are wrong (as for a bad command line): the store refused them
 EXIT_BOOT_ERROR = 3
 TICK = 0.5
-BOOT_RETRY_BASE = 0.25  # seconds before the first retry of a boot step (store, worker)
-# near a second (jittered): a node booting through an outage is ready within about a
-# second of the database's return, as a running node is
-BOOT_RETRY_CAP = 1.0
 SPAWN_RETRY_BASE = 0.5  # seconds before retrying a worker spawn that failed (EMFILE, ...)
 SPAWN_RETRY_CAP = 30.0
 SIGNALS = (
@@ -84,7 +86,7 @@ class Arbiter:
         self._done = asyncio.Event()
         self._probe: Worker | None = None
         self._pending_settings: Settings | None = None
-        self._first_ready: asyncio.Future[Ready] | None = None
+        self._first_worker = FirstWorker()
         self._spawn_failures = 0
         self._spawn_delays = Backoff(SPAWN_RETRY_BASE, SPAWN_RETRY_CAP, self.rng)
         self._next_spawn = 0.0
@@ -137,20 +139,10 @@ class Arbiter:
         await self.node.webhooks.start()
         self._booted = True
         self.manage_workers()
-        await self._reap_first()
+        await reap_first(self.leases)
         self._tasks.append(asyncio.ensure_future(self.dispatcher.run()))
         self.node.scheduler.start()
-        types = sorted(self.catalog.types)
-        store = self.settings.store_kind
-        extra = {"workers": self.target, "node": self.store.node_id, "types": types}
-        log.info("node started", extra={**extra, "store": store})
-        if not self.settings.keeps_jobs:
-            log.warning(
-                "the in-memory store keeps nothing across a restart: jobs, dead letters and "
-                "schedules' last fires are lost when this node stops (leave out --database-url "
-                "to keep them in the SQLite file goqueue.db, or give a PostgreSQL one)",
-                extra={"store": store},
-            )
+        announce(self.settings, self.store.node_id, self.catalog, self.target)
         gc.freeze()  # boot-time objects never die: keep them out of every future collection
         self.dispatcher.wake()
         await self._main_loop()
@@ -181,59 +173,15 @@ class Arbiter:
         """Open the store (waiting for it if it is not up yet), spawn the first worker,
         learn the actors from its Ready message, and declare the node to the store."""
         open_store = partial(self.store.open, self.node.links)
-        await self._retrying("opening the store", open_store, StoreUnavailable)
-        self._first_ready = asyncio.get_running_loop().create_future()
-        await self._retrying("starting the first worker", self._spawn_first, OSError)
-        ready = await self._first_ready
-        catalog = Catalog(
-            ready.actors,
-            self.settings.limits,
-            self.settings.rate_limits,
-            key_limits=self.settings.key_limits,
-            key_rates=self.settings.key_rate_limits,
-        )
-        problems = self._adopt(catalog, Policy.of(self.settings))
+        await boot_step("opening the store", open_store, StoreUnavailable, self.rng)
+        ready = await self._first_worker.spawn(self.pool, self.generation, self.rng)
+        self.catalog = catalog_of(ready, self.settings)
+        problems = adopt(self.node, self.catalog, self.settings)
         if problems:
             raise BootError(problems[0])
-        register = partial(
-            self.store.register_node,
-            self.catalog.limits(),
-            key_limits=self.catalog.key_limits,
-            key_rates=self.catalog.key_rates,
-        )
-        await self._retrying("registering the node", register, StoreUnavailable)
+        declare = partial(register, self.store, self.catalog)
+        await boot_step("registering the node", declare, StoreUnavailable, self.rng)
         self.node.lifecycle.enter(NodePhase.SERVING)
-
-    async def _reap_first(self) -> None:
-        """Reap before the first claim: the first node up after a total outage gives the
-        dead nodes' jobs back in their place (and their lost attempts their backoff)
-        before it takes any job."""
-        try:
-            await self.leases.reap()
-        except StoreUnavailable as exc:
-            log.warning("reaping at start failed: store unavailable", extra={"err": str(exc)})
-
-    async def _spawn_first(self) -> None:
-        self.pool.spawn(self.generation)
-
-    async def _retrying(
-        self, what: str, attempt: Callable[[], Awaitable[None]], errors: type[Exception]
-    ) -> None:
-        """A boot step, retried with backoff after each of `errors` (`retrying`)."""
-        await retrying(what, attempt, errors, Backoff(BOOT_RETRY_BASE, BOOT_RETRY_CAP, self.rng))
-
-    def _adopt(self, catalog: Catalog, policy: Policy) -> list[str]:
-        """Make `catalog` (the actors a worker reported) the node's, everywhere it counts,
-        with the schedules of the settings and the actors; returns the actors' schedules
-        that are invalid (left out)."""
-        self.catalog = catalog
-        self.dispatcher.reconfigure(catalog, policy)
-        self.node.engine.set_catalog(catalog)
-        self.metrics.declare_types(catalog.types)
-        problems = self.node.scheduler.configure(self.settings.schedules, catalog)
-        for problem in problems:
-            log.error(f"schedule left out: {problem}")
-        return problems
 
     # -- the loop --------------------------------------------------------------------
 
@@ -408,8 +356,8 @@ class Arbiter:
         """A worker booted: the first defines the catalog, a probe completes a reload."""
         self._spawn_failures = 0
         self._spawn_delays.reset()
-        if self._first_ready is not None and not self._first_ready.done():
-            self._first_ready.set_result(message)
+        if self._first_worker.awaited:
+            self._first_worker.ready(message)
             return
         if worker is self._probe:
             self._finish_reload(worker, message)
@@ -420,8 +368,8 @@ class Arbiter:
     def worker_boot_failed(self, worker: Worker, message: BootFailed) -> None:
         """A worker cannot import the actors: halt at start, abort a reload."""
         log.debug("worker boot traceback", extra={"exc": message.traceback})
-        if self._first_ready is not None and not self._first_ready.done():
-            self._first_ready.set_exception(BootError(message.error))
+        if self._first_worker.awaited:
+            self._first_worker.failed(message.error)
         elif worker is self._probe:
             log.error(f"reload aborted, keeping the running code: {message.error}")
         elif self.pool.count(WorkerState.IDLE, WorkerState.BUSY) > 0:
@@ -445,9 +393,9 @@ class Arbiter:
         """A child is gone (its attempt already settled): count the restart, replace it."""
         if worker is self._probe:
             self._probe = None
-        if self._first_ready is not None and not self._first_ready.done():
+        if self._first_worker.awaited:
             error = f"worker {worker.pid} {describe_exit(worker.exitcode)} during boot"
-            self._first_ready.set_exception(BootError(error))
+            self._first_worker.failed(error)
             return
         if not self._booted:
             return  # the node is not up (a failed boot): nothing to replace
@@ -482,20 +430,9 @@ class Arbiter:
         self.scaler.scale_down_after = settings.scale_down_after
         self.target = self.scaler.rebound(Bounds(*settings.worker_bounds))
         self._note_count()
-        catalog = Catalog(
-            message.actors,
-            settings.limits,
-            settings.rate_limits,
-            key_limits=settings.key_limits,
-            key_rates=settings.key_rate_limits,
-        )
-        self._adopt(catalog, Policy.of(settings))
-        registered = self.store.register_node(
-            self.catalog.limits(),
-            key_limits=self.catalog.key_limits,
-            key_rates=self.catalog.key_rates,
-        )
-        self._tasks.append(asyncio.ensure_future(registered))
+        self.catalog = catalog_of(message, settings)
+        adopt(self.node, self.catalog, settings)
+        self._tasks.append(asyncio.ensure_future(register(self.store, self.catalog)))
         extra = {"generation": self.generation, "types": sorted(self.catalog.types)}
         log.info("reloaded", extra=extra)
         self.manage_workers()

@@ -14,6 +14,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from typing import TYPE_CHECKING
 
 import msgspec
+from goqueue.supervisor.common.bulk import CancelFilter, Cancelled, Purged, Replayed
 from goqueue.supervisor.common.catalog import Catalog
 from goqueue.supervisor.common.deliveries import Delivery
 from goqueue.supervisor.common.enums import TERMINAL, Status, WorkerState
@@ -27,21 +28,16 @@ from goqueue.supervisor.common.errors import (
 from goqueue.supervisor.common.hooks import Hook
 from goqueue.supervisor.common.jobs import (
     DEFAULT_MAX_RETRIES,
-    CancelFilter,
-    Cancelled,
     Enqueued,
     Job,
     JobSpec,
-    Purged,
-    QueueStats,
-    Replayed,
-    Stats,
     new_id,
     resolve_spec,
     spec_problem,
     utcnow,
 )
 from goqueue.supervisor.common.lifecycle import Lifecycle
+from goqueue.supervisor.common.reads import QueueStats, Stats
 from goqueue.supervisor.common.steps import Workflow, WorkflowRequest
 from goqueue.supervisor.common.summaries import (
     REPORT_WORKERS,

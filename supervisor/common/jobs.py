@@ -1,5 +1,6 @@
 """The job model: what a client asks for (`JobSpec`), what is stored (`Job`), and the
-records around it (leases, dead letters, events, stats). Shared by the stores and the API."""
+records around it (leases, dead letters, events, outcomes). Shared by the stores and the
+API; the read models are in `reads.py`, bulk changes in `bulk.py`."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ import time
 from collections.abc import Callable, Collection
 from datetime import UTC, datetime, timedelta
 from functools import partial
-from typing import Annotated, Any, Protocol
+from typing import Annotated, Protocol
 
 import msgspec
 from goqueue.supervisor.common.enums import TERMINAL, Status
@@ -34,9 +35,6 @@ AwareTime = Annotated[datetime, msgspec.Meta(tz=True)]
 DEFAULT_QUEUE = "default"
 DEFAULT_PRIORITY = 5
 DEFAULT_MAX_RETRIES = 3
-# The queue label of the pending jobs of every queue beyond the deepest ones, in metrics:
-# parentheses are not allowed in a queue name, so no real queue can take this series over.
-OTHER_QUEUES = "(other)"
 MAX_CHAIN_DEPTH = 32  # on_success/on_failure nesting; deeper recursion would hit Python's limit
 
 
@@ -424,56 +422,6 @@ class DeadLetter(msgspec.Struct, kw_only=True, gc=False):
     created_at: datetime
 
 
-class Replayed(msgspec.Struct):
-    """What a bulk replay did: the fresh jobs, and how many matching letters it left
-    (beyond its limit, or dead-lettered before the call and still there)."""
-
-    jobs: list[Job]
-    remaining: int
-
-
-class Purged(msgspec.Struct):
-    """What a bulk purge did: how many letters it deleted, how many matching it left."""
-
-    purged: int
-    remaining: int
-
-
-BULK_CANCEL = "bulk cancel"  # the detail of the `cancelled` event of a bulk cancel
-
-
-class CancelFilter(msgspec.Struct, kw_only=True, frozen=True):
-    """Which unfinished jobs a bulk cancel takes: of `statuses` (pending and claimed;
-    running too when forced), in `queue`, of `type`, created before `created_before`
-    (each None for any)."""
-
-    statuses: tuple[Status, ...] = (Status.PENDING, Status.CLAIMED)
-    queue: str | None = None
-    type: str | None = None
-    created_before: datetime | None = None
-
-    def matches(self, job: Job) -> bool:
-        """True if `job` passes the filters, whatever its status."""
-        return (
-            (self.queue is None or job.queue == self.queue)
-            and (self.type is None or job.type == self.type)
-            and (self.created_before is None or job.created_at < self.created_before)
-        )
-
-
-class Cancelled(msgspec.Struct):
-    """What a bulk cancel did: the jobs it cancelled, the lease tokens of those a node
-    held (claimed or running: to drop or kill), how many matching it left (beyond its
-    limit, or taken by another request meanwhile), how many running jobs passing the
-    filters it left alone because it was not forced, and how many it cancelled running."""
-
-    jobs: list[Job]
-    tokens: list[str]
-    remaining: int
-    running: int
-    killed: int = 0
-
-
 class Event(msgspec.Struct, kw_only=True, gc=False):
     """One entry of a job's audit trail. Untracked by the garbage collector (it holds only
     text, numbers and a time): a node keeps several per job, and collections that walked
@@ -504,52 +452,3 @@ class Outcome(msgspec.Struct):
     followups: list[Job]
     dead_letter: DeadLetter | None = None
     released: list[Job] = msgspec.field(default_factory=list)
-
-
-class QueueStats(msgspec.Struct):
-    """Counts for one queue."""
-
-    queue: str
-    counts: dict[str, int]
-    depth_by_priority: dict[str, int]
-    paused: bool = False
-
-
-class Stats(msgspec.Struct):
-    """Counts by status and depth (pending, due or not) by queue and priority."""
-
-    counts: dict[str, int]
-    queues: dict[str, dict[str, int]]
-    dead_letters: int
-
-
-class QueueDepths(msgspec.Struct):
-    """Queue health for a metrics scrape, bounded whatever the number of queues: pending
-    jobs by priority for the `top` deepest queues, summed by priority over all the others;
-    the longest wait of a due job by queue (the same way); dead letters."""
-
-    top: dict[str, dict[str, int]]
-    other: dict[str, int]
-    queues: int  # queues holding pending jobs
-    pending: int  # pending jobs in every queue
-    # seconds the longest-waiting due job of each of the `top` queues has waited (0 with
-    # none due), the longest of all the others under `OTHER_QUEUES` when there are others
-    waiting: dict[str, float] = msgspec.field(default_factory=dict)
-    dead_letters: int = 0
-
-
-class Page(msgspec.Struct):
-    """One page of a listing, plus the total matching."""
-
-    items: list[Any]
-    total: int
-
-
-class JobFilter(msgspec.Struct, kw_only=True):
-    """Filters for listing jobs."""
-
-    type: str | None = None
-    status: str | None = None
-    queue: str | None = None
-    parent_id: str | None = None  # jobs enqueued by this one (its chain, ctx.enqueue)
-    concurrency_key: str | None = None  # a flow-control key's jobs

@@ -18,8 +18,8 @@ from goqueue.supervisor.common.enums import (
     WebhookOutcome,
     WorkerState,
 )
-from goqueue.supervisor.common.jobs import OTHER_QUEUES as OTHER_QUEUES
-from goqueue.supervisor.common.jobs import QueueDepths
+from goqueue.supervisor.common.reads import OTHER_QUEUES as OTHER_QUEUES
+from goqueue.supervisor.common.reads import QueueDepths
 from goqueue.supervisor.observe.loop import LoopWatch, Work
 from goqueue.supervisor.observe.tallies import Tally, TallyHistogram
 from goqueue.supervisor.store.base import Upkeep

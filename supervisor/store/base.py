@@ -24,25 +24,10 @@ from datetime import datetime
 from typing import TYPE_CHECKING, Protocol
 
 import msgspec
-from goqueue.supervisor.common.jobs import (
-    CancelFilter,
-    Cancelled,
-    DeadLetter,
-    Enqueued,
-    Event,
-    Job,
-    JobFilter,
-    JobSpec,
-    Lease,
-    Outcome,
-    Page,
-    Purged,
-    QueueDepths,
-    QueueStats,
-    Replayed,
-    Stats,
-)
+from goqueue.supervisor.common.bulk import CancelFilter, Cancelled, Purged, Replayed
+from goqueue.supervisor.common.jobs import DeadLetter, Enqueued, Event, Job, JobSpec, Lease, Outcome
 from goqueue.supervisor.common.rates import Rate, Taken
+from goqueue.supervisor.common.reads import JobFilter, Page, QueueDepths, QueueStats, Stats
 from goqueue.supervisor.common.schedule import Fired, ScheduleState
 from goqueue.supervisor.common.summaries import (
     DeadFilter,

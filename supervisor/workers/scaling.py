@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from goqueue.supervisor.common.enums import WorkerState
 from goqueue.supervisor.common.errors import StoreUnavailable
-from goqueue.supervisor.common.jobs import OTHER_QUEUES
+from goqueue.supervisor.common.reads import OTHER_QUEUES
 
 if TYPE_CHECKING:
     from goqueue.supervisor.store.base import Store

@@ -43,10 +43,12 @@ from goqueue.api.http.replies import (
 from goqueue.api.http.state import BUDGET, EGRESS, ENGINE, SETTINGS, STORE
 from goqueue.api.http.strict import request_digest
 from goqueue.api.wire import TimeoutOut
+from goqueue.supervisor.common.bulk import CancelFilter
 from goqueue.supervisor.common.catalog import Catalog
 from goqueue.supervisor.common.enums import Status
 from goqueue.supervisor.common.errors import GoQueueError
-from goqueue.supervisor.common.jobs import CancelFilter, Enqueued, Job, JobFilter, JobSpec
+from goqueue.supervisor.common.jobs import Enqueued, Job, JobSpec
+from goqueue.supervisor.common.reads import JobFilter
 
 log = logging.getLogger("goqueue.api")
 

@@ -8,7 +8,7 @@ from goqueue.api.http.openapi import operation
 from goqueue.api.http.params import queue_name
 from goqueue.api.http.replies import StatsOut, reply
 from goqueue.api.http.state import BUDGET, ENGINE, STORE
-from goqueue.supervisor.common.jobs import QueueStats
+from goqueue.supervisor.common.reads import QueueStats
 
 routes = web.RouteTableDef()
 

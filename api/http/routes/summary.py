@@ -34,7 +34,7 @@ from goqueue.api.http.state import ENGINE, STORE
 from goqueue.supervisor.common.enums import Status
 from goqueue.supervisor.common.errors import StoreUnavailable
 from goqueue.supervisor.common.flow import TypeKeys, type_keys
-from goqueue.supervisor.common.jobs import JobFilter
+from goqueue.supervisor.common.reads import JobFilter
 from goqueue.supervisor.common.summaries import (
     DEFAULT_PREVIEW,
     MAX_PREVIEW,

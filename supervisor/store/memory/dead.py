@@ -7,7 +7,9 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterator
 
-from goqueue.supervisor.common.jobs import DeadLetter, Page, Purged
+from goqueue.supervisor.common.bulk import Purged
+from goqueue.supervisor.common.jobs import DeadLetter
+from goqueue.supervisor.common.reads import Page
 from goqueue.supervisor.common.summaries import DeadFilter
 
 

@@ -10,12 +10,9 @@ from collections.abc import Mapping
 from datetime import UTC, datetime
 
 from goqueue.supervisor.common.enums import Status
-from goqueue.supervisor.common.jobs import (
+from goqueue.supervisor.common.jobs import STATUSES, DeadLetter, Event, Job
+from goqueue.supervisor.common.reads import (
     OTHER_QUEUES,
-    STATUSES,
-    DeadLetter,
-    Event,
-    Job,
     JobFilter,
     Page,
     QueueDepths,

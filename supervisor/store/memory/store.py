@@ -10,17 +10,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from datetime import datetime
 
+from goqueue.supervisor.common.bulk import BULK_CANCEL, CancelFilter, Cancelled, Purged, Replayed
 from goqueue.supervisor.common.enums import TERMINAL, EventKind, Status
 from goqueue.supervisor.common.errors import InvalidState, NotFound, StoreFull
-from goqueue.supervisor.common.jobs import (
-    BULK_CANCEL,
-    CancelFilter,
-    Cancelled,
-    DeadLetter,
-    Job,
-    Purged,
-    Replayed,
-)
+from goqueue.supervisor.common.jobs import DeadLetter, Job
 from goqueue.supervisor.common.rates import Rate
 from goqueue.supervisor.common.schedule import Fired, ScheduleState, fire_detail
 from goqueue.supervisor.common.summaries import DeadFilter

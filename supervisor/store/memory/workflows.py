@@ -12,7 +12,8 @@ from datetime import datetime
 import msgspec
 from goqueue.supervisor.common.enums import TERMINAL, EventKind, Status, WorkflowStatus
 from goqueue.supervisor.common.errors import IdempotencyMismatch, InvalidState, NotFound
-from goqueue.supervisor.common.jobs import Job, Page
+from goqueue.supervisor.common.jobs import Job
+from goqueue.supervisor.common.reads import Page
 from goqueue.supervisor.common.steps import (
     WORKFLOW_CANCELLED,
     Workflow,

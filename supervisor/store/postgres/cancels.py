@@ -4,9 +4,10 @@ the engine can kill the workers."""
 
 from __future__ import annotations
 
+from goqueue.supervisor.common.bulk import BULK_CANCEL, CancelFilter, Cancelled
 from goqueue.supervisor.common.enums import TERMINAL, Status
 from goqueue.supervisor.common.errors import InvalidState, NotFound
-from goqueue.supervisor.common.jobs import BULK_CANCEL, CancelFilter, Cancelled, Job
+from goqueue.supervisor.common.jobs import Job
 from goqueue.supervisor.store.postgres import rows as pg_rows
 from goqueue.supervisor.store.postgres.connection import Connections
 from goqueue.supervisor.store.postgres.notify import Wakeups

@@ -14,6 +14,7 @@ from contextlib import suppress
 from typing import Any
 
 import psycopg
+from goqueue.supervisor.common.bulk import Replayed
 from goqueue.supervisor.common.enums import EventKind, Status
 from goqueue.supervisor.common.errors import (
     DuplicateJob,
@@ -21,14 +22,7 @@ from goqueue.supervisor.common.errors import (
     NotFound,
     StoreUnavailable,
 )
-from goqueue.supervisor.common.jobs import (
-    Enqueued,
-    Job,
-    JobSpec,
-    Lease,
-    Replayed,
-    new_id,
-)
+from goqueue.supervisor.common.jobs import Enqueued, Job, JobSpec, Lease, new_id
 from goqueue.supervisor.common.summaries import DeadFilter
 from goqueue.supervisor.store.base import NewJob, StartNow
 from goqueue.supervisor.store.postgres import enqueue_steps as pg_steps

@@ -9,15 +9,12 @@ from __future__ import annotations
 
 from datetime import datetime
 
-from goqueue.supervisor.common.jobs import (
+from goqueue.supervisor.common.bulk import Purged
+from goqueue.supervisor.common.jobs import STATUSES, DeadLetter, Event, Job
+from goqueue.supervisor.common.reads import (
     OTHER_QUEUES,
-    STATUSES,
-    DeadLetter,
-    Event,
-    Job,
     JobFilter,
     Page,
-    Purged,
     QueueDepths,
     QueueStats,
     Stats,

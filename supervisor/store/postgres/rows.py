@@ -17,7 +17,8 @@ from typing import Any
 import msgspec
 import psycopg
 from goqueue.supervisor.common.enums import Status
-from goqueue.supervisor.common.jobs import AttemptError, DeadLetter, Job, JobFilter, JobSpec, new_id
+from goqueue.supervisor.common.jobs import AttemptError, DeadLetter, Job, JobSpec, new_id
+from goqueue.supervisor.common.reads import JobFilter
 from goqueue.supervisor.common.summaries import DeadFilter
 from goqueue.supervisor.store.postgres.sql.statements import JOB_FIELDS
 from psycopg.adapt import AdaptersMap, Dumper, Loader

@@ -9,7 +9,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import msgspec
-from goqueue.supervisor.common.jobs import JobFilter, Page
+from goqueue.supervisor.common.reads import JobFilter, Page
 from goqueue.supervisor.common.summaries import (
     DeadBrief,
     DeadFilter,

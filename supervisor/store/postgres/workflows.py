@@ -14,7 +14,8 @@ from goqueue.supervisor.common.errors import (
     NotFound,
     StoreUnavailable,
 )
-from goqueue.supervisor.common.jobs import Job, Page, new_id
+from goqueue.supervisor.common.jobs import Job, new_id
+from goqueue.supervisor.common.reads import Page
 from goqueue.supervisor.common.steps import (
     WORKFLOW_CANCELLED,
     StepState,

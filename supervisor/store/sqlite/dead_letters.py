@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import sqlite3
 
+from goqueue.supervisor.common.bulk import Purged, Replayed
 from goqueue.supervisor.common.enums import EventKind
 from goqueue.supervisor.common.errors import NotFound, StoreFull
-from goqueue.supervisor.common.jobs import DeadLetter, Job, Purged, Replayed
+from goqueue.supervisor.common.jobs import DeadLetter, Job
 from goqueue.supervisor.common.summaries import DeadFilter
 from goqueue.supervisor.store.sqlite import reads
 from goqueue.supervisor.store.sqlite.calls import Read, Write

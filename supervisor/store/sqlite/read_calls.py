@@ -6,15 +6,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import datetime
 
-from goqueue.supervisor.common.jobs import (
-    Event,
-    Job,
-    JobFilter,
-    Page,
-    QueueDepths,
-    QueueStats,
-    Stats,
-)
+from goqueue.supervisor.common.jobs import Event, Job
+from goqueue.supervisor.common.reads import JobFilter, Page, QueueDepths, QueueStats, Stats
 from goqueue.supervisor.common.summaries import (
     DeadFilter,
     QueueSummary,

@@ -10,14 +10,12 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 import msgspec
+from goqueue.supervisor.common.bulk import CancelFilter
 from goqueue.supervisor.common.enums import Status, WorkflowStatus
 from goqueue.supervisor.common.flow import KeyTurns
-from goqueue.supervisor.common.jobs import (
+from goqueue.supervisor.common.jobs import STATUSES, DeadLetter, Job
+from goqueue.supervisor.common.reads import (
     OTHER_QUEUES,
-    STATUSES,
-    CancelFilter,
-    DeadLetter,
-    Job,
     JobFilter,
     Page,
     QueueDepths,

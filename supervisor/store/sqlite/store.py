@@ -39,6 +39,7 @@ from datetime import datetime
 from typing import TypeVar
 
 import msgspec
+from goqueue.supervisor.common.bulk import BULK_CANCEL, CancelFilter, Cancelled
 from goqueue.supervisor.common.enums import TERMINAL, EventKind, Status
 from goqueue.supervisor.common.errors import (
     DuplicateJob,
@@ -48,16 +49,7 @@ from goqueue.supervisor.common.errors import (
     StoreFull,
 )
 from goqueue.supervisor.common.flow import KeyPace, KeyTurns
-from goqueue.supervisor.common.jobs import (
-    BULK_CANCEL,
-    CancelFilter,
-    Cancelled,
-    Enqueued,
-    Job,
-    Lease,
-    Outcome,
-    utcnow,
-)
+from goqueue.supervisor.common.jobs import Enqueued, Job, Lease, Outcome, utcnow
 from goqueue.supervisor.common.rates import Rate, StartTimes, Taken
 from goqueue.supervisor.common.summaries import (
     NodeSummary,

@@ -9,7 +9,8 @@ import sqlite3
 import msgspec
 from goqueue.supervisor.common.enums import TERMINAL, Status, WorkflowStatus
 from goqueue.supervisor.common.errors import IdempotencyMismatch, InvalidState, NotFound
-from goqueue.supervisor.common.jobs import Job, Page
+from goqueue.supervisor.common.jobs import Job
+from goqueue.supervisor.common.reads import Page
 from goqueue.supervisor.common.steps import WORKFLOW_CANCELLED, Workflow, WorkflowCounts
 from goqueue.supervisor.store.memory.flows import FlowRecord
 from goqueue.supervisor.store.new_workflow import NewWorkflow, WorkflowCreated

@@ -16,7 +16,8 @@ from typing import Any
 
 import pytest
 from goqueue.api.http.scrape_gauges import GaugeRefresh
-from goqueue.supervisor.common.jobs import JobFilter, JobSpec
+from goqueue.supervisor.common.jobs import JobSpec
+from goqueue.supervisor.common.reads import JobFilter
 from goqueue.supervisor.observe.metrics import OTHER_QUEUES
 from goqueue.supervisor.store.base import NewJob
 from prometheus_client.parser import text_string_to_metric_families

@@ -13,7 +13,8 @@ from goqueue.supervisor.common.errors import (
     InvalidState,
     NotFound,
 )
-from goqueue.supervisor.common.jobs import JobFilter, JobSpec
+from goqueue.supervisor.common.jobs import JobSpec
+from goqueue.supervisor.common.reads import JobFilter
 from goqueue.supervisor.store.base import NewJob, StartNow, Store
 
 pytestmark = pytest.mark.timeout(30)

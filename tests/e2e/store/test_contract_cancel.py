@@ -4,8 +4,9 @@ bounded, oldest first, audited, and running jobs only when forced."""
 from __future__ import annotations
 
 import pytest
+from goqueue.supervisor.common.bulk import BULK_CANCEL, CancelFilter
 from goqueue.supervisor.common.enums import Status
-from goqueue.supervisor.common.jobs import BULK_CANCEL, CancelFilter, JobFilter
+from goqueue.supervisor.common.reads import JobFilter
 
 from tests.e2e.store.test_contract import ALL, claim_one, new
 

@@ -8,7 +8,8 @@ import asyncio
 import msgspec
 import pytest
 from goqueue.supervisor.common.errors import DuplicateJob
-from goqueue.supervisor.common.jobs import OTHER_QUEUES, DeadLetter, JobFilter
+from goqueue.supervisor.common.jobs import DeadLetter
+from goqueue.supervisor.common.reads import OTHER_QUEUES, JobFilter
 from goqueue.supervisor.common.summaries import DeadFilter
 from goqueue.supervisor.store.base import Store
 

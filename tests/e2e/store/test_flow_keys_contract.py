@@ -9,8 +9,9 @@ from datetime import timedelta
 
 import msgspec
 import pytest
-from goqueue.supervisor.common.jobs import JobFilter, JobSpec, new_id
+from goqueue.supervisor.common.jobs import JobSpec, new_id
 from goqueue.supervisor.common.rates import Rate
+from goqueue.supervisor.common.reads import JobFilter
 from goqueue.supervisor.store.base import NewJob, Store
 from goqueue.supervisor.store.new_workflow import NewStep, NewWorkflow
 

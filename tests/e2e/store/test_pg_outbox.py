@@ -15,7 +15,8 @@ import msgspec
 import psycopg
 import pytest
 from goqueue.supervisor.common.deliveries import Answer, job_body
-from goqueue.supervisor.common.jobs import JobFilter, JobSpec, Lease, utcnow
+from goqueue.supervisor.common.jobs import JobSpec, Lease, utcnow
+from goqueue.supervisor.common.reads import JobFilter
 from goqueue.supervisor.store.base import NewJob
 from goqueue.supervisor.store.postgres.store import PostgresStore
 

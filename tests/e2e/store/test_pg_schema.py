@@ -12,7 +12,8 @@ from itertools import product
 import msgspec
 import pytest
 from goqueue.supervisor.common.errors import ConfigError
-from goqueue.supervisor.common.jobs import AttemptError, Job, JobFilter, JobSpec
+from goqueue.supervisor.common.jobs import AttemptError, Job, JobSpec
+from goqueue.supervisor.common.reads import JobFilter
 from goqueue.supervisor.settings import config, stores
 from goqueue.supervisor.store.postgres import rows as pg_rows
 from goqueue.supervisor.store.postgres.sql import schema as pg_schema

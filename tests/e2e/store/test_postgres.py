@@ -25,7 +25,8 @@ from goqueue.supervisor.common.errors import (
     NotFound,
     StoreUnavailable,
 )
-from goqueue.supervisor.common.jobs import Enqueued, JobFilter, JobSpec, Lease, Outcome, utcnow
+from goqueue.supervisor.common.jobs import Enqueued, JobSpec, Lease, Outcome, utcnow
+from goqueue.supervisor.common.reads import JobFilter
 from goqueue.supervisor.settings import stores
 from goqueue.supervisor.store.postgres.group_commit import Batcher
 from goqueue.supervisor.store.postgres.sql import schema as pg_schema

@@ -17,16 +17,8 @@ import pytest
 from goqueue.supervisor.common.deliveries import Answer
 from goqueue.supervisor.common.enums import Status, WorkflowStatus
 from goqueue.supervisor.common.errors import BootError, DuplicateJob, StoreUnavailable
-from goqueue.supervisor.common.jobs import (
-    DeadLetter,
-    Event,
-    Job,
-    JobFilter,
-    JobSpec,
-    Lease,
-    new_id,
-    utcnow,
-)
+from goqueue.supervisor.common.jobs import DeadLetter, Event, Job, JobSpec, Lease, new_id, utcnow
+from goqueue.supervisor.common.reads import JobFilter
 from goqueue.supervisor.common.schedule import Fired
 from goqueue.supervisor.common.summaries import DeadFilter
 from goqueue.supervisor.store.base import NewJob

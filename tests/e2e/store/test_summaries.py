@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import msgspec
 import pytest
-from goqueue.supervisor.common.jobs import JobFilter, utcnow
+from goqueue.supervisor.common.jobs import utcnow
+from goqueue.supervisor.common.reads import JobFilter
 from goqueue.supervisor.common.summaries import DeadFilter, NodeReport, preview
 from goqueue.supervisor.store.base import NodeLinks
 

@@ -14,6 +14,7 @@ from typing import Any
 import pytest
 from goqueue.actors.protocol import ActorInfo, Ready
 from goqueue.supervisor import arbiter as arbiter_module
+from goqueue.supervisor import startup as startup_module
 from goqueue.supervisor.arbiter import Arbiter
 from goqueue.supervisor.common.catalog import Catalog
 from goqueue.supervisor.common.enums import KillReason, RestartReason, WorkerState
@@ -357,8 +358,8 @@ def booting(recorder: Recorder) -> tuple[Arbiter, FakeEngine]:
 
 @pytest.fixture
 def quick_retries(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(arbiter_module, "BOOT_RETRY_BASE", 0.01)
-    monkeypatch.setattr(arbiter_module, "BOOT_RETRY_CAP", 0.02)
+    monkeypatch.setattr(startup_module, "BOOT_RETRY_BASE", 0.01)
+    monkeypatch.setattr(startup_module, "BOOT_RETRY_CAP", 0.02)
 
 
 async def test_the_store_and_the_registration_are_retried_at_boot(quick_retries: None) -> None:

@@ -24,7 +24,7 @@ from types import MappingProxyType
 from typing import Final
 
 from goqueue.supervisor.common.enums import EventKind
-from goqueue.supervisor.common.jobs import JobFilter
+from goqueue.supervisor.common.reads import JobFilter
 from goqueue.supervisor.store.postgres.sql.fragments import (
     FILTER_COLUMNS,
     JOB_FIELDS,

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 from goqueue.supervisor.common.enums import RestartReason, WebhookOutcome, WorkerState
-from goqueue.supervisor.common.jobs import QueueDepths
+from goqueue.supervisor.common.reads import QueueDepths
 from goqueue.supervisor.observe.metrics import OTHER_QUEUES, Metrics
 from prometheus_client.parser import text_string_to_metric_families
 

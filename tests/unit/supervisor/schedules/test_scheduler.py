@@ -10,7 +10,7 @@ import msgspec
 import pytest
 from goqueue.actors.protocol import ActorInfo
 from goqueue.supervisor.common.catalog import Catalog
-from goqueue.supervisor.common.jobs import JobFilter
+from goqueue.supervisor.common.reads import JobFilter
 from goqueue.supervisor.common.schedule import Missed, ScheduleSpec
 from goqueue.supervisor.observe.metrics import Metrics
 from goqueue.supervisor.schedules.scheduler import MAX_SLEEP, Scheduler
