@@ -12,20 +12,17 @@ Precedence, highest first, decided option by option:
    each option means; the help texts and the generated docs read the defaults from here).
 
 Per-type limits (`[limits]` in the file, `--limit TYPE=N` flags) merge type by type, flags
-winning. Flags and environment values are strings parsed here, so every bad value, whatever
-its source, fails the same way: a `ConfigError` naming the option and where it came from.
+winning. Each source is read in `sources.py`, so every bad value, whatever its source,
+fails the same way: a `ConfigError` naming the option and where it came from.
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
 import ipaddress
 import os
 import socket
-import tomllib
 from collections.abc import Collection, Mapping
-from difflib import get_close_matches
 from types import MappingProxyType
 from typing import Any
 
@@ -34,14 +31,21 @@ from goqueue.actors.tracebacks import DEFAULT_MAX_TRACEBACK_BYTES
 from goqueue.supervisor.common.errors import ConfigError
 from goqueue.supervisor.common.rates import parse_rate
 from goqueue.supervisor.common.schedule import ScheduleSpec
-from goqueue.supervisor.settings.option import EXPECTED, Option
+from goqueue.supervisor.settings.option import Option
 from goqueue.supervisor.settings.options import (
-    BY_NAME,
     LIMIT_DEFAULT,
     LIMIT_FLAG,
     LIMIT_HELP,
     LIMIT_METAVAR,
     OPTIONS,
+)
+from goqueue.supervisor.settings.sources import (
+    FILE_KEYS,
+    check_limit,
+    flag_limits,
+    from_environ,
+    from_file,
+    from_flags,
 )
 from goqueue.supervisor.settings.stores import StoreKind, schema_name_problem, store_url
 
@@ -167,7 +171,7 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
         for job_type, limit in self.limits.items():
             if not isinstance(limit, int) or isinstance(limit, bool):
                 raise ConfigError(f"limits: {job_type}: expected an integer, got {limit!r}")
-            problem = _check_limit(job_type, limit)
+            problem = check_limit(job_type, limit)
             if problem:
                 raise ConfigError(f"limits: {problem}")
         for network in self.webhook_allow_networks or ():
@@ -223,8 +227,6 @@ def _check_schedules(schedules: tuple[ScheduleSpec, ...]) -> None:
 
 def _check_database_url(url: str) -> None:
     """A SQLite URL names a file; anything but SQLite or memory is a PostgreSQL DSN."""
-    from goqueue.supervisor.settings.stores import StoreKind, store_url
-
     try:
         kind = store_url(url).kind
     except ValueError as exc:
@@ -243,13 +245,6 @@ def _check_dsn(dsn: str) -> None:
         raise ConfigError(f"database_url: not a valid PostgreSQL DSN: {exc}".strip()) from None
 
 
-FILE_KEYS: frozenset[str] = frozenset(BY_NAME) - {"config"} | {
-    "limits",
-    "schedules",
-    "rate_limits",
-    "key_limits",
-    "key_rate_limits",
-}
 _FIELDS: Mapping[str, msgspec.structs.FieldInfo] = MappingProxyType(
     {field.name: field for field in msgspec.structs.fields(Settings)}
 )
@@ -347,17 +342,17 @@ def add_arguments(
 
 def load(args: argparse.Namespace | None, environ: Mapping[str, str]) -> Settings:
     """Settings from flags > environment > TOML file > defaults; raises ConfigError."""
-    flags = _from_flags(args)
-    env = _from_environ(environ)
+    flags = from_flags(args)
+    env = from_environ(environ)
     path = flags.get("config") or env.get("config")
     values: dict[str, Any] = {}  # parsed and range-checked above; Settings checks the rest
     limits: dict[str, int] = {}
     if isinstance(path, str):
-        file_values, limits = _from_file(path)
+        file_values, limits = from_file(path)
         values.update(file_values)
     values.update(env)
     values.update(flags)
-    limits.update(_flag_limits(args))
+    limits.update(flag_limits(args))
     return Settings(**values, limits=limits)
 
 
@@ -369,137 +364,6 @@ def reload(
     The node id is kept: leases and audit events already written name it.
     """
     return msgspec.structs.replace(load(args, environ), node_id=current.node_id)
-
-
-def _parse(option: Option, raw: object, source: str) -> object:
-    """Parse and range-check one value, naming the option and its source on failure."""
-    try:
-        value = option.parse(raw)
-    except ValueError:
-        expected = "one of " + ", ".join(option.choices) if option.choices else None
-        raise ConfigError(
-            f"{option.name}: expected {expected or EXPECTED[option.kind]}, "
-            f"got {raw!r} (from {source})"
-        ) from None
-    problem = option.check(value)
-    if problem:
-        raise ConfigError(f"{option.name}: {problem} (from {source})")
-    return value
-
-
-def _from_flags(args: argparse.Namespace | None) -> dict[str, object]:
-    values: dict[str, object] = {}
-    for option in OPTIONS:
-        raw = getattr(args, option.name, None) if args is not None else None
-        if isinstance(raw, list):  # a repeatable flag: every occurrence counts
-            raw = ",".join(raw)
-        if raw is not None:
-            values[option.name] = _parse(option, raw, f"flag {option.flag}")
-    return values
-
-
-def _from_environ(environ: Mapping[str, str]) -> dict[str, object]:
-    values: dict[str, object] = {}
-    for option in OPTIONS:
-        for name in (option.env, option.legacy_env):
-            raw = environ.get(name) if name else None
-            if raw is not None and raw.strip():
-                values[option.name] = _parse(option, raw, f"environment {name}")
-                break
-    return values
-
-
-def _from_file(path: str) -> tuple[dict[str, object], dict[str, int]]:
-    source = f"config file {path}"
-    try:
-        with open(path, "rb") as file:
-            data = tomllib.load(file)
-    except OSError as exc:
-        raise ConfigError(f"config: cannot read {path}: {exc.strerror or exc}") from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config: {path} is not valid TOML: {exc}") from None
-    values: dict[str, object] = {}
-    limits: dict[str, int] = {}
-    for key, raw in data.items():
-        if key == "limits":
-            limits = _file_limits(raw, source)
-        elif key == "schedules":
-            values[key] = _file_schedules(raw, source)
-        elif key in ("rate_limits", "key_rate_limits"):
-            values[key] = _file_rates(raw, source, key)
-        elif key == "key_limits":
-            values[key] = _file_limits(raw, source, key)
-        elif key == "config":
-            raise ConfigError(f"config: cannot be set inside the config file ({path})")
-        elif key in FILE_KEYS:
-            values[key] = _parse(BY_NAME[key], raw, source)
-        else:
-            raise ConfigError(f"{key}: unknown option in {source}{_suggest(key)}")
-    return values, limits
-
-
-def _suggest(key: str) -> str:
-    close = get_close_matches(key.replace("-", "_"), sorted(FILE_KEYS), n=1)
-    return f" (did you mean {close[0]!r}?)" if close else ""
-
-
-def _file_limits(raw: object, source: str, table: str = "limits") -> dict[str, int]:
-    if not isinstance(raw, dict):
-        raise ConfigError(f"{table}: expected a table of TYPE = N, got {raw!r} (from {source})")
-    return {str(key): _limit(str(key), value, source) for key, value in raw.items()}
-
-
-def _file_rates(raw: object, source: str, table: str = "rate_limits") -> dict[str, str]:
-    """A `[rate_limits]` or `[key_rate_limits]` table: TYPE = "N/s" (checked by `Settings`)."""
-    if not isinstance(raw, dict) or not all(isinstance(v, str) for v in raw.values()):
-        raise ConfigError(f'{table}: expected a table of TYPE = "N/s", got {raw!r} (from {source})')
-    return {str(key): value for key, value in raw.items()}
-
-
-def _file_schedules(raw: object, source: str) -> tuple[ScheduleSpec, ...]:
-    """`[[schedules]]` tables, each a `ScheduleSpec` (checked by `Settings`)."""
-    if not isinstance(raw, list):
-        raise ConfigError(f"schedules: expected [[schedules]] tables, got {raw!r} (from {source})")
-    specs = []
-    for i, table in enumerate(raw):
-        try:
-            specs.append(msgspec.convert(table, ScheduleSpec))
-        except msgspec.ValidationError as exc:
-            raise ConfigError(f"schedules[{i}]: {exc} (from {source})") from None
-    return tuple(specs)
-
-
-def _flag_limits(args: argparse.Namespace | None) -> dict[str, int]:
-    limits: dict[str, int] = {}
-    for entry in getattr(args, "limits", None) or ():
-        job_type, sep, count = str(entry).partition("=")
-        if not sep:
-            raise ConfigError(f"limits: expected TYPE=N, got {entry!r} (from flag --limit)")
-        limits[job_type.strip()] = _limit(job_type.strip(), count.strip(), "flag --limit")
-    return limits
-
-
-def _limit(job_type: str, raw: object, source: str) -> int:
-    value = raw
-    if isinstance(raw, str):
-        with contextlib.suppress(ValueError):
-            value = int(raw)
-    if not isinstance(value, int) or isinstance(value, bool):
-        raise ConfigError(
-            f"limits: {job_type or '<empty>'}: expected an integer, got {raw!r} (from {source})"
-        )
-    problem = _check_limit(job_type, value)
-    if problem:
-        raise ConfigError(f"limits: {problem} (from {source})")
-    return value
-
-
-def _check_limit(job_type: str, limit: int) -> str | None:
-    if not job_type:
-        return "a job type name is empty"
-    if limit < 1:
-        return f"{job_type}: must be at least 1, got {limit}"
-    return None
 
 
 DEFAULTS = Settings()
