@@ -167,9 +167,10 @@ class Claims:
     ) -> list[Lease] | None:
         """Claim up to `want` due jobs of `types` within the free per-type slots, the best
         `start` of them started; None when nothing could be asked (every type throttled,
-        the store unavailable). With `ahead` (jobs for workers' queues), all of them are
-        started when a store that outlives the node would have their starts written
-        ahead anyway: a queue of any type the claim may return starts soon."""
+        the store unavailable). With `ahead` (jobs for workers' queues), those that lead
+        the claim with a type whose queue starts soon are started too, when a store that
+        outlives the node would have their starts written ahead anyway: nothing claimed
+        and not started is ahead of them, so they go into queues at once."""
         attempts = self.attempts
         slots = catalog.free_slots(
             want,
@@ -181,8 +182,9 @@ class Claims:
             slots = {t: n for t, n in slots.items() if t in types}
         if not slots:
             return None
-        if ahead and self.durable and self.durations.soon(slots, catalog, self.depth.current):
-            start = want
+        soon: frozenset[str] = frozenset()
+        if ahead and self.durable:  # jobs of these may be started by the claim
+            soon = self.durations.soon(slots, catalog, self.depth.current)
         asked = self.monotonic()
         try:
             taken: list[Held] = []
@@ -190,7 +192,7 @@ class Claims:
                 slots, taken = await self.throttle.admit(catalog, slots)
                 if not slots:
                     return None  # every type is throttled: the throttle wakes us in time
-            leases = await self.store.claim(want, policy.queues, slots, start)
+            leases = await self.store.claim(want, policy.queues, slots, start, soon)
             if catalog.key_limits or catalog.key_rates:
                 self.throttle.count_key_waits()
             if taken:

@@ -17,9 +17,9 @@ holds that other nodes cannot take.
 With a store that outlives the node, a queued attempt waits for its start to be written
 before it runs (a job that kills its node is then charged for it), and the dispatcher
 writes those starts ahead only for the attempts due to start within `GO_AHEAD` seconds
-of work: a node that dies charges at most about that much work that never ran. When a
-whole queue of the types a claim may return starts within that (`Durations.soon`), the
-claim itself starts them: one write a job fewer.
+of work: a node that dies charges at most about that much work that never ran. The
+claim itself starts the jobs at its head whose type's whole queue starts within that
+(`Durations.soon`): one write a job fewer.
 """
 
 from __future__ import annotations
@@ -85,13 +85,13 @@ class Durations:
         """The usual run time of `job_type` (infinite until one ran here)."""
         return self._usual.get(job_type, math.inf)
 
-    def soon(self, types: Iterable[str], catalog: Catalog, depth: int) -> bool:
-        """True when each of `types` may wait in a worker's queue and `depth` attempts of
-        it usually take at most `go_ahead` seconds: a queue of them all starts within
+    def soon(self, types: Iterable[str], catalog: Catalog, depth: int) -> frozenset[str]:
+        """Those of `types` that may wait in a worker's queue and of which `depth`
+        attempts usually take at most `go_ahead` seconds: a queue of them starts within
         that, so their starts may be written as they are claimed."""
         short = self.short_types(catalog)
         usual = self._usual
-        return all(t in short and usual[t] * depth <= self.go_ahead for t in types)
+        return frozenset(t for t in types if t in short and usual[t] * depth <= self.go_ahead)
 
     def short_types(self, catalog: Catalog) -> frozenset[str]:
         """The types of `catalog` that may wait in a worker's queue: short, unlimited."""

@@ -212,14 +212,18 @@ class Store(Protocol):
         queues: frozenset[str] | None,
         slots: Mapping[str, int],
         start: int | None = None,
+        start_types: frozenset[str] = frozenset(),
     ) -> list[Lease]:
         """Take up to `limit` due jobs, highest priority first, as leases.
 
         Only types present in `slots` are taken, at most `slots[type]` of each (the
         node's free per-type capacity). `queues=None` means every queue. Paused queues
         are skipped. The best `start` of them (all when None) start at once: `running`,
-        `attempts` incremented, `started_at` set, a `started` event. The others are
-        `claimed`: held under the lease, no attempt charged, no `started_at`, until
+        `attempts` incremented, `started_at` set, a `started` event. So may those that
+        lead the claim, in its order, with a type in `start_types` (the run of them
+        ending at the first job of another type): a store starts all of them, or, when
+        every type of `slots` is one of `start_types`, every job it takes. The others
+        are `claimed`: held under the lease, no attempt charged, no `started_at`, until
         `start` is called for them.
         """
 

@@ -152,9 +152,11 @@ class MemoryWrites(MemoryWorkflows):
         queues: frozenset[str] | None,
         slots: Mapping[str, int],
         start: int | None = None,
+        start_types: frozenset[str] = frozenset(),
     ) -> list[Lease]:
         """Take up to `limit` due jobs, best first, within the per-type slots; the best
-        `start` of them (all when None) start at once, the others are `claimed`."""
+        `start` of them (all when None) start at once, and so do those that lead the claim
+        with a type in `start_types`; the others are `claimed`."""
         now = self.clock()
         self._pending.promote(now.timestamp())
         free = dict(slots)
@@ -163,6 +165,7 @@ class MemoryWrites(MemoryWorkflows):
             self._key_limits, dict(self._busy), self._key_rates, self._pace, now.timestamp()
         )
         leases: list[Lease] = []
+        leading = True  # every job so far is of one of `start_types`
         pending = self._pending
         window = key_window(limit)
         best = pending.candidates(queues, free, self._paused, turns.turn, window)
@@ -179,7 +182,9 @@ class MemoryWrites(MemoryWorkflows):
             pending.took(key)
             free[job.type] -= 1
             turns.take(job.type, job.concurrency_key)
-            leases.append(self._lease(job, now, start is None or len(leases) < start))
+            leading = leading and job.type in start_types
+            started = start is None or len(leases) < start or leading
+            leases.append(self._lease(job, now, started))
             order = pending.next_of(key, turns.turn)
             if order is not None:
                 heapq.heappush(best, (order, key))

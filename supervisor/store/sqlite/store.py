@@ -286,10 +286,12 @@ class SqliteStore:
         queues: frozenset[str] | None,
         slots: Mapping[str, int],
         start: int | None = None,
+        start_types: frozenset[str] = frozenset(),
     ) -> list[Lease]:
         """Take up to `limit` due jobs, best first, within the per-type slots (one
         indexed statement per type); the best `start` of them (all when None) start at
-        once, the others are `claimed`. In the file before a worker gets one."""
+        once, and so do those that lead the claim with a type in `start_types`; the
+        others are `claimed`. In the file before a worker gets one."""
         if limit <= 0 or not any(n > 0 for n in slots.values()):
             return []
 
@@ -302,9 +304,11 @@ class SqliteStore:
             if len(best) < limit:
                 self._key_waits.extend(turns.held)
             leases = []
+            leading = True  # every job so far is of one of `start_types`
             for i, row in enumerate(best):
+                leading = leading and row.job.type in start_types
                 tx.adopt(row)
-                tx.lease(row, started=start is None or i < start)
+                tx.lease(row, started=start is None or i < start or leading)
                 tx.save(row)
                 lease = row.lease()
                 assert lease is not None

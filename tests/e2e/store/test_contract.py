@@ -369,6 +369,26 @@ async def test_a_claim_starts_the_best_and_holds_the_rest_claimed(open_store) ->
         assert (again.status, again.attempts) == ("pending", 0)
 
 
+async def test_a_claim_starts_the_jobs_at_its_head_of_the_types_it_may_start(
+    open_store, store_kind
+) -> None:
+    async with open_store() as store:
+        jobs = [(await store.enqueue(new(t, priority=p))).job for t, p in
+                (("a", 9), ("a", 8), ("b", 7), ("a", 6))]  # fmt: skip
+        leases = await store.claim(4, None, ALL, 0, frozenset({"a"}))
+        assert [x.job.id for x in leases] == [job.id for job in jobs]
+        statuses = [(x.job.status, (await store.get(x.job.id)).status) for x in leases]
+        # a store starts the "a" jobs before the first "b", and none behind it; or, when
+        # not every type it may take may start, none at all (PostgreSQL's statement)
+        head = ["running"] * 2 if store_kind != "postgres" else ["claimed"] * 2
+        assert statuses == [(s, s) for s in [*head, "claimed", "claimed"]]
+        for job in jobs:
+            await store.enqueue(new(job.type))
+        again = await store.claim(4, None, ALL, 0, frozenset({"a", "b"}))
+        assert {x.job.status for x in again} == {"running"}  # every type may start: all do
+        assert all(x.job.attempts == 1 for x in again)
+
+
 async def test_reaped_claims_keep_their_place_and_lost_attempts_wait_their_backoff(
     open_store, clock
 ) -> None:

@@ -52,7 +52,7 @@ class FakeStore:
         self.during_claim: list[Any] = []  # called while a claim is in flight
         self.hold: asyncio.Event | None = None  # the next enqueue waits for it
         self.keep_pending = False  # an enqueue to start is stored pending (a paused queue)
-        self.starts: list[int | None] = []  # each claim's `start`
+        self.starts: list[tuple[int | None, frozenset[str]]] = []  # each claim's starts
 
     async def take_starts(self, job_type: str, rate: Rate, want: int) -> Taken:
         return Taken(min(want, rate.limit), 0.0, self.window_left)
@@ -66,9 +66,10 @@ class FakeStore:
         queues: frozenset[str] | None,
         slots: dict[str, int],
         start: int | None = None,
+        start_types: frozenset[str] = frozenset(),
     ) -> list[Lease]:
         self.claims.append((limit, dict(slots)))
-        self.starts.append(start)
+        self.starts.append((start, start_types))
         for call in self.during_claim:
             call()
         free, taken = dict(slots), []
@@ -635,7 +636,7 @@ async def test_a_queue_that_starts_within_the_go_ahead_is_started_by_its_claim()
     r = rig(leases=list(started), prefetch=3)
     (busy,) = busy_workers(r, 1)  # "a" and "b" take 2 ms: 4 of them well within 50 ms
     await r.dispatcher.fill()
-    assert r.store.starts == [3]  # every job the claim takes starts with it
+    assert r.store.starts == [(0, {"a", "b"})]  # every job the claim takes starts with it
     handed = [h for _, hs in r.pool.handoffs for h in hs]
     assert [h.lease for h in handed] == started and all(h.go for h in handed)
     assert not any(entry[0] == "start" for entry in r.log)  # no start written after
@@ -652,7 +653,7 @@ async def test_a_queue_of_a_type_that_runs_longer_has_its_starts_written_as_it_g
     for _ in range(2):
         r.dispatcher.durations.add("b", 0.049)  # short, but 4 of them take over 50 ms
     await r.dispatcher.fill()
-    assert r.store.starts == [0]
+    assert r.store.starts == [(0, {"a"})]  # "b" runs too long: its starts are written after
     await r.dispatcher.flush(5)
     assert any(entry[0] == "start" for entry in r.log)
 
@@ -711,6 +712,22 @@ async def test_a_long_job_among_the_claimed_waits_for_an_idle_worker_and_holds_t
     await r.dispatcher.fill()
     await r.dispatcher.flush(5)
     assert [x for w, x, _ in r.pool.runs if w is idle] == [long_one]
+
+
+async def test_a_type_that_never_ran_here_leaves_the_short_ones_started_by_the_claim() -> None:
+    # what a store answers for start_types {"a", "b"}: the "a" at the claim's head
+    # started, the "c" (never ran here) and everything behind it merely claimed
+    head, unknown, after = lease("a", 9), claimed("c", 8), claimed("a", 7)
+    actors = [ActorInfo("a"), ActorInfo("b"), ActorInfo("c")]
+    r = rig(actors=actors, leases=[head, unknown, after], prefetch=3)
+    (busy,) = busy_workers(r, 1)
+    busy.types = frozenset({"a", "b", "c"})
+    await r.dispatcher.fill()
+    assert r.store.starts == [(0, {"a", "b"})]  # not "c": how long it runs is not known
+    (handed,) = [h for _, hs in r.pool.handoffs for h in hs]
+    assert handed.lease is head and handed.go  # started by its claim: it goes at once
+    assert in_hand(r) == [unknown, after]  # FIFO: nothing overtakes "c"
+    assert not any(entry[0] == "start" for entry in r.log)
 
 
 async def test_no_attempt_is_queued_ahead_of_a_higher_priority_one_queued_elsewhere() -> None:
