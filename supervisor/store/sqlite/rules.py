@@ -98,7 +98,11 @@ class Context:
     wake: Callable[[], None]
     # The rows of the jobs this node holds a lease on, as last written: a cache bounded
     # by the attempts in flight, so a start or an outcome does not read its row back.
-    # A call that fails forgets every row it touched (`Tx.forget`).
+    # A call loads a copy of a cached row (`Tx.load`): the cached row's job is the one
+    # in the leases handed out, which a call whose commit then fails must leave as the
+    # file has it (a start that did not commit must not read as started; a heartbeat
+    # only extends the row's lease, which no lease handed out shows). A call that fails
+    # forgets every row it touched (`Tx.forget`).
     leased: dict[str, Row]
     paused: PausedQueues
     keys: Keys  # the keyed jobs' turns and counts, told of each keyed row written
@@ -124,8 +128,9 @@ class Tx:
     # -- rows ------------------------------------------------------------------------
 
     def load(self, job_id: str) -> Row | None:
-        """The row of `job_id` (the same `Row` for every load in this call)."""
-        row = self._rows.get(job_id) or self.ctx.leased.get(job_id)
+        """The row of `job_id` (the same `Row` for every load in this call; this call's
+        own, not one cached or handed out before it)."""
+        row = self._rows.get(job_id) or self._cached(job_id)
         if row is None:
             found = self.conn.execute(SELECT_ROW + " WHERE id = ?", (job_id,)).fetchone()
             if found is None:
@@ -133,6 +138,11 @@ class Tx:
             row = Row.read(found)
         self._rows[job_id] = row
         return row
+
+    def _cached(self, job_id: str) -> Row | None:
+        """A copy of the cached row of `job_id`, if there is one (`Context.leased`)."""
+        cached = self.ctx.leased.get(job_id)
+        return None if cached is None else cached.copy()
 
     def adopt(self, row: Row) -> None:
         """Take a row read elsewhere as this call's row of its job."""
@@ -144,7 +154,7 @@ class Tx:
         for found in self.conn.execute(f"{SELECT_ROW} {where}", params):
             row = Row.read(found)
             job_id = row.job.id
-            row = self._rows.get(job_id) or self.ctx.leased.get(job_id) or row
+            row = self._rows.get(job_id) or self._cached(job_id) or row
             self._rows[job_id] = row
             out.append(row)
         return out
