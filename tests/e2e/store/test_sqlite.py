@@ -31,6 +31,7 @@ from goqueue.supervisor.common.schedule import Fired
 from goqueue.supervisor.common.summaries import DeadFilter
 from goqueue.supervisor.store.base import NewJob
 from goqueue.supervisor.store.new_workflow import NewStep, NewWorkflow
+from goqueue.supervisor.store.sqlite import database
 from goqueue.supervisor.store.sqlite.schema import MIGRATIONS, VERSION
 from goqueue.supervisor.store.sqlite.store import SqliteStore
 
@@ -614,4 +615,34 @@ async def test_a_reader_holding_old_frames_costs_one_checkpoint_then_the_wal_sta
         await store.enqueue(new())
     await store.enqueue(new())
     assert store.db.wal_bytes() < 1 << 20
+    await store.close()
+
+
+async def test_a_checkpoint_that_failed_for_want_of_room_is_tried_again_by_the_next_commit(
+    path: str, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Not a second later, as after a reader kept one short: the room had come back, the
+    # backlog a node drains then grew its WAL until the disk was full again, and then
+    # neither a commit nor a checkpoint went.
+    limit = 256 << 10
+    monkeypatch.setattr(database, "WAL_CHECKPOINT_BYTES", limit)
+    store = await opened(path, clock)
+    await store.db.writable()
+    tried, done = store.db.checkpoints_tried, store.db.checkpoints
+
+    def full() -> None:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(store.db, "_checkpoint_wal", full)
+    payload = {"pad": "p" * 2000}
+    while store.db.checkpoints_tried == tried:
+        await store.enqueue_many([new(payload=payload) for _ in range(20)])
+    await store.db.writable()  # the checkpoint has failed
+    assert store.db.checkpoints == done and store.db.wal_bytes() >= limit
+    monkeypatch.undo()
+    await store.enqueue(new())  # the room is back
+    await store.db.writable()
+    assert store.db.checkpoints == done + 1
+    await store.enqueue(new())
+    assert store.db.wal_bytes() < limit
     await store.close()
