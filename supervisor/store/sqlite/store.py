@@ -64,7 +64,7 @@ from goqueue.supervisor.common.summaries import (
 )
 from goqueue.supervisor.settings.config import DEFAULTS
 from goqueue.supervisor.store.base import EMBEDDED, EVENTS_KEPT, NewJob, NodeLinks, Upkeep
-from goqueue.supervisor.store.sqlite import keyed, pruning, reads
+from goqueue.supervisor.store.sqlite import keyed, pruning, reads, steps
 from goqueue.supervisor.store.sqlite.database import Database
 from goqueue.supervisor.store.sqlite.dead_letters import SqliteDeadLetters
 from goqueue.supervisor.store.sqlite.leases import held, outcome_of, reap
@@ -410,7 +410,7 @@ class SqliteStore:
             tx.set_status(row, Status.DONE)
             tx.event(row, EventKind.SUCCEEDED)
             tx.save(row)
-            released = tx.release_children(row)
+            released = steps.release_children(tx, row)
             return Outcome(job, tx.follow_up(job.on_success, job), released=released)
 
         return await self._write(work)
