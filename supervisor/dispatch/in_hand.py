@@ -118,12 +118,14 @@ class InHand:
     async def _begin_write(self, attempt: Attempt, worker: Worker) -> None:
         held: Lease | None = None
         asked = self.monotonic()
+        refused = False
         try:
             held = await self.store.start(attempt.lease)
             attempt.renewed = asked  # the start extends the lease
         except StoreUnavailable as exc:
             log.warning("start failed: store unavailable", extra={"err": str(exc)})
             held = attempt.lease  # still claimed: back in hand, tried again later
+            refused = True
             asyncio.get_running_loop().call_later(RETRY_START, self.wake)
         except Exception:
             log.exception("starting a claimed job failed")
@@ -140,7 +142,8 @@ class InHand:
                 self.attempts.started(attempt, held)
             if attempt.written and self.pool.is_idle(worker):
                 self.run(held, worker, attempt)
-            else:  # the worker is gone: the next idle one takes it
+            else:  # not started, or the worker is gone: the next idle one takes it
                 window_end = attempt.window_end
                 self.attempts.move(attempt, Phase.IN_HAND, window_end=window_end, first=True)
-        self.nudge()
+        if not refused:  # (a pass now would only ask the store again: the wake above)
+            self.nudge()

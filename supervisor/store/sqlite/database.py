@@ -439,13 +439,19 @@ class Database:
         self.checkpoints += 1
 
     def _checkpointed(self, done: asyncio.Future[None], gate: asyncio.Future[None]) -> None:
+        """A checkpoint left short by a reader is not tried again for a while (the WAL
+        grows until the reader is done). One that failed (the file could not grow: a
+        full disk) is tried again by the next commit past the limit: that commit found
+        room, and a WAL left to grow meanwhile could fill it again, and then neither a
+        commit nor a checkpoint would go."""
         self._gate = None
         gate.set_result(None)
         exc = _error(done)
-        if isinstance(exc, _Partial):  # the WAL grows until the reader is done
+        if exc is None:
+            self._checkpoint_after = 0.0
+        elif isinstance(exc, _Partial):
             self._checkpoint_after = time.monotonic() + RETRY_CHECKPOINT_SECONDS
-        elif exc is not None:
-            self._checkpoint_after = time.monotonic() + RETRY_CHECKPOINT_SECONDS
+        else:
             log.warning("WAL checkpoint failed", extra={"err": str(exc)})
 
     async def probe(self) -> bool:

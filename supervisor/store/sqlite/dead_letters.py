@@ -10,7 +10,7 @@ from goqueue.supervisor.common.enums import EventKind
 from goqueue.supervisor.common.errors import NotFound, StoreFull
 from goqueue.supervisor.common.jobs import DeadLetter, Job
 from goqueue.supervisor.common.summaries import DeadFilter
-from goqueue.supervisor.store.sqlite import reads
+from goqueue.supervisor.store.sqlite import reads, steps
 from goqueue.supervisor.store.sqlite.calls import Read, Write
 from goqueue.supervisor.store.sqlite.rows import letter_of
 from goqueue.supervisor.store.sqlite.rules import Tx
@@ -83,7 +83,7 @@ class SqliteDeadLetters:
 def _replay(tx: Tx, dead: DeadLetter, max_retries: int) -> Job:
     """A fresh job from a dead letter, in its step's place; the letter goes."""
     row = tx.insert(dead.job.replay_spec(), max_retries, None)
-    tx.resume(dead.job, row)
+    steps.resume(tx, dead.job, row)
     tx.conn.execute("DELETE FROM dead_letters WHERE id = ?", (dead.id,))
     tx.event(row, EventKind.REPLAYED, dead.job_id)
     tx.save(row)

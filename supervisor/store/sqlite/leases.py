@@ -9,6 +9,7 @@ from collections.abc import Callable
 from goqueue.supervisor.common.enums import EventKind, Status
 from goqueue.supervisor.common.jobs import Lease
 from goqueue.supervisor.store.base import LATE_OUTCOME
+from goqueue.supervisor.store.sqlite import steps
 from goqueue.supervisor.store.sqlite.dead_letters import letter
 from goqueue.supervisor.store.sqlite.rows import Row
 from goqueue.supervisor.store.sqlite.rules import Tx
@@ -86,5 +87,5 @@ def _salvage(tx: Tx, lease: Lease) -> Row | None:
     tx.event(row, EventKind.LATE_OUTCOME, LATE_OUTCOME)
     tx.save(row)
     if was_failed:  # a workflow step: the steps its dead letter cancelled wait again
-        tx.resume(job, row)
+        steps.resume(tx, job, row)
     return row

@@ -8,6 +8,7 @@ import sqlite3
 from datetime import datetime
 from functools import partial
 
+from goqueue.supervisor.store.sqlite import steps
 from goqueue.supervisor.store.sqlite.calls import Write
 from goqueue.supervisor.store.sqlite.outbox import SqliteOutboxRows
 from goqueue.supervisor.store.sqlite.rows import add_count
@@ -55,11 +56,11 @@ def _prune_chunk(tx: Tx, *, cutoff: float, limit: int) -> int:
         left = tx.conn.execute(
             "SELECT 1 FROM jobs WHERE workflow_id = ? LIMIT 1", (workflow_id,)
         ).fetchone()
-        flow = None if left is not None else tx.flow(workflow_id)
+        flow = None if left is not None else steps.flow(tx, workflow_id)
         if flow is not None:
-            steps = [(job_id, job_id) for job_id in flow.steps.values()]
+            ids = [(job_id, job_id) for job_id in flow.steps.values()]
             tx.conn.executemany(
-                "DELETE FROM workflow_edges WHERE parent_id = ? OR child_id = ?", steps
+                "DELETE FROM workflow_edges WHERE parent_id = ? OR child_id = ?", ids
             )
             tx.conn.execute("DELETE FROM workflows WHERE id = ?", (workflow_id,))
     return len(rows)

@@ -119,6 +119,14 @@ class Row:
         row._saved = row._columns()
         return row
 
+    def copy(self) -> Row:
+        """This row with a job of its own: changes to it leave this one as it was."""
+        job = msgspec.structs.replace(self.job)
+        owner, expires = self.lease_owner, self.lease_expires
+        row = Row(job, self.lease_token, owner, expires, self.reaped_token, self.waiting_on)
+        row.n_events, row.new_events, row._saved = self.n_events, [*self.new_events], self._saved
+        return row
+
     def lease(self) -> Lease | None:
         """The lease the row holds, if any."""
         if self.lease_token is None or self.lease_expires is None:

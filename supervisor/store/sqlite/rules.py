@@ -1,6 +1,6 @@
 """The SQLite store's rules, applied to rows inside one transaction (`Tx`): inserting a
-job, leasing and starting it, its statuses, dead letters, chained jobs, and the release
-and cancellation of workflow steps.
+job, leasing and starting it, its statuses, dead letters and chained jobs (a workflow's
+steps are `steps.py`'s).
 
 The rules are the memory store's, written over rows: a `Tx` loads the rows a call
 touches (each once: a second load returns the same `Row`), changes them, and writes
@@ -32,9 +32,8 @@ from goqueue.supervisor.common.jobs import (
     debounced_run_at,
     new_id,
 )
-from goqueue.supervisor.common.steps import dependent_error
 from goqueue.supervisor.store.base import NewJob
-from goqueue.supervisor.store.memory.flows import RESULTS, FlowRecord
+from goqueue.supervisor.store.sqlite import steps
 from goqueue.supervisor.store.sqlite.keyed import Keys
 from goqueue.supervisor.store.sqlite.rows import (
     INSERT,
@@ -42,14 +41,11 @@ from goqueue.supervisor.store.sqlite.rows import (
     SELECT_ROW,
     Group,
     Row,
-    encode,
     letter_row,
 )
 from goqueue.supervisor.store.sqlite.schema import LIVE_SQL
 
 DEDUPE, IDEMPOTENCY = "dedupe", "idempotency"
-FLOW = msgspec.json.Decoder(FlowRecord)
-NULL = msgspec.Raw(b"null")
 INSERT_DELIVERY = (
     "INSERT OR IGNORE INTO webhook_deliveries"
     " (id, job_id, event, url, body, created_at, next_attempt_at) VALUES (?, ?, ?, ?, ?, ?, ?)"
@@ -98,7 +94,11 @@ class Context:
     wake: Callable[[], None]
     # The rows of the jobs this node holds a lease on, as last written: a cache bounded
     # by the attempts in flight, so a start or an outcome does not read its row back.
-    # A call that fails forgets every row it touched (`Tx.forget`).
+    # A call loads a copy of a cached row (`Tx.load`): the cached row's job is the one
+    # in the leases handed out, which a call whose commit then fails must leave as the
+    # file has it (a start that did not commit must not read as started; a heartbeat
+    # only extends the row's lease, which no lease handed out shows). A call that fails
+    # forgets every row it touched (`Tx.forget`).
     leased: dict[str, Row]
     paused: PausedQueues
     keys: Keys  # the keyed jobs' turns and counts, told of each keyed row written
@@ -124,8 +124,9 @@ class Tx:
     # -- rows ------------------------------------------------------------------------
 
     def load(self, job_id: str) -> Row | None:
-        """The row of `job_id` (the same `Row` for every load in this call)."""
-        row = self._rows.get(job_id) or self.ctx.leased.get(job_id)
+        """The row of `job_id` (the same `Row` for every load in this call; this call's
+        own, not one cached or handed out before it)."""
+        row = self._rows.get(job_id) or self._cached(job_id)
         if row is None:
             found = self.conn.execute(SELECT_ROW + " WHERE id = ?", (job_id,)).fetchone()
             if found is None:
@@ -133,6 +134,11 @@ class Tx:
             row = Row.read(found)
         self._rows[job_id] = row
         return row
+
+    def _cached(self, job_id: str) -> Row | None:
+        """A copy of the cached row of `job_id`, if there is one (`Context.leased`)."""
+        cached = self.ctx.leased.get(job_id)
+        return None if cached is None else cached.copy()
 
     def adopt(self, row: Row) -> None:
         """Take a row read elsewhere as this call's row of its job."""
@@ -144,7 +150,7 @@ class Tx:
         for found in self.conn.execute(f"{SELECT_ROW} {where}", params):
             row = Row.read(found)
             job_id = row.job.id
-            row = self._rows.get(job_id) or self.ctx.leased.get(job_id) or row
+            row = self._rows.get(job_id) or self._cached(job_id) or row
             self._rows[job_id] = row
             out.append(row)
         return out
@@ -389,7 +395,7 @@ class Tx:
         self.conn.execute(INSERT_LETTER, letter_row(dead))
         self.event(row, EventKind.DEAD_LETTERED, dead.id)
         self.save(row)
-        self.cancel_dependents(row)
+        steps.cancel_dependents(self, row)
         return dead
 
     def cancel(
@@ -413,117 +419,5 @@ class Tx:
         self.event(row, EventKind.CANCELLED, detail)
         self.save(row)
         if dependents:
-            self.cancel_dependents(row)
+            steps.cancel_dependents(self, row)
         return token
-
-    # -- workflows -------------------------------------------------------------------
-
-    def children(self, job_id: str) -> list[str]:
-        """The steps waiting for `job_id`, in creation order."""
-        return [
-            c
-            for (c,) in self.conn.execute(
-                "SELECT child_id FROM workflow_edges WHERE parent_id = ? ORDER BY rowid", (job_id,)
-            )
-        ]
-
-    def descendants(self, job_id: str) -> list[str]:
-        """Every step depending on `job_id`, directly or not, parents before children."""
-        seen: dict[str, None] = {}
-        frontier = self.children(job_id)
-        while frontier:
-            child = frontier.pop(0)
-            if child not in seen:
-                seen[child] = None
-                frontier.extend(self.children(child))
-        return list(seen)
-
-    def release_children(self, parent: Row) -> list[Job]:
-        """A step is done: hand its result to its waiting children, and make pending
-        those whose last parent it was."""
-        job = parent.job
-        if job.workflow_id is None or job.step_key is None:
-            return []
-        result = job.result if job.result is not None else NULL
-        released: list[Job] = []
-        for child_id in self.children(job.id):
-            row = self.load(child_id)
-            if row is None or row.job.status != Status.WAITING:
-                continue
-            results = RESULTS.decode(row.job.parents or b"{}")
-            results[job.step_key] = result
-            row.job.parents = msgspec.Raw(encode(results))
-            row.waiting_on = (row.waiting_on or 1) - 1
-            if row.waiting_on == 0:
-                row.waiting_on = None
-                row.job.run_at = max(row.job.run_at, self.now)
-                self.make_pending(row)
-                released.append(row.job)
-            self.save(row)
-        return released
-
-    def cancel_dependents(self, failed: Row) -> None:
-        """A step failed for good: cancel every step waiting on it, directly or not,
-        each naming it."""
-        job = failed.job
-        if job.workflow_id is None or job.step_key is None:
-            return
-        error = dependent_error(job.step_key)
-        for job_id in self.descendants(job.id):
-            row = self.load(job_id)
-            if row is not None and row.job.status == Status.WAITING:
-                self.cancel(row, error, error, dependents=False)
-
-    def flow(self, workflow_id: str) -> FlowRecord | None:
-        """A workflow's record."""
-        found = self.conn.execute(
-            "SELECT record FROM workflows WHERE id = ?", (workflow_id,)
-        ).fetchone()
-        return None if found is None else FLOW.decode(found[0])
-
-    def save_flow(self, flow: FlowRecord) -> None:
-        """Write a workflow's record back."""
-        self.conn.execute("UPDATE workflows SET record = ? WHERE id = ?", (encode(flow), flow.id))
-
-    def resume(self, old: Job, fresh: Row) -> None:
-        """A dead-lettered step was replayed as `fresh`: it takes the old job's place,
-        and the steps its failure cancelled wait again (for their parents not done)."""
-        flow = None if old.workflow_id is None else self.flow(old.workflow_id)
-        if flow is None or old.step_key is None or flow.cancelled:
-            return
-        new = fresh.job
-        new.workflow_id, new.step_key = old.workflow_id, old.step_key
-        new.parent_ids, new.parents = old.parent_ids, old.parents
-        self.save(fresh)
-        if new.id != old.id:
-            flow.steps[old.step_key] = new.id
-            self.save_flow(flow)
-            for column in ("parent_id", "child_id"):
-                self.conn.execute(
-                    f"UPDATE workflow_edges SET {column} = ? WHERE {column} = ?", (new.id, old.id)
-                )
-            for child_id in self.children(new.id):
-                child = self.load(child_id)
-                if child is not None and child.job.parent_ids is not None:
-                    ids = child.job.parent_ids
-                    child.job.parent_ids = [new.id if p == old.id else p for p in ids]
-                    self.save(child)
-        for job_id in self.descendants(new.id):
-            self._wait_again(job_id, new.id)
-
-    def _wait_again(self, job_id: str, replayed: str) -> None:
-        row = self.load(job_id)
-        if row is None or row.job.status != Status.CANCELLED or row.job.parent_ids is None:
-            return
-        parents = [self.load(p) for p in row.job.parent_ids]
-        done = [p.job for p in parents if p is not None and p.job.status == Status.DONE]
-        if len(done) == len(row.job.parent_ids):  # cannot be while a parent is replayed
-            return
-        row.waiting_on = len(row.job.parent_ids) - len(done)
-        results = {p.step_key or "": p.result or NULL for p in done}
-        job = row.job
-        job.parents = msgspec.Raw(encode(results))
-        job.finished_at, job.last_error = None, None
-        self.set_status(row, Status.WAITING)
-        self.event(row, EventKind.REPLAYED, f"waits again for {replayed}")
-        self.save(row)

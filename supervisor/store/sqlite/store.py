@@ -8,8 +8,8 @@ history, a restart reads nothing back (jobs a dead node left `running` or `claim
 found by an index and reaped at once), and finished jobs stay until `prune` deletes
 them by age (`--retention-seconds`). This module holds the lifecycle, enqueues, claims
 and outcomes (an attempt's row under its lease: `leases.py`); its other calls are its
-parts' own: `read_calls.py`, `dead_letters.py`, `workflows.py`, `schedules.py`,
-`pruning.py`.
+parts' own: `read_calls.py`, `dead_letters.py`, `cancels.py`, `workflows.py`,
+`schedules.py`, `pruning.py`.
 
 Durability, call by call (every commit is `synchronous=NORMAL`: see `database.py`):
 - What a client is told is stored (an enqueue's `201`, a schedule's fire, a cancel, a
@@ -39,13 +39,10 @@ from datetime import datetime
 from typing import TypeVar
 
 import msgspec
-from goqueue.supervisor.common.bulk import BULK_CANCEL, CancelFilter, Cancelled
-from goqueue.supervisor.common.enums import TERMINAL, EventKind, Status
+from goqueue.supervisor.common.enums import EventKind, Status
 from goqueue.supervisor.common.errors import (
     DuplicateJob,
     IdempotencyMismatch,
-    InvalidState,
-    NotFound,
     StoreFull,
 )
 from goqueue.supervisor.common.flow import KeyPace, KeyTurns
@@ -56,7 +53,8 @@ from goqueue.supervisor.common.summaries import (
 )
 from goqueue.supervisor.settings.config import DEFAULTS
 from goqueue.supervisor.store.base import EMBEDDED, EVENTS_KEPT, NewJob, NodeLinks, Upkeep
-from goqueue.supervisor.store.sqlite import keyed, pruning, reads
+from goqueue.supervisor.store.sqlite import keyed, pruning, reads, steps
+from goqueue.supervisor.store.sqlite.cancels import SqliteCancels
 from goqueue.supervisor.store.sqlite.database import Database
 from goqueue.supervisor.store.sqlite.dead_letters import SqliteDeadLetters
 from goqueue.supervisor.store.sqlite.leases import held, outcome_of, reap
@@ -148,6 +146,9 @@ class SqliteStore:
         self.schedule_states = schedules.states
         self.fire_schedule = schedules.fire
         self.set_schedule_enabled = schedules.switch
+        cancels = SqliteCancels(self._write)
+        self.cancel = cancels.one
+        self.cancel_many = cancels.many
         flows = SqliteWorkflows(self._write, self._read)
         self.create_workflow = flows.create
         self.get_workflow = flows.get
@@ -406,7 +407,7 @@ class SqliteStore:
             tx.set_status(row, Status.DONE)
             tx.event(row, EventKind.SUCCEEDED)
             tx.save(row)
-            released = tx.release_children(row)
+            released = steps.release_children(tx, row)
             return Outcome(job, tx.follow_up(job.on_success, job), released=released)
 
         return await self._write(work)
@@ -450,43 +451,6 @@ class SqliteStore:
             return True
 
         return await self._write(work)
-
-    async def cancel(self, job_id: str, force: bool) -> tuple[Job, str | None]:
-        """Cancel a pending or claimed job, or a running one with `force`; on disk before
-        the answer."""
-
-        def work(tx: Tx) -> tuple[Job, str | None]:
-            row = tx.load(job_id)
-            if row is None:
-                raise NotFound(f"job {job_id} not found")
-            status = row.job.status
-            if status in TERMINAL:
-                raise InvalidState(f"job {job_id} is already {status}", status)
-            if status == Status.RUNNING and not force:
-                raise InvalidState(f"job {job_id} is running; use force=true to kill it", status)
-            return row.job, tx.cancel(row)
-
-        return await self._write(work, durable=True)
-
-    async def cancel_many(self, filters: CancelFilter, limit: int) -> Cancelled:
-        """Cancel up to `limit` unfinished jobs passing `filters`, oldest first."""
-
-        def work(tx: Tx) -> Cancelled:
-            where, params = reads.cancel_filter(filters)
-            left_alone = () if Status.RUNNING in filters.statuses else (Status.RUNNING,)
-            running = reads.count_jobs(tx.conn, where, params, left_alone)
-            total = reads.count_jobs(tx.conn, where, params, filters.statuses)
-            marks = ",".join("?" * len(filters.statuses))
-            taken = tx.load_where(
-                f"{where} AND status IN ({marks}) ORDER BY created_at, seq LIMIT ?",
-                (*params, *filters.statuses, limit),
-            )
-            killed = sum(1 for row in taken if row.job.status == Status.RUNNING)
-            tokens = [t for row in taken if (t := tx.cancel(row, BULK_CANCEL)) is not None]
-            jobs = [row.job for row in taken]
-            return Cancelled(jobs, tokens, max(0, total - limit), running, killed)
-
-        return await self._write(work, durable=True)
 
     # -- queues and pruning ----------------------------------------------------------
 

@@ -14,10 +14,11 @@ from goqueue.supervisor.common.reads import Page
 from goqueue.supervisor.common.steps import WORKFLOW_CANCELLED, Workflow, WorkflowCounts
 from goqueue.supervisor.store.memory.flows import FlowRecord
 from goqueue.supervisor.store.new_workflow import NewWorkflow, WorkflowCreated
-from goqueue.supervisor.store.sqlite import reads
+from goqueue.supervisor.store.sqlite import reads, steps
 from goqueue.supervisor.store.sqlite.calls import Read, Write
 from goqueue.supervisor.store.sqlite.rows import Row, encode
-from goqueue.supervisor.store.sqlite.rules import FLOW, Tx
+from goqueue.supervisor.store.sqlite.rules import Tx
+from goqueue.supervisor.store.sqlite.steps import FLOW
 
 
 class SqliteWorkflows:
@@ -64,13 +65,13 @@ class SqliteWorkflows:
         engine can kill their workers); on disk before the answer."""
 
         def work(tx: Tx) -> tuple[Workflow, list[tuple[Job, str | None]]]:
-            flow = tx.flow(workflow_id)
+            flow = steps.flow(tx, workflow_id)
             if flow is None:
                 raise NotFound(f"workflow {workflow_id} not found")
             if flow.cancelled:
                 raise InvalidState(f"workflow {workflow_id} is already cancelled", "cancelled")
             flow.cancelled = True
-            tx.save_flow(flow)
+            steps.save_flow(tx, flow)
             cancelled: list[tuple[Job, str | None]] = []
             for job_id in flow.steps.values():
                 row = tx.load(job_id)

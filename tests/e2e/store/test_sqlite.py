@@ -23,6 +23,7 @@ from goqueue.supervisor.common.schedule import Fired
 from goqueue.supervisor.common.summaries import DeadFilter
 from goqueue.supervisor.store.base import NewJob
 from goqueue.supervisor.store.new_workflow import NewStep, NewWorkflow
+from goqueue.supervisor.store.sqlite import database
 from goqueue.supervisor.store.sqlite.schema import MIGRATIONS, VERSION
 from goqueue.supervisor.store.sqlite.store import SqliteStore
 
@@ -73,7 +74,10 @@ async def opened(path: str, clock: Clock) -> SqliteStore:
 
 @contextlib.asynccontextmanager
 async def full_disk(store: SqliteStore) -> AsyncIterator[None]:
-    """While inside, the file may grow no more, as on a full disk; room again after."""
+    """While inside, the file may grow no more, as on a full disk; room again after. Its
+    free pages are given back first: on a full disk no write goes, not even one that a
+    page freed by the last could hold (a script steps the vacuum to its end)."""
+    await store.db.read(lambda c: c.executescript("PRAGMA incremental_vacuum;"))
     pages = await store.db.read(lambda c: c.execute("PRAGMA page_count").fetchone()[0])
     await store.db.read(lambda c: c.execute(f"PRAGMA max_page_count = {pages}").fetchone())
     try:
@@ -316,12 +320,46 @@ async def test_an_outcome_whose_commit_failed_is_held_then_written(path: str, cl
     async with full_disk(store):
         with pytest.raises(StoreUnavailable):
             await store.complete(lease, msgspec.Raw(msgspec.json.encode("y" * 200_000)))
+    assert (lease.job.status, lease.job.result) == ("running", None)  # as the file has it
     outcome = await store.complete(lease, msgspec.Raw(b"1"))  # the dispatcher's retry
     assert outcome is not None and outcome.job.status == "done"
     await crash(store)
     again = await opened(path, clock)
     done = await again.get(lease.job.id)
     assert done is not None and done.status == "done"
+    await again.close()
+
+
+async def test_a_start_whose_commit_failed_leaves_the_claim_as_it_was_until_asked_again(
+    path: str, clock: Clock
+) -> None:
+    # The lease handed out must still read as claimed: the dispatcher runs a job whose
+    # lease reads as started, and its outcome would then be refused, the claim left to
+    # run out its lease and the job run again.
+    store = await opened(path, clock)
+    job = (await store.enqueue(new(payload={"big": "x" * 20_000}))).job  # a start rewrites it
+    (claimed,) = await store.claim(1, None, ALL, start=0)
+    async with full_disk(store):
+        with pytest.raises(StoreUnavailable):
+            await store.start(claimed)
+    assert (claimed.job.status, claimed.job.attempts, claimed.job.started_at) == (
+        "claimed",
+        0,
+        None,
+    )
+    assert await store.complete(claimed, None) is None  # not started: nothing ran
+    started = await store.start(claimed)  # the dispatcher's retry, the clock not moved
+    assert started is not None and started.token == claimed.token
+    outcome = await store.complete(started, msgspec.Raw(b"1"))
+    assert outcome is not None and outcome.job.status == "done"
+    await crash(store)
+    with sqlite3.connect(path) as conn:
+        row = conn.execute("SELECT status, lease_token FROM jobs WHERE id = ?", (job.id,))
+        assert row.fetchone() == ("done", None)  # no lease left to run out
+    again = await opened(path, clock)
+    done = await again.get(job.id)
+    assert done is not None and (done.status, done.attempts) == ("done", 1)
+    assert [e.event for e in await again.events(job.id)].count("started") == 1
     await again.close()
 
 
@@ -569,4 +607,34 @@ async def test_a_reader_holding_old_frames_costs_one_checkpoint_then_the_wal_sta
         await store.enqueue(new())
     await store.enqueue(new())
     assert store.db.wal_bytes() < 1 << 20
+    await store.close()
+
+
+async def test_a_checkpoint_that_failed_for_want_of_room_is_tried_again_by_the_next_commit(
+    path: str, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Not a second later, as after a reader kept one short: the room had come back, the
+    # backlog a node drains then grew its WAL until the disk was full again, and then
+    # neither a commit nor a checkpoint went.
+    limit = 256 << 10
+    monkeypatch.setattr(database, "WAL_CHECKPOINT_BYTES", limit)
+    store = await opened(path, clock)
+    await store.db.writable()
+    tried, done = store.db.checkpoints_tried, store.db.checkpoints
+
+    def full() -> None:
+        raise sqlite3.OperationalError("database or disk is full")
+
+    monkeypatch.setattr(store.db, "_checkpoint_wal", full)
+    payload = {"pad": "p" * 2000}
+    while store.db.checkpoints_tried == tried:
+        await store.enqueue_many([new(payload=payload) for _ in range(20)])
+    await store.db.writable()  # the checkpoint has failed
+    assert store.db.checkpoints == done and store.db.wal_bytes() >= limit
+    monkeypatch.undo()
+    await store.enqueue(new())  # the room is back
+    await store.db.writable()
+    assert store.db.checkpoints == done + 1
+    await store.enqueue(new())
+    assert store.db.wal_bytes() < limit
     await store.close()

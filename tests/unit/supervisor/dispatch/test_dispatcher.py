@@ -19,6 +19,7 @@ from goqueue.supervisor.common.errors import StoreUnavailable
 from goqueue.supervisor.common.hooks import Hook, Hooks
 from goqueue.supervisor.common.jobs import Enqueued, Job, JobSpec, Lease, Outcome
 from goqueue.supervisor.common.rates import Rate, Taken
+from goqueue.supervisor.dispatch import in_hand as in_hand_module
 from goqueue.supervisor.dispatch.attempts import Phase
 from goqueue.supervisor.dispatch.dispatcher import Dispatcher
 from goqueue.supervisor.dispatch.policy import Policy
@@ -53,6 +54,7 @@ class FakeStore:
         self.hold: asyncio.Event | None = None  # the next enqueue waits for it
         self.keep_pending = False  # an enqueue to start is stored pending (a paused queue)
         self.starts: list[tuple[int | None, frozenset[str]]] = []  # each claim's starts
+        self.refused_starts = 0  # the next starts fail (the store unavailable)
 
     async def take_starts(self, job_type: str, rate: Rate, want: int) -> Taken:
         return Taken(min(want, rate.limit), 0.0, self.window_left)
@@ -101,6 +103,9 @@ class FakeStore:
 
     async def start(self, held: Lease) -> Lease:
         self.log.append(("start", held.job.id))
+        if self.refused_starts:
+            self.refused_starts -= 1
+            raise StoreUnavailable("database or disk is full")
         held.job.status = Status.RUNNING
         return held
 
@@ -491,6 +496,30 @@ async def test_a_claimed_lease_is_started_in_the_store_before_its_worker_gets_it
     assert r.pool.runs == [] and r.dispatcher.held_leases() == [held]  # being started
     await r.dispatcher.flush(5)
     assert ("start", held.job.id) in r.log
+    assert [(w, x.job.status) for w, x, _ in r.pool.runs] == [(idle, Status.RUNNING)]
+
+
+async def test_a_claimed_lease_whose_start_failed_waits_in_hand_for_the_retry(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(in_hand_module, "RETRY_START", 0.01)
+    held = lease("a")
+    held.job.status, held.job.attempts = Status.CLAIMED, 0
+    r = rig(prefetch=3)
+    await into_hand(r, held)
+    idle = worker(both())
+    r.pool.workers.append(idle)
+    r.dispatcher.wakeup.seen = r.dispatcher.wakeup.news  # nothing more to claim
+    r.store.refused_starts = 1
+    await r.dispatcher.fill()
+    await r.dispatcher.flush(5)
+    # not run (its start is not written), and no pass at once: it would ask again now
+    assert r.pool.runs == [] and in_hand(r) == [held]
+    assert not r.dispatcher.wakeup.event.is_set()
+    await asyncio.wait_for(r.dispatcher.wakeup.event.wait(), timeout=5)  # the retry's wake
+    await r.dispatcher.fill()
+    await r.dispatcher.flush(5)
+    assert r.log.count(("start", held.job.id)) == 2
     assert [(w, x.job.status) for w, x, _ in r.pool.runs] == [(idle, Status.RUNNING)]
 
 
