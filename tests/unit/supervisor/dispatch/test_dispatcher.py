@@ -484,14 +484,19 @@ async def test_leases_in_hand_that_wait_a_lease_for_a_worker_go_back() -> None:
     assert r.dispatcher.held_leases() == []
 
 
-async def test_a_claimed_lease_is_started_in_the_store_before_its_worker_gets_it() -> None:
-    held = lease("a")
-    held.job.status, held.job.attempts = Status.CLAIMED, 0
-    r = rig(prefetch=3)
+async def in_hand_for_an_idle_worker(r: Rig, held: Lease) -> Worker:
+    """`held` in hand, an idle worker for it, and nothing more to claim."""
     await into_hand(r, held)
     idle = worker(both())
     r.pool.workers.append(idle)
-    r.dispatcher.wakeup.seen = r.dispatcher.wakeup.news  # nothing more to claim
+    r.dispatcher.wakeup.seen = r.dispatcher.wakeup.news
+    return idle
+
+
+async def test_a_claimed_lease_is_started_in_the_store_before_its_worker_gets_it() -> None:
+    held = claimed("a")
+    r = rig(prefetch=3)
+    idle = await in_hand_for_an_idle_worker(r, held)
     await r.dispatcher.fill()
     assert r.pool.runs == [] and r.dispatcher.held_leases() == [held]  # being started
     await r.dispatcher.flush(5)
@@ -503,13 +508,9 @@ async def test_a_claimed_lease_whose_start_failed_waits_in_hand_for_the_retry(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     monkeypatch.setattr(in_hand_module, "RETRY_START", 0.01)
-    held = lease("a")
-    held.job.status, held.job.attempts = Status.CLAIMED, 0
+    held = claimed("a")
     r = rig(prefetch=3)
-    await into_hand(r, held)
-    idle = worker(both())
-    r.pool.workers.append(idle)
-    r.dispatcher.wakeup.seen = r.dispatcher.wakeup.news  # nothing more to claim
+    idle = await in_hand_for_an_idle_worker(r, held)
     r.store.refused_starts = 1
     await r.dispatcher.fill()
     await r.dispatcher.flush(5)
