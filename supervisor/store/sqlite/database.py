@@ -41,7 +41,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
-from goqueue.supervisor.common.errors import BootError, StoreUnavailable
+from goqueue.supervisor.common.errors import BootError, OutcomeUnknown, StoreUnavailable
 from goqueue.supervisor.store.sqlite.rows import ADD_COUNTS, Group, add_count
 from goqueue.supervisor.store.sqlite.schema import connect
 
@@ -306,7 +306,8 @@ class Database:
 
     async def committed(self, batch: Batch, durable: bool) -> None:
         """Wait for `batch`'s commit, and with `durable` for an fsync after it (started
-        as the commit ends). Raises StoreUnavailable when either failed."""
+        as the commit ends). Raises StoreUnavailable when the commit failed (nothing was
+        stored), OutcomeUnknown when only the fsync did."""
         if not durable:
             await asyncio.shield(batch.committed)
             return
@@ -344,9 +345,12 @@ class Database:
                 continue
             if exc is None:
                 synced.set_result(None)
-            else:
+            else:  # committed, and seen by every read since: not "nothing was stored"
                 message = getattr(exc, "strerror", None) or str(exc)
-                failure = StoreUnavailable(f"SQLite file {self.path}: fsync: {message}")
+                failure = OutcomeUnknown(
+                    f"SQLite file {self.path}: committed, but its fsync failed ({message}):"
+                    " it may not survive a crash"
+                )
                 synced.set_exception(failure)
         if self._unsynced and self._fsync is None:
             self._start_fsync()

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import os
 import sqlite3
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
@@ -16,7 +18,12 @@ import msgspec
 import pytest
 from goqueue.supervisor.common.deliveries import Answer
 from goqueue.supervisor.common.enums import Status, WorkflowStatus
-from goqueue.supervisor.common.errors import BootError, DuplicateJob, StoreUnavailable
+from goqueue.supervisor.common.errors import (
+    BootError,
+    DuplicateJob,
+    OutcomeUnknown,
+    StoreUnavailable,
+)
 from goqueue.supervisor.common.jobs import DeadLetter, Event, Job, JobSpec, Lease, new_id, utcnow
 from goqueue.supervisor.common.reads import JobFilter
 from goqueue.supervisor.common.schedule import Fired
@@ -296,6 +303,26 @@ async def test_enqueues_arriving_together_share_a_transaction(path: str, clock: 
     await asyncio.gather(*(store.enqueue(new()) for _ in range(200)))
     assert store.db.transactions - before <= 3  # one in flight, then the rest together
     assert store.db.syncs >= 1
+    await store.close()
+
+
+async def test_an_enqueue_whose_fsync_failed_is_an_unknown_outcome_not_a_refusal(
+    path: str, clock: Clock, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = await opened(path, clock)
+    await store.enqueue(new())  # the WAL's first sync opens it
+
+    def failing(fd: int) -> None:
+        raise OSError(errno.EIO, "Input/output error")
+
+    monkeypatch.setattr(os, "fdatasync", failing)
+    with pytest.raises(OutcomeUnknown, match="fsync failed"):  # never "nothing stored"
+        await store.enqueue(new(idempotency_key="k"))
+    monkeypatch.undo()
+    assert (await store.stats()).counts["pending"] == 2  # committed: it was stored
+    again = await store.enqueue(new(idempotency_key="k"))  # the safe retry finds it
+    assert not again.created
+    assert (await store.stats()).counts["pending"] == 2
     await store.close()
 
 
