@@ -130,6 +130,29 @@ IN_PROCESS = StoreTraits(durable=False, answers_at_once=True, sees_ahead=False)
 SHARED = StoreTraits(durable=True, answers_at_once=False, sees_ahead=True)
 """A database several nodes share (`PostgresStore`)."""
 EMBEDDED = StoreTraits(durable=True, answers_at_once=False, sees_ahead=False)
+
+
+class ClaimStarts:
+    """Which of a claim's jobs start at once, asked job by job in claim order
+    (`Store.claim`): the best `start` (all when None), and those that lead the claim
+    with a type in `start_types`."""
+
+    __slots__ = ("_asked", "_leading", "start", "start_types")
+
+    def __init__(self, start: int | None, start_types: frozenset[str]) -> None:
+        self.start = start
+        self.start_types = start_types
+        self._asked = 0
+        self._leading = True  # every job so far is of one of `start_types`
+
+    def __call__(self, job_type: str) -> bool:
+        """Whether the next job, of `job_type`, starts."""
+        best = self.start is None or self._asked < self.start
+        self._asked += 1
+        self._leading = self._leading and job_type in self.start_types
+        return best or self._leading
+
+
 """A file one node owns (`SqliteStore`): every write waits for its commit, as with a
 database, but the node's own last claim tells what waits ahead, as in memory."""
 

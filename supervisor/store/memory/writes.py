@@ -27,7 +27,7 @@ from goqueue.supervisor.common.jobs import (
     debounced_run_at,
     new_id,
 )
-from goqueue.supervisor.store.base import LATE_OUTCOME, NewJob
+from goqueue.supervisor.store.base import LATE_OUTCOME, ClaimStarts, NewJob
 from goqueue.supervisor.store.memory.workflows import MemoryWorkflows
 
 
@@ -165,7 +165,7 @@ class MemoryWrites(MemoryWorkflows):
             self._key_limits, dict(self._busy), self._key_rates, self._pace, now.timestamp()
         )
         leases: list[Lease] = []
-        leading = True  # every job so far is of one of `start_types`
+        starts = ClaimStarts(start, start_types)
         pending = self._pending
         window = key_window(limit)
         best = pending.candidates(queues, free, self._paused, turns.turn, window)
@@ -182,9 +182,7 @@ class MemoryWrites(MemoryWorkflows):
             pending.took(key)
             free[job.type] -= 1
             turns.take(job.type, job.concurrency_key)
-            leading = leading and job.type in start_types
-            started = start is None or len(leases) < start or leading
-            leases.append(self._lease(job, now, started))
+            leases.append(self._lease(job, now, starts(job.type)))
             order = pending.next_of(key, turns.turn)
             if order is not None:
                 heapq.heappush(best, (order, key))

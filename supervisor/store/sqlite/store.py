@@ -52,7 +52,14 @@ from goqueue.supervisor.common.summaries import (
     NodeSummary,
 )
 from goqueue.supervisor.settings.config import DEFAULTS
-from goqueue.supervisor.store.base import EMBEDDED, EVENTS_KEPT, NewJob, NodeLinks, Upkeep
+from goqueue.supervisor.store.base import (
+    EMBEDDED,
+    EVENTS_KEPT,
+    ClaimStarts,
+    NewJob,
+    NodeLinks,
+    Upkeep,
+)
 from goqueue.supervisor.store.sqlite import keyed, pruning, reads, steps
 from goqueue.supervisor.store.sqlite.cancels import SqliteCancels
 from goqueue.supervisor.store.sqlite.database import Database
@@ -305,11 +312,10 @@ class SqliteStore:
             if len(best) < limit:
                 self._key_waits.extend(turns.held)
             leases = []
-            leading = True  # every job so far is of one of `start_types`
-            for i, row in enumerate(best):
-                leading = leading and row.job.type in start_types
+            starts = ClaimStarts(start, start_types)
+            for row in best:
                 tx.adopt(row)
-                tx.lease(row, started=start is None or i < start or leading)
+                tx.lease(row, started=starts(row.job.type))
                 tx.save(row)
                 lease = row.lease()
                 assert lease is not None
