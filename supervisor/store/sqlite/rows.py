@@ -7,7 +7,7 @@ fields the store selects on, written in the same statement, so they cannot disag
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -121,11 +121,7 @@ class Row:
 
     def copy(self) -> Row:
         """This row with a job of its own: changes to it leave this one as it was."""
-        job = msgspec.structs.replace(self.job)
-        owner, expires = self.lease_owner, self.lease_expires
-        row = Row(job, self.lease_token, owner, expires, self.reaped_token, self.waiting_on)
-        row.n_events, row.new_events, row._saved = self.n_events, [*self.new_events], self._saved
-        return row
+        return replace(self, job=msgspec.structs.replace(self.job), new_events=[*self.new_events])
 
     def lease(self) -> Lease | None:
         """The lease the row holds, if any."""
