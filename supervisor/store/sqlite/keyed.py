@@ -41,12 +41,12 @@ _HEAD = (
 Hit = tuple[int, int, int, float, int, tuple[Any, ...]]
 # (-priority, turn, place in the window of keys, run_at, seq, columns)
 
-# Every key's claimed and running jobs, from the leased rows (every claimed or running
-# row holds a lease: few rows, the attempts in flight).
+# Every key's claimed and running jobs, from the leased rows (few rows, the attempts in
+# flight, found by their status)
 _BUSY = (
-    "SELECT type, concurrency_key, count(*) FROM jobs INDEXED BY jobs_leased"
-    " WHERE lease_token IS NOT NULL AND concurrency_key IS NOT NULL"
-    " AND status IN ('claimed', 'running') GROUP BY type, concurrency_key"
+    "SELECT type, concurrency_key, count(*) FROM jobs INDEXED BY jobs_status"
+    " WHERE status IN ('claimed', 'running') AND concurrency_key IS NOT NULL"
+    " GROUP BY type, concurrency_key"
 )
 _BUSY_STATUSES = frozenset({Status.CLAIMED, Status.RUNNING})
 # The type's pending keys after a key, in key order, `most` at most: one statement that

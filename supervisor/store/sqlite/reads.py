@@ -94,13 +94,20 @@ def _claim_order(
 
 
 def next_due(conn: sqlite3.Connection, now: float) -> float | None:
-    """When the earliest pending job not yet due becomes due."""
-    (at,) = conn.execute(
-        "SELECT min(run_at) FROM jobs INDEXED BY jobs_next_due"
-        " WHERE status = 'pending' AND run_at > ?",
-        (now,),
-    ).fetchone()
-    return None if at is None else float(at)
+    """When the earliest pending job not yet due becomes due: the earliest of each
+    queue's (queues are few; an index on `run_at` alone would cost every job a page
+    written on enqueue and another on claim)."""
+    found = [
+        float(at)
+        for queue in _depths(conn)
+        for (at,) in conn.execute(
+            "SELECT min(run_at) FROM jobs INDEXED BY jobs_queue_due"
+            " WHERE status = 'pending' AND queue = ? AND run_at > ?",
+            (queue, now),
+        )
+        if at is not None
+    ]
+    return min(found, default=None)
 
 
 # -- jobs --------------------------------------------------------------------------------
@@ -231,12 +238,9 @@ def queue_depths(conn: sqlite3.Connection, top: int, now: float) -> QueueDepths:
         at = _oldest_due(conn, queue, now)
         waiting[queue] = 0.0 if at is None else now - at
     if len(totals) > len(chosen):
-        (at,) = conn.execute(
-            "SELECT min(run_at) FROM jobs INDEXED BY jobs_next_due"
-            f" WHERE status = 'pending' AND run_at <= ? AND queue NOT IN ({_marks(chosen)})",
-            (now, *chosen),
-        ).fetchone()
-        waiting[OTHER_QUEUES] = 0.0 if at is None else now - float(at)
+        found = [_oldest_due(conn, queue, now) for queue in totals if queue not in chosen]
+        oldest = min((at for at in found if at is not None), default=None)
+        waiting[OTHER_QUEUES] = 0.0 if oldest is None else now - oldest
     rest = {p: n for p, n in sorted(other.items(), key=lambda item: int(item[0])) if n}
     pending = sum(totals.values())
     return QueueDepths(chosen, rest, len(totals), pending, waiting, _dead_count(conn))
@@ -263,12 +267,14 @@ def queue_summaries(conn: sqlite3.Connection, now: float) -> list[QueueSummary]:
         )
     }
     scheduled = {
-        q: int(n)
-        for q, n in conn.execute(
-            "SELECT queue, count(*) FROM jobs INDEXED BY jobs_next_due"
-            " WHERE status = 'pending' AND run_at > ? GROUP BY queue",
-            (now,),
+        queue: int(n)
+        for queue in depths
+        for (n,) in conn.execute(
+            "SELECT count(*) FROM jobs INDEXED BY jobs_queue_due"
+            " WHERE status = 'pending' AND queue = ? AND run_at > ?",
+            (queue, now),
         )
+        if n
     }
     paused = {q for (q,) in conn.execute("SELECT queue FROM paused_queues")}
     summaries = []

@@ -80,6 +80,8 @@ LAST_SEQ = (
     "SELECT max(coalesce((SELECT max(seq) FROM jobs), 0),"
     " coalesce((SELECT max(seq) FROM workflows), 0))"
 )
+# the rows that hold a lease (every claimed or running row, and only those), by their index
+LEASED = "status IN ('claimed', 'running') AND lease_token IS NOT NULL"
 
 
 class SqliteStore:
@@ -204,9 +206,7 @@ class SqliteStore:
         self._seq = itertools.count(int(last) + 1)
         now = self.clock().timestamp()
         await self.db.write(
-            lambda c: c.execute(
-                "UPDATE jobs SET lease_expires = ? WHERE lease_token IS NOT NULL", (now,)
-            )
+            lambda c: c.execute(f"UPDATE jobs SET lease_expires = ? WHERE {LEASED}", (now,))
         )
         self._opened_at = self.clock()
 
@@ -371,8 +371,8 @@ class SqliteStore:
             lost = []
             for lease in leases:
                 moved = tx.conn.execute(
-                    "UPDATE jobs SET lease_expires = ? WHERE lease_token = ?",
-                    (expires, lease.token),
+                    "UPDATE jobs SET lease_expires = ? WHERE id = ? AND lease_token = ?",
+                    (expires, lease.job.id, lease.token),
                 )
                 if moved.rowcount == 0:
                     lost.append(lease.token)
@@ -390,9 +390,7 @@ class SqliteStore:
 
         def work(tx: Tx) -> list[Job]:
             touched = []
-            expired = tx.load_where(
-                "WHERE lease_token IS NOT NULL AND lease_expires <= ?", (tx.ts,)
-            )
+            expired = tx.load_where(f"WHERE {LEASED} AND lease_expires <= ?", (tx.ts,))
             for row in expired:
                 reap(tx, row, retry_delay)
                 touched.append(row.job)

@@ -21,7 +21,7 @@ def table(*rows: tuple[str, str, str, str | None]) -> sqlite3.Connection:
         "CREATE TABLE jobs (seq INTEGER PRIMARY KEY, type TEXT, concurrency_key TEXT,"
         " status TEXT, lease_token TEXT)"
     )
-    conn.execute("CREATE INDEX jobs_leased ON jobs (lease_token) WHERE lease_token IS NOT NULL")
+    conn.execute("CREATE INDEX jobs_status ON jobs (status, seq)")
     conn.executemany("INSERT INTO jobs VALUES (NULL, ?, ?, ?, ?)", rows)
     return conn
 
