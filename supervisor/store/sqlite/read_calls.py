@@ -40,7 +40,7 @@ class SqliteReads:
         found = self._read(
             lambda c: c.execute("SELECT events FROM jobs WHERE id = ?", (job_id,)).fetchone()
         )
-        return [] if found is None else events_of(found[0])
+        return [] if found is None else events_of(job_id, found[0])
 
     async def stats(self) -> Stats:
         """Counts by status and pending depth by queue and priority (kept as they change)."""

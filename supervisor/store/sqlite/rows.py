@@ -19,7 +19,22 @@ from goqueue.supervisor.store.base import EVENTS_KEPT
 encode = msgspec.json.Encoder().encode
 JOB = msgspec.json.Decoder(Job)
 LETTER = msgspec.json.Decoder(DeadLetter)
-EVENTS = msgspec.json.Decoder(list[Event])
+
+
+class TrailEvent(msgspec.Struct, kw_only=True, gc=False, omit_defaults=True):
+    """An event as a row's trail holds it: its job is the row's, and fields left empty are
+    not written (trails written before this carry `job_id` and every field)."""
+
+    event: str
+    at: datetime
+    node: str
+    attempt: int
+    detail: str | None = None
+    traceback: str | None = None
+    job_id: str | None = None
+
+
+TRAIL = msgspec.json.Decoder(list[TrailEvent])
 
 COLUMNS = (
     "seq, job, result, parents, lease_token, lease_owner, lease_expires, reaped_token,"
@@ -153,8 +168,7 @@ class Row:
         """Add an event to the job's trail (at most `cap` are kept)."""
         if self.n_events + len(self.new_events) >= cap:
             return
-        event = Event(
-            job_id=self.job.id,
+        event = TrailEvent(
             event=kind,
             at=now,
             node=node,
@@ -247,12 +261,23 @@ class Row:
         )
 
 
-def events_of(trail: bytes | str) -> list[Event]:
+def events_of(job_id: str, trail: bytes | str) -> list[Event]:
     """A row's trail as events, oldest first (SQLite's `||` makes the column text)."""
     if not trail:
         return []
     text = trail.encode() if isinstance(trail, str) else trail
-    return EVENTS.decode(b"[" + text + b"]")
+    return [
+        Event(
+            job_id=job_id,
+            event=e.event,
+            at=e.at,
+            node=e.node,
+            attempt=e.attempt,
+            detail=e.detail,
+            traceback=e.traceback,
+        )
+        for e in TRAIL.decode(b"[" + text + b"]")
+    ]
 
 
 def letter_of(letter: bytes, parents: bytes | None) -> DeadLetter:
