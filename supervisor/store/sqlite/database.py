@@ -63,33 +63,60 @@ _FRAME_HEADER = 24
 
 
 class Batch:
-    """The transaction of one turn of the loop: its commit, and (`synced`, made when a
-    call asks for it) the fsync after it."""
+    """The transaction of one turn of the loop: the calls waiting for its commit, and
+    those waiting for an fsync after it. Each call waits on a future of its own, resolved
+    by the commit or the fsync itself: one that is cancelled leaves the others be, and the
+    caller wakes on the next turn (a future shared through `asyncio.shield` took two)."""
 
     def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
         self.loop = loop
-        self.committed: asyncio.Future[None] = loop.create_future()
-        self.committed.add_done_callback(_retrieved)
-        self.synced: asyncio.Future[None] | None = None
+        self.committed = False
+        self.failure: StoreUnavailable | None = None
+        self.on_commit: list[asyncio.Future[None]] = []
+        self.on_sync: list[asyncio.Future[None]] = []  # moved to the fsync once committed
         self.counts: dict[Group, int] = {}  # the jobs its calls moved, by group
 
-    def durable(self) -> asyncio.Future[None]:
-        """What a call waits for to be on disk: this batch's commit and an fsync after it."""
-        if self.synced is None:
-            self.synced = self.loop.create_future()
-            self.synced.add_done_callback(_retrieved)
-        return self.synced
+    def commit_waiter(self) -> asyncio.Future[None]:
+        """A future resolved once the batch is committed (at once if it was)."""
+        future = self.loop.create_future()
+        if self.failure is not None:
+            future.set_exception(self.failure)
+        elif self.committed:
+            future.set_result(None)
+        else:
+            self.on_commit.append(future)
+        return future
+
+    def sync_waiter(self) -> asyncio.Future[None]:
+        """A future resolved once the batch is committed and the WAL fsynced after it
+        (the batch must not be committed yet)."""
+        future = self.loop.create_future()
+        if self.failure is not None:
+            future.set_exception(self.failure)
+        else:
+            self.on_sync.append(future)
+        return future
 
     def count(self, counts: dict[Group, int]) -> None:
         """Add a call's moves to what the commit writes to `job_counts`."""
         for group, delta in counts.items():
             add_count(self.counts, group, delta)
 
+    def commit_done(self) -> None:
+        """The transaction is committed: its calls that wait for no fsync go on."""
+        self.committed = True
+        for future in self.on_commit:
+            if not future.done():
+                future.set_result(None)
+        self.on_commit = []
+
     def fail(self, exc: StoreUnavailable) -> None:
         """The transaction is lost: every call of it hears why."""
-        for future in (self.committed, self.synced):
-            if future is not None and not future.done():
+        self.failure = exc
+        for future in (*self.on_commit, *self.on_sync):
+            if not future.done():
                 future.set_exception(exc)
+        self.on_commit, self.on_sync = [], []
 
 
 class Database:
@@ -297,9 +324,10 @@ class Database:
             return
         self.transactions += 1
         self.failing = False
-        batch.committed.set_result(None)
-        if batch.synced is not None:
-            self._unsynced.append(batch.synced)
+        batch.commit_done()
+        if batch.on_sync:
+            self._unsynced += batch.on_sync
+            batch.on_sync = []
             if self._fsync is None:
                 self._start_fsync()
         self._mind_the_wal()
@@ -309,16 +337,17 @@ class Database:
         as the commit ends). Raises StoreUnavailable when the commit failed (nothing was
         stored), OutcomeUnknown when only the fsync did."""
         if not durable:
-            await asyncio.shield(batch.committed)
+            await batch.commit_waiter()
             return
-        late = batch.synced is None and batch.committed.done()
-        synced = batch.durable()
-        if late:  # committed before any call asked: its fsync starts now
-            await asyncio.shield(batch.committed)
-            self._unsynced.append(synced)
-            if self._fsync is None:
-                self._start_fsync()
-        await asyncio.shield(synced)
+        if not batch.committed:
+            await batch.sync_waiter()
+            return
+        # committed before this call asked: an fsync starts now
+        synced = batch.loop.create_future()
+        self._unsynced.append(synced)
+        if self._fsync is None:
+            self._start_fsync()
+        await synced
 
     def _start_fsync(self) -> None:
         """Fsync the WAL for the durable commits so far. On a disk whose fsyncs are quick
@@ -480,9 +509,3 @@ class _Partial(Exception):
 
 def _error(done: asyncio.Future[None]) -> BaseException | None:
     return None if done.cancelled() else done.exception()
-
-
-def _retrieved(future: asyncio.Future[None]) -> None:
-    """Mark a failed commit's error seen: its callers may all have gone."""
-    if not future.cancelled():
-        future.exception()
