@@ -244,8 +244,7 @@ class Store(Protocol):
         are skipped. The best `start` of them (all when None) start at once: `running`,
         `attempts` incremented, `started_at` set, a `started` event. So may those that
         lead the claim, in its order, with a type in `start_types` (the run of them
-        ending at the first job of another type): a store starts all of them, or, when
-        every type of `slots` is one of `start_types`, every job it takes. The others
+        ending at the first job of another type): every store starts all of them. The others
         are `claimed`: held under the lease, no attempt charged, no `started_at`, until
         `start` is called for them.
         """

@@ -130,15 +130,12 @@ class Outcomes:
         start_types: frozenset[str] = frozenset(),
     ) -> list[Lease]:
         """Take up to `limit` due jobs as leases, within this node's slots and the global
-        per-type limits, starting the best `start` (all when None), or all of them when
-        every type is one of `start_types` (the statement starts the best n, whatever
-        their type): one statement, one round trip. Each (type, priority) is walked from
-        its floor (`ClaimFloors`)."""
+        per-type limits, starting the best `start` (all when None) and those at the head
+        of the claim whose type is one of `start_types`: one statement, one round trip.
+        Each (type, priority) is walked from its floor (`ClaimFloors`)."""
         types = sorted(t for t, n in slots.items() if n > 0)
         if limit <= 0 or not types:
             return []
-        if start_types and start_types.issuperset(types):
-            start = None
         floor_at, floor_seq = self._floors.arrays(queues, types)
         params = {
             "types": types,
@@ -152,6 +149,7 @@ class Outcomes:
             "start": limit if start is None else start,
             "floor_at": floor_at,
             "floor_seq": floor_seq,
+            "start_types": sorted(start_types),
         }
         rows = await self._db.execute(self._sql[Sql.CLAIM], params)
         # One row holds no job: which types are limited, the database's now() and, after

@@ -289,9 +289,7 @@ KEY_SPLICES: Final[tuple[tuple[str, str] | tuple[str, str, int], ...]] = (
 )
 
 
-def _spliced(
-    text: str, splices: Iterable[tuple[str, str] | tuple[str, str, int]], what: str
-) -> str:
+def spliced(text: str, splices: Iterable[tuple[str, str] | tuple[str, str, int]], what: str) -> str:
     """`text` with each (old, new[, how many times old is there: once unless said])
     applied in order; each must apply exactly so (the frozen text it splices into did
     not change under it)."""
@@ -305,7 +303,7 @@ def _spliced(
 def _keyed_claim() -> str:
     """Migration 15's function text with `KEY_SPLICES` applied (each must apply)."""
     start = CLAIM_V15.index("CREATE FUNCTION {s}.claim_floored(")
-    return _spliced(CLAIM_V15[start:], KEY_SPLICES, "claim_floored")
+    return spliced(CLAIM_V15[start:], KEY_SPLICES, "claim_floored")
 
 
 FLOW_KEYS: Final = """
@@ -456,10 +454,10 @@ _TURNS_FOR_EVERY_TYPE: Final[tuple[tuple[str, str, int], ...]] = (
 def _probed() -> str:
     """Migration 16's function text with its window's probes bounded by the cursor, its
     held back keys probed one by one, and every type's keys taking turns."""
-    window = _spliced(_KEY_WINDOW, _WINDOW_PROBES, "the key window")
-    pace_due = _spliced(_PACE_DUE, [(_WAITING_END, _WAITING_PROBE, 3)], "the held keys' test")
-    text = _spliced(_keyed_claim(), [(_KEY_WINDOW, window), (_PACE_DUE, pace_due)], "claim_floored")
-    return _spliced(text, _TURNS_FOR_EVERY_TYPE, "claim_floored")
+    window = spliced(_KEY_WINDOW, _WINDOW_PROBES, "the key window")
+    pace_due = spliced(_PACE_DUE, [(_WAITING_END, _WAITING_PROBE, 3)], "the held keys' test")
+    text = spliced(_keyed_claim(), [(_KEY_WINDOW, window), (_PACE_DUE, pace_due)], "claim_floored")
+    return spliced(text, _TURNS_FOR_EVERY_TYPE, "claim_floored")
 
 
 KEY_PROBES: Final = _probed()

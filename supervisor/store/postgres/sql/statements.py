@@ -310,7 +310,8 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
                 SELECT * FROM {{s}}.claim_floored(%(types)s::text[], %(caps)s::int[],
                     %(queues)s::text[], %(limit)s::int, %(node)s::text, %(lease)s::float8,
                     %(live)s::float8, %(lock_ns)s::text, %(start)s::int,
-                    %(floor_at)s::timestamptz[], %(floor_seq)s::bigint[])),
+                    %(floor_at)s::timestamptz[], %(floor_seq)s::bigint[],
+                    %(start_types)s::text[])),
             changed AS (
                 SELECT (c.o_job).id, (c.o_job).attempts FROM c
                 WHERE (c.o_job).id IS NOT NULL AND (c.o_job).status = 'running'),
