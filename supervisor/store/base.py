@@ -130,6 +130,8 @@ IN_PROCESS = StoreTraits(durable=False, answers_at_once=True, sees_ahead=False)
 SHARED = StoreTraits(durable=True, answers_at_once=False, sees_ahead=True)
 """A database several nodes share (`PostgresStore`)."""
 EMBEDDED = StoreTraits(durable=True, answers_at_once=False, sees_ahead=False)
+"""A file one node owns (`SqliteStore`): every write waits for its commit, as with a
+database, but the node's own last claim tells what waits ahead, as in memory."""
 
 
 class ClaimStarts:
@@ -151,10 +153,6 @@ class ClaimStarts:
         self._asked += 1
         self._leading = self._leading and job_type in self.start_types
         return best or self._leading
-
-
-"""A file one node owns (`SqliteStore`): every write waits for its commit, as with a
-database, but the node's own last claim tells what waits ahead, as in memory."""
 
 
 class Store(Protocol):
