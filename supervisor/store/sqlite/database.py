@@ -326,10 +326,8 @@ class Database:
         self.failing = False
         batch.commit_done()
         if batch.on_sync:
-            self._unsynced += batch.on_sync
+            self._sync_for(batch.on_sync)
             batch.on_sync = []
-            if self._fsync is None:
-                self._start_fsync()
         self._mind_the_wal()
 
     async def committed(self, batch: Batch, durable: bool) -> None:
@@ -342,12 +340,16 @@ class Database:
         if not batch.committed:
             await batch.sync_waiter()
             return
-        # committed before this call asked: an fsync starts now
-        synced = batch.loop.create_future()
-        self._unsynced.append(synced)
+        synced = batch.loop.create_future()  # committed before this call asked
+        self._sync_for([synced])
+        await synced
+
+    def _sync_for(self, waiting: list[asyncio.Future[None]]) -> None:
+        """Resolve `waiting` after an fsync of the WAL that starts from now: at once if
+        none is under way, else the next one, which every commit made meanwhile shares."""
+        self._unsynced += waiting
         if self._fsync is None:
             self._start_fsync()
-        await synced
 
     def _start_fsync(self) -> None:
         """Fsync the WAL for the durable commits so far. On a disk whose fsyncs are quick
