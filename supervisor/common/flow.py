@@ -56,10 +56,13 @@ class KeyPace:
             self.blocked_until = at
 
     def due(self, now: float) -> float | None:
-        """When a key a claim held back may start again, if that is still ahead."""
-        if self.blocked_until is not None and self.blocked_until <= now:
+        """When a key a claim held back may start again. A time already past is answered
+        once (the claim since may have been quicker than it), then forgotten: the claim
+        it wakes looks out for the keys still held back."""
+        due = self.blocked_until
+        if due is not None and due <= now:
             self.blocked_until = None
-        return self.blocked_until
+        return due
 
     def _forget(self, now: float) -> None:
         for key in [key for key, at in self._spent.items() if at <= now]:

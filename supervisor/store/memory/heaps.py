@@ -13,7 +13,7 @@ import heapq
 import operator
 from collections import Counter
 from collections.abc import Callable, Container, Mapping
-from datetime import datetime
+from datetime import UTC, datetime
 
 from goqueue.supervisor.common.enums import Status
 from goqueue.supervisor.common.jobs import Job
@@ -54,13 +54,17 @@ class PendingHeaps:
         else:
             heapq.heappush(self.delayed, (run_ts, job.seq, job.id))
 
-    def promote(self, now_ts: float) -> None:
-        """Move delayed jobs that are due at `now_ts` into their ready heaps."""
+    def promote(self, now_ts: float) -> float | None:
+        """Move delayed jobs that are due at `now_ts` into their ready heaps; when the
+        first of them was due (None with none)."""
         delayed = self.delayed
+        first = None
         while delayed and delayed[0][0] <= now_ts:
             run_ts, _, job_id = heapq.heappop(delayed)
             if self._is_pending(job_id, run_ts):
                 self._push_ready(self.jobs[job_id])
+                first = run_ts if first is None else first
+        return first
 
     def candidates(
         self,
@@ -168,8 +172,14 @@ class PendingHeaps:
         live = [entry[1] for entry in heap if self._is_pending(entry[3], entry[1])]
         return min(live) if live else None
 
-    def next_due(self) -> datetime | None:
-        """When the earliest delayed job becomes due."""
+    def next_due(self, now_ts: float) -> datetime | None:
+        """When the earliest delayed job becomes due. Jobs due by `now_ts` are made
+        ready, and the first one's time answered (once: a timer set for a time past
+        wakes the dispatcher at once, and a dispatcher with no free worker must not spin
+        on it)."""
+        came = self.promote(now_ts)
+        if came is not None:
+            return datetime.fromtimestamp(came, UTC)
         while self.delayed and not self._is_pending(self.delayed[0][2], self.delayed[0][0]):
             heapq.heappop(self.delayed)
         if not self.delayed:

@@ -234,8 +234,9 @@ class MemoryWrites(MemoryWorkflows):
     def next_due_at(self) -> datetime | None:
         """When the earliest delayed job becomes due, or a key held back by its pace may
         start again, whichever comes first."""
-        due = self._pending.next_due()
-        paced = self._pace.due(self.clock().timestamp())
+        now = self.clock().timestamp()
+        due = self._pending.next_due(now)
+        paced = self._pace.due(now)
         if paced is None:
             return due
         at = datetime.fromtimestamp(paced, UTC)

@@ -241,8 +241,10 @@ class Wakeups:
 
     def next_due_at(self) -> datetime | None:
         """The earliest run_at still ahead among scheduled jobs, as of the last claim or
-        notification. Once it has passed this is None until the next claim refreshes it:
-        the job is due, and answering a past time would make a dispatcher with no free
-        worker spin on its timer."""
+        notification. A time already past is answered once (the claim since may have
+        been quicker than it), then this is None until the next claim refreshes it:
+        answering it again would make a dispatcher with no free worker spin on its timer."""
         due = self._next_due
-        return due if due is not None and due > datetime.now(UTC) else None
+        if due is not None and due <= datetime.now(UTC):
+            self._next_due = None
+        return due

@@ -8,6 +8,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from itertools import pairwise
 from pathlib import Path
 
 import goqueue
@@ -211,6 +212,8 @@ def test_two_keys_are_paced_each_on_its_own(start: Callable) -> None:
     for key, times in starts.items():
         assert busiest(times) <= 5 + 1, (key, sorted(times))
         assert max(times) - min(times) > 1.5, (key, sorted(times))  # 15 at 5/s
+        # and none waits past its turn by seconds: each start wakes the node in time
+        assert max(b - a for a, b in pairwise(sorted(times))) < 1.5, (key, sorted(times))
     both = starts["a"] + starts["b"]
     assert busiest(both) >= 9, sorted(both)  # ten a second between them
 

@@ -39,6 +39,17 @@ def test_the_next_start_is_looked_out_for_after_one_due_before_has_passed() -> N
     assert pace.due(100.3) == 100.5
 
 
+def test_a_look_out_that_passed_before_anyone_asked_is_answered_once() -> None:
+    pace = KeyPace()
+    rate = Rate(5, 1.0)
+    assert pace.starts(("a", "k"), rate, 100.0) == 5
+    pace.took(("a", "k"), rate, 1, 100.0)  # may start again at 100.2
+    # asked only at 100.25 (the claim took longer): still answered, so the dispatcher
+    # wakes and claims; then forgotten, so it does not spin on a time past
+    assert pace.due(100.25) == 100.2
+    assert pace.due(100.26) is None
+
+
 def test_a_keys_pace_is_forgotten_only_once_a_whole_period_has_passed() -> None:
     pace = KeyPace()
     rate = Rate(5, 1.0)

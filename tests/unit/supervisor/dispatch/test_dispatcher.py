@@ -315,6 +315,37 @@ async def test_a_freed_worker_wakes_the_dispatcher_only_when_a_pass_could_do_som
     assert wake.is_set()
 
 
+async def test_a_due_time_that_came_before_its_timer_fired_still_wakes_the_dispatcher() -> None:
+    r = rig(workers=[worker(both())])
+    now = [NOW]
+    asked: list[datetime] = []  # when each pass asked the store for the next due time
+
+    def next_due_at() -> datetime | None:
+        asked.append(now[0])
+        return NOW + timedelta(seconds=30) if len(asked) == 1 else None  # then past
+
+    r.dispatcher.clock = lambda: now[0]
+    r.store.next_due_at = next_due_at  # type: ignore[method-assign]
+
+    async def passes(count: int) -> None:
+        for _ in range(100):
+            if len(asked) >= count:
+                return
+            await asyncio.sleep(0)
+        raise AssertionError(asked)
+
+    loop = asyncio.create_task(r.dispatcher.run())
+    try:
+        r.dispatcher.wake()
+        await passes(1)  # the first pass set a timer 30 s ahead
+        now[0] += timedelta(seconds=31)  # its time came; the loop has not fired it yet
+        r.dispatcher.wake()  # another pass first: the store answers no time now
+        await passes(3)  # the timer's wake, made by that pass: one more pass
+        assert asked == [NOW, now[0], now[0]]
+    finally:
+        loop.cancel()
+
+
 async def test_an_outcome_goes_to_the_store_then_to_each_hook_in_order() -> None:
     log: list[Any] = []
     hooks = [Recorder("first", log), Broken(), Recorder("second", log)]

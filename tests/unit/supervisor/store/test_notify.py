@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
-from goqueue.supervisor.store.postgres.notify import Listener, cancel_note
+from goqueue.supervisor.store.postgres.notify import Listener, Wakeups, cancel_note
 from goqueue.supervisor.store.postgres.sql.statements import Statements
 
 
@@ -37,3 +37,11 @@ def test_a_work_hint_still_reaches_on_note() -> None:
     hear._dispatch("node-b 1900000000.5")
     assert notes == [("node-a", None), ("node-b", datetime.fromtimestamp(1900000000.5, UTC))]
     assert cancels == []
+
+
+def test_a_due_time_past_before_anyone_asked_is_answered_once() -> None:
+    wakeups = Wakeups(None, lambda: None, None)  # type: ignore[arg-type]  # neither is used
+    past = datetime.now(UTC) - timedelta(seconds=1)
+    wakeups.claimed(None, ["a"], [], past, short=True)  # the claim took longer than that
+    assert wakeups.next_due_at() == past  # the dispatcher's timer wakes it at once
+    assert wakeups.next_due_at() is None  # then not again: no spinning on a time past

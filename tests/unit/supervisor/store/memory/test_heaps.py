@@ -3,6 +3,8 @@ type's keys, not at every key, and keys take turns, least lately taken first."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
+
 import pytest
 from goqueue.supervisor.common.jobs import JobSpec
 from goqueue.supervisor.store.base import NewJob
@@ -65,3 +67,18 @@ async def test_a_key_rule_added_by_a_reload_holds_for_the_jobs_waiting() -> None
     await store.register_node({"k": None}, key_limits={"k": 1})  # a reload adds the rule
     leases = await store.claim(3, None, {"k": 3})
     assert sorted(str(x.job.concurrency_key) for x in leases) == ["a", "b"]  # one of each
+
+
+async def test_a_delayed_job_due_before_anyone_asked_is_answered_once_then_the_next() -> None:
+    now = [datetime(2026, 1, 1, tzinfo=UTC)]
+    store = MemoryStore(clock=lambda: now[0])
+    await store.register_node({"k": None})
+    soon, later = now[0] + timedelta(seconds=1), now[0] + timedelta(seconds=5)
+    for run_at in (soon, later):
+        await store.enqueue(NewJob(spec=JobSpec(type="k", run_at=run_at), max_retries=0))
+    assert store.next_due_at() == soon
+    now[0] += timedelta(seconds=2)  # no worker was free to claim it meanwhile
+    assert store.next_due_at() == soon  # a timer set for it wakes the dispatcher at once
+    assert store.next_due_at() == later  # not again: no spinning on a time past
+    (lease,) = await store.claim(1, None, {"k": 1})
+    assert lease.job.run_at == soon
