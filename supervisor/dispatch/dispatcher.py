@@ -84,8 +84,6 @@ class Dispatcher:
         self.rng = random.Random()
         self.wakeup = wakeup or Wakeup()
         self.wake = self.wakeup.wake
-        self._due_timer: asyncio.TimerHandle | None = None
-        self._due_at: datetime | None = None  # what the due timer is set for
         # what becomes of each attempt, and the writes not to be lost
         self.outcomes = Outcomes(
             store,
@@ -182,32 +180,11 @@ class Dispatcher:
             started = self.monotonic()
             try:
                 await self.fill()
-                self._arm_due_timer()
+                self.wakeup.wake_at(self.store.next_due_at(), self.clock())
             except Exception:  # a bug must not stop dispatching for good
                 log.exception("dispatch pass failed; retrying in 1 s")
                 asyncio.get_running_loop().call_later(RETRY_CLAIM, self.wake)
             self.on_pass(self.monotonic() - started)
-
-    def _arm_due_timer(self) -> None:
-        """Wake when the store's next job becomes due (or a paced key may start again).
-        A timer whose time came before it fired is not lost to the new one: the store
-        answers only times still ahead, so its wake is made here."""
-        due = self.store.next_due_at()
-        timer, came = self._due_timer, self._due_at
-        self._due_timer = self._due_at = None
-        if timer is not None:
-            timer.cancel()
-            if came is not None and came <= self.clock():
-                self.wake()
-        if due is not None:
-            delay = max(0.0, (due - self.clock()).total_seconds())
-            self._due_timer = asyncio.get_running_loop().call_later(delay + 0.001, self._came)
-            self._due_at = due
-
-    def _came(self) -> None:
-        """The due timer fired."""
-        self._due_timer = self._due_at = None
-        self.wake()
 
     # -- feeding the workers ---------------------------------------------------------
 
