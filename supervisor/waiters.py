@@ -27,7 +27,8 @@ READ_TIMEOUT = 5.0
 
 
 class Waiters(Hook):
-    """Futures waiting for jobs to reach a terminal status."""
+    """Futures waiting for jobs to reach a terminal status; `quiet` (told of no outcome)
+    while nobody waits."""
 
     def __init__(
         self, read: Callable[[str], Awaitable[Job | None]], *, poll: float = POLL_SECONDS
@@ -37,6 +38,7 @@ class Waiters(Hook):
         self._waiting: dict[str, set[asyncio.Future[Job | None]]] = {}
         self._poller: asyncio.Task[None] | None = None
         self.closed = False
+        self.quiet = True
 
     def __len__(self) -> int:
         """How many jobs are waited for."""
@@ -57,6 +59,7 @@ class Waiters(Hook):
         for future in self._waiting.pop(job.id, ()):
             if not future.done():
                 future.set_result(job)
+        self.quiet = not self._waiting
 
     # -- waiting -----------------------------------------------------------------------
 
@@ -70,6 +73,7 @@ class Waiters(Hook):
             future.set_result(None)
         else:
             self._waiting.setdefault(job_id, set()).add(future)
+            self.quiet = False
             if self._poller is None or self._poller.done():
                 self._poller = asyncio.create_task(self._poll(), name="goqueue-waiters-poll")
         try:
@@ -82,6 +86,7 @@ class Waiters(Hook):
         not hold its HTTP server open)."""
         self.closed = True
         waiting, self._waiting = self._waiting, {}
+        self.quiet = True
         for futures in waiting.values():
             for future in futures:
                 if not future.done():
@@ -95,6 +100,7 @@ class Waiters(Hook):
             futures.discard(future)
             if not futures:
                 del self._waiting[job_id]
+                self.quiet = not self._waiting
 
     async def _poll(self) -> None:
         """While anyone waits: read each waited-for job every `poll` seconds."""

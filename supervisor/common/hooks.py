@@ -24,7 +24,14 @@ log = logging.getLogger("goqueue.hooks")
 
 
 class Hook:
-    """One concern's view of jobs; every method is a no-op until overridden."""
+    """One concern's view of jobs; every method is a no-op until overridden.
+
+    Outcomes and cancels reach a hook only while it is not `quiet` (one with nothing
+    to do for now, such as waiters with nobody waiting), and only for jobs whose field
+    named by `needs` is set (None: every job), so most jobs cost it no call."""
+
+    needs: str | None = None
+    quiet = False
 
     def after_enqueue(self, job: Job) -> None:
         """A job was stored by a client's request (enqueue or replay), not by chaining."""
@@ -92,7 +99,10 @@ class Hooks(Hook):
                 _failed(hook, "after_error")
 
     def after_outcome(self, outcome: Outcome) -> None:
+        job = outcome.job
         for hook in self._outcome:
+            if hook.quiet or (hook.needs is not None and not getattr(job, hook.needs)):
+                continue
             try:
                 hook.after_outcome(outcome)
             except Exception:
@@ -100,6 +110,8 @@ class Hooks(Hook):
 
     def after_cancel(self, job: Job, force: bool) -> None:
         for hook in self._cancel:
+            if hook.quiet or (hook.needs is not None and not getattr(job, hook.needs)):
+                continue
             try:
                 hook.after_cancel(job, force)
             except Exception:

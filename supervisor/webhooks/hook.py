@@ -11,13 +11,13 @@ class WebhookHook(Hook):
     """Tells the node's webhooks about jobs that became terminal (done, failed or
     cancelled): delivery, and whether its record is durable, is their business."""
 
+    needs = "webhook_url"  # most jobs have none: they cost this hook no call
+
     def __init__(self, webhooks: Webhooks) -> None:
         self.webhooks = webhooks
 
     def after_outcome(self, outcome: Outcome) -> None:
-        if outcome.job.webhook_url:  # most jobs have none: no call to find that out
-            self.webhooks.notify(outcome.job)
+        self.webhooks.notify(outcome.job)
 
     def after_cancel(self, job: Job, force: bool) -> None:
-        if job.webhook_url:
-            self.webhooks.notify(job)
+        self.webhooks.notify(job)

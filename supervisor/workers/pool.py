@@ -170,7 +170,7 @@ class Pool:
         """Apply a reload: what new workers boot with, recycling and the memory limit."""
         self.config = config
         self.recycle = recycle
-        self.watch.memory_limit_mb = memory_limit_mb
+        self.watch.limit_memory(memory_limit_mb)
 
     def __iter__(self) -> Iterator[Worker]:
         return iter(list(self.workers.values()))
@@ -250,7 +250,8 @@ class Pool:
         worker.begin(lease)
         worker.set_deadline(self.loop, self.loop.time() + timeout, self._timed_out)
         self._send(worker, RunJobs([self._attempt(lease)]))
-        self.watch.arm()
+        if not self.watch.armed:
+            self.watch.arm()
 
     def hand(self, worker: Worker, handoffs: list[Handoff]) -> None:
         """Queue attempts on `worker`, to run in this order after those it holds, each
@@ -261,7 +262,8 @@ class Pool:
             attempt = self._attempt(handoff.lease, go=handoff.go, start_by=handoff.start_by)
             jobs.append(attempt)
         self._send(worker, RunJobs(jobs))
-        self.watch.arm()
+        if not self.watch.armed:
+            self.watch.arm()
 
     def go(self, worker: Worker, job_ids: list[str]) -> None:
         """The starts of these attempts queued on `worker` are durable: they may run."""

@@ -45,6 +45,7 @@ class Watch:
         self._statm: dict[int, int] = {}  # pid -> /proc/PID/statm descriptor
         self._extend_timer: asyncio.TimerHandle | None = None
         self._sample_timer: asyncio.TimerHandle | None = None
+        self.armed = False  # every timer needed runs: `arm` has nothing to do
 
     def arm(self) -> None:
         """Arm the timers that watch busy workers, if they are not running."""
@@ -52,6 +53,12 @@ class Watch:
             self._extend_timer = self.loop.call_later(self._extend_every(), self._extend)
         if self.memory_limit_mb is not None and self._sample_timer is None:
             self._sample_timer = self.loop.call_later(SAMPLE_EVERY, self._sample)
+        self.armed = True
+
+    def limit_memory(self, memory_limit_mb: int | None) -> None:
+        """A reload's memory limit (None: none)."""
+        self.memory_limit_mb = memory_limit_mb
+        self.armed = False
 
     def forget(self, pid: int) -> None:
         """A worker was reaped: close what sampling it kept open."""
@@ -65,6 +72,7 @@ class Watch:
             if timer is not None:
                 timer.cancel()
         self._extend_timer = self._sample_timer = None
+        self.armed = False
 
     def _busy(self) -> list[Worker]:
         """Workers running an attempt whose outcome is still open."""
@@ -87,6 +95,7 @@ class Watch:
         self._extend_timer = None
         busy = self._holding()
         if self.lease_allowance is None or not busy:
+            self.armed = False
             return
         frame = self.codec.frame(Extend(self.lease_allowance))
         for worker in busy:
@@ -105,6 +114,7 @@ class Watch:
         limit = self.memory_limit_mb
         busy = self._busy()
         if limit is None or not busy:
+            self.armed = False
             return
         for worker in busy:
             fd = self._statm.get(worker.pid)

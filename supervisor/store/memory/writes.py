@@ -340,7 +340,7 @@ class MemoryWrites(MemoryWorkflows):
         self._set_status(job, Status.DONE, now)
         self._event(job, EventKind.SUCCEEDED, now)
         self._retire(job)
-        released = self._release_children(job, now)
+        released = self._release_children(job, now) if job.workflow_id is not None else []
         return Outcome(job, self._follow_up(job.on_success, job, now), released=released)
 
     async def fail(

@@ -114,10 +114,21 @@ class Enqueuer:
         (a group's order is arbitrary anyway), so two nodes rarely wait on each other.
         """
         answers: list[Answer | None] = [None] * len(news)
-        keyed = [i for i, new in enumerate(news) if pg_steps.keyed(new)]
+        keyed: list[int] = []
+        plain: list[int] = []
+        for i, new in enumerate(news):
+            spec = new.spec  # storing it checks a key: a savepoint of its own
+            if (
+                new.idempotency_key is not None
+                or (spec.dedupe_key is not None and spec.dedupe_window_seconds)
+                or spec.unique_key is not None
+                or spec.debounce_key is not None
+            ):
+                keyed.append(i)
+            else:
+                plain.append(i)
         if sort_keys:
             keyed.sort(key=lambda i: _key_order(news[i]))
-        plain = [i for i, new in enumerate(news) if not pg_steps.keyed(new)]
         async with self._db.connection(lane) as conn:
             if keyed:
                 async with conn.pipeline(), self._db.transaction(conn):

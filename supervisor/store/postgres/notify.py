@@ -173,7 +173,7 @@ class Wakeups:
         self._floors = floors
         self._next_due: datetime | None = None
         self._serves: frozenset[str] | None = None  # the queues claimed from (None: all)
-        self._limited: set[str] = set()  # types under a global limit, as of the last claim
+        self.limited: set[str] = set()  # types under a global limit, as of the last claim
 
     def wake(self) -> None:
         """Wake this node's dispatcher (a failing waker is logged, not raised)."""
@@ -206,7 +206,7 @@ class Wakeups:
 
     def freed(self, job: Job) -> None:
         """`job` stopped running: wake everyone if its type is under a global limit."""
-        if job.type in self._limited:
+        if job.type in self.limited:
             self.everyone()
 
     def everyone(self) -> None:
@@ -228,7 +228,7 @@ class Wakeups:
         scheduled job is due. A full claim does not look (the dispatcher claims again as
         soon as a slot frees, due jobs and all): the time known before stands."""
         self._serves = queues
-        self._limited = (self._limited - set(types)) | set(limited)
+        self.limited = (self.limited - set(types)) | set(limited)
         if short:
             self._next_due = next_due
 

@@ -277,10 +277,12 @@ class Outcomes:
                     started = await self._start_in(conn, begins) if begins else {}
                     outcomes = await self._complete_in(conn, dones) if dones else []
         done = [outcome for outcome in outcomes if outcome is not None]
-        self._wakeups.pending([job for outcome in done for job in outcome.followups])
-        self._wakeups.pending([job for outcome in done for job in outcome.released])
-        for outcome in done:
-            self._wakeups.freed(outcome.job)
+        pending = [job for outcome in done for job in (*outcome.followups, *outcome.released)]
+        if pending:
+            self._wakeups.pending(pending)
+        if self._wakeups.limited:  # (most nodes have no type under a global limit)
+            for outcome in done:
+                self._wakeups.freed(outcome.job)
         answers: list[Answer] = []
         by_done = iter(outcomes)
         for item in items:

@@ -41,7 +41,9 @@ async def test_an_outcome_recorded_here_wakes_its_waiters_at_once() -> None:
     store = Store()
     waiters = Waiters(store.read, poll=60)
     pending = job()
+    assert waiters.quiet  # nobody waits: told of no outcome
     with waiters.watching(pending.id) as first, waiters.watching(pending.id) as second:
+        assert not waiters.quiet
         retried = msgspec.structs.replace(pending, status=Status.PENDING)
         waiters.after_outcome(Outcome(retried, []))
         await asyncio.sleep(0)
@@ -49,6 +51,7 @@ async def test_an_outcome_recorded_here_wakes_its_waiters_at_once() -> None:
         done = msgspec.structs.replace(pending, status=Status.DONE)
         waiters.after_outcome(Outcome(done, []))
         assert first.result() is done and second.result() is done
+        assert waiters.quiet
     assert len(waiters) == 0 and store.reads == 0
     await waiters.close()
 

@@ -596,21 +596,19 @@ def _where(columns: tuple[str, ...]) -> str:
     return "WHERE " + " AND ".join(f"{column} = %({column})s" for column in columns)
 
 
-class Statements:
-    """Every statement of the store, formatted once for one schema."""
+class Statements(dict[Sql, str]):
+    """Every statement of the store, formatted once for one schema, by name (a dict:
+    looking one up is no call of ours)."""
 
     def __init__(self, schema: str) -> None:
         shared = fragments(check_schema_name(schema))
-        self._text = {name: TEMPLATES[name].format_map(shared) for name in Sql}
+        super().__init__((name, TEMPLATES[name].format_map(shared)) for name in Sql)
         self._filtered: dict[tuple[Sql, tuple[bool, ...]], str] = {}
         for used in product((False, True), repeat=len(FILTER_COLUMNS)):
             chosen = tuple(c for c, on in zip(FILTER_COLUMNS, used, strict=True) if on)
             where = shared | {"where": _where(chosen)}
             for name in _FILTERED:
                 self._filtered[name, used] = TEMPLATES[name].format_map(where)
-
-    def __getitem__(self, name: Sql) -> str:
-        return self._text[name]
 
     def list_jobs(self, filters: JobFilter) -> tuple[str, str]:
         """The page and the count statements for `filters`: each filter that is set

@@ -99,6 +99,22 @@ def test_webhook_hook_tells_the_webhooks_of_outcomes_and_cancels() -> None:
     assert webhooks.told == [pending, done, cancelled]
 
 
+def test_outcomes_reach_a_hook_only_with_the_field_it_needs_and_while_it_listens() -> None:
+    webhooks = FakeWebhooks()
+    waiter = Calls("waiter", [])
+    waiter.quiet = True  # nobody waits
+    hooks = Hooks([WebhookHook(webhooks), waiter])  # type: ignore[arg-type]
+    plain, hooked = job(Status.DONE), job(Status.DONE, webhook_url="http://127.0.0.1:9/h")
+    for made in (plain, hooked):
+        hooks.after_outcome(Outcome(made, []))
+        hooks.after_cancel(made, force=False)
+    assert webhooks.told == [hooked, hooked]  # no call for a job without a URL
+    assert waiter.log == []
+    waiter.quiet = False
+    hooks.after_cancel(plain, force=False)
+    assert waiter.log == ["waiter.after_cancel"]
+
+
 @pytest.mark.parametrize(
     ("status", "url", "event"),
     [
