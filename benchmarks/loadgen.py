@@ -53,6 +53,8 @@ class _Connection(asyncio.Protocol):
 
     def send(self, raw: bytes) -> asyncio.Future[tuple[int, bytes]]:
         assert self.transport is not None
+        if self.closed:  # a write would vanish and the answer never come
+            raise ConnectionError("connection closed")
         self.waiter = asyncio.get_running_loop().create_future()
         self.transport.write(raw)
         return self.waiter
@@ -78,7 +80,13 @@ class LoadClient:
 
     async def send(self, raw: bytes) -> tuple[int, bytes]:
         """Send one prebuilt request; returns (status, body)."""
-        conn = self.idle.pop() if self.idle else await self._connect()
+        conn = None
+        while self.idle and conn is None:
+            conn = self.idle.pop()
+            if conn.closed:  # the server closed it while idle (keep-alive timeout)
+                conn = None
+        if conn is None:
+            conn = await self._connect()
         try:
             return await conn.send(raw)
         finally:
