@@ -93,8 +93,8 @@ def _claim_order(
     return hit[0], hit[1], hit[2], hit[3], hit[4]
 
 
-def next_due(conn: sqlite3.Connection, now: float) -> float | None:
-    """When the earliest pending job not yet due becomes due: the earliest of each
+def next_due(conn: sqlite3.Connection, after: float) -> float | None:
+    """When the earliest pending job due after `after` becomes due: the earliest of each
     queue's (queues are few; an index on `run_at` alone would cost every job a page
     written on enqueue and another on claim)."""
     found = [
@@ -103,7 +103,7 @@ def next_due(conn: sqlite3.Connection, now: float) -> float | None:
         for (at,) in conn.execute(
             "SELECT min(run_at) FROM jobs INDEXED BY jobs_queue_due"
             " WHERE status = 'pending' AND queue = ? AND run_at > ?",
-            (queue, now),
+            (queue, after),
         )
         if at is not None
     ]

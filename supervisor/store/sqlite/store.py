@@ -114,6 +114,9 @@ class SqliteStore:
         self._pace = KeyPace()  # the paced keys' TATs (this node's, as rate limits are)
         self._key_waits: list[str] = []  # (`key_waits`)
         self._cursors: dict[str, str] = {}  # where each keyed type takes keys up again
+        # the jobs due by this were looked at (by a claim, or a past time answered once;
+        # those due at start-up, by the node's first claim)
+        self._due_seen = clock().timestamp()
         self._keys = keyed.Keys(lambda: self.db.undone)  # the keys after it, their counts
         self._seq = itertools.count(1)
         self._starts = StartTimes()
@@ -309,6 +312,7 @@ class SqliteStore:
             )
             paused = tx.paused()
             best = reads.due(tx.conn, tx.ts, queues, paused, slots, limit, turns, self._keys)
+            self._due_seen = max(self._due_seen, tx.ts)
             if len(best) < limit:
                 self._key_waits.extend(turns.held)
             leases = []
@@ -350,13 +354,17 @@ class SqliteStore:
 
     def next_due_at(self) -> datetime | None:
         """When the earliest delayed job becomes due (an indexed look-up), or a key held
-        back by its pace may start again, whichever comes first."""
+        back by its pace may start again, whichever comes first. A job that came due
+        since the last claim looked is answered once though its time is past (the claim
+        may have been quicker than it): one wake covers every job due by now."""
         now = self.clock().timestamp()
         paced = self._pace.due(now)
         try:
-            due = self._read(lambda c: reads.next_due(c, now))
+            due = self._read(lambda c: reads.next_due(c, self._due_seen))
         except Exception:
             due = None
+        if due is not None and due <= now:
+            self._due_seen = now
         return from_ts(due if paced is None or (due is not None and due < paced) else paced)
 
     # -- leases and outcomes ---------------------------------------------------------

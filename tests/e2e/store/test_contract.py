@@ -97,6 +97,17 @@ async def test_delayed_jobs_are_not_claimed_until_due(open_store, clock) -> None
         assert (await claim_one(store)).job.id == delayed.id
 
 
+async def test_a_job_due_since_the_last_claim_looked_is_answered_once(open_store, clock) -> None:
+    async with open_store() as store:
+        late = (await store.enqueue(new("a", delay_seconds=0.3))).job
+        assert await store.claim(1, None, ALL) == []  # not due yet when it looked
+        await clock.advance(0.4)  # due now, and no claim since (no worker was free)
+        due = store.next_due_at()  # past: a timer for it wakes the dispatcher at once
+        assert due is not None and abs((due - late.run_at).total_seconds()) < 0.01
+        assert store.next_due_at() is None  # once: no spinning on a time past
+        assert (await claim_one(store)).job.id == late.id
+
+
 async def test_complete_stores_result_and_chains_on_success(open_store) -> None:
     async with open_store() as store:
         job = (await store.enqueue(new("a", on_success={"type": "b", "payload": 7}))).job
