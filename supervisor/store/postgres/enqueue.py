@@ -116,17 +116,8 @@ class Enqueuer:
         answers: list[Answer | None] = [None] * len(news)
         keyed: list[int] = []
         plain: list[int] = []
-        for i, new in enumerate(news):
-            spec = new.spec  # storing it checks a key: a savepoint of its own
-            if (
-                new.idempotency_key is not None
-                or (spec.dedupe_key is not None and spec.dedupe_window_seconds)
-                or spec.unique_key is not None
-                or spec.debounce_key is not None
-            ):
-                keyed.append(i)
-            else:
-                plain.append(i)
+        for i, new in enumerate(news):  # each job asked once
+            (keyed if pg_steps.keyed(new) else plain).append(i)
         if sort_keys:
             keyed.sort(key=lambda i: _key_order(news[i]))
         async with self._db.connection(lane) as conn:
