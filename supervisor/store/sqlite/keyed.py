@@ -21,11 +21,24 @@ from goqueue.supervisor.common.jobs import Job
 from goqueue.supervisor.store.base import MAX_KEY_HOLDS
 from goqueue.supervisor.store.sqlite.rows import COLUMNS
 
-# A type's best due jobs without a key, in claim order, on `jobs_due`.
+# The queues holding a type's pending jobs without a key, in order: one statement that
+# skips along `jobs_due` (each step an index probe for the next queue).
+_QUEUES_OF = (
+    "WITH RECURSIVE q(queue) AS ("
+    " SELECT (SELECT min(queue) FROM jobs INDEXED BY jobs_due"
+    "  WHERE status = 'pending' AND type = :type AND (concurrency_key IS NOT NULL) = 0)"
+    " UNION ALL SELECT (SELECT min(queue) FROM jobs INDEXED BY jobs_due"
+    "  WHERE status = 'pending' AND type = :type AND (concurrency_key IS NOT NULL) = 0"
+    "  AND queue > q.queue) FROM q WHERE q.queue IS NOT NULL)"
+    " SELECT queue FROM q WHERE queue IS NOT NULL"
+)
+
+# One queue's best due jobs of a type without a key, in claim order, on `jobs_due`: one
+# arm of `plain_due`'s statement.
 _PLAIN_DUE = (
-    f"SELECT priority, run_at, seq, {COLUMNS} FROM jobs INDEXED BY jobs_due"
+    f"SELECT * FROM (SELECT priority, run_at, seq, {COLUMNS} FROM jobs INDEXED BY jobs_due"
     " WHERE status = 'pending' AND type = ? AND (concurrency_key IS NOT NULL) = 0"
-    " AND run_at <= ?{where} ORDER BY priority DESC, run_at, seq LIMIT ?"
+    " AND queue = ? AND run_at <= ? ORDER BY priority DESC, run_at, seq LIMIT ?)"
 )
 
 # A key's first due jobs (its room of them) in claim order, with the key's place in the
@@ -220,17 +233,15 @@ def keyed_due(
     turns: KeyTurns,
     keys: Keys,
     now: float,
+    takes: Callable[[str], bool],
     where: str,
     params: list[Any],
 ) -> list[Hit]:
-    """The best `take` due jobs of `job_type`, no key beyond its room in this claim
-    (`turns`: its limit less its claimed and running jobs, its paced starts), in claim
-    order: priority, then the key's turn, then run_at, then enqueue order."""
-    plain = conn.execute(
-        _PLAIN_DUE.format(where=where),
-        (job_type, now, *params, take),
-    )
-    hits: list[Hit] = [(-hit[0], 0, 0, hit[1], hit[2], hit[3:]) for hit in plain]
+    """The best `take` due jobs of `job_type` in the queues the claim `takes` from, no
+    key beyond its room in this claim (`turns`: its limit less its claimed and running
+    jobs, its paced starts), in claim order: priority, then the key's turn, then run_at,
+    then enqueue order. (`where` and `params` say the same of the queues in SQL.)"""
+    hits = plain_due(conn, job_type, take, now, takes)
     ahead = keys.ahead
     if ahead.quiet(job_type):
         return hits  # no key pending: no key to walk
@@ -269,6 +280,29 @@ def keyed_due(
         hits.extend((*wanted[row[0]], row[1:]) for row in rows)
     hits.sort(key=lambda hit: hit[:5])
     return hits[:take]
+
+
+def plain_due(
+    conn: sqlite3.Connection,
+    job_type: str,
+    take: int,
+    now: float,
+    takes: Callable[[str], bool],
+) -> list[Hit]:
+    """The best `take` due jobs of `job_type` without a key, in claim order: each queue
+    the claim `takes` from read from its head, in one statement, so the backlog of a
+    queue it does not take from (a paused one) is never walked."""
+    queues = [q for (q,) in conn.execute(_QUEUES_OF, {"type": job_type}) if takes(q)]
+    if not queues:
+        return []
+    args: list[Any] = []
+    for queue in queues:
+        args += [job_type, queue, now, take]
+    sql = " UNION ALL ".join([_PLAIN_DUE] * len(queues))
+    if len(queues) > 1:
+        sql += " ORDER BY 1 DESC, 2, 3 LIMIT ?"
+        args.append(take)
+    return [(-hit[0], 0, 0, hit[1], hit[2], hit[3:]) for hit in conn.execute(sql, args)]
 
 
 def _heads(

@@ -61,7 +61,8 @@ def due(
 ) -> list[Row]:
     """The rows of the best `limit` due jobs, at most `slots[type]` of each type, highest
     priority first, then oldest `run_at`, then enqueue order, keys taking turns: per
-    type, its jobs without a key on the `jobs_due` index, and its keys one by one
+    type, its jobs without a key queue by queue on the `jobs_due` index (a paused
+    queue's backlog is never walked), and its keys one by one
     (`keyed.py`, with what it keeps of `keys`), so a type at its limit never holds up
     another. The jobs taken are counted in `turns`."""
     where, params = "", []
@@ -71,11 +72,15 @@ def due(
     if paused:
         where += f" AND queue NOT IN ({_marks(paused)})"
         params.extend(sorted(paused))
+
+    def takes(queue: str) -> bool:
+        return (queues is None or queue in queues) and queue not in paused
+
     found: list[tuple[int, int, int, float, int, tuple[Any, ...]]] = []
     for job_type, free in slots.items():
         if free > 0:
             take = min(free, limit)
-            found.extend(keyed_due(conn, job_type, take, turns, keys, now, where, params))
+            found.extend(keyed_due(conn, job_type, take, turns, keys, now, takes, where, params))
     if len(found) > limit:
         found = heapq.nsmallest(limit, found, key=_claim_order)
     else:

@@ -242,6 +242,13 @@ FEWER_INDEXES: tuple[str, ...] = (  # 7: every index a job's row is in is a page
     "DROP INDEX jobs_leased",
     "DROP INDEX jobs_next_due",
 )
+QUEUE_DUE: tuple[str, ...] = (  # 8: a type's due jobs without a key by queue, so a
+    # claim walks the queues it takes from and never steps over a paused queue's backlog
+    "DROP INDEX jobs_due",
+    "CREATE INDEX jobs_due ON jobs"
+    " (type, (concurrency_key IS NOT NULL), queue, priority DESC, run_at, seq)"
+    " WHERE status = 'pending'",
+)
 MIGRATIONS = (
     *MIGRATIONS,
     ROWS_ARE_THE_TRUTH,
@@ -249,6 +256,7 @@ MIGRATIONS = (
     PLAIN_DUE,
     BUSY_IN_MEMORY,
     FEWER_INDEXES,
+    QUEUE_DUE,
 )
 VERSION = len(MIGRATIONS)
 
