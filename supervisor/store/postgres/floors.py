@@ -22,7 +22,10 @@ this node makes a job pending below it (an enqueue that committed late, a lease 
 an explicit past `run_at`), and all floors go on a resume and every `rescan` seconds, so
 a job placed below them by another node is claimed within that time at worst. Floors
 learnt by claims from some queues hold only for claims from those same queues: a claim
-from others (or from all) would skip the jobs of queues it did not walk.
+from others (or from all) would skip the jobs of queues it did not walk. A claim from
+every queue walks the same way while some are paused, stepping over the paused queues'
+jobs: the floors rise past them, and the resume that makes them claimable again drops
+the floors (one by another node: within a rescan).
 """
 
 from __future__ import annotations

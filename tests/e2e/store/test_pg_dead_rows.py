@@ -83,6 +83,36 @@ def test_a_claim_starts_past_the_jobs_it_took(nodes: Nodes, snapshot: object) ->
 
 
 @pytest.mark.timeout(90)
+def test_a_paused_queue_costs_a_claim_from_every_queue_nothing_more(
+    nodes: Nodes, snapshot: object
+) -> None:
+    async def body(nodes: Nodes) -> None:
+        a = await nodes.open("a")
+        await a.set_paused("zzz", True)
+        await a.enqueue_many([new(queue="zzz") for _ in range(10)])
+        await a.enqueue_many([new() for _ in range(3_000)])
+        taken = []
+        while len(taken) < 3_000:
+            leases = await a.claim(500, None, {"t": 500})
+            assert leases and all(x.job.queue == "default" for x in leases)
+            taken += leases
+        # The claim walks from its floor whether a queue is paused or not: it does not
+        # list the queues holding jobs first, a walk over the 3,000 dead pending
+        # versions of the jobs it took (the held snapshot keeps them).
+        last = taken[-1].job
+        floors = [None] * 5 + [last.run_at] + [None] * 5, [None] * 5 + [last.seq] + [None] * 5
+        claim = CLAIM.removesuffix(")") + ", ARRAY[]::text[])"  # the node's own overload
+        paused = await _buffers(nodes, claim, floors)
+        await a.set_paused("zzz", False)
+        resumed = await _buffers(nodes, claim, floors)
+        assert paused < resumed + 20, (paused, resumed)  # the walk was 50 pages more
+        leases = await a.claim(20, None, {"t": 20})
+        assert sorted(x.job.queue for x in leases) == ["zzz"] * 10
+
+    nodes.run(body)
+
+
+@pytest.mark.timeout(90)
 def test_a_keyed_claim_reads_a_window_of_keys_not_every_pending_job(nodes: Nodes) -> None:
     async def body(nodes: Nodes) -> None:
         a = await nodes.open("a")
