@@ -76,6 +76,31 @@ _KEYS_AFTER = (
     " FROM k WHERE k.key IS NOT NULL AND k.n < :most)"
     " SELECT key FROM k WHERE key IS NOT NULL"
 )
+# The same, of one queue's pending keys, on `jobs_key_queue`.
+_KEYS_AFTER_IN = (
+    "WITH RECURSIVE k(key, n) AS ("
+    " SELECT (SELECT min(concurrency_key) FROM jobs INDEXED BY jobs_key_queue"
+    "  WHERE status = 'pending' AND concurrency_key IS NOT NULL AND type = :type"
+    "  AND queue = :queue AND concurrency_key > :after), 1"
+    " UNION ALL"
+    " SELECT (SELECT min(concurrency_key) FROM jobs INDEXED BY jobs_key_queue"
+    "  WHERE status = 'pending' AND concurrency_key IS NOT NULL AND type = :type"
+    "  AND queue = :queue AND concurrency_key > k.key), k.n + 1"
+    " FROM k WHERE k.key IS NOT NULL AND k.n < :most)"
+    " SELECT key FROM k WHERE key IS NOT NULL"
+)
+# The queues holding a type's pending keyed jobs, in order, skipping along
+# `jobs_key_queue`.
+_KEY_QUEUES = (
+    "WITH RECURSIVE q(queue) AS ("
+    " SELECT (SELECT min(queue) FROM jobs INDEXED BY jobs_key_queue"
+    "  WHERE status = 'pending' AND concurrency_key IS NOT NULL AND type = :type)"
+    " UNION ALL SELECT (SELECT min(queue) FROM jobs INDEXED BY jobs_key_queue"
+    "  WHERE status = 'pending' AND concurrency_key IS NOT NULL AND type = :type"
+    "  AND queue > q.queue) FROM q WHERE q.queue IS NOT NULL)"
+    " SELECT queue FROM q WHERE queue IS NOT NULL"
+)
+Walked = tuple[str, ...] | None  # the queues a claim's key walk reads (None: all)
 
 
 class KeysBusy:
@@ -157,21 +182,24 @@ class KeysAhead:
         """A job of `job_type` with a key was written: its keys need reading again."""
         self._quiet.discard(job_type)
 
-    def keys(self, conn: sqlite3.Connection, job_type: str, cursor: str) -> Iterator[str]:
-        """The type's keys in turn after `cursor`, each once, for one claim."""
+    def keys(
+        self, conn: sqlite3.Connection, job_type: str, cursor: str, walked: Walked = None
+    ) -> Iterator[str]:
+        """The type's keys in turn after `cursor`, each once, for one claim: those with a
+        job pending in the `walked` queues (None: in any)."""
         lap = self._laps.get(job_type)
-        fresh = lap is None or not lap.move_to(cursor)
+        fresh = lap is None or lap.walked != walked or not lap.move_to(cursor)
         if lap is None or fresh:
-            lap = self._laps[job_type] = _Lap(cursor)
+            lap = self._laps[job_type] = _Lap(cursor, walked)
         seen: set[str] = set()
         i = 0
         while True:
             if i == len(lap.ahead) and not lap.read(conn, job_type, self.step):
                 if fresh:
-                    if not seen:
-                        self._quiet.add(job_type)  # no key at all
+                    if not seen and walked is None:
+                        self._quiet.add(job_type)  # no key at all, in any queue
                     return  # a whole lap read in this claim: every key was offered
-                lap = self._laps[job_type] = _Lap(cursor)  # the next lap
+                lap = self._laps[job_type] = _Lap(cursor, walked)  # the next lap
                 fresh, i = True, 0
                 continue
             key = lap.ahead[i]
@@ -184,8 +212,9 @@ class KeysAhead:
 class _Lap:
     """One lap of a type's keys: the keys read and not yet passed, in turn."""
 
-    def __init__(self, start: str) -> None:
+    def __init__(self, start: str, walked: Walked = None) -> None:
         self.start = start  # the cursor the lap began at: it ends there
+        self.walked = walked  # the queues whose keys it reads (None: every queue)
         self.at = start  # the cursor the keys ahead follow
         self.ahead: list[str] = []
         self.last = start  # the last key read
@@ -207,10 +236,10 @@ class _Lap:
         """Read the lap's next `step` keys at most; False when it is over."""
         if self.over:
             return False
-        keys = [k for (k,) in conn.execute(_KEYS_AFTER, _after(job_type, self.last, step))]
+        keys = self._after(conn, job_type, self.last, step)
         if not keys and not self.wrapped:
             self.wrapped, self.last = True, ""
-            keys = [k for (k,) in conn.execute(_KEYS_AFTER, _after(job_type, "", step))]
+            keys = self._after(conn, job_type, "", step)
         if self.wrapped and keys and keys[-1] > self.start:
             keys = [k for k in keys if k <= self.start]
             self.over = True
@@ -221,9 +250,16 @@ class _Lap:
         self.last = keys[-1]
         return True
 
-
-def _after(job_type: str, after: str, most: int) -> dict[str, Any]:
-    return {"type": job_type, "after": after, "most": most}
+    def _after(self, conn: sqlite3.Connection, job_type: str, after: str, most: int) -> list[str]:
+        """The first `most` keys after `after` with a job pending in the walked queues:
+        each queue's first `most`, merged."""
+        args = {"type": job_type, "after": after, "most": most}
+        if self.walked is None:
+            return [k for (k,) in conn.execute(_KEYS_AFTER, args)]
+        found: set[str] = set()
+        for queue in self.walked:
+            found.update(k for (k,) in conn.execute(_KEYS_AFTER_IN, args | {"queue": queue}))
+        return sorted(found)[:most]
 
 
 def keyed_due(
@@ -233,14 +269,15 @@ def keyed_due(
     turns: KeyTurns,
     keys: Keys,
     now: float,
-    takes: Callable[[str], bool],
+    takes: Callable[[str], bool] | None,
     where: str,
     params: list[Any],
 ) -> list[Hit]:
-    """The best `take` due jobs of `job_type` in the queues the claim `takes` from, no
-    key beyond its room in this claim (`turns`: its limit less its claimed and running
-    jobs, its paced starts), in claim order: priority, then the key's turn, then run_at,
-    then enqueue order. (`where` and `params` say the same of the queues in SQL.)"""
+    """The best `take` due jobs of `job_type` in the queues the claim `takes` from (None:
+    every queue), no key beyond its room in this claim (`turns`: its limit less its
+    claimed and running jobs, its paced starts), in claim order: priority, then the
+    key's turn, then run_at, then enqueue order. (`where` and `params` say the same of
+    the queues in SQL.) Only the keys with a job pending in those queues are walked."""
     hits = plain_due(conn, job_type, take, now, takes)
     ahead = keys.ahead
     if ahead.quiet(job_type):
@@ -255,7 +292,10 @@ def keyed_due(
     place = 0
     # keys read ahead over claims, then one statement of jobs for most windows; keys
     # with nothing due (later jobs, paused queues) do not count
-    for key in ahead.keys(conn, job_type, cursor):
+    walked = None
+    if takes is not None:
+        walked = tuple(q for (q,) in conn.execute(_KEY_QUEUES, {"type": job_type}) if takes(q))
+    for key in ahead.keys(conn, job_type, cursor, walked):
         room = min(turns.room_of(job_type, key), take)
         if room <= 0:
             continue
@@ -287,12 +327,14 @@ def plain_due(
     job_type: str,
     take: int,
     now: float,
-    takes: Callable[[str], bool],
+    takes: Callable[[str], bool] | None,
 ) -> list[Hit]:
     """The best `take` due jobs of `job_type` without a key, in claim order: each queue
-    the claim `takes` from read from its head, in one statement, so the backlog of a
-    queue it does not take from (a paused one) is never walked."""
-    queues = [q for (q,) in conn.execute(_QUEUES_OF, {"type": job_type}) if takes(q)]
+    the claim `takes` from (None: every queue) read from its head, in one statement, so
+    the backlog of a queue it does not take from (a paused one) is never walked."""
+    queues = [
+        q for (q,) in conn.execute(_QUEUES_OF, {"type": job_type}) if takes is None or takes(q)
+    ]
     if not queues:
         return []
     args: list[Any] = []

@@ -73,9 +73,10 @@ def due(
         where += f" AND queue NOT IN ({_marks(paused)})"
         params.extend(sorted(paused))
 
-    def takes(queue: str) -> bool:
+    def taken(queue: str) -> bool:
         return (queues is None or queue in queues) and queue not in paused
 
+    takes = None if queues is None and not paused else taken
     found: list[tuple[int, int, int, float, int, tuple[Any, ...]]] = []
     for job_type, free in slots.items():
         if free > 0:

@@ -249,6 +249,11 @@ QUEUE_DUE: tuple[str, ...] = (  # 8: a type's due jobs without a key by queue, s
     " (type, (concurrency_key IS NOT NULL), queue, priority DESC, run_at, seq)"
     " WHERE status = 'pending'",
 )
+KEY_QUEUES: tuple[str, ...] = (  # 9: a type's pending keys by queue, so a claim that
+    # does not take from every queue (one is paused) walks only the keys of those it does
+    "CREATE INDEX jobs_key_queue ON jobs (type, queue, concurrency_key)"
+    " WHERE status = 'pending' AND concurrency_key IS NOT NULL",
+)
 MIGRATIONS = (
     *MIGRATIONS,
     ROWS_ARE_THE_TRUTH,
@@ -257,6 +262,7 @@ MIGRATIONS = (
     BUSY_IN_MEMORY,
     FEWER_INDEXES,
     QUEUE_DUE,
+    KEY_QUEUES,
 )
 VERSION = len(MIGRATIONS)
 

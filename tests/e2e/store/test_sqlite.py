@@ -423,6 +423,44 @@ async def test_a_claim_never_walks_a_paused_queues_backlog(path: str, clock: Clo
     await store.close()
 
 
+async def test_a_claim_never_walks_the_keys_of_a_paused_queue(path: str, clock: Clock) -> None:
+    # A type with a per-key limit: the claim walks its pending keys in turn, and keys
+    # whose jobs all wait in a paused queue cost it nothing (5,000 of them made each
+    # claim take 25 ms rather than 0.3 ms). Counted in SQLite's own steps.
+    store = await opened(path, clock)
+    await store.register_node({"a": None}, key_limits={"a": 1})
+    await store.set_paused("held", True)
+    held = 0
+
+    async def steps_of_a_claim(keys: int) -> int:
+        nonlocal held
+        batch = [new(queue="held", concurrency_key=f"h{held + i:05}") for i in range(keys)]
+        await store.enqueue_many(batch)
+        held += keys
+        clock.advance(1)
+        first = (await store.enqueue(new(queue="q2", concurrency_key=f"k{held}"))).job.id
+        steps = 0
+
+        def step() -> int:
+            nonlocal steps
+            steps += 1
+            return 0
+
+        await store.db.read(lambda c: c.set_progress_handler(step, 10))
+        leases = await store.claim(3, None, {"a": 3})
+        await store.db.read(lambda c: c.set_progress_handler(None, 10))
+        assert [lease.job.id for lease in leases] == [first]
+        return steps
+
+    small = await steps_of_a_claim(10)
+    big = await steps_of_a_claim(3_000)
+    assert big < 2 * small, (small, big)
+    assert await store.claim(5, None, {"a": 5}) == []  # only the paused keys are left
+    await store.set_paused("held", False)  # and once resumed, they are walked again
+    assert len(await store.claim(5, None, {"a": 5})) == 5
+    await store.close()
+
+
 async def test_a_keys_running_jobs_are_counted_across_a_failed_outcome_and_a_restart(
     path: str, clock: Clock
 ) -> None:
