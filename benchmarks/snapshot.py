@@ -27,7 +27,8 @@ from benchmarks.loadgen import LoadClient
 from benchmarks.nodes import BenchNode
 
 
-async def _call(client: LoadClient, method: str, path: str, body: Any = None) -> Any:
+async def call(client: LoadClient, method: str, path: str, body: Any = None) -> Any:
+    """One API call; its JSON answer (RuntimeError naming it on anything but a 2xx)."""
     raw = json.dumps(body).encode() if body is not None else b""
     status, answer = await client.request(method, path, raw)
     if status >= 300:
@@ -44,21 +45,21 @@ async def burn_down(
 ) -> float:
     """Enqueue `n` jobs (`job(i)` each) into the paused queue, resume it, and time the
     drain: jobs/s."""
-    before = (await _call(client, "GET", "/stats"))["counts"].get("done", 0)
-    await _call(client, "POST", "/queues/default/pause")
+    before = (await call(client, "GET", "/stats"))["counts"].get("done", 0)
+    await call(client, "POST", "/queues/default/pause")
     ids: list[str] = []
     for i in range(0, n, 1000):
         jobs = [job(i + j) for j in range(min(1000, n - i))]
-        answer = await _call(client, "POST", "/jobs/batch", {"jobs": jobs})
+        answer = await call(client, "POST", "/jobs/batch", {"jobs": jobs})
         ids += [result["job"]["id"] for result in answer["results"]]
     started = time.monotonic()
-    await _call(client, "POST", "/queues/default/resume")
+    await call(client, "POST", "/queues/default/resume")
     # Jobs start in order: wait for the last, then for all (GET /stats counts the table).
-    while (await _call(client, "GET", f"/jobs/{ids[-1]}"))["status"] != "done":
+    while (await call(client, "GET", f"/jobs/{ids[-1]}"))["status"] != "done":
         if time.monotonic() - started > 1200:
             raise RuntimeError("the burn-down took over 20 minutes")
         await asyncio.sleep(0.05)
-    while (await _call(client, "GET", "/stats"))["counts"].get("done", 0) - before < n:
+    while (await call(client, "GET", "/stats"))["counts"].get("done", 0) - before < n:
         await asyncio.sleep(0.05)
     return n / (time.monotonic() - started)
 

@@ -1,0 +1,91 @@
+"""A backlog's burn-down beside a paused queue holding many older jobs, on each store.
+
+For each store and round, two fresh nodes in turn: one burns down N no-op jobs alone, the
+other the same N after a paused queue was filled with `--paused` older jobs of the same
+type (enqueued in batches). A claim should cost the same either way: a paused queue's
+backlog is never walked. Prints each burn-down as a JSON line, then the medians and the
+rate beside the paused backlog over the rate alone, per store.
+
+    python -m benchmarks.paused --database-url postgresql://postgres@127.0.0.1:5432/test
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import statistics
+from typing import Any
+
+from benchmarks.cost import own_database
+from benchmarks.loadgen import LoadClient
+from benchmarks.nodes import BenchNode
+from benchmarks.snapshot import burn_down, call
+
+HELD = "held"  # the paused queue
+
+
+async def drain(store: str, dsn: str | None, n: int, paused: int, workers: int) -> float:
+    """One fresh node on `store`; the rate of one burn-down of `n` jobs beside a paused
+    queue of `paused` jobs."""
+    node = BenchNode("--workers", str(workers), dsn=dsn, schema="goqueue", store=store)
+    client = LoadClient("127.0.0.1", node.port)
+    try:
+        await node.ready(client)
+        if paused:
+            await call(client, "POST", f"/queues/{HELD}/pause")
+            for i in range(0, paused, 1000):
+                jobs = [
+                    {"type": "bench.noop", "queue": HELD, "payload": {"i": i + j}}
+                    for j in range(min(1000, paused - i))
+                ]
+                await call(client, "POST", "/jobs/batch", {"jobs": jobs})
+        return await burn_down(client, n)
+    finally:
+        client.close()
+        node.stop()
+
+
+async def run(args: argparse.Namespace) -> None:
+    rates: dict[tuple[str, int], list[float]] = {}
+    for round_ in range(args.rounds):
+        for store in args.stores:
+            for paused in (0, args.paused):
+                if store == "postgres":
+                    with own_database(args.database_url) as dsn:
+                        rate = await drain(store, dsn, args.n, paused, args.workers)
+                else:
+                    rate = await drain(store, None, args.n, paused, args.workers)
+                rates.setdefault((store, paused), []).append(rate)
+                line = {"round": round_ + 1, "store": store, "paused": paused}
+                print(json.dumps(line | {"jobs_per_s": round(rate)}), flush=True)
+    summary: dict[str, Any] = {}
+    for store in args.stores:
+        alone = statistics.median(rates[(store, 0)])
+        beside = statistics.median(rates[(store, args.paused)])
+        summary[store] = {
+            "alone": round(alone),
+            "beside_paused": round(beside),
+            "ratio": round(beside / alone, 2),
+        }
+    print(json.dumps({"n": args.n, "paused": args.paused, "rounds": args.rounds} | summary))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--database-url", help="PostgreSQL server for the postgres store")
+    parser.add_argument("-n", type=int, default=20_000, help="jobs per burn-down")
+    parser.add_argument(
+        "--paused", type=int, default=60_000, help="older jobs waiting in the paused queue"
+    )
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--stores", nargs="+", default=["memory", "sqlite", "postgres"])
+    args = parser.parse_args()
+    if "postgres" in args.stores and not args.database_url:
+        parser.error("--database-url is needed for the postgres store")
+    asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    main()
