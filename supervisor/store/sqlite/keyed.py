@@ -21,24 +21,33 @@ from goqueue.supervisor.common.jobs import Job
 from goqueue.supervisor.store.base import MAX_KEY_HOLDS
 from goqueue.supervisor.store.sqlite.rows import COLUMNS
 
-# The queues holding a type's pending jobs without a key, in order: one statement that
-# skips along `jobs_due` (each step an index probe for the next queue).
-_QUEUES_OF = (
+# The (queue, priority) pairs of a type's pending jobs without a key, in index order: one
+# statement that skips along `jobs_due`, each step an index probe for the next queue or
+# the queue's next priority down.
+_HEADS_OF = (
     "WITH RECURSIVE q(queue) AS ("
     " SELECT (SELECT min(queue) FROM jobs INDEXED BY jobs_due"
     "  WHERE status = 'pending' AND type = :type AND (concurrency_key IS NOT NULL) = 0)"
     " UNION ALL SELECT (SELECT min(queue) FROM jobs INDEXED BY jobs_due"
     "  WHERE status = 'pending' AND type = :type AND (concurrency_key IS NOT NULL) = 0"
-    "  AND queue > q.queue) FROM q WHERE q.queue IS NOT NULL)"
-    " SELECT queue FROM q WHERE queue IS NOT NULL"
+    "  AND queue > q.queue) FROM q WHERE q.queue IS NOT NULL),"
+    " p(queue, priority) AS ("
+    " SELECT q.queue, (SELECT max(priority) FROM jobs INDEXED BY jobs_due"
+    "  WHERE status = 'pending' AND type = :type AND (concurrency_key IS NOT NULL) = 0"
+    "  AND queue = q.queue) FROM q WHERE q.queue IS NOT NULL"
+    " UNION ALL SELECT p.queue, (SELECT max(priority) FROM jobs INDEXED BY jobs_due"
+    "  WHERE status = 'pending' AND type = :type AND (concurrency_key IS NOT NULL) = 0"
+    "  AND queue = p.queue AND priority < p.priority) FROM p WHERE p.priority IS NOT NULL)"
+    " SELECT queue, priority FROM p WHERE priority IS NOT NULL"
 )
 
-# One queue's best due jobs of a type without a key, in claim order, on `jobs_due`: one
-# arm of `plain_due`'s statement.
+# One queue's best due jobs of a type without a key at one priority, in claim order, on
+# `jobs_due`: one arm of `plain_due`'s statement. With the priority fixed, `run_at` is a
+# range of the index: the jobs scheduled later are never walked.
 _PLAIN_DUE = (
     f"SELECT * FROM (SELECT priority, run_at, seq, {COLUMNS} FROM jobs INDEXED BY jobs_due"
     " WHERE status = 'pending' AND type = ? AND (concurrency_key IS NOT NULL) = 0"
-    " AND queue = ? AND run_at <= ? ORDER BY priority DESC, run_at, seq LIMIT ?)"
+    " AND queue = ? AND priority = ? AND run_at <= ? ORDER BY run_at, seq LIMIT ?)"
 )
 
 # A key's first due jobs (its room of them) in claim order, with the key's place in the
@@ -329,19 +338,19 @@ def plain_due(
     now: float,
     takes: Callable[[str], bool] | None,
 ) -> list[Hit]:
-    """The best `take` due jobs of `job_type` without a key, in claim order: each queue
-    the claim `takes` from (None: every queue) read from its head, in one statement, so
-    the backlog of a queue it does not take from (a paused one) is never walked."""
-    queues = [
-        q for (q,) in conn.execute(_QUEUES_OF, {"type": job_type}) if takes is None or takes(q)
-    ]
-    if not queues:
-        return []
+    """The best `take` due jobs of `job_type` without a key, in claim order, in one
+    statement: each queue the claim `takes` from (None: every queue) read from the head
+    of each of its priorities, so neither the backlog of a queue it does not take from
+    (a paused one) nor jobs scheduled for later are walked."""
     args: list[Any] = []
-    for queue in queues:
-        args += [job_type, queue, now, take]
-    sql = " UNION ALL ".join([_PLAIN_DUE] * len(queues))
-    if len(queues) > 1:
+    for queue, priority in conn.execute(_HEADS_OF, {"type": job_type}):
+        if takes is None or takes(queue):
+            args += [job_type, queue, priority, now, take]
+    arms = len(args) // 5
+    if not arms:
+        return []
+    sql = " UNION ALL ".join([_PLAIN_DUE] * arms)
+    if arms > 1:
         sql += " ORDER BY 1 DESC, 2, 3 LIMIT ?"
         args.append(take)
     return [(-hit[0], 0, 0, hit[1], hit[2], hit[3:]) for hit in conn.execute(sql, args)]

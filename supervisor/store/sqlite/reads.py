@@ -61,8 +61,9 @@ def due(
 ) -> list[Row]:
     """The rows of the best `limit` due jobs, at most `slots[type]` of each type, highest
     priority first, then oldest `run_at`, then enqueue order, keys taking turns: per
-    type, its jobs without a key queue by queue on the `jobs_due` index (a paused
-    queue's backlog is never walked), and its keys one by one
+    type, its jobs without a key from the head of each queue and priority on the
+    `jobs_due` index (a paused queue's backlog, and jobs scheduled for later, are never
+    walked), and its keys one by one
     (`keyed.py`, with what it keeps of `keys`), so a type at its limit never holds up
     another. The jobs taken are counted in `turns`."""
     where, params = "", []
