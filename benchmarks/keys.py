@@ -13,14 +13,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import statistics
 from typing import Any
 
-from benchmarks.cost import own_database
 from benchmarks.loadgen import LoadClient
 from benchmarks.nodes import BenchNode
-from benchmarks.snapshot import burn_down
+from benchmarks.snapshot import burn_down, compare_burn_downs
 
 
 async def drain(store: str, dsn: str | None, n: int, keys: int, workers: int) -> float:
@@ -46,28 +43,10 @@ async def drain(store: str, dsn: str | None, n: int, keys: int, workers: int) ->
 
 
 async def run(args: argparse.Namespace) -> None:
-    rates: dict[tuple[str, int], list[float]] = {}
-    for round_ in range(args.rounds):
-        for store in args.stores:
-            for keys in (0, args.keys):
-                if store == "postgres":
-                    with own_database(args.database_url) as dsn:
-                        rate = await drain(store, dsn, args.n, keys, args.workers)
-                else:
-                    rate = await drain(store, None, args.n, keys, args.workers)
-                rates.setdefault((store, keys), []).append(rate)
-                line = {"round": round_ + 1, "store": store, "keys": keys, "jobs_per_s": rate}
-                print(json.dumps(line | {"jobs_per_s": round(rate)}), flush=True)
-    summary: dict[str, Any] = {}
-    for store in args.stores:
-        none = statistics.median(rates[(store, 0)])
-        keyed = statistics.median(rates[(store, args.keys)])
-        summary[store] = {
-            "none": round(none),
-            "keys": round(keyed),
-            "ratio": round(keyed / none, 2),
-        }
-    print(json.dumps({"n": args.n, "keys": args.keys, "rounds": args.rounds} | summary))
+    async def one(store: str, dsn: str | None, keys: int) -> float:
+        return await drain(store, dsn, args.n, keys, args.workers)
+
+    await compare_burn_downs(args, "keys", args.keys, ("none", "keys"), one)
 
 
 def main() -> None:

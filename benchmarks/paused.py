@@ -13,14 +13,10 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
-import statistics
-from typing import Any
 
-from benchmarks.cost import own_database
 from benchmarks.loadgen import LoadClient
 from benchmarks.nodes import BenchNode
-from benchmarks.snapshot import burn_down, call
+from benchmarks.snapshot import burn_down, call, compare_burn_downs
 
 HELD = "held"  # the paused queue
 
@@ -47,28 +43,10 @@ async def drain(store: str, dsn: str | None, n: int, paused: int, workers: int) 
 
 
 async def run(args: argparse.Namespace) -> None:
-    rates: dict[tuple[str, int], list[float]] = {}
-    for round_ in range(args.rounds):
-        for store in args.stores:
-            for paused in (0, args.paused):
-                if store == "postgres":
-                    with own_database(args.database_url) as dsn:
-                        rate = await drain(store, dsn, args.n, paused, args.workers)
-                else:
-                    rate = await drain(store, None, args.n, paused, args.workers)
-                rates.setdefault((store, paused), []).append(rate)
-                line = {"round": round_ + 1, "store": store, "paused": paused}
-                print(json.dumps(line | {"jobs_per_s": round(rate)}), flush=True)
-    summary: dict[str, Any] = {}
-    for store in args.stores:
-        alone = statistics.median(rates[(store, 0)])
-        beside = statistics.median(rates[(store, args.paused)])
-        summary[store] = {
-            "alone": round(alone),
-            "beside_paused": round(beside),
-            "ratio": round(beside / alone, 2),
-        }
-    print(json.dumps({"n": args.n, "paused": args.paused, "rounds": args.rounds} | summary))
+    async def one(store: str, dsn: str | None, paused: int) -> float:
+        return await drain(store, dsn, args.n, paused, args.workers)
+
+    await compare_burn_downs(args, "paused", args.paused, ("alone", "beside_paused"), one)
 
 
 def main() -> None:

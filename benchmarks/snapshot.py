@@ -16,8 +16,9 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import psycopg
@@ -62,6 +63,40 @@ async def burn_down(
     while (await call(client, "GET", "/stats"))["counts"].get("done", 0) - before < n:
         await asyncio.sleep(0.05)
     return n / (time.monotonic() - started)
+
+
+async def compare_burn_downs(
+    args: argparse.Namespace,
+    name: str,
+    amount: int,
+    labels: tuple[str, str],
+    drain: Callable[[str, str | None, int], Awaitable[float]],
+) -> None:
+    """For each round and store, `drain(store, dsn, x)` with `x` of `name` at 0, then
+    at `amount` (PostgreSQL on a database of its own each time). Prints each drain as a
+    JSON line, then the medians (`labels`: without, with) and their ratio per store."""
+    rates: dict[tuple[str, int], list[float]] = {}
+    for round_ in range(args.rounds):
+        for store in args.stores:
+            for x in (0, amount):
+                if store == "postgres":
+                    with own_database(args.database_url) as dsn:
+                        rate = await drain(store, dsn, x)
+                else:
+                    rate = await drain(store, None, x)
+                rates.setdefault((store, x), []).append(rate)
+                line = {"round": round_ + 1, "store": store, name: x}
+                print(json.dumps(line | {"jobs_per_s": round(rate)}), flush=True)
+    summary: dict[str, Any] = {}
+    for store in args.stores:
+        without = statistics.median(rates[(store, 0)])
+        with_ = statistics.median(rates[(store, amount)])
+        summary[store] = {
+            labels[0]: round(without),
+            labels[1]: round(with_),
+            "ratio": round(with_ / without, 2),
+        }
+    print(json.dumps({"n": args.n, name: amount, "rounds": args.rounds} | summary))
 
 
 def table_health(dsn: str, schema: str) -> dict[str, Any]:
