@@ -390,6 +390,25 @@ async def test_a_start_whose_commit_failed_leaves_the_claim_as_it_was_until_aske
     await again.close()
 
 
+async def claim_counting_steps(
+    store: SqliteStore, limit: int, slots: dict[str, int]
+) -> tuple[list[Lease], int]:
+    """A claim from every queue, and how much SQLite ran for it (every 10 VM instructions)."""
+    steps = 0
+
+    def step() -> int:
+        nonlocal steps
+        steps += 1
+        return 0
+
+    await store.db.read(lambda c: c.set_progress_handler(step, 10))
+    try:
+        leases = await store.claim(limit, None, slots)
+    finally:
+        await store.db.read(lambda c: c.set_progress_handler(None, 10))
+    return leases, steps
+
+
 async def test_a_claim_never_walks_a_paused_queues_backlog(path: str, clock: Clock) -> None:
     # The paused queue's jobs are older, so they lead the type's pending jobs: a claim
     # that stepped over them would cost as much as the backlog (a node draining other
@@ -404,16 +423,7 @@ async def test_a_claim_never_walks_a_paused_queues_backlog(path: str, clock: Clo
         first = (await store.enqueue(new(queue="q2"))).job.id
         clock.advance(1)
         second = (await store.enqueue(new(queue="q1"))).job.id
-        steps = 0
-
-        def step() -> int:
-            nonlocal steps
-            steps += 1
-            return 0
-
-        await store.db.read(lambda c: c.set_progress_handler(step, 10))
-        leases = await store.claim(3, None, ALL)
-        await store.db.read(lambda c: c.set_progress_handler(None, 10))
+        leases, steps = await claim_counting_steps(store, 3, ALL)
         assert [lease.job.id for lease in leases] == [first, second]  # merged in order
         return steps
 
@@ -433,16 +443,7 @@ async def test_a_claim_never_walks_the_jobs_scheduled_for_later(path: str, clock
     async def steps_of_a_claim(delayed: int) -> int:
         await store.enqueue_many([new(run_at=later) for _ in range(delayed)])
         due = [(await store.enqueue(new(priority=p))).job.id for p in (5, 7)]
-        steps = 0
-
-        def step() -> int:
-            nonlocal steps
-            steps += 1
-            return 0
-
-        await store.db.read(lambda c: c.set_progress_handler(step, 10))
-        leases = await store.claim(5, None, ALL)
-        await store.db.read(lambda c: c.set_progress_handler(None, 10))
+        leases, steps = await claim_counting_steps(store, 5, ALL)
         assert [lease.job.id for lease in leases] == due[::-1]  # the higher priority first
         return steps
 
@@ -468,16 +469,7 @@ async def test_a_claim_never_walks_the_keys_of_a_paused_queue(path: str, clock: 
         held += keys
         clock.advance(1)
         first = (await store.enqueue(new(queue="q2", concurrency_key=f"k{held}"))).job.id
-        steps = 0
-
-        def step() -> int:
-            nonlocal steps
-            steps += 1
-            return 0
-
-        await store.db.read(lambda c: c.set_progress_handler(step, 10))
-        leases = await store.claim(3, None, {"a": 3})
-        await store.db.read(lambda c: c.set_progress_handler(None, 10))
+        leases, steps = await claim_counting_steps(store, 3, {"a": 3})
         assert [lease.job.id for lease in leases] == [first]
         return steps
 
