@@ -21,23 +21,30 @@ from goqueue.supervisor.common.jobs import Job
 from goqueue.supervisor.store.base import MAX_KEY_HOLDS
 from goqueue.supervisor.store.sqlite.rows import COLUMNS
 
+_PLAIN = "status = 'pending' AND type = :type AND (concurrency_key IS NOT NULL) = 0"
+_KEYED = "status = 'pending' AND concurrency_key IS NOT NULL AND type = :type"
+
+
+def _queues_cte(index: str, rows: str) -> str:
+    """`q(queue)`: the queues of the `rows` of a type, in order, skipping along `index`
+    (each step an index probe for the next queue)."""
+    return (
+        f"q(queue) AS (SELECT (SELECT min(queue) FROM jobs INDEXED BY {index} WHERE {rows})"
+        f" UNION ALL SELECT (SELECT min(queue) FROM jobs INDEXED BY {index}"
+        f" WHERE {rows} AND queue > q.queue) FROM q WHERE q.queue IS NOT NULL)"
+    )
+
+
 # The (queue, priority) pairs of a type's pending jobs without a key, in index order: one
-# statement that skips along `jobs_due`, each step an index probe for the next queue or
-# the queue's next priority down.
+# statement that skips along `jobs_due` to each queue, then down its priorities.
 _HEADS_OF = (
-    "WITH RECURSIVE q(queue) AS ("
-    " SELECT (SELECT min(queue) FROM jobs INDEXED BY jobs_due"
-    "  WHERE status = 'pending' AND type = :type AND (concurrency_key IS NOT NULL) = 0)"
-    " UNION ALL SELECT (SELECT min(queue) FROM jobs INDEXED BY jobs_due"
-    "  WHERE status = 'pending' AND type = :type AND (concurrency_key IS NOT NULL) = 0"
-    "  AND queue > q.queue) FROM q WHERE q.queue IS NOT NULL),"
+    f"WITH RECURSIVE {_queues_cte('jobs_due', _PLAIN)},"
     " p(queue, priority) AS ("
-    " SELECT q.queue, (SELECT max(priority) FROM jobs INDEXED BY jobs_due"
-    "  WHERE status = 'pending' AND type = :type AND (concurrency_key IS NOT NULL) = 0"
+    f" SELECT q.queue, (SELECT max(priority) FROM jobs INDEXED BY jobs_due WHERE {_PLAIN}"
     "  AND queue = q.queue) FROM q WHERE q.queue IS NOT NULL"
-    " UNION ALL SELECT p.queue, (SELECT max(priority) FROM jobs INDEXED BY jobs_due"
-    "  WHERE status = 'pending' AND type = :type AND (concurrency_key IS NOT NULL) = 0"
-    "  AND queue = p.queue AND priority < p.priority) FROM p WHERE p.priority IS NOT NULL)"
+    f" UNION ALL SELECT p.queue, (SELECT max(priority) FROM jobs INDEXED BY jobs_due"
+    f"  WHERE {_PLAIN} AND queue = p.queue AND priority < p.priority)"
+    "  FROM p WHERE p.priority IS NOT NULL)"
     " SELECT queue, priority FROM p WHERE priority IS NOT NULL"
 )
 
@@ -71,42 +78,27 @@ _BUSY = (
     " GROUP BY type, concurrency_key"
 )
 _BUSY_STATUSES = frozenset({Status.CLAIMED, Status.RUNNING})
-# The type's pending keys after a key, in key order, `most` at most: one statement that
-# skips along `jobs_key_due` (each step an index probe for the next key).
-_KEYS_AFTER = (
-    "WITH RECURSIVE k(key, n) AS ("
-    " SELECT (SELECT min(concurrency_key) FROM jobs INDEXED BY jobs_key_due"
-    "  WHERE status = 'pending' AND concurrency_key IS NOT NULL AND type = :type"
-    "  AND concurrency_key > :after), 1"
-    " UNION ALL"
-    " SELECT (SELECT min(concurrency_key) FROM jobs INDEXED BY jobs_key_due"
-    "  WHERE status = 'pending' AND concurrency_key IS NOT NULL AND type = :type"
-    "  AND concurrency_key > k.key), k.n + 1"
-    " FROM k WHERE k.key IS NOT NULL AND k.n < :most)"
-    " SELECT key FROM k WHERE key IS NOT NULL"
-)
-# The same, of one queue's pending keys, on `jobs_key_queue`.
-_KEYS_AFTER_IN = (
-    "WITH RECURSIVE k(key, n) AS ("
-    " SELECT (SELECT min(concurrency_key) FROM jobs INDEXED BY jobs_key_queue"
-    "  WHERE status = 'pending' AND concurrency_key IS NOT NULL AND type = :type"
-    "  AND queue = :queue AND concurrency_key > :after), 1"
-    " UNION ALL"
-    " SELECT (SELECT min(concurrency_key) FROM jobs INDEXED BY jobs_key_queue"
-    "  WHERE status = 'pending' AND concurrency_key IS NOT NULL AND type = :type"
-    "  AND queue = :queue AND concurrency_key > k.key), k.n + 1"
-    " FROM k WHERE k.key IS NOT NULL AND k.n < :most)"
-    " SELECT key FROM k WHERE key IS NOT NULL"
-)
-# The queues holding a type's pending keyed jobs, in order, skipping along
-# `jobs_key_queue`.
+
+
+def _keys_after(index: str, rows: str) -> str:
+    """The type's pending keys (of the `rows`) after `:after`, in key order, `:most` at
+    most: one statement that skips along `index`, each step an index probe for the next
+    key."""
+    step = f"SELECT min(concurrency_key) FROM jobs INDEXED BY {index} WHERE {rows}"
+    return (
+        f"WITH RECURSIVE k(key, n) AS (SELECT ({step} AND concurrency_key > :after), 1"
+        f" UNION ALL SELECT ({step} AND concurrency_key > k.key), k.n + 1"
+        " FROM k WHERE k.key IS NOT NULL AND k.n < :most)"
+        " SELECT key FROM k WHERE key IS NOT NULL"
+    )
+
+
+_KEYS_AFTER = _keys_after("jobs_key_due", _KEYED)
+# ... of one queue, on `jobs_key_queue`
+_KEYS_AFTER_IN = _keys_after("jobs_key_queue", _KEYED + " AND queue = :queue")
+# The queues holding a type's pending keyed jobs, in order, on `jobs_key_queue`.
 _KEY_QUEUES = (
-    "WITH RECURSIVE q(queue) AS ("
-    " SELECT (SELECT min(queue) FROM jobs INDEXED BY jobs_key_queue"
-    "  WHERE status = 'pending' AND concurrency_key IS NOT NULL AND type = :type)"
-    " UNION ALL SELECT (SELECT min(queue) FROM jobs INDEXED BY jobs_key_queue"
-    "  WHERE status = 'pending' AND concurrency_key IS NOT NULL AND type = :type"
-    "  AND queue > q.queue) FROM q WHERE q.queue IS NOT NULL)"
+    f"WITH RECURSIVE {_queues_cte('jobs_key_queue', _KEYED)}"
     " SELECT queue FROM q WHERE queue IS NOT NULL"
 )
 Walked = tuple[str, ...] | None  # the queues a claim's key walk reads (None: all)
@@ -342,15 +334,18 @@ def plain_due(
     statement: each queue the claim `takes` from (None: every queue) read from the head
     of each of its priorities, so neither the backlog of a queue it does not take from
     (a paused one) nor jobs scheduled for later are walked."""
-    args: list[Any] = []
-    for queue, priority in conn.execute(_HEADS_OF, {"type": job_type}):
-        if takes is None or takes(queue):
-            args += [job_type, queue, priority, now, take]
-    arms = len(args) // 5
-    if not arms:
+    heads = [
+        (queue, priority)
+        for queue, priority in conn.execute(_HEADS_OF, {"type": job_type})
+        if takes is None or takes(queue)
+    ]
+    if not heads:
         return []
-    sql = " UNION ALL ".join([_PLAIN_DUE] * arms)
-    if arms > 1:
+    args: list[Any] = []
+    for queue, priority in heads:
+        args += [job_type, queue, priority, now, take]
+    sql = " UNION ALL ".join([_PLAIN_DUE] * len(heads))
+    if len(heads) > 1:
         sql += " ORDER BY 1 DESC, 2, 3 LIMIT ?"
         args.append(take)
     return [(-hit[0], 0, 0, hit[1], hit[2], hit[3:]) for hit in conn.execute(sql, args)]
