@@ -52,6 +52,10 @@ _PAST_PAUSED: Final[tuple[tuple[str, str] | tuple[str, str, int], ...]] = (
         "        END IF;\n",
         "        v_queues := p_queues;\n",
     ),
+    (  # the paused queues, read once above
+        "EXCEPT SELECT queue FROM {s}.paused_queues);",
+        "EXCEPT SELECT unnest(v_paused));",
+    ),
 )
 
 CLAIM_PAST_PAUSED: Final = spliced(CLAIM_STARTS, _PAST_PAUSED, "claim_floored")
