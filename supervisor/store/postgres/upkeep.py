@@ -15,6 +15,10 @@ anywhere in the database (a report, a stuck session) holds every dead version si
 began. The node then does not VACUUM in vain over and over: it says so (a log line, the
 `goqueue_store_oldest_snapshot_seconds` gauge and a `/ready` warning naming the session)
 and tries again once that transaction is gone or an interval has passed.
+
+The jobs' counts (`sql/counts.py`) look after themselves the same way: at each reading,
+one node at a time folds the changes written since into the counts and VACUUMs the two
+small tables, so a count reads a few rows however long the node has run.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import psycopg
 from goqueue.supervisor.common.errors import StoreUnavailable
 from goqueue.supervisor.store.base import Upkeep
 from goqueue.supervisor.store.postgres.connection import Connections
+from goqueue.supervisor.store.postgres.sql.counts import DROP_ZEROS, FOLD
 from psycopg import AsyncConnection, sql
 
 log = logging.getLogger("goqueue.store.postgres")
@@ -79,6 +84,7 @@ class TableCare:
         self.warn_after = warn_after  # a snapshot this old is named in /ready
         self.retry_held = retry_held  # a VACUUM a snapshot made vain is retried after this
         self._lock = f"goqueue.vacuum.{schema}"
+        self._fold_lock = f"goqueue.counts.{schema}"
         self._vacuums = 0
         self._look: Look | None = None
         self._vain: tuple[int | None, float] | None = None  # (holder pid, when)
@@ -107,6 +113,7 @@ class TableCare:
         while True:
             await asyncio.sleep(self.every)
             try:
+                await self.fold()
                 await self.step()
             except (StoreUnavailable, psycopg.Error, OSError) as exc:
                 log.info("table upkeep skipped", extra={"err": str(exc)})
@@ -145,6 +152,30 @@ class TableCare:
             },
         )
         return True
+
+    async def fold(self) -> int:
+        """Fold the changes to the jobs' counts into the counts, unless another node is at
+        it, then VACUUM both tables (their deleted rows would stay, and be read by every
+        count, until the server's autovacuum came); the changes folded."""
+        ident = sql.Identifier(self.schema)
+        conn = await AsyncConnection.connect(
+            self._db.dsn, autocommit=True, **self._db.connect_kwargs()
+        )
+        async with conn:
+            async with conn.transaction():
+                lock = "SELECT pg_try_advisory_xact_lock(hashtextextended(%s, 0))"
+                got = await (await conn.execute(lock, (self._fold_lock,))).fetchone()
+                if got is None or not got[0]:
+                    return 0
+                folded = (await conn.execute(sql.SQL(FOLD).format(s=ident))).rowcount
+                await conn.execute(sql.SQL(DROP_ZEROS).format(s=ident))
+            if folded:
+                tables = sql.SQL("VACUUM {}, {}").format(
+                    sql.Identifier(self.schema, "job_count_changes"),
+                    sql.Identifier(self.schema, "job_counts"),
+                )
+                await conn.execute(tables)
+        return folded
 
     async def look(self) -> Look:
         """Read the table's statistics and the oldest snapshot."""

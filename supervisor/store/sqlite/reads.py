@@ -32,13 +32,13 @@ from goqueue.supervisor.common.summaries import (
 from goqueue.supervisor.common.summaries import (
     type_stats as stats_by_type,
 )
+from goqueue.supervisor.store.base import RUN_TIMES_SAMPLE
 from goqueue.supervisor.store.memory.flows import workflow_of
 from goqueue.supervisor.store.sqlite.keyed import Keys, keyed_due
 from goqueue.supervisor.store.sqlite.rows import SELECT_ROW, Row, from_ts, letter_of
 from goqueue.supervisor.store.sqlite.schema import LIVE_SQL
 from goqueue.supervisor.store.sqlite.steps import FLOW
 
-RUN_TIMES_SAMPLE = 10_000  # the latest finished jobs the Types page's percentiles come from
 _IDS = msgspec.json.Decoder(list[str] | None)
 
 

@@ -12,6 +12,7 @@ from goqueue.supervisor.store.postgres.sql.claim import CLAIM_V14, CLAIM_V15
 from goqueue.supervisor.store.postgres.sql.claim_keys import FLOW_KEYS, KEY_PROBES
 from goqueue.supervisor.store.postgres.sql.claim_paused import CLAIM_PAST_PAUSED
 from goqueue.supervisor.store.postgres.sql.claim_starts import CLAIM_STARTS
+from goqueue.supervisor.store.postgres.sql.counts import COUNTED
 
 # How many jobs of each asked-for type a claim may take: the node's free slots, capped by
 # the smallest limit any live node declares minus what runs everywhere (both branches of
@@ -542,4 +543,5 @@ CREATE INDEX workflow_edges_child ON {s}.workflow_edges (child);
     Migration(17, "the keyed claim's window probed from its cursor", KEY_PROBES),
     Migration(18, "a claim starts the jobs at its head whose type starts soon", CLAIM_STARTS),
     Migration(19, "a claim steps over paused queues' jobs on its usual walk", CLAIM_PAST_PAUSED),
+    Migration(20, "the jobs counted as they change", COUNTED),
 )

@@ -9,6 +9,8 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final
 
+from goqueue.supervisor.store.base import RUN_TIMES_SAMPLE
+from goqueue.supervisor.store.postgres.sql.counts import COUNTED_ROWS
 from goqueue.supervisor.store.postgres.sql.fragments import Sql
 
 READS: Final[Mapping[Sql, str]] = MappingProxyType(
@@ -19,15 +21,21 @@ READS: Final[Mapping[Sql, str]] = MappingProxyType(
             SELECT {job} FROM {s}.jobs {where}
             ORDER BY created_at DESC, seq DESC LIMIT %(limit)s OFFSET %(offset)s""",
         Sql.COUNT_JOBS: "SELECT count(*) FROM {s}.jobs {where}",
-        Sql.COUNTS: "SELECT status, count(*) FROM {s}.jobs GROUP BY status",
-        Sql.DEPTH: """
-            SELECT queue, priority, count(*) FROM {s}.jobs WHERE status = 'pending'
-            GROUP BY queue, priority""",
-        Sql.QUEUE_COUNTS: """
-            SELECT status, count(*) FROM {s}.jobs WHERE queue = %(queue)s GROUP BY status""",
-        Sql.QUEUE_DEPTH: """
-            SELECT priority, count(*) FROM {s}.jobs
-            WHERE queue = %(queue)s AND status = 'pending' GROUP BY priority""",
+        # Counts come from the counts kept as jobs change (`sql/counts.py`), never from a
+        # pass over the jobs: they cost the same however many finished jobs are kept.
+        Sql.COUNTS: f"""
+            SELECT status, sum(n)::bigint FROM {COUNTED_ROWS}
+            GROUP BY status HAVING sum(n) > 0""",
+        Sql.DEPTH: f"""
+            SELECT queue, priority, sum(n)::bigint FROM {COUNTED_ROWS}
+            WHERE status = 'pending' GROUP BY queue, priority HAVING sum(n) > 0""",
+        Sql.QUEUE_COUNTS: f"""
+            SELECT status, sum(n)::bigint FROM {COUNTED_ROWS}
+            WHERE queue = %(queue)s GROUP BY status HAVING sum(n) > 0""",
+        Sql.QUEUE_DEPTH: f"""
+            SELECT priority, sum(n)::bigint FROM {COUNTED_ROWS}
+            WHERE queue = %(queue)s AND status = 'pending' GROUP BY priority
+            HAVING sum(n) > 0""",
         Sql.IS_PAUSED: """
             SELECT EXISTS (SELECT 1 FROM {s}.paused_queues WHERE queue = %(queue)s)""",
         # Rows (kind, queue, priority, n, seconds): 'depth' (queue, priority, n) for the
@@ -87,16 +95,20 @@ READS: Final[Mapping[Sql, str]] = MappingProxyType(
             SELECT node_id, started_at, heartbeat_at,
                 heartbeat_at > now() - %(live)s * interval '1 second', limits, report
             FROM {s}.nodes WHERE heartbeat_at > now() - interval '1 hour' ORDER BY node_id""",
-        # Per-type stats: a pass over the jobs kept (finished ones until pruned).
-        Sql.TYPE_COUNTS: "SELECT type, status, count(*) FROM {s}.jobs GROUP BY type, status",
-        Sql.TYPE_RUN_TIMES: """
+        # Per-type stats: the counts kept, and the run times of the latest finished jobs
+        # (`RUN_TIMES_SAMPLE`, walked newest first along `jobs_finished`).
+        Sql.TYPE_COUNTS: f"""
+            SELECT type, status, sum(n)::bigint FROM {COUNTED_ROWS}
+            GROUP BY type, status HAVING sum(n) > 0""",
+        Sql.TYPE_RUN_TIMES: f"""
             SELECT type,
-                percentile_cont(0.5) WITHIN GROUP (ORDER BY t.seconds),
-                percentile_cont(0.95) WITHIN GROUP (ORDER BY t.seconds)
-            FROM {s}.jobs CROSS JOIN LATERAL
-                (SELECT extract(epoch FROM finished_at - started_at)::float8 AS seconds) t
-            WHERE status IN ('done', 'failed') AND started_at IS NOT NULL
-                AND finished_at IS NOT NULL
+                percentile_cont(0.5) WITHIN GROUP (ORDER BY seconds),
+                percentile_cont(0.95) WITHIN GROUP (ORDER BY seconds)
+            FROM (
+                SELECT type, extract(epoch FROM finished_at - started_at)::float8 AS seconds
+                FROM {{s}}.jobs
+                WHERE status IN ('done', 'failed') AND started_at IS NOT NULL
+                ORDER BY finished_at DESC LIMIT {RUN_TIMES_SAMPLE}) AS latest
             GROUP BY type""",
         Sql.JOB_BRIEFS: """
             SELECT id, type, queue, priority, status, attempts, max_retries, run_at,

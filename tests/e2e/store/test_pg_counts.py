@@ -1,0 +1,202 @@
+"""PostgreSQL's job counts, kept as jobs change: exact through every kind of change from
+two nodes at once, before and after a fold and across one; never read from the jobs
+table; and counted from the jobs already there when the schema is upgraded."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections import Counter
+from datetime import timedelta
+from typing import Any
+
+import msgspec
+import psycopg
+import pytest
+from goqueue.supervisor.common.bulk import CancelFilter
+from goqueue.supervisor.common.jobs import JobSpec, new_id, utcnow
+from goqueue.supervisor.common.summaries import DeadFilter
+from goqueue.supervisor.store.base import RUN_TIMES_SAMPLE, NewJob
+from goqueue.supervisor.store.new_workflow import NewStep, NewWorkflow
+from goqueue.supervisor.store.postgres.sql.fragments import Sql
+from goqueue.supervisor.store.postgres.sql.statements import Statements
+from goqueue.supervisor.store.postgres.store import PostgresStore
+from goqueue.supervisor.store.postgres.upkeep import TableCare
+
+from tests.e2e.store.pg_nodes import Nodes, new
+
+pytestmark = [pytest.mark.postgres, pytest.mark.timeout(60)]
+
+Counts = dict[tuple[str, str, int, str], int]
+
+
+async def truth(nodes: Nodes) -> Counts:
+    """The jobs counted by a pass over the table."""
+    rows = await nodes.sql(
+        "SELECT queue, type, priority, status, count(*) FROM {s}.jobs GROUP BY 1, 2, 3, 4"
+    )
+    return {(q, t, p, s): n for q, t, p, s, n in rows}
+
+
+async def kept(nodes: Nodes) -> Counts:
+    """The counts as kept: folded, plus the changes since (zero groups left out)."""
+    rows = await nodes.sql(
+        "SELECT queue, type, priority, status, sum(n) FROM ("
+        " SELECT queue, type, priority, status, n FROM {s}.job_counts UNION ALL"
+        " SELECT queue, type, priority, status, n FROM {s}.job_count_changes) c"
+        " GROUP BY 1, 2, 3, 4 HAVING sum(n) <> 0"
+    )
+    return {(q, t, p, s): int(n) for q, t, p, s, n in rows}
+
+
+async def assert_exact(nodes: Nodes, store: PostgresStore) -> None:
+    """The kept counts are the table's, and so are the store's answers built on them."""
+    real = await truth(nodes)
+    assert await kept(nodes) == real
+    by_status: Counter[str] = Counter()
+    for (_, _, _, status), n in real.items():
+        by_status[status] += n
+    stats = await store.stats()
+    assert {s: n for s, n in stats.counts.items() if n} == dict(by_status)
+    q2: Counter[str] = Counter()
+    for (queue, _, _, status), n in real.items():
+        if queue == "q2":
+            q2[status] += n
+    assert {s: n for s, n in (await store.queue_stats("q2")).counts.items() if n} == dict(q2)
+
+
+def step(job_type: str) -> NewJob:
+    return NewJob(spec=JobSpec(type=job_type), max_retries=0)
+
+
+def test_counts_stay_exact_through_every_change_from_two_nodes(nodes: Nodes) -> None:
+    async def body(nodes: Nodes) -> None:
+        a, b = await nodes.open("a"), await nodes.open("b")
+        care = TableCare(a._db, nodes.schema)
+        # enqueues of every shape, from both nodes at once
+        await asyncio.gather(
+            a.enqueue_many([new("t", priority=i % 3) for i in range(60)]),
+            b.enqueue_many([new("u", queue="q2") for _ in range(40)]),
+            a.enqueue(new("t", queue="q2", delay_seconds=600)),
+            b.enqueue(new("u", dedupe_key="once")),
+        )
+        await assert_exact(nodes, a)
+        # claims, starts, completes and failures (to the dead letters) on both nodes
+        leases = await a.claim(20, None, {"t": 20, "u": 20}, start=5)
+        others = await b.claim(20, None, {"t": 20, "u": 20})
+        for lease in leases[5:8]:
+            assert await a.start(lease) is not None
+        await asyncio.gather(
+            *(a.complete(x, msgspec.Raw(b"1")) for x in leases[:5]),
+            *(b.fail(x, "boom", None) for x in others[:6]),
+            *(b.fail(x, "again", utcnow() + timedelta(seconds=60)) for x in others[6:9]),
+        )
+        await assert_exact(nodes, a)
+        # a fold while both nodes write, then the counts stay exact
+        await asyncio.gather(
+            care.fold(),
+            a.enqueue_many([new("t", queue="q2") for _ in range(30)]),
+            b.cancel_many(CancelFilter(type="u"), 5),
+        )
+        await assert_exact(nodes, a)
+        # cancels, the reaper, replays, workflows and pruning
+        await a.cancel((await a.enqueue(new("t", queue="q2"))).job.id, False)
+        await nodes.expire_leases()
+        await a.reap_expired()
+        await b.replay_dead_many(DeadFilter(), 3)
+        await b.create_workflow(
+            NewWorkflow(
+                id=new_id(),
+                name="flow",
+                steps=[
+                    NewStep(key="x", after=[], new=step("t")),
+                    NewStep(key="y", after=["x"], new=step("t")),
+                ],
+            )
+        )
+        await assert_exact(nodes, b)
+        assert await care.fold() > 0
+        await assert_exact(nodes, b)
+        await nodes.sql("UPDATE {s}.jobs SET finished_at = now() - interval '1 day'")
+        assert await a.prune(utcnow() - timedelta(hours=1), 1000) > 0
+        await assert_exact(nodes, a)
+        await care.fold()
+        assert await kept(nodes) == await truth(nodes)
+        # the fold left no zero groups and no changes behind
+        assert await nodes.sql("SELECT 1 FROM {s}.job_counts WHERE n = 0") == []
+        assert await nodes.sql("SELECT 1 FROM {s}.job_count_changes") == []
+
+    nodes.run(body)
+
+
+def _relations(plan: dict[str, Any]) -> set[str]:
+    """Every relation and index a plan reads."""
+    found = {plan[k] for k in ("Relation Name", "Index Name") if k in plan}
+    for child in plan.get("Plans", []):
+        found |= _relations(child)
+    return found
+
+
+def test_a_count_never_reads_the_jobs_table(nodes: Nodes) -> None:
+    async def body(nodes: Nodes) -> None:
+        a = await nodes.open("a")
+        await a.enqueue_many([new() for _ in range(50)])
+        # a history three times the run times' sample, as the planner sees it
+        await nodes.sql(
+            "INSERT INTO {s}.jobs (id, type, queue, payload, priority, status, attempts,"
+            " max_retries, run_at, created_at, started_at, finished_at, updated_at)"
+            " SELECT gen_random_uuid(), 't', 'default', '{}', 5, 'done', 1, 0, t, t, t,"
+            " t + interval '3 ms', t FROM generate_series(1, %s) AS g,"
+            " LATERAL (SELECT now() - g * interval '1 ms' AS t) AS at",
+            (3 * RUN_TIMES_SAMPLE,),
+        )
+        await nodes.sql("ANALYZE {s}.jobs")
+        statements = Statements(nodes.schema)
+        conn = await psycopg.AsyncConnection.connect(nodes.dsn, autocommit=True)
+        async with conn:
+            for name in (Sql.COUNTS, Sql.DEPTH, Sql.QUEUE_COUNTS, Sql.QUEUE_DEPTH, Sql.TYPE_COUNTS):
+                cur = await conn.execute(
+                    "EXPLAIN (FORMAT JSON) " + statements[name], {"queue": "default"}
+                )
+                (row,) = await cur.fetchall()
+                plan = (json.loads(row[0]) if isinstance(row[0], str) else row[0])[0]["Plan"]
+                read = _relations(plan)
+                assert "jobs" not in read and "job_counts" in read, (name, read)
+            # the Types page's run times: the latest finished jobs, newest first, no more
+            cur = await conn.execute("EXPLAIN (FORMAT JSON) " + statements[Sql.TYPE_RUN_TIMES])
+            (row,) = await cur.fetchall()
+            plan = (json.loads(row[0]) if isinstance(row[0], str) else row[0])[0]["Plan"]
+            assert "jobs_finished" in _relations(plan), plan
+            assert '"Limit"' in json.dumps(plan), plan
+
+    nodes.run(body)
+
+
+def test_an_upgrade_counts_the_jobs_already_there(nodes: Nodes) -> None:
+    async def body(nodes: Nodes) -> None:
+        a = await nodes.open("a")
+        await a.enqueue_many([new("t", queue=f"q{i % 2}") for i in range(30)])
+        leases = await a.claim(12, None, {"t": 12})
+        for lease in leases[:4]:
+            await a.complete(lease, None)
+        await a.fail(leases[4], "boom", None)
+        await a.close()
+        # the schema as it was before migration 20, with more jobs written since
+        await nodes.sql(
+            "DROP TRIGGER jobs_counted_insert ON {s}.jobs;"
+            " DROP TRIGGER jobs_counted_update ON {s}.jobs;"
+            " DROP TRIGGER jobs_counted_delete ON {s}.jobs;"
+            " DROP FUNCTION {s}.count_job_changes(); DROP TABLE {s}.job_counts;"
+            " DROP TABLE {s}.job_count_changes;"
+            " DELETE FROM {s}.schema_version WHERE version = 20;"
+            " UPDATE {s}.jobs SET status = 'cancelled', finished_at = now()"
+            " WHERE status = 'pending' AND queue = 'q1'"
+        )
+        before = await truth(nodes)
+        assert {status for *_, status in before} >= {"pending", "running", "done", "cancelled"}
+        upgraded = await nodes.open("b")  # migrates
+        assert await kept(nodes) == before
+        await upgraded.enqueue(new("t", queue="q2"))
+        await assert_exact(nodes, upgraded)
+
+    nodes.run(body)
