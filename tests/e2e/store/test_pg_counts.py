@@ -15,6 +15,7 @@ import psycopg
 import pytest
 from goqueue.supervisor.common.bulk import CancelFilter
 from goqueue.supervisor.common.jobs import JobSpec, new_id, utcnow
+from goqueue.supervisor.common.reads import JobFilter
 from goqueue.supervisor.common.summaries import DeadFilter
 from goqueue.supervisor.store.base import RUN_TIMES_SAMPLE, NewJob
 from goqueue.supervisor.store.new_workflow import NewStep, NewWorkflow
@@ -63,6 +64,11 @@ async def assert_exact(nodes: Nodes, store: PostgresStore) -> None:
         if queue == "q2":
             q2[status] += n
     assert {s: n for s, n in (await store.queue_stats("q2")).counts.items() if n} == dict(q2)
+    listed = await store.list_jobs(JobFilter(status="pending", queue="q2"), 1, 0)
+    assert listed.total == sum(
+        n for (q, _, _, s), n in real.items() if q == "q2" and s == "pending"
+    )
+    assert (await store.list_jobs(JobFilter(), 1, 0)).total == sum(real.values())
 
 
 def step(job_type: str) -> NewJob:
@@ -162,6 +168,14 @@ def test_a_count_never_reads_the_jobs_table(nodes: Nodes) -> None:
                 plan = (json.loads(row[0]) if isinstance(row[0], str) else row[0])[0]["Plan"]
                 read = _relations(plan)
                 assert "jobs" not in read and "job_counts" in read, (name, read)
+            # a listing's total, filtered by the counts' columns
+            for filters in (JobFilter(), JobFilter(status="done", type="t", queue="default")):
+                count_sql = statements.list_jobs(filters)[1]
+                params = {"status": "done", "type": "t", "queue": "default"}
+                cur = await conn.execute("EXPLAIN (FORMAT JSON) " + count_sql, params)
+                (row,) = await cur.fetchall()
+                plan = (json.loads(row[0]) if isinstance(row[0], str) else row[0])[0]["Plan"]
+                assert "jobs" not in _relations(plan), (filters, _relations(plan))
             # the Types page's run times: the latest finished jobs, newest first, no more
             cur = await conn.execute("EXPLAIN (FORMAT JSON) " + statements[Sql.TYPE_RUN_TIMES])
             (row,) = await cur.fetchall()

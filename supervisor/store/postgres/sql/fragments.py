@@ -185,6 +185,7 @@ class Sql(StrEnum):
     QUEUE_NAMES = auto()
     EVENTS = auto()
     DEAD_COUNT = auto()
+    COUNT_COUNTED = auto()
     LIST_DEAD = auto()
     GET_DEAD = auto()
     PURGE_DEAD = auto()

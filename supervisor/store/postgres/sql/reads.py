@@ -21,6 +21,8 @@ READS: Final[Mapping[Sql, str]] = MappingProxyType(
             SELECT {job} FROM {s}.jobs {where}
             ORDER BY created_at DESC, seq DESC LIMIT %(limit)s OFFSET %(offset)s""",
         Sql.COUNT_JOBS: "SELECT count(*) FROM {s}.jobs {where}",
+        # The same, for filters on the counts' own columns (type, status, queue) only.
+        Sql.COUNT_COUNTED: f"SELECT coalesce(sum(n), 0)::bigint FROM {COUNTED_ROWS} {{where}}",
         # Counts come from the counts kept as jobs change (`sql/counts.py`), never from a
         # pass over the jobs: they cost the same however many finished jobs are kept.
         Sql.COUNTS: f"""

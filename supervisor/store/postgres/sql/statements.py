@@ -587,6 +587,8 @@ TEMPLATES: Final[Mapping[Sql, str]] = MappingProxyType({**_WRITES, **READS, **WO
 
 
 _FILTERED: Final = (Sql.LIST_JOBS, Sql.COUNT_JOBS, Sql.JOB_BRIEFS)
+_COUNTED_FILTERS: Final = ("type", "status", "queue")  # the first filters: counted ones
+assert FILTER_COLUMNS[: len(_COUNTED_FILTERS)] == _COUNTED_FILTERS
 
 
 def _where(columns: tuple[str, ...]) -> str:
@@ -608,7 +610,10 @@ class Statements(dict[Sql, str]):
             chosen = tuple(c for c, on in zip(FILTER_COLUMNS, used, strict=True) if on)
             where = shared | {"where": _where(chosen)}
             for name in _FILTERED:
-                self._filtered[name, used] = TEMPLATES[name].format_map(where)
+                template = TEMPLATES[name]
+                if name is Sql.COUNT_JOBS and not any(used[len(_COUNTED_FILTERS) :]):
+                    template = TEMPLATES[Sql.COUNT_COUNTED]  # the counts kept answer it
+                self._filtered[name, used] = template.format_map(where)
 
     def list_jobs(self, filters: JobFilter) -> tuple[str, str]:
         """The page and the count statements for `filters`: each filter that is set
