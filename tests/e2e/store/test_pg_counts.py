@@ -214,3 +214,30 @@ def test_an_upgrade_counts_the_jobs_already_there(nodes: Nodes) -> None:
         await assert_exact(nodes, upgraded)
 
     nodes.run(body)
+
+
+def test_a_role_that_may_only_write_jobs_can_enqueue(nodes: Nodes) -> None:
+    from goqueue import pg
+
+    role = f"gq_writer_{nodes.schema[-8:]}"
+
+    async def body(nodes: Nodes) -> None:
+        a = await nodes.open("a")
+        # the grants an application's role needs to enqueue in its own transaction,
+        # and none on the counts
+        await nodes.sql(
+            f"CREATE ROLE {role}; GRANT USAGE ON SCHEMA {{s}} TO {role};"
+            f" GRANT SELECT, INSERT ON {{s}}.jobs, {{s}}.events TO {role};"
+            f" GRANT SELECT ON {{s}}.paused_queues, {{s}}.nodes TO {role};"
+            f" GRANT USAGE ON ALL SEQUENCES IN SCHEMA {{s}} TO {role}"
+        )
+        try:
+            with psycopg.connect(nodes.dsn) as conn:
+                conn.execute(f"SET ROLE {role}")
+                pg.enqueue(conn, "t", {"n": 1}, schema=nodes.schema, strict=False)
+                conn.commit()
+            assert (await a.stats()).counts["pending"] == 1
+        finally:
+            await nodes.sql(f"DROP OWNED BY {role}; DROP ROLE {role}")
+
+    nodes.run(body)

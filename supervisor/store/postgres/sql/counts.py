@@ -9,7 +9,9 @@ Now three statement-level triggers on `jobs` (insert, update, delete; one functi
 each statement's net change per (queue, type, priority, status) to `job_count_changes`:
 one row per group a statement moves, no index, no row two writers both update, so nodes
 never wait on each other for it. A count is `job_counts` plus the changes not yet folded
-in, read in one snapshot, so it is exact at any moment. `FOLD` moves the changes into
+in, read in one snapshot, so it is exact at any moment. The function runs as the
+schema's owner, so a role that may write jobs (`goqueue.pg.enqueue` in an application's
+own transaction) needs no grant on the counts. `FOLD` moves the changes into
 `job_counts` now and then (`upkeep.TableCare`, one node at a time), which keeps the
 changes few. The backfill counts the jobs already there, with writers held off (a lock
 until the migration commits) so that no change is counted twice or missed. `{s}` stands
@@ -36,7 +38,8 @@ CREATE TABLE {s}.job_count_changes (
     status   text NOT NULL,
     n        bigint NOT NULL
 );
-CREATE FUNCTION {s}.count_job_changes() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION {s}.count_job_changes() RETURNS trigger LANGUAGE plpgsql
+    SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     IF TG_OP = 'INSERT' THEN
         INSERT INTO {s}.job_count_changes
