@@ -13,6 +13,19 @@ from goqueue.supervisor.store.base import RUN_TIMES_SAMPLE
 from goqueue.supervisor.store.postgres.sql.counts import COUNTED_ROWS
 from goqueue.supervisor.store.postgres.sql.fragments import Sql
 
+# The pending jobs' (queue, type, priority) groups as the counts kept have them, each with
+# its oldest pending job's run_at: one probe along `jobs_claim_queue` per group.
+_PENDING_GROUPS: Final = f"""groups AS MATERIALIZED (
+                SELECT c.queue, c.type, c.priority, c.n, o.run_at AS oldest
+                FROM (SELECT queue, type, priority, sum(n)::bigint AS n FROM {COUNTED_ROWS}
+                      WHERE status = 'pending' GROUP BY queue, type, priority
+                      HAVING sum(n) > 0) AS c
+                LEFT JOIN LATERAL (
+                    SELECT j.run_at FROM {{s}}.jobs j
+                    WHERE j.status = 'pending' AND j.queue = c.queue AND j.type = c.type
+                      AND j.priority = c.priority
+                    ORDER BY j.run_at LIMIT 1) AS o ON true)"""
+
 READS: Final[Mapping[Sql, str]] = MappingProxyType(
     {
         Sql.GET: "SELECT {job} FROM {s}.jobs WHERE id = %(id)s",
@@ -45,19 +58,21 @@ READS: Final[Mapping[Sql, str]] = MappingProxyType(
         # 'wait' (queue, seconds its longest-waiting due job has waited) for the top queues;
         # 'other' (n other queues, their longest wait); 'dead' (n dead letters). A few
         # hundred rows however many queues there are: a scrape never parses one per queue.
-        Sql.QUEUE_DEPTHS: """
-            WITH per_queue AS MATERIALIZED (
-                SELECT queue, count(*) AS n, extract(epoch FROM
-                    now() - min(run_at) FILTER (WHERE run_at <= now()))::float8 AS age
-                FROM {s}.jobs WHERE status = 'pending' GROUP BY queue),
+        # Depths come from the counts kept, waits from one probe per group: it costs the
+        # same however deep the queues are.
+        Sql.QUEUE_DEPTHS: f"""
+            WITH {_PENDING_GROUPS},
+            per_queue AS MATERIALIZED (
+                SELECT queue, sum(n) AS n, extract(epoch FROM
+                    now() - min(oldest) FILTER (WHERE oldest <= now()))::float8 AS age
+                FROM groups GROUP BY queue),
             top AS MATERIALIZED (
                 SELECT queue FROM per_queue ORDER BY n DESC, queue LIMIT %(top)s)
-            SELECT 'depth', queue, priority, count(*), NULL::float8 FROM {s}.jobs
-            WHERE status = 'pending' AND queue IN (SELECT queue FROM top)
+            SELECT 'depth', queue, priority, sum(n)::bigint, NULL::float8 FROM groups
+            WHERE queue IN (SELECT queue FROM top)
             GROUP BY queue, priority
             UNION ALL
-            SELECT 'all', NULL, priority, count(*), NULL FROM {s}.jobs WHERE status = 'pending'
-            GROUP BY priority
+            SELECT 'all', NULL, priority, sum(n)::bigint, NULL FROM groups GROUP BY priority
             UNION ALL
             SELECT 'queues', NULL, NULL, count(*), NULL FROM per_queue
             UNION ALL
@@ -67,7 +82,7 @@ READS: Final[Mapping[Sql, str]] = MappingProxyType(
             SELECT 'other', NULL, NULL, count(*), coalesce(greatest(max(age), 0), 0)
             FROM per_queue WHERE queue NOT IN (SELECT queue FROM top)
             UNION ALL
-            SELECT 'dead', NULL, NULL, count(*), NULL FROM {s}.dead_letters""",
+            SELECT 'dead', NULL, NULL, count(*), NULL FROM {{s}}.dead_letters""",
         Sql.QUEUE_NAMES: """
             (SELECT queue FROM {s}.jobs WHERE status = 'pending' GROUP BY queue
              LIMIT %(limit)s)
@@ -84,14 +99,23 @@ READS: Final[Mapping[Sql, str]] = MappingProxyType(
             SELECT id, job_id, job, errors, created_at FROM {s}.dead_letters
             WHERE id = %(id)s OR job_id = %(id)s ORDER BY id = %(id)s DESC LIMIT 1""",
         Sql.COUNT_DEAD_MATCHING: "SELECT count(*) FROM {s}.dead_letters {dead_where}",
-        Sql.QUEUE_PENDING: """
-            SELECT queue, priority, count(*),
-                count(*) FILTER (WHERE run_at > now()),
-                min(run_at) FILTER (WHERE run_at <= now()),
-                extract(epoch FROM now() - min(run_at) FILTER (WHERE run_at <= now()))::float8
-            FROM {s}.jobs WHERE status = 'pending' GROUP BY queue, priority""",
-        Sql.QUEUE_RUNNING: """
-            SELECT queue, count(*) FROM {s}.jobs WHERE status = 'running' GROUP BY queue""",
+        # Per (queue, priority): pending, scheduled for later, the oldest due job's run_at
+        # and its wait; from the counts kept and, per group, a probe for its oldest job
+        # and a walk over its jobs scheduled for later (none walks the due backlog).
+        Sql.QUEUE_PENDING: f"""
+            WITH {_PENDING_GROUPS}
+            SELECT queue, priority, sum(n)::bigint, sum(later)::bigint,
+                min(oldest) FILTER (WHERE oldest <= now()),
+                extract(epoch FROM now() - min(oldest) FILTER (WHERE oldest <= now()))::float8
+            FROM groups CROSS JOIN LATERAL (
+                SELECT count(*) AS later FROM {{s}}.jobs j
+                WHERE j.status = 'pending' AND j.queue = groups.queue
+                  AND j.type = groups.type AND j.priority = groups.priority
+                  AND j.run_at > now()) AS scheduled
+            GROUP BY queue, priority""",
+        Sql.QUEUE_RUNNING: f"""
+            SELECT queue, sum(n)::bigint FROM {COUNTED_ROWS}
+            WHERE status = 'running' GROUP BY queue HAVING sum(n) > 0""",
         Sql.PAUSED: "SELECT queue FROM {s}.paused_queues",
         Sql.NODES: """
             SELECT node_id, started_at, heartbeat_at,
