@@ -156,12 +156,11 @@ class TableCare:
     async def fold(self) -> int:
         """Fold the changes to the jobs' counts into the counts, unless another node is at
         it, then VACUUM both tables (their deleted rows would stay, and be read by every
-        count, until the server's autovacuum came); the changes folded."""
+        count, until the server's autovacuum came); the groups it moved (0: nothing to
+        fold, or another node at it). On a pooled connection (autocommit): the tables are
+        small, and a connection of its own every reading would cost the server a backend."""
         ident = sql.Identifier(self.schema)
-        conn = await AsyncConnection.connect(
-            self._db.dsn, autocommit=True, **self._db.connect_kwargs()
-        )
-        async with conn:
+        async with self._db.connection() as conn:
             async with conn.transaction():
                 lock = "SELECT pg_try_advisory_xact_lock(hashtextextended(%s, 0))"
                 got = await (await conn.execute(lock, (self._fold_lock,))).fetchone()
