@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -72,6 +73,18 @@ class Nodes:
             "UPDATE {s}.jobs SET lease_expires_at = now() - interval '1 second'"
             " WHERE status = 'running'"
         )
+
+
+async def plan_of(
+    conn: psycopg.AsyncConnection[Any], query: str, params: Any = None, options: str = ""
+) -> dict[str, Any]:
+    """The top node of `query`'s plan, by EXPLAIN (`options`, FORMAT JSON)."""
+    cur = await conn.execute(
+        f"EXPLAIN ({options}{', ' if options else ''}FORMAT JSON) {query}", params
+    )
+    (row,) = await cur.fetchall()
+    plan: dict[str, Any] = (json.loads(row[0]) if isinstance(row[0], str) else row[0])[0]["Plan"]
+    return plan
 
 
 def new(job_type: str = "t", **fields: Any) -> NewJob:

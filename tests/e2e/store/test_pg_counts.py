@@ -24,7 +24,7 @@ from goqueue.supervisor.store.postgres.sql.statements import Statements
 from goqueue.supervisor.store.postgres.store import PostgresStore
 from goqueue.supervisor.store.postgres.upkeep import TableCare
 
-from tests.e2e.store.pg_nodes import Nodes, new
+from tests.e2e.store.pg_nodes import Nodes, new, plan_of
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(60)]
 
@@ -171,34 +171,22 @@ def test_a_count_never_reads_the_jobs_table(nodes: Nodes) -> None:
         conn = await psycopg.AsyncConnection.connect(nodes.dsn, autocommit=True)
         async with conn:
             for name in (Sql.COUNTS, Sql.DEPTH, Sql.QUEUE_COUNTS, Sql.QUEUE_DEPTH, Sql.TYPE_COUNTS):
-                cur = await conn.execute(
-                    "EXPLAIN (FORMAT JSON) " + statements[name], {"queue": "default"}
-                )
-                (row,) = await cur.fetchall()
-                plan = (json.loads(row[0]) if isinstance(row[0], str) else row[0])[0]["Plan"]
+                plan = await plan_of(conn, statements[name], {"queue": "default"})
                 read = _relations(plan)
                 assert "jobs" not in read and "job_counts" in read, (name, read)
             # depths and waits by queue: of the 50 pending jobs (one group, all due) one
             # row is read, the group's oldest
             for name in (Sql.QUEUE_DEPTHS, Sql.QUEUE_PENDING):
-                cur = await conn.execute(
-                    "EXPLAIN (ANALYZE, FORMAT JSON) " + statements[name], {"top": 10}
-                )
-                (row,) = await cur.fetchall()
-                plan = (json.loads(row[0]) if isinstance(row[0], str) else row[0])[0]["Plan"]
+                plan = await plan_of(conn, statements[name], {"top": 10}, "ANALYZE")
                 assert _rows_read(plan, "jobs") == 1, (name, plan)
             # a listing's total, filtered by the counts' columns
             for filters in (JobFilter(), JobFilter(status="done", type="t", queue="default")):
                 count_sql = statements.list_jobs(filters)[1]
                 params = {"status": "done", "type": "t", "queue": "default"}
-                cur = await conn.execute("EXPLAIN (FORMAT JSON) " + count_sql, params)
-                (row,) = await cur.fetchall()
-                plan = (json.loads(row[0]) if isinstance(row[0], str) else row[0])[0]["Plan"]
+                plan = await plan_of(conn, count_sql, params)
                 assert "jobs" not in _relations(plan), (filters, _relations(plan))
             # the Types page's run times: the latest finished jobs, newest first, no more
-            cur = await conn.execute("EXPLAIN (FORMAT JSON) " + statements[Sql.TYPE_RUN_TIMES])
-            (row,) = await cur.fetchall()
-            plan = (json.loads(row[0]) if isinstance(row[0], str) else row[0])[0]["Plan"]
+            plan = await plan_of(conn, statements[Sql.TYPE_RUN_TIMES])
             assert "jobs_finished" in _relations(plan), plan
             assert '"Limit"' in json.dumps(plan), plan
 

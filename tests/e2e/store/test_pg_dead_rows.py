@@ -5,7 +5,6 @@ holds cleanup back."""
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -15,7 +14,7 @@ from goqueue.supervisor.common.jobs import utcnow
 from goqueue.supervisor.store.postgres.upkeep import TableCare
 
 from tests.conftest import wait_for_async
-from tests.e2e.store.pg_nodes import Nodes, new
+from tests.e2e.store.pg_nodes import Nodes, new, plan_of
 
 pytestmark = pytest.mark.postgres
 
@@ -35,17 +34,13 @@ async def _buffers(nodes: Nodes, query: str, params: object) -> int:
     """Shared buffers `query` touches, by EXPLAIN (ANALYZE, BUFFERS), rolled back; run
     once before (rolled back too), so that planning it reads no catalog pages."""
     conn = await psycopg.AsyncConnection.connect(nodes.dsn)
+    query = query.replace("{s}", f'"{nodes.schema}"')
     async with conn:
         await conn.execute("SAVEPOINT warm")
-        await conn.execute(query.replace("{s}", f'"{nodes.schema}"'), params)
+        await conn.execute(query, params)
         await conn.execute("ROLLBACK TO SAVEPOINT warm")
-        cur = await conn.execute(
-            "EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) " + query.replace("{s}", f'"{nodes.schema}"'),
-            params,
-        )
-        (row,) = await cur.fetchall()
+        plan = await plan_of(conn, query, params, "ANALYZE, BUFFERS")
         await conn.rollback()
-    plan = (json.loads(row[0]) if isinstance(row[0], str) else row[0])[0]["Plan"]
     return int(plan.get("Shared Hit Blocks", 0)) + int(plan.get("Shared Read Blocks", 0))
 
 
