@@ -12,12 +12,11 @@ keyed drain's rate over the keyless one per store.
 from __future__ import annotations
 
 import argparse
-import asyncio
 from typing import Any
 
 from benchmarks.loadgen import LoadClient
 from benchmarks.nodes import BenchNode
-from benchmarks.snapshot import burn_down, compare_burn_downs
+from benchmarks.snapshot import burn_down, compare_burn_downs, comparison_parser, run_comparison
 
 
 async def drain(store: str, dsn: str | None, n: int, keys: int, workers: int) -> float:
@@ -50,17 +49,9 @@ async def run(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--database-url", help="PostgreSQL server for the postgres store")
-    parser.add_argument("-n", type=int, default=20_000, help="jobs per burn-down")
+    parser = comparison_parser(__doc__)
     parser.add_argument("--keys", type=int, default=1000)
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--stores", nargs="+", default=["memory", "sqlite", "postgres"])
-    args = parser.parse_args()
-    if "postgres" in args.stores and not args.database_url:
-        parser.error("--database-url is needed for the postgres store")
-    asyncio.run(run(args))
+    run_comparison(parser, run)
 
 
 if __name__ == "__main__":

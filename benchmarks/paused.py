@@ -12,11 +12,16 @@ rate beside the paused backlog over the rate alone, per store.
 from __future__ import annotations
 
 import argparse
-import asyncio
 
 from benchmarks.loadgen import LoadClient
 from benchmarks.nodes import BenchNode
-from benchmarks.snapshot import burn_down, call, compare_burn_downs
+from benchmarks.snapshot import (
+    burn_down,
+    call,
+    compare_burn_downs,
+    comparison_parser,
+    run_comparison,
+)
 
 HELD = "held"  # the paused queue
 
@@ -50,19 +55,11 @@ async def run(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--database-url", help="PostgreSQL server for the postgres store")
-    parser.add_argument("-n", type=int, default=20_000, help="jobs per burn-down")
+    parser = comparison_parser(__doc__)
     parser.add_argument(
         "--paused", type=int, default=60_000, help="older jobs waiting in the paused queue"
     )
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--stores", nargs="+", default=["memory", "sqlite", "postgres"])
-    args = parser.parse_args()
-    if "postgres" in args.stores and not args.database_url:
-        parser.error("--database-url is needed for the postgres store")
-    asyncio.run(run(args))
+    run_comparison(parser, run)
 
 
 if __name__ == "__main__":

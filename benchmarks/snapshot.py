@@ -65,6 +65,28 @@ async def burn_down(
     return n / (time.monotonic() - started)
 
 
+def comparison_parser(doc: str) -> argparse.ArgumentParser:
+    """The options of a script built on `compare_burn_downs` (which reads `--rounds`,
+    `--stores` and `--database-url`), with `-n` and `--workers` for its drains."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
+    parser.add_argument("--database-url", help="PostgreSQL server for the postgres store")
+    parser.add_argument("-n", type=int, default=20_000, help="jobs per burn-down")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--stores", nargs="+", default=["memory", "sqlite", "postgres"])
+    return parser
+
+
+def run_comparison(
+    parser: argparse.ArgumentParser, run: Callable[[argparse.Namespace], Awaitable[None]]
+) -> None:
+    """Parse the options (the postgres store needs `--database-url`) and `run` them."""
+    args = parser.parse_args()
+    if "postgres" in args.stores and not args.database_url:
+        parser.error("--database-url is needed for the postgres store")
+    asyncio.run(run(args))
+
+
 async def compare_burn_downs(
     args: argparse.Namespace,
     name: str,
