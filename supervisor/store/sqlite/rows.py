@@ -7,7 +7,7 @@ fields the store selects on, written in the same statement, so they cannot disag
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -136,7 +136,17 @@ class Row:
 
     def copy(self) -> Row:
         """This row with a job of its own: changes to it leave this one as it was."""
-        return replace(self, job=msgspec.structs.replace(self.job), new_events=[*self.new_events])
+        return Row(
+            msgspec.structs.replace(self.job),
+            self.lease_token,
+            self.lease_owner,
+            self.lease_expires,
+            self.reaped_token,
+            self.waiting_on,
+            self.n_events,
+            [*self.new_events],
+            self._saved,
+        )
 
     def lease(self) -> Lease | None:
         """The lease the row holds, if any."""
@@ -230,14 +240,15 @@ class Row:
     def update(self) -> tuple[str, tuple[Any, ...]]:
         """The UPDATE that writes what changed since the row was read or last written."""
         columns = self._columns()
-        changed = [
-            (name, now)
-            for name, now, was in zip(MIRRORED, columns, self._saved, strict=True)
-            if now != was
-        ]
+        names = []
+        values = []
+        for name, now, was in zip(MIRRORED, columns, self._saved, strict=True):
+            if now != was:
+                names.append(name)
+                values.append(now)
         trail, count = self._written(columns)
-        sql = _update(tuple(name for name, _ in changed))
-        return sql, (*(now for _, now in changed), self._bare(), trail, count, self.job.seq)
+        values += (self._bare(), trail, count, self.job.seq)
+        return _update(tuple(names)), tuple(values)
 
     def insert(self) -> tuple[Any, ...]:
         """The parameters of `INSERT` for this new row."""
