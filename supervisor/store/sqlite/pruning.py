@@ -56,7 +56,10 @@ def _prune_chunk(tx: Tx, *, cutoff: float, limit: int) -> int:
         left = tx.conn.execute(
             "SELECT 1 FROM jobs WHERE workflow_id = ? LIMIT 1", (workflow_id,)
         ).fetchone()
-        flow = None if left is not None else steps.flow(tx, workflow_id)
+        if left is not None:
+            tx.flows.add(workflow_id)  # a step pruned was done: its status may move
+            continue
+        flow = steps.flow(tx, workflow_id)
         if flow is not None:
             ids = [(job_id, job_id) for job_id in flow.steps.values()]
             tx.conn.executemany(

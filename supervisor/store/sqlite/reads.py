@@ -22,7 +22,7 @@ from goqueue.supervisor.common.reads import (
     QueueStats,
     Stats,
 )
-from goqueue.supervisor.common.steps import Workflow, WorkflowCounts, workflow_status
+from goqueue.supervisor.common.steps import Workflow, WorkflowCounts
 from goqueue.supervisor.common.summaries import (
     DeadFilter,
     QueueSummary,
@@ -404,31 +404,28 @@ def workflow(conn: sqlite3.Connection, workflow_id: str) -> Workflow | None:
 def workflows(
     conn: sqlite3.Connection, status: WorkflowStatus | None, limit: int, offset: int
 ) -> Page:
-    """Workflows newest first, of `status` if given."""
+    """Workflows newest first, of `status` if given (by the status kept in each row, and
+    the total from the kept counts: no step is read but the page's own)."""
     if status is None:
         ids = conn.execute(
             "SELECT id FROM workflows ORDER BY seq DESC LIMIT ? OFFSET ?", (limit, offset)
         ).fetchall()
-        (total,) = conn.execute("SELECT count(*) FROM workflows").fetchone()
-        found = [w for (i,) in ids if (w := workflow(conn, i)) is not None]
-        return Page(found, int(total))
-    every = conn.execute("SELECT id FROM workflows ORDER BY seq DESC").fetchall()
-    matching = [w for (i,) in every if (w := workflow(conn, i)) and w.status == status]
-    return Page(matching[offset : offset + limit], len(matching))
+    else:
+        ids = conn.execute(
+            "SELECT id FROM workflows WHERE status = ? ORDER BY seq DESC LIMIT ? OFFSET ?",
+            (status, limit, offset),
+        ).fetchall()
+    counts = workflow_counts(conn).by_status
+    total = sum(counts.values()) if status is None else counts[status]
+    return Page([w for (i,) in ids if (w := workflow(conn, i)) is not None], total)
 
 
 def workflow_counts(conn: sqlite3.Connection) -> WorkflowCounts:
-    """Workflows by status (one pass over the steps kept), and steps waiting."""
-    statuses: dict[str, list[Status]] = {}
-    for workflow_id, status in conn.execute(
-        "SELECT DISTINCT workflow_id, status FROM jobs WHERE workflow_id IS NOT NULL"
-    ):
-        statuses.setdefault(workflow_id, []).append(Status(status))
-    by_status = dict.fromkeys(WorkflowStatus, 0)
-    for workflow_id, record in conn.execute("SELECT id, record FROM workflows"):
-        cancelled = FLOW.decode(record).cancelled
-        by_status[workflow_status(cancelled, statuses.get(workflow_id, [Status.DONE]))] += 1
+    """Workflows by status, and steps waiting: both from the kept counts."""
+    by_status = dict.fromkeys(map(str, WorkflowStatus), 0)
+    for status, n in conn.execute("SELECT status, n FROM workflow_counts"):
+        by_status[status] = int(n)
     (waiting,) = conn.execute(
         "SELECT coalesce(sum(n), 0) FROM job_counts WHERE status = 'waiting'"
     ).fetchone()
-    return WorkflowCounts({str(k): n for k, n in by_status.items()}, int(waiting))
+    return WorkflowCounts(by_status, int(waiting))

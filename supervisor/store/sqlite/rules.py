@@ -13,7 +13,7 @@ import sqlite3
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 from goqueue.supervisor.common.deliveries import event_of, job_body
@@ -45,6 +45,7 @@ from goqueue.supervisor.store.sqlite.rows import (
 )
 from goqueue.supervisor.store.sqlite.schema import LIVE_SQL
 
+T = TypeVar("T")
 DEDUPE, IDEMPOTENCY = "dedupe", "idempotency"
 INSERT_DELIVERY = (
     "INSERT OR IGNORE INTO webhook_deliveries"
@@ -115,11 +116,19 @@ class Tx:
         self.ts = now.timestamp()
         self._rows: dict[str, Row] = {}
         self.counts: dict[Group, int] = {}  # jobs by group this call moved
+        self.flows: set[str] = set()  # workflows whose status this call may have moved
 
     def on(self, conn: sqlite3.Connection) -> Tx:
         """This call, on `conn` (inside its savepoint)."""
         self.conn = conn
         return self
+
+    def settled(self, out: T) -> T:
+        """`out`, once each workflow whose steps this call moved holds its status anew
+        (the call's last step, inside its savepoint)."""
+        for workflow_id in self.flows:
+            steps.settle(self, workflow_id)
+        return out
 
     # -- rows ------------------------------------------------------------------------
 
@@ -158,6 +167,8 @@ class Tx:
     def save(self, row: Row) -> None:
         """Write `row` back (its new events appended to its trail)."""
         was = row.moved(self.counts)
+        if was is not row.job.status and row.job.workflow_id is not None:
+            self.flows.add(row.job.workflow_id)
         self.conn.execute(*row.update())
         self._mind(row)
         if row.job.concurrency_key is not None:
@@ -319,6 +330,8 @@ class Tx:
             else:
                 self.ctx.wake()
         row.moved(self.counts)
+        if job.workflow_id is not None:
+            self.flows.add(job.workflow_id)
         self.conn.execute(INSERT, row.insert())
         self._mind(row)
         if job.concurrency_key is not None:

@@ -14,7 +14,8 @@ fields the store selects, orders and fences on, each with the index its query ne
 (partial indexes hold live rows only). `job_counts` keeps the jobs by queue, type,
 priority and status (the store adds each transaction's changes to it as it commits),
 and `tallies` the dead letters (by triggers), so counts never scan. A workflow is one
-row (`FlowRecord`) and its edges are rows of their own.
+row (`FlowRecord`, with its status kept beside it and counted in `workflow_counts`) and
+its edges are rows of their own.
 """
 
 from __future__ import annotations
@@ -254,6 +255,36 @@ KEY_QUEUES: tuple[str, ...] = (  # 9: a type's pending keys by queue, so a claim
     "CREATE INDEX jobs_key_queue ON jobs (type, queue, concurrency_key)"
     " WHERE status = 'pending' AND concurrency_key IS NOT NULL",
 )
+_STEPS_WITH = (
+    "SELECT 1 FROM json_each(CAST(record AS TEXT), '$.steps') AS step"
+    " JOIN jobs ON jobs.id = step.value WHERE jobs.status IN {}"
+)
+_ADD_FLOW = (
+    "INSERT INTO workflow_counts VALUES (NEW.status, 1) ON CONFLICT DO UPDATE SET n = n + 1;"
+)
+_DROP_FLOW = "UPDATE workflow_counts SET n = n - 1 WHERE status = OLD.status;"
+_FAILED_SQL = "('failed', 'cancelled')"
+FLOW_STATUS: tuple[str, ...] = (  # 10: a workflow's status kept in its row as its steps
+    # move (`Tx.settled`), and counted by triggers as it changes: the metrics' counts and
+    # a listing by status read no step, however many workflows the retention keeps. The
+    # rule is `workflow_status`'s over the current steps (a step pruned was done).
+    "ALTER TABLE workflows ADD COLUMN status TEXT NOT NULL DEFAULT 'running'",
+    "UPDATE workflows SET status = CASE"
+    " WHEN coalesce(json_extract(CAST(record AS TEXT), '$.cancelled'), 0) THEN 'cancelled'"
+    f" WHEN EXISTS ({_STEPS_WITH.format(LIVE_SQL)}) THEN 'running'"
+    f" WHEN EXISTS ({_STEPS_WITH.format(_FAILED_SQL)}) THEN 'failed'"
+    " ELSE 'done' END",
+    "CREATE INDEX workflows_status ON workflows (status, seq)",
+    "CREATE TABLE workflow_counts (status TEXT PRIMARY KEY, n INTEGER NOT NULL) WITHOUT ROWID",
+    "INSERT INTO workflow_counts SELECT status, count(*) FROM workflows GROUP BY status",
+    _count_trigger("flow_added", "AFTER INSERT ON workflows", _ADD_FLOW),
+    _count_trigger("flow_removed", "AFTER DELETE ON workflows", _DROP_FLOW),
+    _count_trigger(
+        "flow_moved",
+        "AFTER UPDATE OF status ON workflows WHEN OLD.status IS NOT NEW.status",
+        _DROP_FLOW + " " + _ADD_FLOW,
+    ),
+)
 MIGRATIONS = (
     *MIGRATIONS,
     ROWS_ARE_THE_TRUTH,
@@ -263,6 +294,7 @@ MIGRATIONS = (
     FEWER_INDEXES,
     QUEUE_DUE,
     KEY_QUEUES,
+    FLOW_STATUS,
 )
 VERSION = len(MIGRATIONS)
 

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING
 import msgspec
 from goqueue.supervisor.common.enums import EventKind, Status
 from goqueue.supervisor.common.jobs import Job
-from goqueue.supervisor.common.steps import dependent_error
+from goqueue.supervisor.common.steps import dependent_error, workflow_status
 from goqueue.supervisor.store.memory.flows import RESULTS, FlowRecord
 from goqueue.supervisor.store.sqlite.rows import Row, encode
 
@@ -88,8 +88,25 @@ def flow(tx: Tx, workflow_id: str) -> FlowRecord | None:
 
 
 def save_flow(tx: Tx, record: FlowRecord) -> None:
-    """Write a workflow's record back."""
+    """Write a workflow's record back (its status is settled at the call's end)."""
     tx.conn.execute("UPDATE workflows SET record = ? WHERE id = ?", (encode(record), record.id))
+    tx.flows.add(record.id)
+
+
+def settle(tx: Tx, workflow_id: str) -> None:
+    """Keep a workflow's status in its row as `workflow_status` rules it now, over its
+    current steps (a step pruned was done); the triggers count the move."""
+    record = flow(tx, workflow_id)
+    if record is None:
+        return
+    kept = dict(tx.conn.execute("SELECT id, status FROM jobs WHERE workflow_id = ?", (record.id,)))
+    now = workflow_status(
+        record.cancelled,
+        (Status(kept.get(job_id, Status.DONE)) for job_id in record.steps.values()),
+    )
+    tx.conn.execute(
+        "UPDATE workflows SET status = ? WHERE id = ? AND status <> ?", (now, record.id, now)
+    )
 
 
 def resume(tx: Tx, old: Job, fresh: Row) -> None:

@@ -179,7 +179,7 @@ class SqliteStore:
         await self.db.writable()
         tx = Tx(self._ctx, self.clock())
         try:
-            out, batch = self.db.run(lambda conn: work(tx.on(conn)))
+            out, batch = self.db.run(lambda conn: tx.settled(work(tx.on(conn))))
             batch.count(tx.counts)
             await self.db.committed(batch, durable)
         except BaseException:

@@ -115,8 +115,8 @@ def _create(tx: Tx, new: NewWorkflow) -> None:
         request_hash=new.request_hash or "",
     )
     tx.conn.execute(
-        "INSERT INTO workflows (id, seq, record, idempotency_key) VALUES (?, ?, ?, ?)",
-        (flow.id, flow.seq, encode(flow), flow.idempotency_key),
+        "INSERT INTO workflows (id, seq, record, idempotency_key, status) VALUES (?, ?, ?, ?, ?)",
+        (flow.id, flow.seq, encode(flow), flow.idempotency_key, WorkflowStatus.RUNNING),
     )
 
 

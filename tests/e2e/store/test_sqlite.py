@@ -656,6 +656,47 @@ async def test_a_pruned_workflow_leaves_the_file(path: str, clock: Clock) -> Non
     await again.close()
 
 
+async def test_an_upgrade_keeps_each_workflows_status_as_its_current_steps_say(
+    path: str, clock: Clock
+) -> None:
+    """A file of schema 9 (no status kept with a workflow) is brought up to date: each
+    workflow's kept status, the counts and the listings by status are its steps' own. A
+    replayed step counts by its current job, not the attempt that failed."""
+    store = await opened(path, clock)
+    made = [(await store.create_workflow(workflow(("a", [])))).workflow.id for _ in range(4)]
+    done, failed, replayed, cancelled = made
+    leases = {lease.job.workflow_id: lease for lease in await store.claim(100, None, ALL)}
+    await store.complete(leases[done], None)
+    await store.fail(leases[failed], "boom", None)
+    outcome = await store.fail(leases[replayed], "boom", None)
+    assert outcome is not None and outcome.dead_letter is not None
+    await store.replay_dead(outcome.dead_letter.id, 0)
+    await store.complete((await take_steps(store))["a"], None)
+    await store.cancel_workflow(cancelled)
+    running = (await store.create_workflow(workflow(("a", []), ("b", ["a"])))).workflow.id
+    await store.close()
+    with sqlite3.connect(path) as conn:  # back to schema 9
+        conn.isolation_level = None
+        for name in ("flow_added", "flow_removed", "flow_moved"):
+            conn.execute(f"DROP TRIGGER {name}")
+        conn.execute("DROP TABLE workflow_counts")
+        conn.execute("DROP INDEX workflows_status")
+        conn.execute("ALTER TABLE workflows DROP COLUMN status")
+        conn.execute("PRAGMA user_version = 9")
+    again = await opened(path, clock)
+    want = {done: "done", failed: "failed", replayed: "done", cancelled: "cancelled"}
+    want[running] = "running"
+    for wf_id, status in want.items():
+        found = await again.get_workflow(wf_id)
+        assert found is not None and found.status == status
+    counts = (await again.workflow_counts()).by_status
+    assert counts == {"running": 1, "done": 2, "failed": 1, "cancelled": 1}
+    for status in WorkflowStatus:
+        listed = [w.id for w in (await again.list_workflows(status, 10, 0)).items]
+        assert listed == [w for w in reversed([*made, running]) if want[w] == status]
+    await again.close()
+
+
 def kept_counts(conn: sqlite3.Connection) -> dict[tuple[str, str, int, str], int]:
     return {
         (q, t, p, s): n

@@ -245,3 +245,42 @@ async def test_a_workflow_goes_when_its_last_step_is_pruned(open_store) -> None:
         # its idempotency key went with it: the same request makes a new workflow
         again = await store.create_workflow(flow(("a", []), ("b", ["a"]), **keyed))
         assert again.created and again.workflow.id != made.workflow.id
+
+
+async def agree(store: Store, ids: list[str]) -> None:
+    """Each status's listing, total and count name exactly the workflows whose own status
+    it is, newest first."""
+    found = {wf_id: (await current(store, wf_id)).status for wf_id in ids}
+    counts = (await store.workflow_counts()).by_status
+    for status in WorkflowStatus:
+        page = await store.list_workflows(status, 10, 0)
+        mine = [wf_id for wf_id in reversed(ids) if found[wf_id] == status]
+        assert [w.id for w in page.items] == mine, status
+        assert page.total == counts[status] == len(mine), status
+    assert (await store.list_workflows(None, 10, 0)).total == len(ids)
+
+
+async def test_counts_and_listings_follow_every_move_of_a_workflow(open_store) -> None:
+    async with open_store() as store:
+        made = [await store.create_workflow(flow(("a", []), ("b", ["a"]))) for _ in range(4)]
+        ids = [m.workflow.id for m in made]
+        await agree(store, ids)
+        leases = {lease.job.workflow_id: lease for lease in await store.claim(100, None, ALL)}
+        done, failing, cancelled, _ = ids
+        await store.complete(leases[done], None)
+        outcome = await store.fail(leases[failing], "boom", None)
+        assert outcome is not None and outcome.dead_letter is not None
+        await store.cancel_workflow(cancelled)
+        await agree(store, ids)  # running, failed (its dependent cancelled), cancelled
+        (b,) = [lease for lease in await store.claim(100, None, ALL) if lease.job.step_key == "b"]
+        await store.complete(b, None)
+        await agree(store, ids)  # done
+        await store.replay_dead(outcome.dead_letter.id, 0)
+        await agree(store, ids)  # running again
+        (again,) = [lease for lease in await store.claim(100, None, ALL)]
+        await store.fail(again, "boom again", None)
+        await agree(store, ids)  # failed again
+        await store.prune(utcnow() + timedelta(days=1), 1000)
+        left = [wf_id for wf_id in ids if await store.get_workflow(wf_id) is not None]
+        assert left == [ids[3]]  # only the one still running keeps steps
+        await agree(store, left)
