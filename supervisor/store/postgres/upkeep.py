@@ -16,9 +16,10 @@ began. The node then does not VACUUM in vain over and over: it says so (a log li
 `goqueue_store_oldest_snapshot_seconds` gauge and a `/ready` warning naming the session)
 and tries again once that transaction is gone or an interval has passed.
 
-The jobs' counts (`sql/counts.py`) look after themselves the same way: at each reading,
-one node at a time folds the changes written since into the counts and VACUUMs the two
-small tables, so a count reads a few rows however long the node has run.
+The jobs' counts (`sql/counts.py`) and the workflows' statuses (`sql/flow_counts.py`) look
+after themselves the same way: at each reading, one node at a time folds the changes
+written since into the counts, settles the workflows touched, and VACUUMs those small
+tables, so a count reads a few rows however long the node has run.
 """
 
 from __future__ import annotations
@@ -33,9 +34,13 @@ from goqueue.supervisor.common.errors import StoreUnavailable
 from goqueue.supervisor.store.base import Upkeep
 from goqueue.supervisor.store.postgres.connection import Connections
 from goqueue.supervisor.store.postgres.sql.counts import DROP_ZEROS, FOLD
+from goqueue.supervisor.store.postgres.sql.flow_counts import FLOW_FOLD
 from psycopg import AsyncConnection, sql
 
 log = logging.getLogger("goqueue.store.postgres")
+
+# the workflows' bookkeeping, vacuumed with the jobs' counts (`sql/flow_counts.py`)
+_FLOW_TABLES = ("workflow_touches", "workflow_count_changes", "workflow_counts")
 
 # The table's statistics and the database's oldest open snapshot (its session named).
 _LOOK = """
@@ -154,10 +159,11 @@ class TableCare:
         return True
 
     async def fold(self) -> int:
-        """Fold the changes to the jobs' counts into the counts, unless another node is at
-        it, then VACUUM both tables (their deleted rows would stay, and be read by every
-        count, until the server's autovacuum came); the groups it moved (0: nothing to
-        fold, or another node at it). On a pooled connection (autocommit): the tables are
+        """Fold the changes to the jobs' counts into the counts and settle the workflows
+        touched, unless another node is at it, then VACUUM those tables (their deleted
+        rows would stay, and be read by every count, until the server's autovacuum
+        came); the groups and workflows it moved (0: nothing to fold, or another node at
+        it). On a pooled connection (autocommit): the tables are
         small, and a connection of its own every reading would cost the server a backend."""
         ident = sql.Identifier(self.schema)
         async with self._db.connection() as conn:
@@ -168,13 +174,14 @@ class TableCare:
                     return 0
                 folded = (await conn.execute(sql.SQL(FOLD).format(s=ident))).rowcount
                 await conn.execute(sql.SQL(DROP_ZEROS).format(s=ident))
-            if folded:
-                tables = sql.SQL("VACUUM {}, {}").format(
-                    sql.Identifier(self.schema, "job_count_changes"),
-                    sql.Identifier(self.schema, "job_counts"),
+                flows = (await conn.execute(sql.SQL(FLOW_FOLD).format(s=ident))).rowcount
+            if folded or flows:
+                names = ("job_count_changes", "job_counts", *_FLOW_TABLES)
+                tables = sql.SQL("VACUUM {}").format(
+                    sql.SQL(", ").join(sql.Identifier(self.schema, name) for name in names)
                 )
                 await conn.execute(tables)
-        return folded
+        return folded + flows
 
     async def look(self) -> Look:
         """Read the table's statistics and the oldest snapshot."""

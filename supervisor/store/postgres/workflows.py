@@ -204,19 +204,19 @@ class PgWorkflows:
             return await self._read(conn, workflow_id)
 
     async def page(self, status: WorkflowStatus | None, limit: int, offset: int) -> Page:
-        """Workflows newest first, of `status` when given."""
+        """Workflows newest first, of `status` when given; the total from the counts."""
         params = {"status": status, "limit": limit, "offset": offset}
+        listing = Sql.WORKFLOW_LIST_ALL if status is None else Sql.WORKFLOW_LIST
         async with self._db.connection() as conn:
-            cur = await conn.execute(self._sql[Sql.WORKFLOW_LIST], params)
-            rows = await cur.fetchall()
-            found = [await self._read(conn, str(row[0])) for row in rows]
-        total = int(rows[0][1]) if rows else 0
-        if not rows and offset:
-            total = (await self.page(status, 1, 0)).total
+            cur = await conn.execute(self._sql[listing], params)
+            found = [await self._read(conn, str(row[0])) for row in await cur.fetchall()]
+        counts = (await self.counts()).by_status
+        total = sum(counts.values()) if status is None else counts[status]
         return Page([w for w in found if w is not None], total)
 
     async def counts(self) -> WorkflowCounts:
-        """Workflows by status, and steps waiting."""
+        """Workflows by status, and steps waiting: from the counts kept, with the
+        workflows moved since they were last settled (`sql/flow_counts.py`)."""
         rows = await self._db.execute(self._sql[Sql.WORKFLOW_COUNTS], {})
         by_status = {str(s): 0 for s in WorkflowStatus}
         waiting = 0

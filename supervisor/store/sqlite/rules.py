@@ -167,8 +167,11 @@ class Tx:
     def save(self, row: Row) -> None:
         """Write `row` back (its new events appended to its trail)."""
         was = row.moved(self.counts)
-        if was is not row.job.status and row.job.workflow_id is not None:
-            self.flows.add(row.job.workflow_id)
+        job = row.job
+        # a step finished or back from finished: its workflow's status may move
+        finishing = was is not job.status and (was in TERMINAL or job.status in TERMINAL)
+        if finishing and job.workflow_id is not None:
+            self.flows.add(job.workflow_id)
         self.conn.execute(*row.update())
         self._mind(row)
         if row.job.concurrency_key is not None:

@@ -14,6 +14,15 @@ from goqueue.supervisor.store.postgres.store import PostgresStore
 
 T = TypeVar("T")
 
+# The schema as it was before migration 21 (`{s}` for it): no workflow status kept.
+FLOW_STATUS_DROPPED = (
+    "DROP TRIGGER jobs_touch_insert ON {s}.jobs; DROP TRIGGER jobs_touch_delete ON {s}.jobs;"
+    " DROP TRIGGER jobs_touch_update ON {s}.jobs; DROP FUNCTION {s}.touch_workflow();"
+    " DROP TABLE {s}.workflow_touches, {s}.workflow_counts, {s}.workflow_count_changes;"
+    " DROP INDEX {s}.workflows_status; ALTER TABLE {s}.workflows DROP COLUMN status;"
+    " DELETE FROM {s}.schema_version WHERE version = 21;"
+)
+
 
 class Waker:
     """A store's wake-up (given when the store is made) that calls nothing until a test

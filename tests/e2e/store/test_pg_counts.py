@@ -24,7 +24,7 @@ from goqueue.supervisor.store.postgres.sql.statements import Statements
 from goqueue.supervisor.store.postgres.store import PostgresStore
 from goqueue.supervisor.store.postgres.upkeep import TableCare
 
-from tests.e2e.store.pg_nodes import Nodes, new, plan_of
+from tests.e2e.store.pg_nodes import FLOW_STATUS_DROPPED, Nodes, new, plan_of
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(60)]
 
@@ -203,6 +203,7 @@ def test_an_upgrade_counts_the_jobs_already_there(nodes: Nodes) -> None:
         await a.fail(leases[4], "boom", None)
         await a.close()
         # the schema as it was before migration 20, with more jobs written since
+        await nodes.sql(FLOW_STATUS_DROPPED)
         await nodes.sql(
             "DROP TRIGGER jobs_counted_insert ON {s}.jobs;"
             " DROP TRIGGER jobs_counted_update ON {s}.jobs;"

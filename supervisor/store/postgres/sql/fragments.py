@@ -221,6 +221,7 @@ class Sql(StrEnum):
     WORKFLOW_GET = auto()
     WORKFLOW_CURRENT = auto()
     WORKFLOW_LIST = auto()
+    WORKFLOW_LIST_ALL = auto()
     WORKFLOW_COUNTS = auto()
     WORKFLOW_CANCEL = auto()
     WORKFLOW_CANCEL_STEPS = auto()

@@ -496,7 +496,10 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
                 WHERE w.id IN (SELECT workflow_id FROM gone WHERE workflow_id IS NOT NULL)
                   AND NOT EXISTS (SELECT 1 FROM {s}.jobs j WHERE j.workflow_id = w.id
                                   AND j.id NOT IN (SELECT id FROM gone))
-                RETURNING w.id),
+                RETURNING w.id, w.status),
+            -- each counted by its kept status (`sql/flow_counts.py`)
+            flow_counts AS (INSERT INTO {s}.workflow_count_changes
+                SELECT status, -count(*) FROM flows WHERE status IS NOT NULL GROUP BY status),
             flow_keys AS (DELETE FROM {s}.idempotency
                 WHERE {workflow_key} AND job_id IN (SELECT id FROM flows)),
             -- a paced key's TAT a whole hour past (the longest period): a key never seen

@@ -9,7 +9,8 @@ the count reach zero and makes it pending. Each is a statement of its own, apart
 outcome statements it follows, so those stay as they are.
 
 A workflow's current job for a key is its latest (a replay adds a fresh one); its status
-is `workflows.workflow_status`, which `WORKFLOW_LIST` mirrors to filter in SQL.
+is `workflows.workflow_status`, which `sql/flow_counts.py` mirrors to keep, count and list
+workflows by status in SQL.
 """
 
 from __future__ import annotations
@@ -19,17 +20,9 @@ from types import MappingProxyType
 from typing import Final
 
 from goqueue.supervisor.common.enums import EventKind
+from goqueue.supervisor.store.postgres.sql.counts import COUNTED_ROWS
+from goqueue.supervisor.store.postgres.sql.flow_counts import CURRENT, TOUCHED
 from goqueue.supervisor.store.postgres.sql.fragments import Sql
-
-# The current job of each key of the workflows `{ids}` stands for, with `first`, the
-# creation order of the key.
-_CURRENT = """(
-    SELECT t.workflow_id, t.step_key, t.id, t.status, t.first FROM (
-        SELECT workflow_id, step_key, id, status, seq,
-            min(seq) OVER (PARTITION BY workflow_id, step_key) AS first,
-            row_number() OVER (PARTITION BY workflow_id, step_key ORDER BY seq DESC) AS r
-        FROM {{s}}.jobs WHERE workflow_id = ANY ({ids})) t
-    WHERE t.r = 1)"""
 
 _EVENTS = """trail AS (
             INSERT INTO {{s}}.events (job_id, event, at, node, attempt, detail)
@@ -77,44 +70,41 @@ WORKFLOW_SQL: Final[Mapping[Sql, str]] = MappingProxyType(
             FROM {s}.workflows WHERE id = %(id)s""",
         Sql.WORKFLOW_CURRENT: f"""
             SELECT c.step_key, c.id, c.status, j.parent_ids
-            FROM {_CURRENT.format(ids="%(ids)s::uuid[]")} c JOIN {{s}}.jobs j ON j.id = c.id
+            FROM {CURRENT.replace("IDS", "%(ids)s::uuid[]")} c JOIN {{s}}.jobs j ON j.id = c.id
             ORDER BY c.workflow_id, c.first""",
-        # Newest first, of a status (mirroring `workflow_status`); with the total.
+        # Newest first: the workflows not touched since the last fold by their kept
+        # status, the touched ones by their status now (`sql/flow_counts.py`).
         Sql.WORKFLOW_LIST: f"""
-            WITH w AS (
-                SELECT f.id, f.seq,
-                    CASE WHEN f.cancelled_at IS NOT NULL THEN 'cancelled'
-                        WHEN bool_or(c.status NOT IN ('done', 'failed', 'cancelled'))
-                            THEN 'running'
-                        WHEN bool_or(c.status IN ('failed', 'cancelled')) THEN 'failed'
-                        WHEN bool_and(c.status = 'done') THEN 'done'
-                        ELSE 'running' END AS status
-                FROM {{s}}.workflows f
-                LEFT JOIN {_CURRENT.format(ids="ARRAY(SELECT id FROM {s}.workflows)")} c
-                    ON c.workflow_id = f.id
-                GROUP BY f.id, f.seq)
-            SELECT id, count(*) OVER () FROM w
-            WHERE %(status)s::text IS NULL OR status = %(status)s::text
+            WITH touched AS {TOUCHED}
+            SELECT id FROM (
+                SELECT f.id, f.seq FROM {{s}}.workflows f
+                WHERE f.status = %(status)s
+                  AND f.id NOT IN (SELECT id FROM touched)
+                UNION ALL
+                SELECT id, seq FROM touched WHERE status = %(status)s) AS listed
             ORDER BY seq DESC LIMIT %(limit)s OFFSET %(offset)s""",
-        # Workflows by status (as WORKFLOW_LIST decides it), then the steps waiting.
+        Sql.WORKFLOW_LIST_ALL: """
+            SELECT id FROM {s}.workflows ORDER BY seq DESC LIMIT %(limit)s OFFSET %(offset)s""",
+        # Workflows by status: the kept counts, each touched workflow moved from its kept
+        # status to its status now; then the steps waiting (from the jobs' counts).
         Sql.WORKFLOW_COUNTS: f"""
-            WITH w AS (
-                SELECT CASE WHEN f.cancelled_at IS NOT NULL THEN 'cancelled'
-                        WHEN bool_or(c.status NOT IN ('done', 'failed', 'cancelled'))
-                            THEN 'running'
-                        WHEN bool_or(c.status IN ('failed', 'cancelled')) THEN 'failed'
-                        WHEN bool_and(c.status = 'done') THEN 'done'
-                        ELSE 'running' END AS status
-                FROM {{s}}.workflows f
-                LEFT JOIN {_CURRENT.format(ids="ARRAY(SELECT id FROM {s}.workflows)")} c
-                    ON c.workflow_id = f.id
-                GROUP BY f.id)
-            SELECT status, count(*) FROM w GROUP BY status
+            WITH touched AS {TOUCHED}
+            SELECT status, sum(n)::bigint FROM (
+                SELECT status, n FROM {{s}}.workflow_counts
+                UNION ALL SELECT status, n FROM {{s}}.workflow_count_changes
+                UNION ALL SELECT kept, -1 FROM touched WHERE kept IS NOT NULL
+                UNION ALL SELECT status, 1 FROM touched) AS counted
+            GROUP BY status
             UNION ALL
-            SELECT NULL, count(*) FROM {{s}}.jobs WHERE status = 'waiting'""",
+            SELECT NULL, coalesce(sum(n), 0)::bigint FROM {COUNTED_ROWS}
+            WHERE status = 'waiting'""",
+        # Touched: its status is settled at the next fold (and read as cancelled now).
         Sql.WORKFLOW_CANCEL: """
-            UPDATE {s}.workflows SET cancelled_at = now()
-            WHERE id = %(id)s AND cancelled_at IS NULL RETURNING id""",
+            WITH cancelled AS (
+                UPDATE {s}.workflows SET cancelled_at = now()
+                WHERE id = %(id)s AND cancelled_at IS NULL RETURNING id),
+            touch AS (INSERT INTO {s}.workflow_touches SELECT id FROM cancelled)
+            SELECT id FROM cancelled""",
         # Every unfinished step, running ones too (their leases cleared: the holders are
         # fenced out; the tokens come back to kill the workers).
         Sql.WORKFLOW_CANCEL_STEPS: f"""
