@@ -179,24 +179,34 @@ class PgWorkflows:
     async def _read(self, conn: Conn, workflow_id: str) -> Workflow | None:
         if not pg_rows.is_uuid(workflow_id):
             return None
-        head = await self._db.fetchone(conn, self._sql[Sql.WORKFLOW_GET], {"id": workflow_id})
-        if head is None:
-            return None
-        cur = await conn.execute(self._sql[Sql.WORKFLOW_CURRENT], {"ids": [workflow_id]})
-        rows = await cur.fetchall()
-        keys = {job_id: key for key, job_id, _, _ in rows}
-        steps = [
-            StepState(key, job_id, Status(status), [keys[p] for p in parents or () if p in keys])
-            for key, job_id, status, parents in rows
-        ]
-        wf_id, name, created_at, cancelled = head
-        return Workflow(
-            id=wf_id,
-            name=name,
-            status=workflow_status(cancelled, (s.status for s in steps)),
-            created_at=created_at,
-            steps=steps,
-        )
+        return (await self._read_many(conn, [workflow_id])).get(workflow_id)
+
+    async def _read_many(self, conn: Conn, ids: list[str]) -> dict[str, Workflow]:
+        """The workflows of `ids` that exist, with their steps: two statements for all."""
+        cur = await conn.execute(self._sql[Sql.WORKFLOW_GET], {"ids": ids})
+        heads = await cur.fetchall()
+        cur = await conn.execute(self._sql[Sql.WORKFLOW_CURRENT], {"ids": ids})
+        rows_of: dict[str, list[tuple[Any, ...]]] = {}  # (key, job id, status, parents)
+        for wf_id, *row in await cur.fetchall():
+            rows_of.setdefault(str(wf_id), []).append(tuple(row))
+        found = {}
+        for wf_id, name, created_at, cancelled in heads:
+            rows = rows_of.get(str(wf_id), [])
+            keys = {job_id: key for key, job_id, _, _ in rows}
+            steps = [
+                StepState(
+                    key, job_id, Status(status), [keys[p] for p in parents or () if p in keys]
+                )
+                for key, job_id, status, parents in rows
+            ]
+            found[str(wf_id)] = Workflow(
+                id=wf_id,
+                name=name,
+                status=workflow_status(cancelled, (s.status for s in steps)),
+                created_at=created_at,
+                steps=steps,
+            )
+        return found
 
     async def get(self, workflow_id: str) -> Workflow | None:
         """One workflow with its steps' live statuses."""
@@ -209,7 +219,9 @@ class PgWorkflows:
         listing = Sql.WORKFLOW_LIST_ALL if status is None else Sql.WORKFLOW_LIST
         async with self._db.connection() as conn:
             cur = await conn.execute(self._sql[listing], params)
-            found = [await self._read(conn, str(row[0])) for row in await cur.fetchall()]
+            ids = [str(row[0]) for row in await cur.fetchall()]
+            workflows = await self._read_many(conn, ids)
+            found = [workflows.get(wf_id) for wf_id in ids]
         counts = (await self.counts()).by_status
         total = sum(counts.values()) if status is None else counts[status]
         return Page([w for w in found if w is not None], total)

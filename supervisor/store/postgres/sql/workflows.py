@@ -67,9 +67,9 @@ WORKFLOW_SQL: Final[Mapping[Sql, str]] = MappingProxyType(
             SELECT {{job}} FROM changed WHERE status = 'pending'""",
         Sql.WORKFLOW_GET: """
             SELECT id, name, created_at, cancelled_at IS NOT NULL
-            FROM {s}.workflows WHERE id = %(id)s""",
+            FROM {s}.workflows WHERE id = ANY (%(ids)s::uuid[])""",
         Sql.WORKFLOW_CURRENT: f"""
-            SELECT c.step_key, c.id, c.status, j.parent_ids
+            SELECT c.workflow_id, c.step_key, c.id, c.status, j.parent_ids
             FROM {CURRENT.replace("IDS", "%(ids)s::uuid[]")} c JOIN {{s}}.jobs j ON j.id = c.id
             ORDER BY c.workflow_id, c.first""",
         # Newest first: the workflows not touched since the last fold by their kept
