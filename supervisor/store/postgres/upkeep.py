@@ -16,10 +16,11 @@ began. The node then does not VACUUM in vain over and over: it says so (a log li
 `goqueue_store_oldest_snapshot_seconds` gauge and a `/ready` warning naming the session)
 and tries again once that transaction is gone or an interval has passed.
 
-The jobs' counts (`sql/counts.py`) and the workflows' statuses (`sql/flow_counts.py`) look
-after themselves the same way: at each reading, one node at a time folds the changes
-written since into the counts, settles the workflows touched, and VACUUMs those small
-tables, so a count reads a few rows however long the node has run.
+The jobs' counts (`sql/counts.py`), the workflows' statuses (`sql/flow_counts.py`) and
+the dead letters' tally (`sql/tallies.py`) look after themselves the same way: at each
+reading, one node at a time folds the changes written since in, settles the workflows
+touched, and VACUUMs those small tables, so a count reads a few rows however long the
+node has run.
 """
 
 from __future__ import annotations
@@ -35,12 +36,14 @@ from goqueue.supervisor.store.base import Upkeep
 from goqueue.supervisor.store.postgres.connection import Connections
 from goqueue.supervisor.store.postgres.sql.counts import DROP_ZEROS, FOLD
 from goqueue.supervisor.store.postgres.sql.flow_counts import FLOW_FOLD
+from goqueue.supervisor.store.postgres.sql.tallies import TALLY_FOLD
 from psycopg import AsyncConnection, sql
 
 log = logging.getLogger("goqueue.store.postgres")
 
 # the workflows' bookkeeping, vacuumed with the jobs' counts (`sql/flow_counts.py`)
 _FLOW_TABLES = ("workflow_touches", "workflow_count_changes", "workflow_counts")
+_TALLY_TABLES = ("tally_changes", "tallies")  # the dead letters' (`sql/tallies.py`)
 
 # The table's statistics and the database's oldest open snapshot (its session named).
 _LOOK = """
@@ -159,12 +162,13 @@ class TableCare:
         return True
 
     async def fold(self) -> int:
-        """Fold the changes to the jobs' counts into the counts and settle the workflows
-        touched, unless another node is at it, then VACUUM those tables (their deleted
-        rows would stay, and be read by every count, until the server's autovacuum
-        came); the groups and workflows it moved (0: nothing to fold, or another node at
-        it). On a pooled connection (autocommit): the tables are
-        small, and a connection of its own every reading would cost the server a backend."""
+        """Fold the changes to the jobs' counts and the tallies in and settle the
+        workflows touched, unless another node is at it, then VACUUM those tables (their
+        deleted rows would stay, and be read by every count, until the server's
+        autovacuum came); the groups, workflows and tallies it moved (0: nothing to
+        fold, or another node at it). On a pooled connection (autocommit): the tables
+        are small, and a connection of its own every reading would cost the server a
+        backend."""
         ident = sql.Identifier(self.schema)
         async with self._db.connection() as conn:
             async with conn.transaction():
@@ -175,13 +179,14 @@ class TableCare:
                 folded = (await conn.execute(sql.SQL(FOLD).format(s=ident))).rowcount
                 await conn.execute(sql.SQL(DROP_ZEROS).format(s=ident))
                 flows = (await conn.execute(sql.SQL(FLOW_FOLD).format(s=ident))).rowcount
-            if folded or flows:
-                names = ("job_count_changes", "job_counts", *_FLOW_TABLES)
+                tallied = (await conn.execute(sql.SQL(TALLY_FOLD).format(s=ident))).rowcount
+            if folded or flows or tallied:
+                names = ("job_count_changes", "job_counts", *_FLOW_TABLES, *_TALLY_TABLES)
                 tables = sql.SQL("VACUUM {}").format(
                     sql.SQL(", ").join(sql.Identifier(self.schema, name) for name in names)
                 )
                 await conn.execute(tables)
-        return folded + flows
+        return folded + flows + tallied
 
     async def look(self) -> Look:
         """Read the table's statistics and the oldest snapshot."""

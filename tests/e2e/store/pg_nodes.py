@@ -23,6 +23,14 @@ FLOW_STATUS_DROPPED = (
     " DELETE FROM {s}.schema_version WHERE version = 21;"
 )
 
+# The schema as it was before migration 22 (`{s}` for it): the dead letters not tallied.
+TALLY_DROPPED = (
+    "DROP TRIGGER dead_counted_insert ON {s}.dead_letters;"
+    " DROP TRIGGER dead_counted_delete ON {s}.dead_letters;"
+    " DROP FUNCTION {s}.count_dead_letters(); DROP TABLE {s}.tallies, {s}.tally_changes;"
+    " DELETE FROM {s}.schema_version WHERE version = 22;"
+)
+
 
 class Waker:
     """A store's wake-up (given when the store is made) that calls nothing until a test

@@ -24,7 +24,7 @@ from goqueue.supervisor.store.postgres.sql.statements import Statements
 from goqueue.supervisor.store.postgres.store import PostgresStore
 from goqueue.supervisor.store.postgres.upkeep import TableCare
 
-from tests.e2e.store.pg_nodes import FLOW_STATUS_DROPPED, Nodes, new, plan_of
+from tests.e2e.store.pg_nodes import FLOW_STATUS_DROPPED, TALLY_DROPPED, Nodes, new, plan_of
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(60)]
 
@@ -247,5 +247,55 @@ def test_a_role_that_may_only_write_jobs_can_enqueue(nodes: Nodes) -> None:
             assert (await a.stats()).counts["pending"] == 1
         finally:
             await nodes.sql(f"DROP OWNED BY {role}; DROP ROLE {role}")
+
+    nodes.run(body)
+
+
+def test_the_dead_letters_are_tallied_as_they_come_and_go(nodes: Nodes) -> None:
+    async def body(nodes: Nodes) -> None:
+        a, b = await nodes.open("a"), await nodes.open("b")
+        care = TableCare(a._db, nodes.schema)
+
+        async def assert_tallied() -> None:
+            ((real,),) = await nodes.sql("SELECT count(*) FROM {s}.dead_letters")
+            assert (await a.stats()).dead_letters == real
+            assert (await b.queue_depths(10)).dead_letters == real
+
+        await a.enqueue_many([new("t", max_retries=0) for _ in range(30)])
+        leases = await a.claim(30, None, {"t": 30})
+        await asyncio.gather(
+            *(a.fail(x, "boom", None) for x in leases[:15]),
+            *(b.fail(x, "boom", None) for x in leases[15:25]),
+            care.fold(),
+        )
+        await assert_tallied()
+        await a.replay_dead_many(DeadFilter(), 4)
+        await b.purge_dead_many(DeadFilter(), 3)
+        await assert_tallied()
+        assert await care.fold() > 0
+        await assert_tallied()
+        letter = (await a.list_dead(1, 0)).items[0]
+        await b.purge_dead(letter.id)
+        await assert_tallied()
+        await care.fold()
+        await assert_tallied()
+        assert await nodes.sql("SELECT 1 FROM {s}.tally_changes") == []
+        statements = Statements(nodes.schema)
+        conn = await psycopg.AsyncConnection.connect(nodes.dsn, autocommit=True)
+        async with conn:
+            for name, params in ((Sql.DEAD_COUNT, None), (Sql.QUEUE_DEPTHS, {"top": 10})):
+                read = _relations(await plan_of(conn, statements[name], params))
+                assert "dead_letters" not in read and "tallies" in read, (name, read)
+        # the schema before migration 22, with more dead letters since: the upgrade counts
+        await a.close()
+        await b.close()
+        await nodes.sql(TALLY_DROPPED)
+        await nodes.sql(
+            "INSERT INTO {s}.dead_letters (id, job_id, job, errors, created_at)"
+            " SELECT gen_random_uuid(), job_id, job, errors, now() FROM {s}.dead_letters"
+        )
+        c = await nodes.open("c")  # migrates
+        ((real,),) = await nodes.sql("SELECT count(*) FROM {s}.dead_letters")
+        assert real > 10 and (await c.stats()).dead_letters == real
 
     nodes.run(body)

@@ -53,6 +53,7 @@ RELEASED = {
     19: "0f1a1675590b82f5b0e25e918849d298880a88fac0e644bbfff6821cce57f632",  # past paused
     20: "8cd23c3319e47211d67502e35eb65df3878fb8def387497f5a67ae1361975b69",  # counts kept
     21: "4c8967e7bb515d133009158430fd49f71b9b9617ecf15a8e60b226b0281992f3",  # workflows kept
+    22: "2608c4bf5be486e088f9c214bd38d92dc04c42bc83bc27736b618bbc82d4d1fc",  # dead tallied
 }
 
 

@@ -14,6 +14,7 @@ from goqueue.supervisor.store.postgres.sql.claim_paused import CLAIM_PAST_PAUSED
 from goqueue.supervisor.store.postgres.sql.claim_starts import CLAIM_STARTS
 from goqueue.supervisor.store.postgres.sql.counts import COUNTED
 from goqueue.supervisor.store.postgres.sql.flow_counts import FLOW_STATUS
+from goqueue.supervisor.store.postgres.sql.tallies import TALLIED
 
 # How many jobs of each asked-for type a claim may take: the node's free slots, capped by
 # the smallest limit any live node declares minus what runs everywhere (both branches of
@@ -546,4 +547,5 @@ CREATE INDEX workflow_edges_child ON {s}.workflow_edges (child);
     Migration(19, "a claim steps over paused queues' jobs on its usual walk", CLAIM_PAST_PAUSED),
     Migration(20, "the jobs counted as they change", COUNTED),
     Migration(21, "a workflow's status kept with it, and counted", FLOW_STATUS),
+    Migration(22, "the dead letters counted as they come and go", TALLIED),
 )

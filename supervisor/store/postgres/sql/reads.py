@@ -12,6 +12,7 @@ from typing import Final
 from goqueue.supervisor.store.base import RUN_TIMES_SAMPLE
 from goqueue.supervisor.store.postgres.sql.counts import COUNTED_ROWS
 from goqueue.supervisor.store.postgres.sql.fragments import Sql
+from goqueue.supervisor.store.postgres.sql.tallies import DEAD_TALLY
 
 # The pending jobs' (queue, type, priority) groups as the counts kept have them, each with
 # its oldest pending job's run_at: one probe along `jobs_claim_queue` per group.
@@ -82,7 +83,7 @@ READS: Final[Mapping[Sql, str]] = MappingProxyType(
             SELECT 'other', NULL, NULL, count(*), coalesce(greatest(max(age), 0), 0)
             FROM per_queue WHERE queue NOT IN (SELECT queue FROM top)
             UNION ALL
-            SELECT 'dead', NULL, NULL, count(*), NULL FROM {{s}}.dead_letters""",
+            SELECT 'dead', NULL, NULL, {DEAD_TALLY}, NULL""",
         Sql.QUEUE_NAMES: """
             (SELECT queue FROM {s}.jobs WHERE status = 'pending' GROUP BY queue
              LIMIT %(limit)s)
@@ -90,7 +91,7 @@ READS: Final[Mapping[Sql, str]] = MappingProxyType(
         Sql.EVENTS: """
             SELECT job_id, event, at, node, attempt, detail, traceback FROM {s}.events
             WHERE job_id = %(id)s ORDER BY at, id""",
-        Sql.DEAD_COUNT: "SELECT count(*) FROM {s}.dead_letters",
+        Sql.DEAD_COUNT: f"SELECT {DEAD_TALLY}",
         Sql.LIST_DEAD: """
             SELECT id, job_id, job, errors, created_at FROM {s}.dead_letters {dead_where}
             ORDER BY created_at DESC, seq DESC LIMIT %(limit)s OFFSET %(offset)s""",
