@@ -5,6 +5,7 @@ parents' outcomes, reads and cancel. The statements are `sql/workflows.py`'."""
 from __future__ import annotations
 
 from typing import Any
+from uuid import UUID
 
 import msgspec
 from goqueue.supervisor.common.enums import Status, WorkflowStatus
@@ -179,7 +180,8 @@ class PgWorkflows:
     async def _read(self, conn: Conn, workflow_id: str) -> Workflow | None:
         if not pg_rows.is_uuid(workflow_id):
             return None
-        return (await self._read_many(conn, [workflow_id])).get(workflow_id)
+        canonical = str(UUID(workflow_id))  # as the rows' ids read back
+        return (await self._read_many(conn, [canonical])).get(canonical)
 
     async def _read_many(self, conn: Conn, ids: list[str]) -> dict[str, Workflow]:
         """The workflows of `ids` that exist, with their steps: two statements for all."""

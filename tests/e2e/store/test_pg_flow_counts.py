@@ -67,6 +67,8 @@ def test_workflow_counts_stay_exact_from_two_nodes_across_folds(nodes: Nodes) ->
         )
         ids = [m.workflow.id for m in made]
         await assert_exact(a, ids)
+        upper = await a.get_workflow(ids[0].upper())  # a uuid in any spelling
+        assert upper is not None and str(upper.id) == ids[0]
         assert await care.fold() > 0  # the new ones settled
         await assert_exact(b, ids)
         roots = {lease.job.workflow_id: lease for lease in await a.claim(100, None, ALL)}
