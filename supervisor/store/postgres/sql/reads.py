@@ -84,10 +84,11 @@ READS: Final[Mapping[Sql, str]] = MappingProxyType(
             FROM per_queue WHERE queue NOT IN (SELECT queue FROM top)
             UNION ALL
             SELECT 'dead', NULL, NULL, {DEAD_TALLY}, NULL""",
-        Sql.QUEUE_NAMES: """
-            (SELECT queue FROM {s}.jobs WHERE status = 'pending' GROUP BY queue
-             LIMIT %(limit)s)
-            UNION SELECT queue FROM {s}.paused_queues""",
+        # From the counts kept: a new queue name costs no walk over a deep backlog.
+        Sql.QUEUE_NAMES: f"""
+            (SELECT queue FROM {COUNTED_ROWS} WHERE status = 'pending'
+             GROUP BY queue HAVING sum(n) > 0 LIMIT %(limit)s)
+            UNION SELECT queue FROM {{s}}.paused_queues""",
         Sql.EVENTS: """
             SELECT job_id, event, at, node, attempt, detail, traceback FROM {s}.events
             WHERE job_id = %(id)s ORDER BY at, id""",
