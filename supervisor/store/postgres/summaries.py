@@ -89,8 +89,11 @@ class Summaries:
         if filters.job_id is not None and not pg_rows.is_uuid(filters.job_id):
             return Page([], 0)
         params = pg_rows.dead_filter(filters) | {"limit": limit, "offset": offset, "n": preview}
+        count, counted = (  # unfiltered: the tally kept (`sql/tallies.py`), no scan
+            (Sql.DEAD_COUNT, {}) if filters.empty else (Sql.COUNT_DEAD_BRIEFS, params)
+        )
         sql = self._sql
-        rows, total = await self._db.page(sql[Sql.DEAD_BRIEFS], sql[Sql.COUNT_DEAD_BRIEFS], params)
+        rows, total = await self._db.page(sql[Sql.DEAD_BRIEFS], sql[count], params, counted)
         return Page([_dead_brief(r) for r in rows], total)
 
 

@@ -267,6 +267,8 @@ def test_the_dead_letters_are_tallied_as_they_come_and_go(nodes: Nodes) -> None:
             ((real,),) = await nodes.sql("SELECT count(*) FROM {s}.dead_letters")
             assert (await a.stats()).dead_letters == real
             assert (await b.queue_depths(10)).dead_letters == real
+            assert (await a.dead_briefs(DeadFilter(), 5, 0, 10)).total == real
+            assert (await b.list_dead(5, 0)).total == real
 
         await a.enqueue_many([new("t", max_retries=0) for _ in range(30)])
         leases = await a.claim(30, None, {"t": 30})
