@@ -194,3 +194,16 @@ def test_an_upgrade_keeps_the_status_of_every_workflow_already_there(nodes: Node
         assert (await upgraded.workflow_counts()).by_status["running"] == 2
 
     nodes.run(body)
+
+
+def test_a_workflow_with_no_step_kept_counts_as_it_reads(nodes: Nodes) -> None:
+    async def body(nodes: Nodes) -> None:
+        a = await nodes.open("a")
+        wf_id = (await a.create_workflow(flow(("x", [])))).workflow.id
+        # its steps gone by hand (pruning takes the workflow with its last step)
+        await nodes.sql("DELETE FROM {s}.jobs WHERE workflow_id = %s", (wf_id,))
+        await assert_exact(a, [wf_id])  # done, as `workflow_status` rules with no step
+        await TableCare(a._db, nodes.schema).fold()
+        await assert_exact(a, [wf_id])
+
+    nodes.run(body)

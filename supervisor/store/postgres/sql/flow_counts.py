@@ -36,14 +36,13 @@ CURRENT: Final = """(
     WHERE t.r = 1)"""
 
 # The workflows `IDS` stands for: each with its order, its status kept (`kept`) and its
-# status now (`status`, mirroring `workflows.workflow_status`).
+# status now (`status`, mirroring `workflows.workflow_status`: with no step kept, done).
 _DERIVED: Final = f"""(
     SELECT f.id, f.seq, f.status AS kept,
         CASE WHEN f.cancelled_at IS NOT NULL THEN 'cancelled'
             WHEN bool_or(c.status NOT IN ('done', 'failed', 'cancelled')) THEN 'running'
             WHEN bool_or(c.status IN ('failed', 'cancelled')) THEN 'failed'
-            WHEN bool_and(c.status = 'done') THEN 'done'
-            ELSE 'running' END AS status
+            ELSE 'done' END AS status
     FROM {{s}}.workflows f LEFT JOIN {CURRENT} c ON c.workflow_id = f.id
     WHERE f.id = ANY (IDS)
     GROUP BY f.id, f.seq, f.status)"""
