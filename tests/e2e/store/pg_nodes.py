@@ -104,6 +104,24 @@ async def plan_of(
     return plan
 
 
+def relations_of(plan: dict[str, Any]) -> set[str]:
+    """Every relation and index a plan reads."""
+    found = {plan[k] for k in ("Relation Name", "Index Name") if k in plan}
+    for child in plan.get("Plans", []):
+        found |= relations_of(child)
+    return found
+
+
+def rows_read(plan: dict[str, Any], relation: str) -> int:
+    """Rows the scans of `relation` in an analyzed plan handed up, over all their loops."""
+    read = 0
+    if plan.get("Relation Name") == relation:
+        read += int(plan["Actual Rows"] * plan["Actual Loops"])
+    for child in plan.get("Plans", []):
+        read += rows_read(child, relation)
+    return read
+
+
 def new(job_type: str = "t", **fields: Any) -> NewJob:
     """An enqueue request; NewJob options (keys, max_retries) are split off `fields`."""
     max_retries = fields.pop("max_retries", 3)

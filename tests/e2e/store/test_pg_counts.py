@@ -8,7 +8,6 @@ import asyncio
 import json
 from collections import Counter
 from datetime import timedelta
-from typing import Any
 
 import msgspec
 import psycopg
@@ -24,7 +23,15 @@ from goqueue.supervisor.store.postgres.sql.statements import Statements
 from goqueue.supervisor.store.postgres.store import PostgresStore
 from goqueue.supervisor.store.postgres.upkeep import TableCare
 
-from tests.e2e.store.pg_nodes import FLOW_STATUS_DROPPED, TALLY_DROPPED, Nodes, new, plan_of
+from tests.e2e.store.pg_nodes import (
+    FLOW_STATUS_DROPPED,
+    TALLY_DROPPED,
+    Nodes,
+    new,
+    plan_of,
+    relations_of,
+    rows_read,
+)
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(60)]
 
@@ -135,24 +142,6 @@ def test_counts_stay_exact_through_every_change_from_two_nodes(nodes: Nodes) -> 
     nodes.run(body)
 
 
-def _relations(plan: dict[str, Any]) -> set[str]:
-    """Every relation and index a plan reads."""
-    found = {plan[k] for k in ("Relation Name", "Index Name") if k in plan}
-    for child in plan.get("Plans", []):
-        found |= _relations(child)
-    return found
-
-
-def _rows_read(plan: dict[str, Any], relation: str) -> int:
-    """Rows the scans of `relation` in an analyzed plan handed up, over all their loops."""
-    read = 0
-    if plan.get("Relation Name") == relation:
-        read += int(plan["Actual Rows"] * plan["Actual Loops"])
-    for child in plan.get("Plans", []):
-        read += _rows_read(child, relation)
-    return read
-
-
 def test_a_count_never_reads_the_jobs_table(nodes: Nodes) -> None:
     async def body(nodes: Nodes) -> None:
         a = await nodes.open("a")
@@ -179,22 +168,22 @@ def test_a_count_never_reads_the_jobs_table(nodes: Nodes) -> None:
                 Sql.QUEUE_NAMES,
             ):
                 plan = await plan_of(conn, statements[name], {"queue": "default", "limit": 10})
-                read = _relations(plan)
+                read = relations_of(plan)
                 assert "jobs" not in read and "job_counts" in read, (name, read)
             # depths and waits by queue: of the 50 pending jobs (one group, all due) one
             # row is read, the group's oldest
             for name in (Sql.QUEUE_DEPTHS, Sql.QUEUE_PENDING):
                 plan = await plan_of(conn, statements[name], {"top": 10}, "ANALYZE")
-                assert _rows_read(plan, "jobs") == 1, (name, plan)
+                assert rows_read(plan, "jobs") == 1, (name, plan)
             # a listing's total, filtered by the counts' columns
             for filters in (JobFilter(), JobFilter(status="done", type="t", queue="default")):
                 count_sql = statements.list_jobs(filters)[1]
                 params = {"status": "done", "type": "t", "queue": "default"}
                 plan = await plan_of(conn, count_sql, params)
-                assert "jobs" not in _relations(plan), (filters, _relations(plan))
+                assert "jobs" not in relations_of(plan), (filters, relations_of(plan))
             # the Types page's run times: the latest finished jobs, newest first, no more
             plan = await plan_of(conn, statements[Sql.TYPE_RUN_TIMES])
-            assert "jobs_finished" in _relations(plan), plan
+            assert "jobs_finished" in relations_of(plan), plan
             assert '"Limit"' in json.dumps(plan), plan
 
     nodes.run(body)
@@ -293,7 +282,7 @@ def test_the_dead_letters_are_tallied_as_they_come_and_go(nodes: Nodes) -> None:
         conn = await psycopg.AsyncConnection.connect(nodes.dsn, autocommit=True)
         async with conn:
             for name, params in ((Sql.DEAD_COUNT, None), (Sql.QUEUE_DEPTHS, {"top": 10})):
-                read = _relations(await plan_of(conn, statements[name], params))
+                read = relations_of(await plan_of(conn, statements[name], params))
                 assert "dead_letters" not in read and "tallies" in read, (name, read)
         # the schema before migration 22, with more dead letters since: the upgrade counts
         await a.close()

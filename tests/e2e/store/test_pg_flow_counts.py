@@ -8,7 +8,6 @@ from __future__ import annotations
 import asyncio
 from collections import Counter
 from datetime import timedelta
-from typing import Any
 
 import psycopg
 import pytest
@@ -21,7 +20,7 @@ from goqueue.supervisor.store.postgres.sql.statements import Statements
 from goqueue.supervisor.store.postgres.store import PostgresStore
 from goqueue.supervisor.store.postgres.upkeep import TableCare
 
-from tests.e2e.store.pg_nodes import FLOW_STATUS_DROPPED, Nodes, plan_of
+from tests.e2e.store.pg_nodes import FLOW_STATUS_DROPPED, Nodes, plan_of, rows_read
 
 pytestmark = [pytest.mark.postgres, pytest.mark.timeout(60)]
 
@@ -132,16 +131,6 @@ def test_workflow_counts_stay_exact_from_two_nodes_across_folds(nodes: Nodes) ->
     nodes.run(body)
 
 
-def _rows_read(plan: dict[str, Any], relation: str) -> int:
-    """Rows the scans of `relation` in an analyzed plan handed up, over all their loops."""
-    read = 0
-    if plan.get("Relation Name") == relation:
-        read += int(plan["Actual Rows"] * plan["Actual Loops"])
-    for child in plan.get("Plans", []):
-        read += _rows_read(child, relation)
-    return read
-
-
 def test_workflow_counts_and_listings_read_no_history(nodes: Nodes) -> None:
     async def body(nodes: Nodes) -> None:
         a = await nodes.open("a")
@@ -165,12 +154,12 @@ def test_workflow_counts_and_listings_read_no_history(nodes: Nodes) -> None:
         conn = await psycopg.AsyncConnection.connect(nodes.dsn, autocommit=True)
         async with conn:
             plan = await plan_of(conn, statements[Sql.WORKFLOW_COUNTS], None, "ANALYZE")
-            assert _rows_read(plan, "jobs") == 0 and _rows_read(plan, "workflows") == 0, plan
+            assert rows_read(plan, "jobs") == 0 and rows_read(plan, "workflows") == 0, plan
             for status, rows in (("running", 1), ("done", 5)):
                 params = {"status": status, "limit": 5, "offset": 0}
                 plan = await plan_of(conn, statements[Sql.WORKFLOW_LIST], params, "ANALYZE")
-                assert _rows_read(plan, "workflows") == rows, plan
-                assert _rows_read(plan, "jobs") == 0, plan
+                assert rows_read(plan, "workflows") == rows, plan
+                assert rows_read(plan, "jobs") == 0, plan
 
 
 def test_an_upgrade_keeps_the_status_of_every_workflow_already_there(nodes: Nodes) -> None:
