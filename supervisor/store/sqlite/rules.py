@@ -333,8 +333,6 @@ class Tx:
             else:
                 self.ctx.wake()
         row.moved(self.counts)
-        if job.workflow_id is not None:
-            self.flows.add(job.workflow_id)
         self.conn.execute(INSERT, row.insert())
         self._mind(row)
         if job.concurrency_key is not None:

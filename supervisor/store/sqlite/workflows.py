@@ -117,8 +117,7 @@ def _create(tx: Tx, new: NewWorkflow) -> None:
     tx.conn.execute(
         "INSERT INTO workflows (id, seq, record, idempotency_key, status) VALUES (?, ?, ?, ?, ?)",
         (flow.id, flow.seq, encode(flow), flow.idempotency_key, WorkflowStatus.RUNNING),
-    )
-    tx.flows.discard(flow.id)  # running, its steps all to run: nothing to settle
+    )  # running: its steps are all still to run
 
 
 def _found(conn: sqlite3.Connection, workflow_id: str) -> Workflow:
