@@ -15,12 +15,21 @@ from __future__ import annotations
 
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Mapping
+from typing import NamedTuple
 
 import msgspec
 from goqueue.supervisor.common.rates import Rate, grant
 
 KeyOf = tuple[str, str]  # (type, concurrency_key)
 MAX_ROOM = 1 << 30  # a key's room with no limit
+
+
+class PaceWas(NamedTuple):
+    """A paced key's TAT before a claim moved it (None: the key was not kept)."""
+
+    key: KeyOf
+    tat: float | None
+    spent: float | None
 
 
 class KeyPace:
@@ -40,14 +49,25 @@ class KeyPace:
             self._look_out(now + taken.seconds_left, now)
         return taken.granted
 
-    def took(self, key: KeyOf, rate: Rate, count: int, now: float) -> None:
+    def took(self, key: KeyOf, rate: Rate, count: int, now: float) -> PaceWas:
         """`count` jobs of `key` started at `now` (it had that many starts); its next
-        start is looked out for (it may have more jobs waiting)."""
+        start is looked out for (it may have more jobs waiting). Returns what `put_back`
+        needs to undo it."""
+        was = PaceWas(key, self._tat.get(key), self._spent.get(key))
         tat = self._tat[key] = grant(self._tat.get(key, 0.0), rate, count, now).tat
         self._spent[key] = tat + rate.period
         self._look_out(tat, now)
         if len(self._tat) > 1024:
             self._forget(now)
+        return was
+
+    def put_back(self, was: PaceWas) -> None:
+        """Undo a `took` whose claim was not made (its transaction failed)."""
+        if was.tat is None or was.spent is None:
+            self._tat.pop(was.key, None)
+            self._spent.pop(was.key, None)
+        else:
+            self._tat[was.key], self._spent[was.key] = was.tat, was.spent
 
     def _look_out(self, at: float, now: float) -> None:
         """A key may start again `at`: the earliest such time still ahead is kept."""
@@ -86,10 +106,12 @@ class KeyTurns:
     __slots__ = (
         "busy",
         "cursors",
+        "cursors_were",
         "held",
         "limits",
         "now",
         "pace",
+        "paced",
         "places",
         "rates",
         "room",
@@ -117,6 +139,8 @@ class KeyTurns:
         # key's place in this claim's window (`settle` moves the cursors on)
         self.cursors = {} if cursors is None else cursors
         self.places: dict[KeyOf, int] = {}
+        self.paced: list[PaceWas] = []  # the TATs `settle` moved, as they were
+        self.cursors_were: dict[str, str | None] = {}  # the cursors it moved, as they were
 
     def turn(self, job_type: str, key: str | None) -> int | None:
         """How many jobs of `key` are claimed or running (its place in the turns: fewer
@@ -161,12 +185,25 @@ class KeyTurns:
         for (job_type, key), count in self.taken.items():
             rate = self.rates.get(job_type)
             if rate is not None and count:
-                self.pace.took((job_type, key), rate, count, self.now)
+                self.paced.append(self.pace.took((job_type, key), rate, count, self.now))
             place = self.places.get((job_type, key))
             if count and place is not None and place > last.get(job_type, (0, ""))[0]:
                 last[job_type] = (place, key)
         for job_type, (_, key) in last.items():
+            self.cursors_were.setdefault(job_type, self.cursors.get(job_type))
             self.cursors[job_type] = key
+
+    def undo(self) -> None:
+        """The claim was not made after all (its transaction failed): the paced keys'
+        TATs and the cursors go back to where they were before `settle`."""
+        for was in reversed(self.paced):
+            self.pace.put_back(was)
+        for job_type, key in self.cursors_were.items():
+            if key is None:
+                self.cursors.pop(job_type, None)
+            else:
+                self.cursors[job_type] = key
+        self.paced, self.cursors_were = [], {}
 
 
 class KeyHold(msgspec.Struct):

@@ -192,7 +192,11 @@ class Claims:
                 slots, taken = await self.throttle.admit(catalog, slots)
                 if not slots:
                     return None  # every type is throttled: the throttle wakes us in time
-            leases = await self.store.claim(want, policy.queues, slots, start, soon)
+            try:
+                leases = await self.store.claim(want, policy.queues, slots, start, soon)
+            except StoreUnavailable:
+                await self.throttle.settle(taken, [])  # no claim made: its starts go back
+                raise
             if catalog.key_limits or catalog.key_rates:
                 self.throttle.count_key_waits()
             if taken:

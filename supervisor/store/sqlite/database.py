@@ -216,24 +216,33 @@ class Database:
             conn.execute("SAVEPOINT call")
         except sqlite3.Error as exc:
             raise StoreUnavailable(f"SQLite file {self.path}: {exc}") from exc
+        mark = len(batch.undo)
         try:
             out = work(conn)
             conn.execute("RELEASE call")
         except BaseException as exc:
-            self._undo(conn, batch)
+            self._undo(conn, batch, mark)
             if isinstance(exc, sqlite3.Error):
                 raise StoreUnavailable(f"SQLite file {self.path}: {exc}") from exc
             raise
         return out, batch
 
-    def _undo(self, conn: sqlite3.Connection, batch: Batch) -> None:
-        """Roll back a call's savepoint; if SQLite ended the transaction (a full disk
-        may), the turn's batch has failed."""
+    def on_undo(self, undo: Callable[[], None]) -> None:
+        """Call `undo` if the running call's savepoint, or the turn's transaction, is
+        rolled back: how a call's change in memory (not in the file) follows the file."""
+        assert self._batch is not None, "on_undo outside a call"
+        self._batch.undo.append(undo)
+
+    def _undo(self, conn: sqlite3.Connection, batch: Batch, mark: int) -> None:
+        """Roll back a call's savepoint (and what it changed in memory, from the `mark`th
+        undo on); if SQLite ended the transaction (a full disk may), the turn's batch has
+        failed."""
         self.undone += 1
         try:
             if conn.in_transaction:
                 conn.execute("ROLLBACK TO call")
                 conn.execute("RELEASE call")
+                batch.undo_since(mark)
                 return
         except sqlite3.Error:
             pass

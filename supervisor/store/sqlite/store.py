@@ -312,6 +312,7 @@ class SqliteStore:
             )
             paused = tx.paused()
             best = reads.due(tx.conn, tx.ts, queues, paused, slots, limit, turns, self._keys)
+            self.db.on_undo(turns.undo)  # the claim is not made: the keys' pace is not spent
             self._due_seen = max(self._due_seen, tx.ts)
             if len(best) < limit:
                 self._key_waits.extend(turns.held)

@@ -25,6 +25,7 @@ from goqueue.supervisor.common.errors import (
     StoreUnavailable,
 )
 from goqueue.supervisor.common.jobs import DeadLetter, Event, Job, JobSpec, Lease, new_id, utcnow
+from goqueue.supervisor.common.rates import Rate
 from goqueue.supervisor.common.reads import JobFilter
 from goqueue.supervisor.common.schedule import Fired
 from goqueue.supervisor.common.summaries import DeadFilter
@@ -503,6 +504,23 @@ async def test_a_keys_running_jobs_are_counted_across_a_failed_outcome_and_a_res
     (following,) = await again.claim(5, None, ALL)  # the key's slot is free again
     assert following.job.concurrency_key == "k"
     await again.close()
+
+
+async def test_a_claim_whose_commit_failed_leaves_its_keys_pace_as_it_was(
+    path: str, clock: Clock
+) -> None:
+    # A key paced at 2 a second with a burst of 2: a claim that fails must not spend the
+    # burst, or the key waits a period more once the disk has room again.
+    store = await opened(path, clock)
+    await store.register_node({"a": None}, key_rates={"a": Rate(2, 1.0)})
+    for _ in range(4):  # starting a job rewrites its row: no room for that
+        await store.enqueue(new(concurrency_key="k", payload={"big": "x" * 20_000}))
+    async with full_disk(store):
+        with pytest.raises(StoreUnavailable):
+            await store.claim(10, None, ALL)
+    assert len(await store.claim(10, None, ALL)) == 2  # the clock not moved: the burst
+    assert await store.claim(10, None, ALL) == []  # ... and no more
+    await store.close()
 
 
 async def test_bulk_dead_letter_actions_survive_a_restart(path: str, clock: Clock) -> None:

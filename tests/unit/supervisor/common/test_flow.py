@@ -59,3 +59,24 @@ def test_a_keys_pace_is_forgotten_only_once_a_whole_period_has_passed() -> None:
     assert pace.starts(("a", "k"), rate, 101.1) == 1  # remembered: one start, not five
     pace.took(("a", "late"), rate, 1, 102.5)  # (forgets the spent ones)
     assert pace.starts(("a", "k"), rate, 102.5) == 5
+
+
+def test_a_claim_undone_gives_its_keys_their_pace_and_cursors_back() -> None:
+    pace = KeyPace()
+    rate = Rate(2, 1.0)  # a start every 0.5 s, a burst of 2 once idle for a second
+    cursors = {"a": "j"}
+    first = KeyTurns({}, {}, {"a": rate}, pace, now=100.0, cursors=cursors)
+    first.take("a", "k")
+    first.settle()  # k's next start is at 100.5
+    second = KeyTurns({}, {}, {"a": rate}, pace, now=101.0, cursors=cursors)
+    second.places.update({("a", "k"): 1, ("a", "m"): 2})
+    assert second.room_of("a", "k") == 2 and second.room_of("a", "m") == 2
+    for key in ("k", "m", "m"):
+        second.take("a", key)
+    second.settle()
+    assert cursors == {"a": "m"}
+    assert KeyTurns({}, {}, {"a": rate}, pace, now=101.0).room_of("a", "k") == 0
+    second.undo()  # its transaction failed: as after the first claim
+    assert cursors == {"a": "j"}
+    again = KeyTurns({}, {}, {"a": rate}, pace, now=101.0)
+    assert again.room_of("a", "k") == 2 and again.room_of("a", "m") == 2

@@ -55,6 +55,7 @@ class FakeStore:
         self.keep_pending = False  # an enqueue to start is stored pending (a paused queue)
         self.starts: list[tuple[int | None, frozenset[str]]] = []  # each claim's starts
         self.refused_starts = 0  # the next starts fail (the store unavailable)
+        self.refused_claims = 0  # the next claims fail (the store unavailable)
 
     async def take_starts(self, job_type: str, rate: Rate, want: int) -> Taken:
         return Taken(min(want, rate.limit), 0.0, self.window_left)
@@ -72,6 +73,9 @@ class FakeStore:
     ) -> list[Lease]:
         self.claims.append((limit, dict(slots)))
         self.starts.append((start, start_types))
+        if self.refused_claims:
+            self.refused_claims -= 1
+            raise StoreUnavailable("database or disk is full")
         for call in self.during_claim:
             call()
         free, taken = dict(slots), []
@@ -282,6 +286,19 @@ async def test_claims_respect_per_type_slots_and_cost_nothing_when_drained() -> 
     r.dispatcher.wake()
     await r.dispatcher.fill()
     assert r.store.claims[-1] == (1, {"b": 1})  # the "a" slot is still taken
+
+
+async def test_a_claim_that_failed_gives_back_the_starts_it_took_of_a_rate_limit() -> None:
+    actors = [ActorInfo("a", rate_limit="5/s"), ActorInfo("b")]
+    r = rig(actors=actors, leases=[lease("a")], workers=[worker(both())])
+    r.store.refused_claims = 1
+    await r.dispatcher.fill()
+    assert r.pool.runs == [] and ("return_starts", "a", 1) in r.log  # not spent on nothing
+    r.log.clear()
+    r.dispatcher.wake()
+    await r.dispatcher.fill()  # the store is back: the same start is taken and used
+    assert [held.job.type for _, held, _ in r.pool.runs] == ["a"]
+    assert not [x for x in r.log if x[0] == "return_starts"]
 
 
 async def test_a_lease_the_claim_started_waits_in_hand_if_its_worker_went_away_meanwhile() -> None:
