@@ -19,7 +19,7 @@ from goqueue.supervisor.dispatch.policy import Policy
 from goqueue.supervisor.dispatch.wakeup import Wakeup
 from goqueue.supervisor.engine import Engine
 from goqueue.supervisor.observe.history import History
-from goqueue.supervisor.observe.hooks import LogHook, MetricsHook
+from goqueue.supervisor.observe.hooks import job_logs
 from goqueue.supervisor.observe.loop import Work
 from goqueue.supervisor.observe.metrics import Metrics
 from goqueue.supervisor.schedules.scheduler import Scheduler
@@ -122,7 +122,7 @@ def build_node(
     store, webhooks = make_store(settings, wakeup.wake, metrics)
     history = History()
     waiters = Waiters(store.get)  # GET /jobs/{id}?wait=: woken by outcomes recorded here
-    hooks = Hooks([MetricsHook(metrics), LogHook(), WebhookHook(webhooks), history, waiters])
+    hooks = Hooks([metrics, job_logs(), WebhookHook(webhooks), history, waiters])
     catalog = Catalog((), settings.limits)  # the first worker's Ready fills it in
     pool = Pool(
         asyncio.get_running_loop(),

@@ -3,9 +3,9 @@ and the `Hooks` fan-out.
 
 Two places report what happened to jobs through one `Hooks` fan-out: the engine (jobs
 enqueued, by a client or a schedule, and cancelled) and the dispatcher's `Outcomes`
-(attempts started and ended, outcomes recorded). Each concern (metrics and logs in
-`observe/hooks.py`, webhooks in `webhooks/hook.py`, history, waiters) is a small `Hook`
-that overrides the methods it cares about. Hooks run in list order; one that raises is
+(attempts started and ended, outcomes recorded). Each concern (`observe/metrics.py`'s
+`Metrics`, the job logs in `observe/hooks.py`, webhooks in `webhooks/hook.py`, history,
+waiters) is a `Hook` that overrides the methods it cares about. Hooks run in list order; one that raises is
 logged and the others still run. There are only "after" hooks: should "before" hooks be
 added, they run in list order and the "after" ones in reverse, as dramatiq does.
 Chaining and the audit trail are not hooks: the store writes them inside the outcome's
@@ -27,8 +27,9 @@ class Hook:
     """One concern's view of jobs; every method is a no-op until overridden.
 
     Outcomes and cancels reach a hook only while it is not `quiet` (one with nothing
-    to do for now, such as waiters with nobody waiting), and only for jobs whose field
-    named by `needs` is set (None: every job), so most jobs cost it no call."""
+    to do for now, such as waiters with nobody waiting). Outcomes reach it only for jobs
+    whose field named by `needs` is set (None: every job), so most jobs cost it no call;
+    cancels, an operator's and rare, reach it for every job."""
 
     needs: str | None = None
     quiet = False
@@ -110,7 +111,7 @@ class Hooks(Hook):
 
     def after_cancel(self, job: Job, force: bool) -> None:
         for hook in self._cancel:
-            if hook.quiet or (hook.needs is not None and not getattr(job, hook.needs)):
+            if hook.quiet:
                 continue
             try:
                 hook.after_cancel(job, force)

@@ -1,47 +1,24 @@
-"""The hooks that count and log what happens to jobs (Prometheus counters, log lines)."""
+"""The hook that logs what happens to jobs (faults of the machinery are logged where they
+happen; the counters are `Metrics`' own hook methods)."""
 
 from __future__ import annotations
 
 import logging
 
-from goqueue.supervisor.common.enums import TERMINAL, AttemptOutcome, Status
+from goqueue.supervisor.common.enums import TERMINAL, Status
 from goqueue.supervisor.common.hooks import Hook
 from goqueue.supervisor.common.jobs import Job, Outcome
-from goqueue.supervisor.observe.metrics import Metrics
-
-
-class MetricsHook(Hook):
-    """The Prometheus counters that move with jobs."""
-
-    def __init__(self, metrics: Metrics) -> None:
-        self.metrics = metrics
-
-    def after_enqueue(self, job: Job) -> None:
-        self.metrics.enqueued(job.type)
-
-    def after_attempt(self, job_type: str, outcome: AttemptOutcome, duration: float) -> None:
-        self.metrics.attempt(job_type, outcome, duration)
-
-    def after_outcome(self, outcome: Outcome) -> None:
-        job = outcome.job
-        if job.status == Status.PENDING:
-            self.metrics.retry(job.type)
-        elif job.status in TERMINAL:
-            self.metrics.job_finished(job.type, job.status)
-
-    def after_cancel(self, job: Job, force: bool) -> None:
-        self.metrics.job_finished(job.type, Status.CANCELLED)
 
 
 class LogHook(Hook):
-    """The log lines about jobs (faults of the machinery are logged where they happen)."""
+    """The log lines about jobs at info and above: attempts that failed, jobs dead-lettered
+    and cancelled. A job with no error has no such line, so its outcome costs no call
+    (`needs`). `job_logs` gives the debug variant when debug lines are shown."""
+
+    needs: str | None = "last_error"  # every failed job has one
 
     def __init__(self, logger: logging.Logger | None = None) -> None:
         self.log = logger or logging.getLogger("goqueue.jobs")
-
-    def after_start(self, job: Job) -> None:
-        if self.log.isEnabledFor(logging.DEBUG):  # per job: no fields built unless shown
-            self.log.debug("attempt started", extra=_fields(job))
 
     def after_error(self, job: Job, error: str, traceback: str) -> None:
         if traceback:
@@ -54,11 +31,30 @@ class LogHook(Hook):
         job = outcome.job
         if job.status == Status.FAILED:
             self.log.warning("job dead-lettered", extra={**_fields(job), "error": job.last_error})
-        elif job.status in TERMINAL and self.log.isEnabledFor(logging.DEBUG):
-            self.log.debug(f"job {job.status}", extra=_fields(job))
 
     def after_cancel(self, job: Job, force: bool) -> None:
         self.log.info("job cancelled", extra={**_fields(job), "force": force})
+
+
+class DebugLogHook(LogHook):
+    """`LogHook`, with a debug line for every attempt started and every job finished."""
+
+    needs = None
+
+    def after_start(self, job: Job) -> None:
+        self.log.debug("attempt started", extra=_fields(job))
+
+    def after_outcome(self, outcome: Outcome) -> None:
+        super().after_outcome(outcome)
+        job = outcome.job
+        if job.status in TERMINAL and job.status != Status.FAILED:
+            self.log.debug(f"job {job.status}", extra=_fields(job))
+
+
+def job_logs(logger: logging.Logger | None = None) -> LogHook:
+    """The log hook for the level the node logs at (set once, at start)."""
+    hook = LogHook(logger)
+    return DebugLogHook(logger) if hook.log.isEnabledFor(logging.DEBUG) else hook
 
 
 def _fields(job: Job) -> dict[str, object]:

@@ -1,7 +1,9 @@
 """Prometheus series for one node, on a registry of its own (no default REGISTRY).
 
-Workers report their outcomes to the supervisor over the pipe and only the supervisor
-records them, so plain single-process collectors suffice (no multiprocess mode).
+`Metrics` is itself the hook that counts what happens to jobs, as dramatiq's Prometheus
+middleware is: the series move in the call that reports the event. Workers report their
+outcomes to the supervisor over the pipe and only the supervisor records them, so plain
+single-process collectors suffice (no multiprocess mode).
 """
 
 from __future__ import annotations
@@ -18,6 +20,8 @@ from goqueue.supervisor.common.enums import (
     WebhookOutcome,
     WorkerState,
 )
+from goqueue.supervisor.common.hooks import Hook
+from goqueue.supervisor.common.jobs import Job, Outcome
 from goqueue.supervisor.common.reads import OTHER_QUEUES as OTHER_QUEUES
 from goqueue.supervisor.common.reads import QueueDepths
 from goqueue.supervisor.observe.loop import LoopWatch, Work
@@ -68,8 +72,9 @@ class WithoutCreated(Collector):
             yield family
 
 
-class Metrics:
-    """Every GoQueue series, plus one small method per event that moves them."""
+class Metrics(Hook):
+    """Every GoQueue series, plus one small method per event that moves them (the jobs'
+    events are its `Hook` methods)."""
 
     def __init__(self, depth_queues: int = DEFAULT_DEPTH_QUEUES) -> None:
         self.depth_queues = depth_queues  # queues with depth series of their own
@@ -248,18 +253,22 @@ class Metrics:
             for outcome in AttemptOutcome:
                 self.attempts.declare((job_type, outcome))
 
-    def job_finished(self, job_type: str, status: Status) -> None:
-        """A job reached done, failed or cancelled."""
-        self.jobs.inc((job_type, status))
+    def after_enqueue(self, job: Job) -> None:
+        self.enqueued_jobs.inc((job.type,), 1)
 
-    def attempt(self, job_type: str, outcome: AttemptOutcome, duration: float) -> None:
-        """An attempt ended; `duration` in seconds."""
+    def after_attempt(self, job_type: str, outcome: AttemptOutcome, duration: float) -> None:
         self.attempts.inc((job_type, outcome))
         self.attempt_seconds.observe((job_type,), duration)
 
-    def retry(self, job_type: str) -> None:
-        """A failed attempt was scheduled to run again."""
-        self.retries.inc((job_type,))
+    def after_outcome(self, outcome: Outcome) -> None:
+        job = outcome.job
+        if job.status == Status.PENDING:
+            self.retries.inc((job.type,))
+        elif job.status in TERMINAL:
+            self.jobs.inc((job.type, job.status))
+
+    def after_cancel(self, job: Job, force: bool) -> None:
+        self.jobs.inc((job.type, Status.CANCELLED))
 
     def worker_restart(self, reason: RestartReason) -> None:
         """A worker process was replaced."""
@@ -268,10 +277,6 @@ class Metrics:
     def webhook(self, outcome: WebhookOutcome) -> None:
         """A webhook delivery outcome (fits `WebhookSender`'s `on_outcome` hook)."""
         self.webhooks.labels(outcome).inc()
-
-    def enqueued(self, job_type: str, n: int = 1) -> None:
-        """`n` jobs of `job_type` were stored."""
-        self.enqueued_jobs.inc((job_type,), n)
 
     def http(self, route: str, method: str, status: int, duration: float) -> None:
         """An answered request; `route` must be the route template, never the raw path."""

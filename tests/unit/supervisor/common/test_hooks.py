@@ -11,8 +11,7 @@ from goqueue.supervisor.common.deliveries import event_of
 from goqueue.supervisor.common.enums import AttemptOutcome, Status
 from goqueue.supervisor.common.hooks import Hook, Hooks
 from goqueue.supervisor.common.jobs import Job, JobSpec, Outcome
-from goqueue.supervisor.observe.hooks import LogHook, MetricsHook
-from goqueue.supervisor.observe.metrics import Metrics
+from goqueue.supervisor.observe.hooks import DebugLogHook, LogHook, job_logs
 from goqueue.supervisor.webhooks.hook import WebhookHook
 
 pytestmark = pytest.mark.timeout(10)
@@ -23,11 +22,6 @@ def job(status: Status, *, webhook_url: str | None = None, error: str | None = N
     made = Job.from_spec(spec, now=datetime.now(UTC), max_retries=3)
     made.status, made.attempts, made.last_error = status, 2, error
     return made
-
-
-def count(metrics: Metrics, name: str, **labels: str) -> float:
-    value = metrics.registry.get_sample_value(name, labels)
-    return 0.0 if value is None else value
 
 
 class Calls(Hook):
@@ -61,22 +55,6 @@ def test_hooks_run_in_order_and_one_that_raises_is_logged_not_fatal(
     assert record.exc_info is not None
 
 
-def test_metrics_hook_counts_enqueues_attempts_retries_and_finished_jobs() -> None:
-    metrics = Metrics()
-    hook = MetricsHook(metrics)
-    hook.after_enqueue(job(Status.PENDING))
-    hook.after_attempt("email", AttemptOutcome.TIMEOUT, 2.0)
-    hook.after_outcome(Outcome(job(Status.PENDING), []))  # a retry scheduled
-    hook.after_outcome(Outcome(job(Status.DONE), []))
-    hook.after_cancel(job(Status.CANCELLED), force=True)
-    assert count(metrics, "goqueue_enqueued_total", type="email") == 1
-    assert count(metrics, "goqueue_job_attempts_total", type="email", outcome="timeout") == 1
-    assert count(metrics, "goqueue_job_retries_total", type="email") == 1
-    assert count(metrics, "goqueue_jobs_total", type="email", status="done") == 1
-    assert count(metrics, "goqueue_jobs_total", type="email", status="cancelled") == 1
-    assert count(metrics, "goqueue_jobs_total", type="email", status="pending") == 0
-
-
 class FakeWebhooks:
     def __init__(self) -> None:
         self.told: list[Job] = []
@@ -107,8 +85,10 @@ def test_outcomes_reach_a_hook_only_with_the_field_it_needs_and_while_it_listens
     plain, hooked = job(Status.DONE), job(Status.DONE, webhook_url="http://127.0.0.1:9/h")
     for made in (plain, hooked):
         hooks.after_outcome(Outcome(made, []))
+    assert webhooks.told == [hooked]  # no call for a job without a URL
+    for made in (plain, hooked):
         hooks.after_cancel(made, force=False)
-    assert webhooks.told == [hooked, hooked]  # no call for a job without a URL
+    assert webhooks.told == [hooked, plain, hooked]  # every cancel: an operator's, rare
     assert waiter.log == []
     waiter.quiet = False
     hooks.after_cancel(plain, force=False)
@@ -146,3 +126,30 @@ def test_log_hook_lines(caplog: pytest.LogCaptureFixture) -> None:
         ("WARNING", "job dead-lettered", "boom"),
     ]
     assert all(r.__dict__["type"] == "email" and r.__dict__["attempt"] == 2 for r in caplog.records)
+
+
+def test_the_log_hook_hears_only_the_jobs_it_has_a_line_for(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    logger = logging.getLogger("goqueue.jobs")
+    with caplog.at_level(logging.INFO, logger="goqueue.jobs"):
+        quiet = job_logs(logger)
+        assert type(quiet) is LogHook
+        hooks = Hooks([quiet])
+        assert hooks._start == []  # no debug line: a start costs it no call
+        hooks.after_outcome(Outcome(job(Status.DONE), []))  # no error: not even called
+        hooks.after_outcome(Outcome(job(Status.FAILED, error="boom"), []))
+        hooks.after_cancel(job(Status.CANCELLED), force=False)  # every cancel is a line
+    assert [r.getMessage() for r in caplog.records] == ["job dead-lettered", "job cancelled"]
+    caplog.clear()
+    with caplog.at_level(logging.DEBUG, logger="goqueue.jobs"):
+        hooks = Hooks([job_logs(logger)])
+        assert isinstance(hooks.hooks[0], DebugLogHook)
+        hooks.after_start(job(Status.RUNNING))
+        hooks.after_outcome(Outcome(job(Status.DONE), []))
+        hooks.after_outcome(Outcome(job(Status.FAILED, error="boom"), []))
+    assert [r.getMessage() for r in caplog.records] == [
+        "attempt started",
+        "job done",
+        "job dead-lettered",
+    ]

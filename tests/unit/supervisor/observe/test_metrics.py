@@ -2,8 +2,17 @@
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
+
 import pytest
-from goqueue.supervisor.common.enums import RestartReason, WebhookOutcome, WorkerState
+from goqueue.supervisor.common.enums import (
+    AttemptOutcome,
+    RestartReason,
+    Status,
+    WebhookOutcome,
+    WorkerState,
+)
+from goqueue.supervisor.common.jobs import Job, JobSpec, Outcome
 from goqueue.supervisor.common.reads import QueueDepths
 from goqueue.supervisor.observe.metrics import OTHER_QUEUES, Metrics
 from prometheus_client.parser import text_string_to_metric_families
@@ -26,17 +35,24 @@ def key(name: str, **labels: str) -> tuple[str, frozenset]:
     return name, frozenset(labels.items())
 
 
+def job(status: Status, job_type: str = "email") -> Job:
+    made = Job.from_spec(JobSpec(type=job_type), now=datetime.now(UTC), max_retries=3)
+    made.status = status
+    return made
+
+
 def test_counters_and_histogram_buckets() -> None:
     metrics = Metrics()
-    metrics.enqueued("email", 3)
-    metrics.enqueued("email")
+    for _ in range(4):
+        metrics.after_enqueue(job(Status.PENDING))
     for duration in (0.002, 0.02, 0.7):
-        metrics.attempt("email", "succeeded", duration)
-    metrics.attempt("email", "timeout", 31.0)
-    metrics.retry("email")
-    metrics.job_finished("email", "done")
-    metrics.job_finished("email", "done")
-    metrics.job_finished("email", "failed")
+        metrics.after_attempt("email", AttemptOutcome.SUCCEEDED, duration)
+    metrics.after_attempt("email", AttemptOutcome.TIMEOUT, 31.0)
+    metrics.after_outcome(Outcome(job(Status.PENDING), []))  # a retry scheduled
+    metrics.after_outcome(Outcome(job(Status.DONE), []))
+    metrics.after_outcome(Outcome(job(Status.DONE), []))
+    metrics.after_outcome(Outcome(job(Status.FAILED), []))
+    metrics.after_cancel(job(Status.CANCELLED), force=True)
     metrics.worker_restart("timeout")
     metrics.webhook("delivered")
     metrics.webhook("retried")
@@ -50,6 +66,8 @@ def test_counters_and_histogram_buckets() -> None:
     assert got[key("goqueue_job_retries_total", type="email")] == 1
     assert got[key("goqueue_jobs_total", type="email", status="done")] == 2
     assert got[key("goqueue_jobs_total", type="email", status="failed")] == 1
+    assert got[key("goqueue_jobs_total", type="email", status="cancelled")] == 1
+    assert key("goqueue_jobs_total", type="email", status="pending") not in got
     assert got[key("goqueue_worker_restarts_total", reason="timeout")] == 1
     assert got[key("goqueue_worker_restarts_total", reason="crash")] == 0  # exported at zero
     assert got[key("goqueue_webhook_deliveries_total", outcome="delivered")] == 1
@@ -135,10 +153,10 @@ def test_declared_types_start_at_zero() -> None:
 
 def test_two_instances_are_independent() -> None:
     first, second = Metrics(), Metrics()  # would raise "Duplicated timeseries" on one registry
-    first.job_finished("email", "done")
-    first.enqueued("email", 5)
+    first.after_outcome(Outcome(job(Status.DONE), []))
+    first.after_enqueue(job(Status.PENDING))
     assert first.registry is not second.registry
-    assert samples(first)[key("goqueue_enqueued_total", type="email")] == 5
+    assert samples(first)[key("goqueue_enqueued_total", type="email")] == 1
     assert key("goqueue_enqueued_total", type="email") not in samples(second)
     assert key("goqueue_jobs_total", type="email", status="done") not in samples(second)
 
