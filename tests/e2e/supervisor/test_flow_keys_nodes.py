@@ -85,7 +85,11 @@ def test_a_key_runs_at_most_its_limit_with_other_keys_beside_it(start: Callable)
 
 
 def test_a_small_key_is_not_kept_behind_a_big_one(start: Callable) -> None:
-    node = start("--workers", "2")
+    # Without workers' own queues, the order jobs start in is the order they were claimed
+    # in (give or take the two workers): with them, one worker kept from running by a busy
+    # machine holds its queued small jobs back while the other runs on, and the starts
+    # would measure the machine, not the claim's turns.
+    node = start("--workers", "2", "--prefetch", "0")
     spec = [{"type": "fair", "concurrency_key": "big", "payload": {"n": i}} for i in range(150)]
     spec += [{"type": "fair", "concurrency_key": "small", "payload": {"n": i}} for i in range(5)]
     enqueue(node, spec)
