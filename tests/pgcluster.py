@@ -16,7 +16,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -36,9 +36,10 @@ def _free_port() -> int:
 class PgCluster:
     """One private cluster: `start`, `stop` (fast or immediate, i.e. a crash), `restart`."""
 
-    def __init__(self, bindir: Path, base: Path) -> None:
+    def __init__(self, bindir: Path, base: Path, settings: Mapping[str, str] | None = None) -> None:
         self.bindir = bindir
         self.base = base
+        self.settings = dict(settings or {})  # server settings beyond the defaults
         self.data = base / "data"
         self.port = _free_port()
         self.dsn = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
@@ -58,7 +59,7 @@ class PgCluster:
         options = (
             f"-c port={self.port} -c listen_addresses=127.0.0.1"
             f" -c unix_socket_directories={self.base} -c max_connections=100"
-        )
+        ) + "".join(f" -c {name}={value}" for name, value in self.settings.items())
         self._run(
             "pg_ctl", "-D", str(self.data), "-l", str(self.base / "server.log"),
             "-o", options, "-w", "-t", "60", "start",
@@ -79,18 +80,17 @@ class PgCluster:
         return path.read_text(errors="replace") if path.exists() else ""
 
 
-@pytest.fixture
-def pg_cluster() -> Iterator[PgCluster]:
-    """A started private cluster, stopped and removed after the test."""
+@contextlib.contextmanager
+def private_cluster(settings: Mapping[str, str] | None = None) -> Iterator[PgCluster]:
+    """A started private cluster (with `settings`), stopped and removed afterwards.
+    RuntimeError when the server's binaries are not installed."""
     bindir = _bindir()
     if bindir is None:
-        if os.environ.get("CI"):
-            pytest.fail("a private PostgreSQL cluster needs the PostgreSQL server binaries")
-        pytest.skip("SKIPPING: no PostgreSQL server binaries (/usr/lib/postgresql/*/bin)")
+        raise RuntimeError("no PostgreSQL server binaries (/usr/lib/postgresql/*/bin)")
     base = Path(tempfile.mkdtemp(prefix="goqueue-pg-"))
     if os.geteuid() == 0:
         shutil.chown(base, "postgres", "postgres")
-    cluster = PgCluster(bindir, base)
+    cluster = PgCluster(bindir, base, settings)
     try:
         cluster.init()
         cluster.start()
@@ -99,3 +99,14 @@ def pg_cluster() -> Iterator[PgCluster]:
         with contextlib.suppress(subprocess.CalledProcessError):  # already stopped
             cluster.stop("immediate")
         shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def pg_cluster() -> Iterator[PgCluster]:
+    """A started private cluster, stopped and removed after the test."""
+    if _bindir() is None:
+        if os.environ.get("CI"):
+            pytest.fail("a private PostgreSQL cluster needs the PostgreSQL server binaries")
+        pytest.skip("SKIPPING: no PostgreSQL server binaries (/usr/lib/postgresql/*/bin)")
+    with private_cluster() as cluster:
+        yield cluster
