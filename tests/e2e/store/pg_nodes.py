@@ -31,6 +31,14 @@ TALLY_DROPPED = (
     " DELETE FROM {s}.schema_version WHERE version = 22;"
 )
 
+# The schema as it was before migration 23 (`{s}` for it): each event in two indexes.
+EVENTS_UNKEYED = (
+    "CREATE INDEX events_job ON {s}.events (job_id, at, id);"
+    " ALTER TABLE {s}.events DROP CONSTRAINT events_pkey;"
+    " ALTER TABLE {s}.events ADD PRIMARY KEY (id);"
+    " DELETE FROM {s}.schema_version WHERE version = 23;"
+)
+
 
 class Waker:
     """A store's wake-up (given when the store is made) that calls nothing until a test

@@ -54,6 +54,7 @@ RELEASED = {
     20: "8cd23c3319e47211d67502e35eb65df3878fb8def387497f5a67ae1361975b69",  # counts kept
     21: "e41492b094297f78724067d763162ae81f2edea7478a343870310513fe07faac",  # workflows kept
     22: "2608c4bf5be486e088f9c214bd38d92dc04c42bc83bc27736b618bbc82d4d1fc",  # dead tallied
+    23: "290f6f59d92ca8bb71df096f4e494168cc5ed4b25f632ed4727f3b206c8760cd",  # events keyed
 }
 
 
