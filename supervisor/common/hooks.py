@@ -5,11 +5,11 @@ Two places report what happened to jobs through one `Hooks` fan-out: the engine 
 enqueued, by a client or a schedule, and cancelled) and the dispatcher's `Outcomes`
 (attempts started and ended, outcomes recorded). Each concern (`observe/metrics.py`'s
 `Metrics`, the job logs in `observe/hooks.py`, webhooks in `webhooks/hook.py`, history,
-waiters) is a `Hook` that overrides the methods it cares about. Hooks run in list order; one that raises is
-logged and the others still run. There are only "after" hooks: should "before" hooks be
-added, they run in list order and the "after" ones in reverse, as dramatiq does.
-Chaining and the audit trail are not hooks: the store writes them inside the outcome's
-own transaction.
+waiters) is a `Hook` that overrides the methods it cares about. Hooks run in list order;
+one that raises is logged and the others still run. There are only "after" hooks: should
+"before" hooks be added, they run in list order and the "after" ones in reverse, as
+dramatiq does. Chaining and the audit trail are not hooks: the store writes them inside
+the outcome's own transaction.
 """
 
 from __future__ import annotations
