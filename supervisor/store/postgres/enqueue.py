@@ -36,6 +36,18 @@ from goqueue.supervisor.store.postgres.workflows import PgWorkflows
 Answer = Enqueued | Exception
 
 
+def _keyed(new: NewJob) -> bool:
+    """True when storing `new` checks a key (idempotency, dedupe, unique, debounce): it
+    then needs a savepoint of its own, so that a refusal undoes only itself."""
+    spec = new.spec
+    return (
+        new.idempotency_key is not None
+        or spec.unique_key is not None
+        or spec.debounce_key is not None
+        or (spec.dedupe_key is not None and pg_steps.dedupes(spec))
+    )
+
+
 def _key_order(new: NewJob) -> tuple[str, str, str, str]:
     spec = new.spec
     keys = (spec.dedupe_key or "", spec.unique_key or "", spec.debounce_key or "")
@@ -117,7 +129,7 @@ class Enqueuer:
         keyed: list[int] = []
         plain: list[int] = []
         for i, new in enumerate(news):  # each job asked once
-            (keyed if pg_steps.keyed(new) else plain).append(i)
+            (keyed if _keyed(new) else plain).append(i)
         if sort_keys:
             keyed.sort(key=lambda i: _key_order(news[i]))
         async with self._db.connection(lane) as conn:

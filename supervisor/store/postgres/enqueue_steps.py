@@ -36,18 +36,6 @@ Steps = Generator[Query, Row | None, T]
 ENQUEUED: Sequence[tuple[EventKind, str | None]] = ((EventKind.ENQUEUED, None),)
 
 
-def keyed(new: NewJob) -> bool:
-    """True when storing `new` checks a key (idempotency, dedupe, unique): it then needs
-    a savepoint of its own, so that a refusal undoes only itself."""
-    spec = new.spec
-    return (
-        new.idempotency_key is not None
-        or dedupes(spec)
-        or spec.unique_key is not None
-        or spec.debounce_key is not None
-    )
-
-
 def dedupes(spec: JobSpec) -> bool:
     """True when the job holds a dedupe key for a window."""
     return spec.dedupe_key is not None and bool(spec.dedupe_window_seconds)
