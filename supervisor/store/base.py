@@ -41,6 +41,7 @@ MAX_KEY_HOLDS = 10_000  # keys at their limit a summary reads, at most
 LATE_OUTCOME = "the outcome arrived after its lease was reaped"  # its event's detail
 EVENTS_KEPT = 100  # a job's audit trail in the embedded stores: its first events, at most
 RUN_TIMES_SAMPLE = 10_000  # the latest finished jobs the Types page's percentiles come from
+SCHEDULE_WALK = 1_000  # jobs the Queues page walks on one side of now before the other
 
 if TYPE_CHECKING:  # `workflows` builds on `NewJob`, defined here
     from goqueue.supervisor.common.enums import WorkflowStatus

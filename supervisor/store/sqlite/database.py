@@ -37,13 +37,13 @@ import os
 import sqlite3
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from typing import TypeVar
 
 from goqueue.supervisor.common.errors import BootError, OutcomeUnknown, StoreUnavailable
 from goqueue.supervisor.store.sqlite.batch import Batch
-from goqueue.supervisor.store.sqlite.rows import ADD_COUNTS
+from goqueue.supervisor.store.sqlite.rows import ADD_COUNTS, Group
 from goqueue.supervisor.store.sqlite.schema import connect
 
 T = TypeVar("T")
@@ -226,6 +226,12 @@ class Database:
                 raise StoreUnavailable(f"SQLite file {self.path}: {exc}") from exc
             raise
         return out, batch
+
+    def open_moves(self) -> Mapping[Group, int]:
+        """The jobs this turn's calls moved so far, by group: in the rows already (a
+        read sees them) but in `job_counts` only once the turn commits."""
+        batch = self._batch
+        return batch.counts if batch is not None else {}
 
     def on_undo(self, undo: Callable[[], None]) -> None:
         """Call `undo` if the running call's savepoint, or the turn's transaction, is

@@ -3,7 +3,7 @@ connection (no await: a read never waits for a commit)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from datetime import datetime
 
 from goqueue.supervisor.common.jobs import Event, Job
@@ -17,15 +17,21 @@ from goqueue.supervisor.common.summaries import (
 )
 from goqueue.supervisor.store.sqlite import reads
 from goqueue.supervisor.store.sqlite.calls import Read
-from goqueue.supervisor.store.sqlite.rows import events_of
+from goqueue.supervisor.store.sqlite.rows import Group, events_of
 
 
 class SqliteReads:
     """The read calls of a `SqliteStore`, made through its `read`."""
 
-    def __init__(self, read: Read, clock: Callable[[], datetime]) -> None:
+    def __init__(
+        self,
+        read: Read,
+        clock: Callable[[], datetime],
+        open_moves: Callable[[], Mapping[Group, int]],
+    ) -> None:
         self._read = read
         self._clock = clock
+        self._open_moves = open_moves  # the open turn's moves, not counted yet
 
     async def get(self, job_id: str) -> Job | None:
         """One job by id."""
@@ -66,7 +72,7 @@ class SqliteReads:
     async def queue_summaries(self) -> list[QueueSummary]:
         """Every queue with pending, claimed or running jobs, and every paused one."""
         now = self._clock().timestamp()
-        return self._read(lambda c: reads.queue_summaries(c, now))
+        return self._read(lambda c: reads.queue_summaries(c, now, self._open_moves()))
 
     async def type_stats(self) -> list[TypeStats]:
         """Counts by status, run-time percentiles (of the latest finished jobs) and

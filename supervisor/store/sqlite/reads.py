@@ -32,10 +32,10 @@ from goqueue.supervisor.common.summaries import (
 from goqueue.supervisor.common.summaries import (
     type_stats as stats_by_type,
 )
-from goqueue.supervisor.store.base import RUN_TIMES_SAMPLE
+from goqueue.supervisor.store.base import RUN_TIMES_SAMPLE, SCHEDULE_WALK
 from goqueue.supervisor.store.memory.flows import workflow_of
 from goqueue.supervisor.store.sqlite.keyed import Keys, keyed_due
-from goqueue.supervisor.store.sqlite.rows import SELECT_ROW, Row, from_ts, letter_of
+from goqueue.supervisor.store.sqlite.rows import SELECT_ROW, Group, Row, from_ts, letter_of
 from goqueue.supervisor.store.sqlite.schema import LIVE_SQL
 from goqueue.supervisor.store.sqlite.steps import FLOW
 
@@ -218,6 +218,27 @@ def queue_stats(conn: sqlite3.Connection, queue: str) -> QueueStats:
     return QueueStats(queue, counts, depth, paused is not None)
 
 
+_WALK = (
+    "SELECT count(*) FROM (SELECT 1 FROM jobs INDEXED BY jobs_queue_due"
+    " WHERE status = 'pending' AND queue = ? AND run_at {} ? LIMIT ?)"
+)
+_WALK_LATER, _WALK_DUE = _WALK.format(">"), _WALK.format("<=")
+
+
+def _later(conn: sqlite3.Connection, queue: str, pending: int, now: float) -> int:
+    """How many of the `pending` jobs of `queue` are scheduled for later, walking the
+    shallower side of `now`: up to SCHEDULE_WALK jobs for later, else up to as many due
+    ones (the rest are for later); only a queue deep on both sides is walked whole."""
+    (later,) = conn.execute(_WALK_LATER, (queue, now, SCHEDULE_WALK)).fetchone()
+    if later < SCHEDULE_WALK:
+        return int(later)
+    (due,) = conn.execute(_WALK_DUE, (queue, now, SCHEDULE_WALK)).fetchone()
+    if due < SCHEDULE_WALK:
+        return pending - int(due)
+    (later,) = conn.execute(_WALK_LATER, (queue, now, -1)).fetchone()  # no limit
+    return int(later)
+
+
 def _oldest_due(conn: sqlite3.Connection, queue: str, now: float) -> float | None:
     """The `run_at` of the longest-waiting due job of `queue`."""
     (at,) = conn.execute(
@@ -263,8 +284,11 @@ def queue_names(conn: sqlite3.Connection, limit: int) -> frozenset[str]:
     return frozenset(q for (q,) in rows)
 
 
-def queue_summaries(conn: sqlite3.Connection, now: float) -> list[QueueSummary]:
-    """Every queue with pending, claimed or running jobs, and every paused one."""
+def queue_summaries(
+    conn: sqlite3.Connection, now: float, moves: Mapping[Group, int]
+) -> list[QueueSummary]:
+    """Every queue with pending, claimed or running jobs, and every paused one (`moves`:
+    the open turn's, in the rows but not yet in the counts)."""
     depths = _depths(conn)
     running = {
         q: int(n)
@@ -273,16 +297,19 @@ def queue_summaries(conn: sqlite3.Connection, now: float) -> list[QueueSummary]:
             " GROUP BY queue HAVING sum(n) > 0"
         )
     }
-    scheduled = {
-        queue: int(n)
-        for queue in depths
-        for (n,) in conn.execute(
-            "SELECT count(*) FROM jobs INDEXED BY jobs_queue_due"
-            " WHERE status = 'pending' AND queue = ? AND run_at > ?",
-            (queue, now),
-        )
-        if n
+    for (queue, _, priority, status), n in moves.items():
+        if status == Status.PENDING:
+            depth = depths.setdefault(queue, {})
+            depth[str(priority)] = depth.get(str(priority), 0) + n
+        elif status in (Status.RUNNING, Status.CLAIMED):
+            running[queue] = running.get(queue, 0) + n
+    depths = {
+        q: {p: n for p, n in sorted(d.items(), key=lambda pn: -int(pn[0])) if n}
+        for q, d in depths.items()
+        if any(d.values())
     }
+    running = {q: n for q, n in running.items() if n}
+    scheduled = {queue: _later(conn, queue, sum(d.values()), now) for queue, d in depths.items()}
     paused = {q for (q,) in conn.execute("SELECT queue FROM paused_queues")}
     summaries = []
     for name in sorted(set(depths) | set(running) | paused):

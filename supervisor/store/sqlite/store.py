@@ -135,7 +135,7 @@ class SqliteStore:
             keys=self._keys,
         )
         # The calls a part answers whole are that part's own methods (documented there).
-        read_calls = SqliteReads(self._read, clock)
+        read_calls = SqliteReads(self._read, clock, self.db.open_moves)
         self.get = read_calls.get
         self.list_jobs = read_calls.list_jobs
         self.events = read_calls.events

@@ -189,6 +189,40 @@ def test_a_count_never_reads_the_jobs_table(nodes: Nodes) -> None:
     nodes.run(body)
 
 
+def test_the_queues_page_counts_the_jobs_for_later_without_walking_them_all(
+    nodes: Nodes,
+) -> None:
+    # Reminders scheduled weeks ahead are a deep queue of their own: the Queues page must
+    # not walk them all, and must still count them exactly.
+    async def body(nodes: Nodes) -> None:
+        await nodes.open("a")  # migrates
+        shapes = {"later": (3, 20_000), "due": (3_000, 3), "both": (1_500, 1_500)}
+        for queue, (due, later) in shapes.items():
+            await nodes.sql(
+                "INSERT INTO {s}.jobs (id, type, queue, payload, priority, status, attempts,"
+                " max_retries, run_at, created_at, updated_at)"
+                " SELECT gen_random_uuid(), 't', %s, '{}', 5, 'pending', 0, 3,"
+                " now() + CASE WHEN g <= %s THEN -g ELSE g END * interval '1 s', now(), now()"
+                " FROM generate_series(1, %s) AS g",
+                (queue, due, due + later),
+            )
+        await nodes.sql("ANALYZE {s}.jobs")
+        statements = Statements(nodes.schema)
+        conn = await psycopg.AsyncConnection.connect(nodes.dsn, autocommit=True)
+        async with conn:
+            cur = await conn.execute(statements[Sql.QUEUE_PENDING])
+            got = {queue: (int(n), int(later)) for queue, _, n, later, *_ in await cur.fetchall()}
+            plan = await plan_of(conn, statements[Sql.QUEUE_PENDING], None, "ANALYZE")
+        assert got == {q: (due + later, later) for q, (due, later) in shapes.items()}
+        # "later" walks a thousand of its jobs for later, then its 3 due; "due" its 3 for
+        # later; only "both", deep on both sides, walks a thousand of each, then all its
+        # 1,500 for later; and each group probes its oldest: about 4,500 in all, where a
+        # walk over every job for later would read 21,500
+        assert rows_read(plan, "jobs") < 5_000, rows_read(plan, "jobs")
+
+    nodes.run(body)
+
+
 def test_an_upgrade_counts_the_jobs_already_there(nodes: Nodes) -> None:
     async def body(nodes: Nodes) -> None:
         a = await nodes.open("a")

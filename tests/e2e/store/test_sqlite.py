@@ -13,6 +13,7 @@ import sqlite3
 from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import msgspec
 import pytest
@@ -520,6 +521,60 @@ async def test_a_claim_whose_commit_failed_leaves_its_keys_pace_as_it_was(
             await store.claim(10, None, ALL)
     assert len(await store.claim(10, None, ALL)) == 2  # the clock not moved: the burst
     assert await store.claim(10, None, ALL) == []  # ... and no more
+    await store.close()
+
+
+async def test_the_queues_page_counts_the_jobs_for_later_without_walking_them_all(
+    path: str, clock: Clock
+) -> None:
+    # Reminders scheduled weeks ahead are a deep queue of their own: the Queues page,
+    # read on the node's loop, must not walk them all, and must still count them exactly,
+    # even in the middle of a turn whose moves are in the rows but not yet counted.
+    store = await opened(path, clock)
+    shapes = {"later": (3, 10_000), "due": (1_500, 3), "both": (1_200, 1_200)}
+    for queue, (due, later) in shapes.items():
+        news = [new(queue=queue, delay_seconds=3600) for _ in range(later)]
+        news += [new(queue=queue) for _ in range(due)]
+        for i in range(0, len(news), 1000):
+            await store.enqueue_many(news[i : i + 1000])
+
+    async def counted() -> dict[str, tuple[int, int]]:
+        return {q.name: (q.pending, q.scheduled) for q in await store.queue_summaries()}
+
+    steps = 0
+
+    def step() -> int:
+        nonlocal steps
+        steps += 1
+        return 0
+
+    async def steps_of(read: Callable[[], Any]) -> int:
+        nonlocal steps
+        steps = 0
+        await store.db.read(lambda c: c.set_progress_handler(step, 100))
+        try:
+            await read()
+        finally:
+            await store.db.read(lambda c: c.set_progress_handler(None, 100))
+        return steps
+
+    got = await counted()
+    assert got == {q: (due + later, later) for q, (due, later) in shapes.items()}
+    now = clock.now().timestamp()
+    whole = "SELECT count(*) FROM jobs WHERE status = 'pending' AND queue = ? AND run_at > ?"
+
+    async def walk_later() -> None:
+        await store.db.read(lambda c: c.execute(whole, ("later", now)).fetchone())
+
+    # every queue's summary costs less than walking the deep one's jobs for later once
+    assert await steps_of(counted) < await steps_of(walk_later)
+    # mid-turn: one due job more in "later", in the rows and not yet counted
+    enqueue = asyncio.create_task(store.enqueue(new(queue="later")))
+    await asyncio.sleep(0)
+    assert not enqueue.done() and store.db.open_moves()
+    assert (await counted())["later"] == (10_004, 10_000)
+    await enqueue
+    assert (await counted())["later"] == (10_004, 10_000)
     await store.close()
 
 

@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Final
 
-from goqueue.supervisor.store.base import RUN_TIMES_SAMPLE
+from goqueue.supervisor.store.base import RUN_TIMES_SAMPLE, SCHEDULE_WALK
 from goqueue.supervisor.store.postgres.sql.counts import COUNTED_ROWS
 from goqueue.supervisor.store.postgres.sql.fragments import Sql
 from goqueue.supervisor.store.postgres.sql.tallies import DEAD_TALLY
@@ -102,18 +102,36 @@ READS: Final[Mapping[Sql, str]] = MappingProxyType(
             WHERE id = %(id)s OR job_id = %(id)s ORDER BY id = %(id)s DESC LIMIT 1""",
         Sql.COUNT_DEAD_MATCHING: "SELECT count(*) FROM {s}.dead_letters {dead_where}",
         # Per (queue, priority): pending, scheduled for later, the oldest due job's run_at
-        # and its wait; from the counts kept and, per group, a probe for its oldest job
-        # and a walk over its jobs scheduled for later (none walks the due backlog).
+        # and its wait; from the counts kept and, per group, a probe for its oldest job.
+        # Its jobs for later are counted by walking the shallower side of `now()`: up to
+        # SCHEDULE_WALK jobs for later, else up to as many due ones (the rest are for
+        # later: the kept count and the walk share the statement's snapshot); only a
+        # group deep on both sides is walked whole. A deep backlog or a deep schedule
+        # costs a short walk.
         Sql.QUEUE_PENDING: f"""
             WITH {_PENDING_GROUPS}
             SELECT queue, priority, sum(n)::bigint, sum(later)::bigint,
                 min(oldest) FILTER (WHERE oldest <= now()),
                 extract(epoch FROM now() - min(oldest) FILTER (WHERE oldest <= now()))::float8
             FROM groups CROSS JOIN LATERAL (
-                SELECT count(*) AS later FROM {{s}}.jobs j
-                WHERE j.status = 'pending' AND j.queue = groups.queue
-                  AND j.type = groups.type AND j.priority = groups.priority
-                  AND j.run_at > now()) AS scheduled
+                SELECT count(*) AS walked FROM (
+                    SELECT 1 FROM {{s}}.jobs j
+                    WHERE j.status = 'pending' AND j.queue = groups.queue
+                      AND j.type = groups.type AND j.priority = groups.priority
+                      AND j.run_at > now() LIMIT {SCHEDULE_WALK}) AS w) AS first
+            CROSS JOIN LATERAL (
+                SELECT CASE WHEN first.walked < {SCHEDULE_WALK} THEN first.walked ELSE (
+                    SELECT CASE WHEN due.walked < {SCHEDULE_WALK} THEN groups.n - due.walked ELSE (
+                        SELECT count(*) FROM {{s}}.jobs j
+                        WHERE j.status = 'pending' AND j.queue = groups.queue
+                          AND j.type = groups.type AND j.priority = groups.priority
+                          AND j.run_at > now()) END
+                    FROM (SELECT count(*) AS walked FROM (
+                        SELECT 1 FROM {{s}}.jobs j
+                        WHERE j.status = 'pending' AND j.queue = groups.queue
+                          AND j.type = groups.type AND j.priority = groups.priority
+                          AND j.run_at <= now() LIMIT {SCHEDULE_WALK}) AS w) AS due) END AS later
+                ) AS scheduled
             GROUP BY queue, priority""",
         Sql.QUEUE_RUNNING: f"""
             SELECT queue, sum(n)::bigint FROM {COUNTED_ROWS}
