@@ -41,28 +41,42 @@ def _noop(i: int) -> dict[str, Any]:
     return {"type": "bench.noop", "payload": {"i": i}}
 
 
-async def burn_down(
+async def fill(
     client: LoadClient, n: int, job: Callable[[int], dict[str, Any]] = _noop
-) -> float:
-    """Enqueue `n` jobs (`job(i)` each) into the paused queue, resume it, and time the
-    drain: jobs/s."""
+) -> tuple[str, int]:
+    """Pause the default queue and enqueue `n` jobs (`job(i)` each) into it, in batches:
+    the last one's id, and how many jobs were done before."""
     before = (await call(client, "GET", "/stats"))["counts"].get("done", 0)
     await call(client, "POST", "/queues/default/pause")
-    ids: list[str] = []
+    last = ""
     for i in range(0, n, 1000):
         jobs = [job(i + j) for j in range(min(1000, n - i))]
         answer = await call(client, "POST", "/jobs/batch", {"jobs": jobs})
-        ids += [result["job"]["id"] for result in answer["results"]]
+        last = answer["results"][-1]["job"]["id"]
+    return last, before
+
+
+async def drain(client: LoadClient, n: int, last: str, before: int) -> float:
+    """Resume the default queue `fill` filled and time until its `n` jobs are done
+    (`last` the last of them, `before` the jobs done before): jobs/s."""
     started = time.monotonic()
     await call(client, "POST", "/queues/default/resume")
     # Jobs start in order: wait for the last, then for all (GET /stats counts the table).
-    while (await call(client, "GET", f"/jobs/{ids[-1]}"))["status"] != "done":
+    while (await call(client, "GET", f"/jobs/{last}"))["status"] != "done":
         if time.monotonic() - started > 1200:
             raise RuntimeError("the burn-down took over 20 minutes")
         await asyncio.sleep(0.05)
     while (await call(client, "GET", "/stats"))["counts"].get("done", 0) - before < n:
         await asyncio.sleep(0.05)
     return n / (time.monotonic() - started)
+
+
+async def burn_down(
+    client: LoadClient, n: int, job: Callable[[int], dict[str, Any]] = _noop
+) -> float:
+    """Enqueue `n` jobs (`job(i)` each) into the paused queue, resume it, and time the
+    drain: jobs/s."""
+    return await drain(client, n, *await fill(client, n, job))
 
 
 def comparison_parser(doc: str) -> argparse.ArgumentParser:

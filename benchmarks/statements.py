@@ -25,7 +25,7 @@ import psycopg
 
 from benchmarks.loadgen import LoadClient
 from benchmarks.nodes import BenchNode
-from benchmarks.snapshot import call
+from benchmarks.snapshot import drain, fill
 from tests.pgcluster import PgCluster, private_cluster
 
 SETTINGS = {
@@ -95,24 +95,14 @@ async def run(args: argparse.Namespace) -> None:
         client = LoadClient("127.0.0.1", node.port)
         try:
             await node.ready(client)
-            await call(client, "POST", "/queues/default/pause")
             admin.execute("SELECT pg_stat_statements_reset()")
             cpu, started = cluster_cpu(cluster), time.monotonic()
-            last = ""
-            for i in range(0, args.n, 1000):
-                jobs = [{"type": "bench.noop", "payload": {"i": i + j}}
-                        for j in range(min(1000, args.n - i))]  # fmt: skip
-                answer = await call(client, "POST", "/jobs/batch", {"jobs": jobs})
-                last = answer["results"][-1]["job"]["id"]
+            last, before = await fill(client, args.n)
             spent = time.monotonic() - started, cluster_cpu(cluster) - cpu
             report(admin, "batch enqueues", args.n, *spent, args.top)
             admin.execute("SELECT pg_stat_statements_reset()")
             cpu, started = cluster_cpu(cluster), time.monotonic()
-            await call(client, "POST", "/queues/default/resume")
-            while (await call(client, "GET", f"/jobs/{last}"))["status"] != "done":
-                await asyncio.sleep(0.02)
-            while (await call(client, "GET", "/stats"))["counts"].get("done", 0) < args.n:
-                await asyncio.sleep(0.02)
+            await drain(client, args.n, last, before)
             spent = time.monotonic() - started, cluster_cpu(cluster) - cpu
             report(admin, "burn-down", args.n, *spent, args.top)
         finally:

@@ -254,7 +254,7 @@ class Metrics(Hook):
                 self.attempts.declare((job_type, outcome))
 
     def after_enqueue(self, job: Job) -> None:
-        self.enqueued_jobs.inc((job.type,), 1)
+        self.enqueued_jobs.inc((job.type,))
 
     def after_attempt(self, job_type: str, outcome: AttemptOutcome, duration: float) -> None:
         self.attempts.inc((job_type, outcome))

@@ -27,6 +27,11 @@ _PENDING_GROUPS: Final = f"""groups AS MATERIALIZED (
                       AND j.priority = c.priority
                     ORDER BY j.run_at LIMIT 1) AS o ON true)"""
 
+# A group's pending jobs, as `groups` names it (`{s}` left for the schema).
+_GROUP_JOBS: Final = """{s}.jobs j
+                    WHERE j.status = 'pending' AND j.queue = groups.queue
+                      AND j.type = groups.type AND j.priority = groups.priority"""
+
 READS: Final[Mapping[Sql, str]] = MappingProxyType(
     {
         Sql.GET: "SELECT {job} FROM {s}.jobs WHERE id = %(id)s",
@@ -115,22 +120,15 @@ READS: Final[Mapping[Sql, str]] = MappingProxyType(
                 extract(epoch FROM now() - min(oldest) FILTER (WHERE oldest <= now()))::float8
             FROM groups CROSS JOIN LATERAL (
                 SELECT count(*) AS walked FROM (
-                    SELECT 1 FROM {{s}}.jobs j
-                    WHERE j.status = 'pending' AND j.queue = groups.queue
-                      AND j.type = groups.type AND j.priority = groups.priority
-                      AND j.run_at > now() LIMIT {SCHEDULE_WALK}) AS w) AS first
+                    SELECT 1 FROM {_GROUP_JOBS} AND j.run_at > now() LIMIT {SCHEDULE_WALK}
+                ) AS w) AS first
             CROSS JOIN LATERAL (
                 SELECT CASE WHEN first.walked < {SCHEDULE_WALK} THEN first.walked ELSE (
-                    SELECT CASE WHEN due.walked < {SCHEDULE_WALK} THEN groups.n - due.walked ELSE (
-                        SELECT count(*) FROM {{s}}.jobs j
-                        WHERE j.status = 'pending' AND j.queue = groups.queue
-                          AND j.type = groups.type AND j.priority = groups.priority
-                          AND j.run_at > now()) END
+                    SELECT CASE WHEN due.walked < {SCHEDULE_WALK} THEN groups.n - due.walked
+                        ELSE (SELECT count(*) FROM {_GROUP_JOBS} AND j.run_at > now()) END
                     FROM (SELECT count(*) AS walked FROM (
-                        SELECT 1 FROM {{s}}.jobs j
-                        WHERE j.status = 'pending' AND j.queue = groups.queue
-                          AND j.type = groups.type AND j.priority = groups.priority
-                          AND j.run_at <= now() LIMIT {SCHEDULE_WALK}) AS w) AS due) END AS later
+                        SELECT 1 FROM {_GROUP_JOBS} AND j.run_at <= now() LIMIT {SCHEDULE_WALK}
+                    ) AS w) AS due) END AS later
                 ) AS scheduled
             GROUP BY queue, priority""",
         Sql.QUEUE_RUNNING: f"""
