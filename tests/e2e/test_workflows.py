@@ -99,8 +99,12 @@ def test_fan_out_then_fan_in_joins_after_every_leaf(flow_node: Node, tmp_path: P
         step("join", tmp_path, [leaf["key"] for leaf in leaves]),
     )
     assert by_key(made)["join"]["status"] == "waiting"
-    metrics = flow_node.get("/metrics").body
-    assert 'goqueue_workflows{status="running"} 1.0' in metrics
+
+    def scraped() -> str | None:  # a store read slower than a scrape waits: the next has it
+        metrics = str(flow_node.get("/metrics").body)
+        return metrics if 'goqueue_workflows{status="running"} 1.0' in metrics else None
+
+    metrics = wait_for(scraped, what="the running workflow in /metrics")
     assert "goqueue_workflow_steps_waiting " in metrics
     done = wait_workflow(flow_node, made["id"], "done", "failed")
     assert done["status"] == "done"
