@@ -1,19 +1,21 @@
 """How PostgreSQL store nodes tell each other, and their dispatchers, about new work.
 
 `Notifier` sends the hint (NOTIFY) after a commit made work claimable, coalesced so a
-stream of commits costs at most one NOTIFY in flight; `Listener` keeps one dedicated
-connection LISTENing on the schema's channel, reconnecting forever, and hands every
-notification (the sending node, and when the work is due) on; `Wakeups` decides, after
-each commit or notification, whether to wake this node's dispatcher and the others, and
-remembers when the next scheduled job is due. The same channel carries a cancel
-("<node> cancel <token> <job id>"): the node holding that lease kills its worker at
-once, rather than at its next lease check.
+stream of commits costs at most one NOTIFY in flight, and none while no other node is
+live; `Listener` keeps one dedicated connection LISTENing on the schema's channel,
+reconnecting forever, and hands every notification (the sending node, and when the work
+is due) on; `Wakeups` decides, after each commit or notification, whether to wake this
+node's dispatcher and the others, and remembers when the next scheduled job is due. The
+same channel carries a cancel ("<node> cancel <token> <job id>"): the node holding that
+lease kills its worker at once, rather than at its next lease check.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import math
+import time
 from collections.abc import Awaitable, Callable, Collection, Sequence
 from contextlib import suppress
 from datetime import UTC, datetime
@@ -52,25 +54,68 @@ class Notifier:
     server's notification queue lock; a hint sent after the commit costs one small
     statement per round trip instead. The payload is "<node> <epoch>", the epoch being
     the earliest future run_at poked (empty when all the work is due now).
+
+    A node alone on its database (`alone`: its heartbeat counted no other live node)
+    sends none: its own dispatcher was woken already, and the hint, a transaction of its
+    own, would only wake this node's listener. A node joining announces itself
+    (`announce`); a node that hears another (`heard`), or whose heartbeat counts one, is
+    alone no more and pokes at once, so the newcomer claims what was committed unheard.
     """
 
     def __init__(
-        self, node_id: str, send: Callable[[str], Awaitable[object]], *, spacing: float = 0.005
+        self,
+        node_id: str,
+        send: Callable[[str], Awaitable[object]],
+        *,
+        spacing: float = 0.005,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.node_id = node_id
         self._send = send
         self.spacing = spacing  # at most one NOTIFY per `spacing` seconds under load
+        self._clock = clock
+        self.alone = False  # no other live node, as last counted: no hint is sent
+        self._heard_at = -math.inf  # when another node was last heard from
         self._poked = False
         self._due: datetime | None = None
         self._task: asyncio.Task[None] | None = None
 
     def poke(self, due: datetime | None) -> None:
-        """Announce work (due at `due` if that is later than now)."""
+        """Announce work (due at `due` if that is later than now), unless alone."""
+        if not self.alone:
+            self._hint(due)
+
+    def announce(self) -> None:
+        """This node just joined: tell the others, alone or not (they count it then)."""
+        self._hint(None)
+
+    def _hint(self, due: datetime | None) -> None:
         self._poked = True
         if due is not None and due > datetime.now(UTC):
             self._due = due if self._due is None else min(self._due, due)
         if self._task is None or self._task.done():
             self._task = asyncio.create_task(self._run(), name="goqueue-pg-notify")
+
+    def heard(self) -> None:
+        """Another node spoke on the channel: this node is not alone."""
+        self._heard_at = self._clock()
+        self._joined()
+
+    def counted(self, others: int, asked_at: float) -> None:
+        """The other live nodes, as a heartbeat sent at `asked_at` (`clock`) counted
+        them. None counted is believed only if nobody was heard since it was sent: a node
+        that joined meanwhile may not be in the count yet."""
+        if others:
+            self._joined()
+        elif not self.alone and self._heard_at < asked_at:
+            self.alone = True
+            log.info("no other node on this database: new work is not announced")
+
+    def _joined(self) -> None:
+        if self.alone:
+            self.alone = False
+            log.info("another node is on this database: new work is announced")
+            self._hint(None)  # what was committed unannounced, for the newcomer
 
     async def _run(self) -> None:
         while self._poked:
@@ -186,6 +231,7 @@ class Wakeups:
         """A notification from a node (ours was handled right after our own commit)."""
         if node == self._notifier.node_id:
             return
+        self._notifier.heard()
         self.saw_due(due)
         self.wake()
 

@@ -269,6 +269,8 @@ class PostgresStore:
             log.warning("cancel NOTIFY failed", extra={"job_id": job_id, "err": str(exc)})
 
     def _on_cancel(self, node: str, token: str, job_id: str) -> None:
+        if node != self.node_id:
+            self._notifier.heard()
         if node == self.node_id or not self._links.cancel(token):
             return  # ours was handled where it was made; another node holds the lease
         log.info(
@@ -292,14 +294,19 @@ class PostgresStore:
         """Declare this node alive with its types and per-type limits, and its per-key
         limits and rates (the claim takes the smallest limit, the slowest rate, a live
         node declares): by type, `{"n": limit, "step": seconds between starts, "burst":
-        starts at once}`, each null when not declared."""
+        starts at once}`, each null when not declared. The first time, the other nodes
+        are told that this one joined."""
+        joining = self._limits is None
         self._limits = dict(limits)
         self._key_rules = key_rules(key_limits or {}, key_rates or {})
         self._floors.declare(self._key_rules, (t for t, n in limits.items() if n is not None))
         self._known = (0.0, frozenset())
         await self._register()
+        if joining:
+            self._notifier.announce()  # the others count this node from now
 
     async def _register(self) -> None:
+        """Write this node's row, and count the other live nodes (`Notifier.counted`)."""
         made = self._links.report()
         report = None if made is None else pg_rows.raw(made)
         params = {
@@ -307,8 +314,11 @@ class PostgresStore:
             "limits": pg_rows.raw(self._limits),
             "report": report,
             "key_limits": pg_rows.raw(self._key_rules) if self._key_rules else None,
+            "live": self._outcomes.live_window,
         }
-        await self._db.execute(self._sql[Sql.REGISTER], params)
+        asked = time.monotonic()
+        ((others,),) = await self._db.execute(self._sql[Sql.REGISTER], params)
+        self._notifier.counted(int(others), asked)
 
     async def known_types(self) -> frozenset[str]:
         """Types some live node runs (cached for a second: it is asked on every enqueue)."""

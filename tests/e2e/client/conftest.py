@@ -64,6 +64,6 @@ def registered(database: Database) -> Database:
         limits = Jsonb({"email": None, "report": 2})
         conn.execute(
             Statements(database.schema)[Sql.REGISTER],
-            {"node": "n1", "limits": limits, "report": None, "key_limits": None},
+            {"node": "n1", "limits": limits, "report": None, "key_limits": None, "live": 60},
         )
     return database

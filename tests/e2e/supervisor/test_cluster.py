@@ -252,3 +252,48 @@ def test_a_transaction_left_open_shows_in_the_metrics(cluster) -> None:
 
 
 SNAPSHOT_AGE = "goqueue_store_oldest_snapshot_seconds "
+
+
+def test_a_node_alone_announces_no_work_and_one_that_joins_hears_of_it(make_node) -> None:
+    """A node alone on its database sends no new-work NOTIFY. A second node announces
+    itself, and from then on the first announces the work it commits: the second claims
+    it at once, not at its next sweep (every 5 s) or after a heartbeat told the first
+    (every 40 s with 120 s leases)."""
+    import psycopg
+    from goqueue.supervisor.settings.stores import channel
+
+    schema = f"gq_alone_{uuid.uuid4().hex[:10]}"
+    db = ("--database-url", postgres_dsn(), "--database-schema", schema)
+    slow_beat = ("--lease-seconds", "120")
+    listen = psycopg.connect(postgres_dsn(), autocommit=True)
+    nodes: list[Node] = []
+
+    def notes_from(node: Node, timeout: float) -> list[str]:
+        name = node.get("/workers").body["node"]
+        return [n.payload for n in listen.notifies(timeout=timeout) if n.payload.split()[0] == name]
+
+    try:
+        listen.execute(f"LISTEN {channel(schema)}")
+        alone = make_node(*db, *slow_beat, "--queues", "mine")
+        nodes.append(alone)
+        theirs = [{"type": "noop", "queue": "theirs"} for _ in range(20)]
+        for _ in range(5):  # each batch's commit leaves pending jobs, announced until now
+            assert alone.post("/jobs/batch", {"jobs": theirs}).status == 200
+        heard = notes_from(alone, 0.5)
+        assert len(heard) <= 1, heard  # at most its own joining, none of the batches
+
+        joined = make_node(*db, *slow_beat, "--queues", "theirs")
+        nodes.append(joined)
+        wait_for(lambda: alone.get("/stats").body["counts"].get("done") == 100, timeout=20)
+        wait_for(lambda: "another node is on this database" in alone.logs(), timeout=5)
+        notes_from(alone, 0.2)  # the wake-up for what it committed alone, if still coming
+        done = alone.post("/jobs/batch", {"jobs": theirs}).body["results"]
+        assert notes_from(alone, 2.0)  # this batch is announced
+        for job_id in [r["job"]["id"] for r in done]:
+            alone.wait_status(job_id, "done", timeout=10)
+    finally:
+        listen.close()
+        for node in nodes:
+            stop_node(node)
+        with psycopg.connect(postgres_dsn(), autocommit=True) as conn:
+            conn.execute(f"DROP SCHEMA IF EXISTS {schema} CASCADE")

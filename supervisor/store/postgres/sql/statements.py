@@ -136,11 +136,16 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
         Sql.PING: "SELECT 1",
         Sql.LISTEN: "LISTEN {channel}",
         Sql.NOTIFY: "SELECT pg_notify(%(channel)s, %(payload)s)",
+        # The node's row, kept alive; answers how many other nodes are live (none: this
+        # node sends no new-work NOTIFY, see `notify.Notifier`).
         Sql.REGISTER: """
-            INSERT INTO {s}.nodes (node_id, limits, heartbeat_at, report, key_limits)
-            VALUES (%(node)s, %(limits)s, now(), %(report)s, %(key_limits)s)
-            ON CONFLICT (node_id) DO UPDATE SET limits = EXCLUDED.limits, heartbeat_at = now(),
-                report = EXCLUDED.report, key_limits = EXCLUDED.key_limits""",
+            WITH beat AS (
+                INSERT INTO {s}.nodes (node_id, limits, heartbeat_at, report, key_limits)
+                VALUES (%(node)s, %(limits)s, now(), %(report)s, %(key_limits)s)
+                ON CONFLICT (node_id) DO UPDATE SET limits = EXCLUDED.limits,
+                    heartbeat_at = now(), report = EXCLUDED.report,
+                    key_limits = EXCLUDED.key_limits)
+            SELECT count(*) FROM {s}.nodes WHERE node_id <> %(node)s AND {live_nodes}""",
         Sql.FORGET_NODE: "DELETE FROM {s}.nodes WHERE node_id = %(node)s",
         Sql.KNOWN_TYPES: """
             SELECT DISTINCT jsonb_object_keys(limits) FROM {s}.nodes WHERE {live_nodes}""",
