@@ -273,12 +273,16 @@ class Connections:
         count_sql: str,
         params: Mapping[str, object],
         count_params: Mapping[str, object] | None = None,
+        *,
+        plan_each: bool = False,
     ) -> tuple[list[Row], int]:
         """A page of rows and how many match in all (`count_sql`, with `count_params`
-        if given, else `params`): both statements in one pipeline, one round trip."""
+        if given, else `params`): both statements in one pipeline, one round trip. With
+        `plan_each`, the page is planned for its parameters every time, never prepared
+        (a filter left unset then costs nothing, and one set can use its index)."""
         async with self.connection() as conn:
             async with conn.pipeline():
-                page = await conn.execute(page_sql, params)
+                page = await conn.execute(page_sql, params, prepare=False if plan_each else None)
                 total = await conn.execute(
                     count_sql, params if count_params is None else count_params
                 )

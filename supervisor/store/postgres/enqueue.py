@@ -292,7 +292,9 @@ class Enqueuer:
                 spec, retries = dead.job.replay_spec(), dead.job.max_retries
                 job = await self.insert(conn, spec, retries, events=events)
                 jobs.append(await self._workflows.resume_in(conn, dead.job, job))
-            left = await self._db.fetchone(conn, self._sql[Sql.COUNT_DEAD_MATCHING], params)
+            # the letters left, as this transaction sees them (its deletes counted)
+            count, counted = pg_rows.dead_count(filters, params, Sql.COUNT_DEAD_MATCHING)
+            left = await self._db.fetchone(conn, self._sql[count], counted)
         self._wakeups.pending(jobs)
         return Replayed(jobs, int(left[0]) if left else 0)
 

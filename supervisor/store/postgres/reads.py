@@ -143,11 +143,10 @@ class Reads:
         if filters.job_id is not None and not pg_rows.is_uuid(filters.job_id):
             return Page([], 0)
         params = pg_rows.dead_filter(filters) | {"limit": limit, "offset": offset}
-        count, counted = (
-            (Sql.DEAD_COUNT, {}) if filters.empty else (Sql.COUNT_DEAD_MATCHING, params)
-        )
+        count, counted = pg_rows.dead_count(filters, params, Sql.COUNT_DEAD_MATCHING)
         page_sql, count_sql = self._sql[Sql.LIST_DEAD], self._sql[count]
-        rows, total = await self._db.page(page_sql, count_sql, params, counted)
+        plan_each = pg_rows.dead_indexed(filters)
+        rows, total = await self._db.page(page_sql, count_sql, params, counted, plan_each=plan_each)
         return Page([pg_rows.dead(r) for r in rows], total)
 
     async def get_dead(self, dead_id: str) -> DeadLetter | None:

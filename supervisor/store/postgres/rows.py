@@ -20,7 +20,7 @@ from goqueue.supervisor.common.enums import Status
 from goqueue.supervisor.common.jobs import AttemptError, DeadLetter, Job, JobSpec, new_id
 from goqueue.supervisor.common.reads import JobFilter
 from goqueue.supervisor.common.summaries import DeadFilter
-from goqueue.supervisor.store.postgres.sql.statements import JOB_FIELDS
+from goqueue.supervisor.store.postgres.sql.statements import JOB_FIELDS, Sql
 from psycopg.adapt import AdaptersMap, Dumper, Loader
 from psycopg.types.string import TextLoader
 
@@ -218,6 +218,25 @@ def dead_filter(filters: DeadFilter) -> dict[str, Any]:
         "before": filters.before,
         "after": filters.after,
     }
+
+
+def dead_count(
+    filters: DeadFilter, params: dict[str, Any], matching: Sql
+) -> tuple[Sql, dict[str, Any]]:
+    """How a dead-letter page counts its total, with what: the tallies kept
+    (`sql/tallies.py`) when no filter or only the queue and type are set, else by
+    reading the letters that pass (`matching`)."""
+    if filters.empty:
+        return Sql.DEAD_COUNT, {}
+    if filters.by_group:
+        return Sql.COUNT_DEAD_GROUPED, {"queue": filters.queue, "type": filters.type}
+    return matching, params
+
+
+def dead_indexed(filters: DeadFilter) -> bool:
+    """A dead-letter page filtered by queue or type is planned for its filters, so it
+    walks that queue's or type's index, not every letter newest first."""
+    return filters.queue is not None or filters.type is not None
 
 
 def _like_escape(text: str) -> str:

@@ -19,6 +19,7 @@ from goqueue.supervisor.common.summaries import (
     Preview,
     QueueSummary,
     TypeStats,
+    dead_brief,
     type_stats,
 )
 from goqueue.supervisor.store.postgres import rows as pg_rows
@@ -89,12 +90,12 @@ class Summaries:
         if filters.job_id is not None and not pg_rows.is_uuid(filters.job_id):
             return Page([], 0)
         params = pg_rows.dead_filter(filters) | {"limit": limit, "offset": offset, "n": preview}
-        count, counted = (  # unfiltered: the tally kept (`sql/tallies.py`), no scan
-            (Sql.DEAD_COUNT, {}) if filters.empty else (Sql.COUNT_DEAD_BRIEFS, params)
+        count, counted = pg_rows.dead_count(filters, params, Sql.COUNT_DEAD_BRIEFS)
+        sql, plan_each = self._sql, pg_rows.dead_indexed(filters)
+        rows, total = await self._db.page(
+            sql[Sql.DEAD_BRIEFS], sql[count], params, counted, plan_each=plan_each
         )
-        sql = self._sql
-        rows, total = await self._db.page(sql[Sql.DEAD_BRIEFS], sql[count], params, counted)
-        return Page([_dead_brief(r) for r in rows], total)
+        return Page([_dead_brief(r, preview) for r in rows], total)
 
 
 _REPORT = msgspec.json.Decoder(NodeReport)
@@ -126,7 +127,10 @@ def _job_brief(row: Row) -> JobBrief:
     )
 
 
-def _dead_brief(row: Row) -> DeadBrief:
+def _dead_brief(row: Row, preview: int) -> DeadBrief:
+    whole = row[17]
+    if whole is not None:  # its JSON holds \u0000, which the database cannot cut: cut here
+        return dead_brief(pg_rows.dead((row[0], row[1], whole, b"[]", row[7])), preview)
     fields = dict(zip(_DEAD_BRIEF_COLUMNS, row, strict=False))
     return DeadBrief(
         **fields, payload=_preview(row[8:11]) or _NO_PAYLOAD, last_error=_preview(row[14:17])

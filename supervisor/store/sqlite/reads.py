@@ -389,11 +389,7 @@ def letters(conn: sqlite3.Connection, filters: DeadFilter | None, limit: int, of
         f"SELECT letter, parents FROM dead_letters {where} ORDER BY seq DESC LIMIT ? OFFSET ?",
         (*params, limit, offset),
     ).fetchall()
-    if where:
-        (total,) = conn.execute(f"SELECT count(*) FROM dead_letters {where}", params).fetchone()
-    else:
-        total = _dead_count(conn)
-    return Page([letter_of(letter, parents) for letter, parents in rows], int(total))
+    return Page([letter_of(letter, parents) for letter, parents in rows], _passing(conn, filters))
 
 
 def oldest_letters(
@@ -405,8 +401,25 @@ def oldest_letters(
         f"SELECT letter, parents FROM dead_letters {where} ORDER BY seq LIMIT ?",
         (*params, limit),
     ).fetchall()
-    (total,) = conn.execute(f"SELECT count(*) FROM dead_letters {where}", params).fetchone()
-    return [letter_of(letter, parents) for letter, parents in rows], max(0, int(total) - limit)
+    total = _passing(conn, filters)
+    return [letter_of(letter, parents) for letter, parents in rows], max(0, total - limit)
+
+
+def _passing(conn: sqlite3.Connection, filters: DeadFilter | None) -> int:
+    """How many letters pass `filters`: from the counts kept when no filter or only the
+    queue and type are set, else by reading the letters."""
+    if filters is None or filters.empty:
+        return _dead_count(conn)
+    if filters.by_group:
+        (n,) = conn.execute(
+            "SELECT coalesce(sum(n), 0) FROM dead_counts"
+            " WHERE (?1 IS NULL OR queue = ?1) AND (?2 IS NULL OR type = ?2)",
+            (filters.queue, filters.type),
+        ).fetchone()
+        return int(n)
+    where, params = _dead_filter(filters)
+    (n,) = conn.execute(f"SELECT count(*) FROM dead_letters {where}", params).fetchone()
+    return int(n)
 
 
 # -- workflows ---------------------------------------------------------------------------

@@ -285,6 +285,31 @@ FLOW_STATUS: tuple[str, ...] = (  # 10: a workflow's status kept in its row as i
         _DROP_FLOW + " " + _ADD_FLOW,
     ),
 )
+DEAD_GROUPS: tuple[str, ...] = (  # 11: the dead letters counted by queue and type as
+    # they come and go, and found by either newest first: a page filtered by them reads
+    # the count and its letters only, however many other letters wait (each step may
+    # run again on a file that has it: the counts are then taken afresh)
+    """CREATE TABLE IF NOT EXISTS dead_counts (
+        queue TEXT NOT NULL,
+        type TEXT NOT NULL,
+        n INTEGER NOT NULL,
+        PRIMARY KEY (queue, type)) WITHOUT ROWID""",
+    "DELETE FROM dead_counts",
+    "INSERT INTO dead_counts SELECT queue, type, count(*) FROM dead_letters GROUP BY queue, type",
+    _count_trigger(
+        "IF NOT EXISTS dead_grouped",
+        "AFTER INSERT ON dead_letters",
+        "INSERT INTO dead_counts VALUES (NEW.queue, NEW.type, 1)"
+        " ON CONFLICT DO UPDATE SET n = n + 1;",
+    ),
+    _count_trigger(
+        "IF NOT EXISTS dead_ungrouped",
+        "AFTER DELETE ON dead_letters",
+        "UPDATE dead_counts SET n = n - 1 WHERE queue = OLD.queue AND type = OLD.type;",
+    ),
+    "CREATE INDEX IF NOT EXISTS dead_of_queue ON dead_letters (queue, seq)",
+    "CREATE INDEX IF NOT EXISTS dead_of_type ON dead_letters (type, seq)",
+)
 MIGRATIONS = (
     *MIGRATIONS,
     ROWS_ARE_THE_TRUTH,
@@ -295,6 +320,7 @@ MIGRATIONS = (
     QUEUE_DUE,
     KEY_QUEUES,
     FLOW_STATUS,
+    DEAD_GROUPS,
 )
 VERSION = len(MIGRATIONS)
 

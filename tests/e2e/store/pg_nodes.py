@@ -40,6 +40,25 @@ EVENTS_UNKEYED = (
 )
 
 
+# The schema as it was before migration 24 (`{s}` for it): dead letters tallied in all
+# only (the function as migration 22 made it), no queue or type of their own.
+DEAD_GROUPS_DROPPED = (
+    "DROP TRIGGER dead_grouped ON {s}.dead_letters; DROP FUNCTION {s}.group_dead_letter();"
+    " DROP FUNCTION {s}.job_field(json, text);"
+    " ALTER TABLE {s}.dead_letters DROP COLUMN queue, DROP COLUMN type;"
+    " CREATE OR REPLACE FUNCTION {s}.count_dead_letters() RETURNS trigger"
+    " LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$"
+    " BEGIN IF TG_OP = 'INSERT' THEN INSERT INTO {s}.tally_changes"
+    " SELECT 'dead', count(*) FROM new_rows HAVING count(*) > 0;"
+    " ELSE INSERT INTO {s}.tally_changes"
+    " SELECT 'dead', -count(*) FROM old_rows HAVING count(*) > 0; END IF;"
+    " RETURN NULL; END $$;"
+    " DELETE FROM {s}.tallies WHERE name LIKE 'dead %';"
+    " DELETE FROM {s}.tally_changes WHERE name LIKE 'dead %';"
+    " DELETE FROM {s}.schema_version WHERE version = 24;"
+)
+
+
 class Waker:
     """A store's wake-up (given when the store is made) that calls nothing until a test
     says what to call: only the wake-ups from that point on count."""

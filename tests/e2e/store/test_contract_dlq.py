@@ -89,6 +89,40 @@ async def test_replay_and_purge_filters_queue_error_and_time(open_store, clock) 
         assert (await store.list_dead(10, 0)).total == 0
 
 
+async def test_a_page_by_queue_or_type_totals_its_letters_as_they_come_and_go(
+    open_store,
+) -> None:
+    """The totals of pages filtered by queue, type or both (kept as letters come and
+    go, not counted) are the letters each page walks, after burials, a replay, bulk
+    replays and purges, and a purge of one."""
+    groups = [("q1", "a"), ("q1", "b"), ("q2", "a"), ("q2", "b"), ("q3", "c")]
+    filters = [DeadFilter(queue=q) for q in ("q1", "q2", "q3", "none")]
+    filters += [DeadFilter(type=t) for t in ("a", "b", "c", "none")]
+    filters += [DeadFilter(queue=q, type=t) for q, t in groups] + [DeadFilter(queue="q3", type="a")]
+
+    async def assert_totals() -> None:
+        for f in [*filters, DeadFilter()]:
+            page = await store.list_dead(1000, 0, f)
+            briefs = await store.dead_briefs(f, 1000, 0, 10)
+            assert page.total == briefs.total == len(page.items), f
+            assert all(f.matches(dead) for dead in page.items), f
+
+    async with open_store() as store:
+        letters = [await bury(store, t, queue=q) for q, t in groups for _ in range(3)]
+        await assert_totals()
+        await store.replay_dead(letters[0].id, 0)
+        await store.purge_dead(letters[-1].id)
+        await assert_totals()
+        replayed = await store.replay_dead_many(DeadFilter(queue="q2", type="a"), 2)
+        assert (len(replayed.jobs), replayed.remaining) == (2, 1)
+        purged = await store.purge_dead_many(DeadFilter(type="b"), 4)
+        assert (purged.purged, purged.remaining) == (4, 2)
+        await assert_totals()
+        left = await store.replay_dead_many(DeadFilter(queue="q1"), 10)
+        assert (len(left.jobs), left.remaining) == (2, 0)  # its b letters were purged
+        await assert_totals()
+
+
 async def test_purge_many_with_an_empty_filter_purges_everything_up_to_the_limit(
     open_store,
 ) -> None:

@@ -18,12 +18,14 @@ from goqueue.supervisor.common.reads import JobFilter
 from goqueue.supervisor.common.summaries import DeadFilter
 from goqueue.supervisor.store.base import RUN_TIMES_SAMPLE, NewJob
 from goqueue.supervisor.store.new_workflow import NewStep, NewWorkflow
+from goqueue.supervisor.store.postgres.rows import dead_filter
 from goqueue.supervisor.store.postgres.sql.fragments import Sql
 from goqueue.supervisor.store.postgres.sql.statements import Statements
 from goqueue.supervisor.store.postgres.store import PostgresStore
 from goqueue.supervisor.store.postgres.upkeep import TableCare
 
 from tests.e2e.store.pg_nodes import (
+    DEAD_GROUPS_DROPPED,
     FLOW_STATUS_DROPPED,
     TALLY_DROPPED,
     Nodes,
@@ -329,5 +331,89 @@ def test_the_dead_letters_are_tallied_as_they_come_and_go(nodes: Nodes) -> None:
         c = await nodes.open("c")  # migrates
         ((real,),) = await nodes.sql("SELECT count(*) FROM {s}.dead_letters")
         assert real > 10 and (await c.stats()).dead_letters == real
+
+    nodes.run(body)
+
+
+def test_dead_letters_by_queue_and_type_are_tallied_and_found_by_index(nodes: Nodes) -> None:
+    """A page of dead letters filtered by queue, type or both takes its total from the
+    tallies (reading no letter) and its letters from that queue's or type's index, exact
+    through burials and replays and purges on two nodes with a fold among them; an
+    upgrade tallies the letters already there."""
+    groups = [DeadFilter(queue="q1"), DeadFilter(type="u"), DeadFilter(queue="q2", type="u")]
+    groups.append(DeadFilter(queue="q1", type="u"))
+
+    async def body(nodes: Nodes) -> None:
+        a, b = await nodes.open("a"), await nodes.open("b")
+        care = TableCare(a._db, nodes.schema)
+
+        async def assert_tallied(store: PostgresStore) -> None:
+            jobs = [
+                json.loads(j) for (j,) in await nodes.sql("SELECT job::text FROM {s}.dead_letters")
+            ]
+            for f in groups:
+                real = sum(
+                    (f.queue in (None, j["queue"])) and (f.type in (None, j["type"])) for j in jobs
+                )
+                assert (await store.list_dead(1, 0, f)).total == real, f
+                assert (await store.dead_briefs(f, 1, 0, 10)).total == real, f
+
+        nul = msgspec.Raw(b'{"a": "\\u0000", "queue": "elsewhere"}')  # `->>` refuses it
+        news = [new("t", queue="q1", max_retries=0, payload=nul) for _ in range(6)]
+        await a.enqueue_many(news + [new("u", queue="q2", max_retries=0) for _ in range(4)])
+        leases = await a.claim(10, None, {"t": 10, "u": 10})
+        await asyncio.gather(
+            *(a.fail(x, "boom", None) for x in leases[:5]),
+            *(b.fail(x, "boom", None) for x in leases[5:]),
+            care.fold(),
+        )
+        await assert_tallied(a)
+        # letters whose JSON the database cannot read field by field are listed whole
+        briefs = (await a.dead_briefs(DeadFilter(queue="q1"), 100, 0, 8)).items
+        assert len(briefs) == 6 and {(b.type, b.priority) for b in briefs} == {("t", 5)}
+        assert {(b.payload.text, b.payload.truncated) for b in briefs} == {('{"a": "\\', True)}
+        await b.replay_dead_many(DeadFilter(queue="q1"), 2)
+        await a.purge_dead_many(DeadFilter(type="u"), 1)
+        await assert_tallied(b)
+        assert await care.fold() > 0
+        await assert_tallied(a)
+        # many letters elsewhere: the count reads none of them, the page walks its index
+        await nodes.sql(
+            "INSERT INTO {s}.dead_letters (id, job_id, job, errors, created_at)"
+            " SELECT gen_random_uuid(), gen_random_uuid(),"
+            " jsonb_set(jsonb_set(d.job::jsonb, '{queue}', '\"bulk\"'), '{type}', '\"bulk\"')"
+            "::json, d.errors, now()"
+            " FROM {s}.dead_letters d, generate_series(1, 3000)"
+            " WHERE strpos(d.job::text, '\\u0000') = 0 LIMIT 20000"
+        )
+        await nodes.sql("ANALYZE {s}.dead_letters")
+        await assert_tallied(b)
+        statements = Statements(nodes.schema)
+        conn = await psycopg.AsyncConnection.connect(nodes.dsn, autocommit=True)
+        async with conn:
+            counted = {"queue": "q1", "type": None}
+            read = relations_of(await plan_of(conn, statements[Sql.COUNT_DEAD_GROUPED], counted))
+            assert "dead_letters" not in read and "tallies" in read, read
+            for f, index in (
+                (DeadFilter(queue="q1"), "dead_letters_queue"),
+                (DeadFilter(type="u"), "dead_letters_type"),
+            ):
+                params = dead_filter(f) | {"limit": 5, "offset": 0, "n": 10}
+                for name in (Sql.LIST_DEAD, Sql.DEAD_BRIEFS):
+                    read = relations_of(await plan_of(conn, statements[name], params))
+                    assert index in read, (name, read)
+        # the schema before migration 24, with letters: the upgrade tallies them by group
+        await a.close()
+        await b.close()
+        await nodes.sql(DEAD_GROUPS_DROPPED)
+        await nodes.sql(
+            "INSERT INTO {s}.dead_letters (id, job_id, job, errors, created_at)"
+            " SELECT gen_random_uuid(), job_id, job, errors, now() FROM {s}.dead_letters"
+            ' WHERE strpos(job::text, \'"queue":"bulk"\') = 0'
+        )
+        c = await nodes.open("c")  # migrates
+        await assert_tallied(c)
+        ((total,),) = await nodes.sql("SELECT count(*) FROM {s}.dead_letters")
+        assert (await c.stats()).dead_letters == total
 
     nodes.run(body)

@@ -55,6 +55,7 @@ RELEASED = {
     21: "e41492b094297f78724067d763162ae81f2edea7478a343870310513fe07faac",  # workflows kept
     22: "2608c4bf5be486e088f9c214bd38d92dc04c42bc83bc27736b618bbc82d4d1fc",  # dead tallied
     23: "290f6f59d92ca8bb71df096f4e494168cc5ed4b25f632ed4727f3b206c8760cd",  # events keyed
+    24: "2aae9ebb33ec24367e925fe5f0ea5eefa479316f8dab429bed1a96c449026f1e",  # dead grouped
 }
 
 

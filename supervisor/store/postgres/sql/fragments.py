@@ -61,10 +61,11 @@ _OUTBOX = f"""outbox AS (
 
 
 # The filters of dead letters (`pg_rows.dead_filter` gives their parameters).
-_DEAD_WHERE = """WHERE (%(type)s::text IS NULL OR job ->> 'type' = %(type)s::text)
-              AND (%(queue)s::text IS NULL OR job ->> 'queue' = %(queue)s::text)
+_DEAD_WHERE = """WHERE (%(type)s::text IS NULL OR type = %(type)s::text)
+              AND (%(queue)s::text IS NULL OR queue = %(queue)s::text)
               AND (%(job_id)s::uuid IS NULL OR job_id = %(job_id)s::uuid)
-              AND (%(pattern)s::text IS NULL OR job ->> 'last_error' ILIKE %(pattern)s::text)
+              AND (%(pattern)s::text IS NULL
+                   OR {s}.job_field(job, 'last_error') ILIKE %(pattern)s::text)
               AND (%(before)s::timestamptz IS NULL OR created_at < %(before)s::timestamptz)
               AND (%(after)s::timestamptz IS NULL OR created_at > %(after)s::timestamptz)"""
 
@@ -107,9 +108,13 @@ def fragments(schema: str) -> dict[str, str]:
             f"left(t.{c}, %(n)s), octet_length(t.{c}), char_length(t.{c}) > %(n)s"
             for c in ("p", "r", "e")
         ),
-        "dead_from": """FROM {s}.dead_letters CROSS JOIN LATERAL
-                (SELECT (job -> 'payload')::text AS p, NULL::text AS r,
-                    job ->> 'last_error' AS e) t
+        # `z.nul`: the letter's JSON holds the escape \u0000, which `->>` refuses; its
+        # fields are read whole, as JSON, instead (`DEAD_BRIEFS`' last column)
+        "dead_from": """FROM {s}.dead_letters
+            CROSS JOIN LATERAL (SELECT strpos(job::text, '\\u0000') > 0 AS nul) z
+            CROSS JOIN LATERAL (
+                SELECT CASE WHEN NOT z.nul THEN (job -> 'payload')::text END AS p,
+                    NULL::text AS r, CASE WHEN NOT z.nul THEN job ->> 'last_error' END AS e) t
             """
         + _DEAD_WHERE,
         "dead_where": _DEAD_WHERE,
@@ -191,6 +196,7 @@ class Sql(StrEnum):
     PURGE_DEAD = auto()
     PURGE_DEAD_MANY = auto()
     COUNT_DEAD_MATCHING = auto()
+    COUNT_DEAD_GROUPED = auto()
     PRUNE = auto()
     # summaries for operators (the dashboard)
     QUEUE_PENDING = auto()

@@ -14,7 +14,7 @@ from goqueue.supervisor.store.postgres.sql.claim_paused import CLAIM_PAST_PAUSED
 from goqueue.supervisor.store.postgres.sql.claim_starts import CLAIM_STARTS
 from goqueue.supervisor.store.postgres.sql.counts import COUNTED
 from goqueue.supervisor.store.postgres.sql.flow_counts import FLOW_STATUS
-from goqueue.supervisor.store.postgres.sql.tallies import TALLIED
+from goqueue.supervisor.store.postgres.sql.tallies import DEAD_GROUPS, TALLIED
 
 # How many jobs of each asked-for type a claim may take: the node's free slots, capped by
 # the smallest limit any live node declares minus what runs everywhere (both branches of
@@ -562,4 +562,5 @@ CREATE INDEX workflow_edges_child ON {s}.workflow_edges (child);
     Migration(21, "a workflow's status kept with it, and counted", FLOW_STATUS),
     Migration(22, "the dead letters counted as they come and go", TALLIED),
     Migration(23, "a job's events kept under one index, their key", EVENTS_KEYED),
+    Migration(24, "the dead letters tallied and indexed by queue and type", DEAD_GROUPS),
 )

@@ -12,7 +12,7 @@ from typing import Final
 from goqueue.supervisor.store.base import RUN_TIMES_SAMPLE, SCHEDULE_WALK
 from goqueue.supervisor.store.postgres.sql.counts import COUNTED_ROWS
 from goqueue.supervisor.store.postgres.sql.fragments import Sql
-from goqueue.supervisor.store.postgres.sql.tallies import DEAD_TALLY
+from goqueue.supervisor.store.postgres.sql.tallies import DEAD_GROUP_TALLY, DEAD_TALLY
 
 # The pending jobs' (queue, type, priority) groups as the counts kept have them, each with
 # its oldest pending job's run_at: one probe along `jobs_claim_queue` per group.
@@ -106,6 +106,8 @@ READS: Final[Mapping[Sql, str]] = MappingProxyType(
             SELECT id, job_id, job, errors, created_at FROM {s}.dead_letters
             WHERE id = %(id)s OR job_id = %(id)s ORDER BY id = %(id)s DESC LIMIT 1""",
         Sql.COUNT_DEAD_MATCHING: "SELECT count(*) FROM {s}.dead_letters {dead_where}",
+        # Filtered by queue or type alone: from the tallies of the groups (no letter read).
+        Sql.COUNT_DEAD_GROUPED: f"SELECT {DEAD_GROUP_TALLY}",
         # Per (queue, priority): pending, scheduled for later, the oldest due job's run_at
         # and its wait; from the counts kept and, per group, a probe for its oldest job.
         # Its jobs for later are counted by walking the shallower side of `now()`: up to
@@ -162,9 +164,10 @@ READS: Final[Mapping[Sql, str]] = MappingProxyType(
             {where}
             ORDER BY created_at DESC, seq DESC LIMIT %(limit)s OFFSET %(offset)s""",
         Sql.DEAD_BRIEFS: """
-            SELECT id, job_id, job ->> 'type', job ->> 'queue', (job ->> 'priority')::int,
-                (job ->> 'attempts')::int, (job ->> 'max_retries')::int, created_at,
-                {previews}
+            SELECT id, job_id, type, queue, CASE WHEN NOT z.nul THEN (job ->> 'priority')::int END,
+                CASE WHEN NOT z.nul THEN (job ->> 'attempts')::int END,
+                CASE WHEN NOT z.nul THEN (job ->> 'max_retries')::int END, created_at,
+                {previews}, CASE WHEN z.nul THEN job END
             {dead_from}
             ORDER BY created_at DESC, seq DESC LIMIT %(limit)s OFFSET %(offset)s""",
         Sql.COUNT_DEAD_BRIEFS: "SELECT count(*) {dead_from}",
