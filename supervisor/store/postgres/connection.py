@@ -253,17 +253,21 @@ class Connections:
         async with self.connection() as conn:
             return await self._rows(conn, query, params)
 
-    async def write(self, query: str, params: Mapping[str, object]) -> list[Row]:
+    async def write(
+        self, query: str, params: Mapping[str, object], *, plan_each: bool = False
+    ) -> list[Row]:
         """`execute` for a write that commits on its own (autocommit), so a fault once it
-        is sent raises OutcomeUnknown (see `committing`)."""
+        is sent raises OutcomeUnknown (see `committing`); `plan_each` as for `page`."""
         async with self.connection() as conn:
             self.committing(conn)
-            return await self._rows(conn, query, params)
+            return await self._rows(conn, query, params, plan_each=plan_each)
 
     @staticmethod
-    async def _rows(conn: Conn, query: str, params: Mapping[str, object]) -> list[Row]:
+    async def _rows(
+        conn: Conn, query: str, params: Mapping[str, object], *, plan_each: bool = False
+    ) -> list[Row]:
         """Run one statement on `conn`; its rows (if any)."""
-        cur = await conn.execute(query, params)
+        cur = await conn.execute(query, params, prepare=False if plan_each else None)
         result = cur.pgresult  # not `description`: it builds a Column per column
         return await cur.fetchall() if result is not None and result.nfields else []
 

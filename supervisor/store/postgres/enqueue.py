@@ -283,7 +283,9 @@ class Enqueuer:
         if filters.job_id is not None and not pg_rows.is_uuid(filters.job_id):
             return Replayed([], 0)
         async with self._db.connection() as conn, self._db.transaction(conn):
-            cur = await conn.execute(self._sql[Sql.TAKE_DEAD_MANY], params)
+            plan_each = pg_rows.dead_indexed(filters)  # by queue or type: on its index
+            take = self._sql[Sql.TAKE_DEAD_MANY]
+            cur = await conn.execute(take, params, prepare=False if plan_each else None)
             rows = sorted(await cur.fetchall(), key=lambda r: (r[4], r[5]))
             jobs = []
             for row in rows:

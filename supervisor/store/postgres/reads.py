@@ -170,7 +170,9 @@ class Reads:
         if filters.job_id is not None and not pg_rows.is_uuid(filters.job_id):
             return Purged(0, 0)
         params = pg_rows.dead_filter(filters) | {"limit": limit}
-        rows = await self._db.write(self._sql[Sql.PURGE_DEAD_MANY], params)
+        tallied = filters.empty or filters.by_group  # the rest left: from the tallies
+        purge = self._sql[Sql.PURGE_DEAD_MANY_TALLIED if tallied else Sql.PURGE_DEAD_MANY]
+        rows = await self._db.write(purge, params, plan_each=pg_rows.dead_indexed(filters))
         return Purged(int(rows[0][0]), max(0, int(rows[0][1])))
 
     async def prune(self, finished_before: datetime, limit: int) -> int:

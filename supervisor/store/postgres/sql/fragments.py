@@ -195,6 +195,7 @@ class Sql(StrEnum):
     GET_DEAD = auto()
     PURGE_DEAD = auto()
     PURGE_DEAD_MANY = auto()
+    PURGE_DEAD_MANY_TALLIED = auto()
     COUNT_DEAD_MATCHING = auto()
     COUNT_DEAD_GROUPED = auto()
     PRUNE = auto()

@@ -37,6 +37,7 @@ from goqueue.supervisor.store.postgres.sql.fragments import (
 )
 from goqueue.supervisor.store.postgres.sql.reads import READS
 from goqueue.supervisor.store.postgres.sql.schema import check_schema_name
+from goqueue.supervisor.store.postgres.sql.tallies import DEAD_GROUP_TALLY
 from goqueue.supervisor.store.postgres.sql.workflows import WORKFLOW_SQL
 
 __all__ = [
@@ -121,6 +122,18 @@ def _unhooked(template: str) -> str:
         text = text.replace(part, "")
     assert "outbox" not in text and "hooked" not in text, template
     return text
+
+
+def _purge_dead_many(matching: str) -> str:
+    """Delete the oldest matching letters; how many went, and how many are left
+    (`matching`, counted in the statement's snapshot, less those)."""
+    return f"""
+            WITH gone AS (
+                DELETE FROM {{s}}.dead_letters WHERE id IN (
+                    SELECT id FROM {{s}}.dead_letters {{dead_where}}
+                    ORDER BY created_at, seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
+                RETURNING id)
+            SELECT (SELECT count(*) FROM gone), {matching} - (SELECT count(*) FROM gone)"""
 
 
 # The statements that change rows; the reads are in `sql/reads.py`.
@@ -476,15 +489,12 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
                 SELECT id FROM {s}.dead_letters {dead_where}
                 ORDER BY created_at, seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
             RETURNING id, job_id, job, errors, created_at, seq""",
-        Sql.PURGE_DEAD_MANY: """
-            WITH gone AS (
-                DELETE FROM {s}.dead_letters WHERE id IN (
-                    SELECT id FROM {s}.dead_letters {dead_where}
-                    ORDER BY created_at, seq LIMIT %(limit)s FOR UPDATE SKIP LOCKED)
-                RETURNING id)
-            SELECT (SELECT count(*) FROM gone),
-                (SELECT count(*) FROM {s}.dead_letters {dead_where})
-                    - (SELECT count(*) FROM gone)""",
+        Sql.PURGE_DEAD_MANY: _purge_dead_many(
+            "(SELECT count(*) FROM {s}.dead_letters {dead_where})"
+        ),
+        # With no filter, or by queue and type alone: the remaining from the tallies, as
+        # they were before this statement's own delete (its trigger runs after it).
+        Sql.PURGE_DEAD_MANY_TALLIED: _purge_dead_many(DEAD_GROUP_TALLY),
         Sql.PRUNE: """
             WITH gone AS (
                 DELETE FROM {s}.jobs WHERE id IN (
