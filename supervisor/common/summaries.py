@@ -171,9 +171,9 @@ class DeadFilter(msgspec.Struct, kw_only=True):
 
     @property
     def by_group(self) -> bool:
-        """True when only the type or the queue (or both) is set: the letters passing
+        """True when nothing but the type and the queue may be set: the letters passing
         are counted by (queue, type) as they come and go, so the stores count no rows."""
-        return not self.empty and self == DeadFilter(type=self.type, queue=self.queue)
+        return self == DeadFilter(type=self.type, queue=self.queue)
 
 
 _PAGE_KB = os.sysconf("SC_PAGE_SIZE") // 1024

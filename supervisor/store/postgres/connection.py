@@ -254,20 +254,20 @@ class Connections:
             return await self._rows(conn, query, params)
 
     async def write(
-        self, query: str, params: Mapping[str, object], *, plan_each: bool = False
+        self, query: str, params: Mapping[str, object], *, prepare: bool | None = None
     ) -> list[Row]:
         """`execute` for a write that commits on its own (autocommit), so a fault once it
-        is sent raises OutcomeUnknown (see `committing`); `plan_each` as for `page`."""
+        is sent raises OutcomeUnknown (see `committing`); `prepare` as for `page`."""
         async with self.connection() as conn:
             self.committing(conn)
-            return await self._rows(conn, query, params, plan_each=plan_each)
+            return await self._rows(conn, query, params, prepare=prepare)
 
     @staticmethod
     async def _rows(
-        conn: Conn, query: str, params: Mapping[str, object], *, plan_each: bool = False
+        conn: Conn, query: str, params: Mapping[str, object], *, prepare: bool | None = None
     ) -> list[Row]:
         """Run one statement on `conn`; its rows (if any)."""
-        cur = await conn.execute(query, params, prepare=False if plan_each else None)
+        cur = await conn.execute(query, params, prepare=prepare)
         result = cur.pgresult  # not `description`: it builds a Column per column
         return await cur.fetchall() if result is not None and result.nfields else []
 
@@ -278,15 +278,15 @@ class Connections:
         params: Mapping[str, object],
         count_params: Mapping[str, object] | None = None,
         *,
-        plan_each: bool = False,
+        prepare: bool | None = None,
     ) -> tuple[list[Row], int]:
         """A page of rows and how many match in all (`count_sql`, with `count_params`
-        if given, else `params`): both statements in one pipeline, one round trip. With
-        `plan_each`, the page is planned for its parameters every time, never prepared
-        (a filter left unset then costs nothing, and one set can use its index)."""
+        if given, else `params`): both statements in one pipeline, one round trip. The
+        page is prepared as psycopg's `prepare` says (False: planned for its parameters
+        every time, see `rows.dead_prepare`)."""
         async with self.connection() as conn:
             async with conn.pipeline():
-                page = await conn.execute(page_sql, params, prepare=False if plan_each else None)
+                page = await conn.execute(page_sql, params, prepare=prepare)
                 total = await conn.execute(
                     count_sql, params if count_params is None else count_params
                 )

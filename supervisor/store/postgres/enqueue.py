@@ -283,9 +283,8 @@ class Enqueuer:
         if filters.job_id is not None and not pg_rows.is_uuid(filters.job_id):
             return Replayed([], 0)
         async with self._db.connection() as conn, self._db.transaction(conn):
-            plan_each = pg_rows.dead_indexed(filters)  # by queue or type: on its index
-            take = self._sql[Sql.TAKE_DEAD_MANY]
-            cur = await conn.execute(take, params, prepare=False if plan_each else None)
+            take, prepare = self._sql[Sql.TAKE_DEAD_MANY], pg_rows.dead_prepare(filters)
+            cur = await conn.execute(take, params, prepare=prepare)
             rows = sorted(await cur.fetchall(), key=lambda r: (r[4], r[5]))
             jobs = []
             for row in rows:

@@ -73,7 +73,7 @@ class Notifier:
         self.node_id = node_id
         self._send = send
         self.spacing = spacing  # at most one NOTIFY per `spacing` seconds under load
-        self._clock = clock
+        self.clock = clock  # the heartbeat's `asked_at` is of this clock
         self.alone = False  # no other live node, as last counted: no hint is sent
         self._heard_at = -math.inf  # when another node was last heard from
         self._poked = False
@@ -98,7 +98,7 @@ class Notifier:
 
     def heard(self) -> None:
         """Another node spoke on the channel: this node is not alone."""
-        self._heard_at = self._clock()
+        self._heard_at = self.clock()
         self._joined()
 
     def counted(self, others: int, asked_at: float) -> None:

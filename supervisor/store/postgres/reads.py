@@ -145,8 +145,8 @@ class Reads:
         params = pg_rows.dead_filter(filters) | {"limit": limit, "offset": offset}
         count, counted = pg_rows.dead_count(filters, params, Sql.COUNT_DEAD_MATCHING)
         page_sql, count_sql = self._sql[Sql.LIST_DEAD], self._sql[count]
-        plan_each = pg_rows.dead_indexed(filters)
-        rows, total = await self._db.page(page_sql, count_sql, params, counted, plan_each=plan_each)
+        prepare = pg_rows.dead_prepare(filters)
+        rows, total = await self._db.page(page_sql, count_sql, params, counted, prepare=prepare)
         return Page([pg_rows.dead(r) for r in rows], total)
 
     async def get_dead(self, dead_id: str) -> DeadLetter | None:
@@ -170,9 +170,10 @@ class Reads:
         if filters.job_id is not None and not pg_rows.is_uuid(filters.job_id):
             return Purged(0, 0)
         params = pg_rows.dead_filter(filters) | {"limit": limit}
-        tallied = filters.empty or filters.by_group  # the rest left: from the tallies
-        purge = self._sql[Sql.PURGE_DEAD_MANY_TALLIED if tallied else Sql.PURGE_DEAD_MANY]
-        rows = await self._db.write(purge, params, plan_each=pg_rows.dead_indexed(filters))
+        # by queue and type alone, or none: the rest left is read from the tallies
+        purge = Sql.PURGE_DEAD_MANY_TALLIED if filters.by_group else Sql.PURGE_DEAD_MANY
+        prepare = pg_rows.dead_prepare(filters)
+        rows = await self._db.write(self._sql[purge], params, prepare=prepare)
         return Purged(int(rows[0][0]), max(0, int(rows[0][1])))
 
     async def prune(self, finished_before: datetime, limit: int) -> int:

@@ -233,10 +233,11 @@ def dead_count(
     return matching, params
 
 
-def dead_indexed(filters: DeadFilter) -> bool:
-    """A dead-letter page filtered by queue or type is planned for its filters, so it
-    walks that queue's or type's index, not every letter newest first."""
-    return filters.queue is not None or filters.type is not None
+def dead_prepare(filters: DeadFilter) -> bool | None:
+    """psycopg's `prepare` for a statement taking `filters`: one filtered by queue or type
+    is planned for its parameters every time (never prepared), so it walks that queue's
+    or type's index, not every letter; others as psycopg decides."""
+    return False if filters.queue is not None or filters.type is not None else None
 
 
 def _like_escape(text: str) -> str:

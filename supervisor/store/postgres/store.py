@@ -316,7 +316,7 @@ class PostgresStore:
             "key_limits": pg_rows.raw(self._key_rules) if self._key_rules else None,
             "live": self._outcomes.live_window,
         }
-        asked = time.monotonic()
+        asked = self._notifier.clock()
         ((others,),) = await self._db.execute(self._sql[Sql.REGISTER], params)
         self._notifier.counted(int(others), asked)
 

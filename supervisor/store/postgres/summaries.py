@@ -91,9 +91,9 @@ class Summaries:
             return Page([], 0)
         params = pg_rows.dead_filter(filters) | {"limit": limit, "offset": offset, "n": preview}
         count, counted = pg_rows.dead_count(filters, params, Sql.COUNT_DEAD_BRIEFS)
-        sql, plan_each = self._sql, pg_rows.dead_indexed(filters)
+        sql, prepare = self._sql, pg_rows.dead_prepare(filters)
         rows, total = await self._db.page(
-            sql[Sql.DEAD_BRIEFS], sql[count], params, counted, plan_each=plan_each
+            sql[Sql.DEAD_BRIEFS], sql[count], params, counted, prepare=prepare
         )
         return Page([_dead_brief(r, preview) for r in rows], total)
 

@@ -59,6 +59,14 @@ DEAD_GROUPS_DROPPED = (
 )
 
 
+# Every dead letter written again under an id of its own (`{s}` for the schema; a WHERE
+# added picks which): letters already there when an upgrade comes.
+LETTERS_AGAIN = (
+    "INSERT INTO {s}.dead_letters (id, job_id, job, errors, created_at)"
+    " SELECT gen_random_uuid(), job_id, job, errors, now() FROM {s}.dead_letters"
+)
+
+
 class Waker:
     """A store's wake-up (given when the store is made) that calls nothing until a test
     says what to call: only the wake-ups from that point on count."""

@@ -27,6 +27,7 @@ from goqueue.supervisor.store.postgres.upkeep import TableCare
 from tests.e2e.store.pg_nodes import (
     DEAD_GROUPS_DROPPED,
     FLOW_STATUS_DROPPED,
+    LETTERS_AGAIN,
     TALLY_DROPPED,
     Nodes,
     new,
@@ -324,10 +325,7 @@ def test_the_dead_letters_are_tallied_as_they_come_and_go(nodes: Nodes) -> None:
         await a.close()
         await b.close()
         await nodes.sql(TALLY_DROPPED)
-        await nodes.sql(
-            "INSERT INTO {s}.dead_letters (id, job_id, job, errors, created_at)"
-            " SELECT gen_random_uuid(), job_id, job, errors, now() FROM {s}.dead_letters"
-        )
+        await nodes.sql(LETTERS_AGAIN)
         c = await nodes.open("c")  # migrates
         ((real,),) = await nodes.sql("SELECT count(*) FROM {s}.dead_letters")
         assert real > 10 and (await c.stats()).dead_letters == real
@@ -417,11 +415,7 @@ def test_dead_letters_by_queue_and_type_are_tallied_and_found_by_index(nodes: No
         await a.close()
         await b.close()
         await nodes.sql(DEAD_GROUPS_DROPPED)
-        await nodes.sql(
-            "INSERT INTO {s}.dead_letters (id, job_id, job, errors, created_at)"
-            " SELECT gen_random_uuid(), job_id, job, errors, now() FROM {s}.dead_letters"
-            ' WHERE strpos(job::text, \'"queue":"bulk"\') = 0'
-        )
+        await nodes.sql(LETTERS_AGAIN + ' WHERE strpos(job::text, \'"queue":"bulk"\') = 0')
         c = await nodes.open("c")  # migrates
         await assert_tallied(c)
         ((total,),) = await nodes.sql("SELECT count(*) FROM {s}.dead_letters")

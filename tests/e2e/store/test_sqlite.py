@@ -10,10 +10,9 @@ import contextlib
 import errno
 import os
 import sqlite3
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import Any
 
 import msgspec
 import pytest
@@ -392,10 +391,10 @@ async def test_a_start_whose_commit_failed_leaves_the_claim_as_it_was_until_aske
     await again.close()
 
 
-async def claim_counting_steps(
-    store: SqliteStore, limit: int, slots: dict[str, int]
-) -> tuple[list[Lease], int]:
-    """A claim from every queue, and how much SQLite ran for it (every 10 VM instructions)."""
+async def sqlite_work(
+    store: SqliteStore, read: Callable[[], Awaitable[object]], every: int = 100
+) -> int:
+    """How much SQLite ran for `read`: its VM instructions, `every` at a time."""
     steps = 0
 
     def step() -> int:
@@ -403,12 +402,24 @@ async def claim_counting_steps(
         steps += 1
         return 0
 
-    await store.db.read(lambda c: c.set_progress_handler(step, 10))
+    await store.db.read(lambda c: c.set_progress_handler(step, every))
     try:
-        leases = await store.claim(limit, None, slots)
+        await read()
     finally:
-        await store.db.read(lambda c: c.set_progress_handler(None, 10))
-    return leases, steps
+        await store.db.read(lambda c: c.set_progress_handler(None, every))
+    return steps
+
+
+async def claim_counting_steps(
+    store: SqliteStore, limit: int, slots: dict[str, int]
+) -> tuple[list[Lease], int]:
+    """A claim from every queue, and how much SQLite ran for it (every 10 VM instructions)."""
+    leases: list[Lease] = []
+
+    async def claim() -> None:
+        leases.extend(await store.claim(limit, None, slots))
+
+    return leases, await sqlite_work(store, claim, every=10)
 
 
 async def test_a_claim_never_walks_a_paused_queues_backlog(path: str, clock: Clock) -> None:
@@ -541,23 +552,6 @@ async def test_the_queues_page_counts_the_jobs_for_later_without_walking_them_al
     async def counted() -> dict[str, tuple[int, int]]:
         return {q.name: (q.pending, q.scheduled) for q in await store.queue_summaries()}
 
-    steps = 0
-
-    def step() -> int:
-        nonlocal steps
-        steps += 1
-        return 0
-
-    async def steps_of(read: Callable[[], Any]) -> int:
-        nonlocal steps
-        steps = 0
-        await store.db.read(lambda c: c.set_progress_handler(step, 100))
-        try:
-            await read()
-        finally:
-            await store.db.read(lambda c: c.set_progress_handler(None, 100))
-        return steps
-
     got = await counted()
     assert got == {q: (due + later, later) for q, (due, later) in shapes.items()}
     now = clock.now().timestamp()
@@ -567,7 +561,7 @@ async def test_the_queues_page_counts_the_jobs_for_later_without_walking_them_al
         await store.db.read(lambda c: c.execute(whole, ("later", now)).fetchone())
 
     # every queue's summary costs less than walking the deep one's jobs for later once
-    assert await steps_of(counted) < await steps_of(walk_later)
+    assert await sqlite_work(store, counted) < await sqlite_work(store, walk_later)
     # mid-turn: one due job more in "later", in the rows and not yet counted
     enqueue = asyncio.create_task(store.enqueue(new(queue="later")))
     await asyncio.sleep(0)
@@ -919,31 +913,15 @@ async def test_dead_letters_by_queue_and_type_are_counted_as_kept_and_found_by_i
 
     store = await opened(path, clock)
     await assert_counted(store)
-    steps = 0
-
-    def step() -> int:
-        nonlocal steps
-        steps += 1
-        return 0
-
-    async def steps_of(read: Callable[[], Any]) -> int:
-        nonlocal steps
-        steps = 0
-        await store.db.read(lambda c: c.set_progress_handler(step, 100))
-        try:
-            await read()
-        finally:
-            await store.db.read(lambda c: c.set_progress_handler(None, 100))
-        return steps
 
     async def walk() -> None:
         await store.db.read(
             lambda c: c.execute("SELECT count(*) FROM dead_letters WHERE created_at > 0").fetchone()
         )
 
-    once = await steps_of(walk)
+    once = await sqlite_work(store, walk)
     for f in filters:
-        assert await steps_of(lambda f=f: store.list_dead(50, 0, f)) * 10 < once, f
+        assert await sqlite_work(store, lambda f=f: store.list_dead(50, 0, f)) * 10 < once, f
     await store.close()
     with sqlite3.connect(path) as conn:  # back to schema 10, with more letters
         conn.isolation_level = None
