@@ -22,8 +22,7 @@ from goqueue.supervisor.common.lifecycle import Lifecycle
 from goqueue.supervisor.dispatch.attempts import Attempt, Attempts, Phase
 from goqueue.supervisor.dispatch.feeding import types_of
 from goqueue.supervisor.dispatch.in_hand import InHand
-from goqueue.supervisor.dispatch.policy import Policy
-from goqueue.supervisor.dispatch.queues import Depth, Durations
+from goqueue.supervisor.dispatch.policy import Depth, Durations, Policy
 from goqueue.supervisor.dispatch.throttle import Held, Throttle
 from goqueue.supervisor.dispatch.wakeup import Wakeup
 from goqueue.supervisor.store.base import Store

@@ -32,8 +32,7 @@ from goqueue.supervisor.dispatch.claims import RETRY_CLAIM, Claims
 from goqueue.supervisor.dispatch.feeding import Feeding
 from goqueue.supervisor.dispatch.in_hand import InHand
 from goqueue.supervisor.dispatch.outcomes import Outcomes
-from goqueue.supervisor.dispatch.policy import DEFAULT_POLICY, Policy
-from goqueue.supervisor.dispatch.queues import Depth, Durations
+from goqueue.supervisor.dispatch.policy import DEFAULT_POLICY, Depth, Durations, Policy
 from goqueue.supervisor.dispatch.throttle import Throttle
 from goqueue.supervisor.dispatch.wakeup import Wakeup
 from goqueue.supervisor.dispatch.worker_queues import WorkerQueues

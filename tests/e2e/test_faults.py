@@ -208,7 +208,7 @@ def test_node_death_dead_letters_no_job_that_never_ran(pg_nodes: NodeSet, tmp_pa
     failed = [i for i in ids if jobs[i]["status"] == "failed"]
     # A job is charged when its frame leaves for an idle worker, or when its start is
     # written ahead of it in a worker's queue (only while the work ahead of it there is
-    # expected to end within 50 ms: `dispatch/queues.py`); one charged so when the node
+    # expected to end within 50 ms: `dispatch/policy.py`); one charged so when the node
     # dies, before it ran, fails without a run: the docs name that window. Any other
     # failed job that never ran is a bug.
     in_hand_off = {
