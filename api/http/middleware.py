@@ -20,8 +20,8 @@ from typing import TYPE_CHECKING
 
 from aiohttp import web
 from aiohttp.typedefs import Middleware
-from goqueue.api.http.errors import ApiError, from_domain
 from goqueue.api.http.params import QUERY_ATTR, QueryParam, check_query, too_large
+from goqueue.api.http.replies import ApiError, from_domain
 from goqueue.supervisor.common.errors import GoQueueError
 from goqueue.supervisor.observe.metrics import Metrics
 

@@ -16,8 +16,7 @@ from typing import Any, Protocol, TypeVar
 
 import msgspec
 from aiohttp import web
-from goqueue.api.http.errors import ApiError, bad_request
-from goqueue.api.http.replies import SPEC_DECODER
+from goqueue.api.http.replies import SPEC_DECODER, ApiError, bad_request
 from goqueue.api.http.strict import check_raw_query, check_spec_text, check_utf8, header_text
 from goqueue.api.wire import MAX_WAIT_SECONDS, error_field
 from goqueue.supervisor.common.jobs import STATUSES, AwareTime, JobSpec, spec_problem

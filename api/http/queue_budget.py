@@ -20,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Container, Iterable, Iterator
 
 from goqueue.actors.protocol import ActorInfo
-from goqueue.api.http.errors import ApiError, within
+from goqueue.api.http.replies import ApiError, within
 from goqueue.supervisor.common.jobs import DEFAULT_QUEUE, JobSpec
 from goqueue.supervisor.common.schedule import ScheduleSpec
 from goqueue.supervisor.observe.shared_reads import Coalesced

@@ -20,7 +20,7 @@ import hashlib
 from urllib.parse import unquote_to_bytes
 
 import msgspec
-from goqueue.api.http.errors import bad_request
+from goqueue.api.http.replies import bad_request
 from goqueue.supervisor.common.jobs import JobSpec
 
 MAX_LOCATE_DEPTH = 32  # nesting the locator walks into before it names the enclosing field

@@ -18,8 +18,8 @@ from importlib import resources
 from importlib.abc import Traversable
 
 from aiohttp import web
-from goqueue.api.http.errors import ApiError
 from goqueue.api.http.openapi import Text, operation
+from goqueue.api.http.replies import ApiError
 
 routes = web.RouteTableDef()
 

@@ -4,10 +4,9 @@ from __future__ import annotations
 
 import msgspec
 from aiohttp import web
-from goqueue.api.http.errors import ApiError, within
 from goqueue.api.http.openapi import operation
 from goqueue.api.http.params import path_id
-from goqueue.api.http.replies import reply
+from goqueue.api.http.replies import ApiError, reply, within
 from goqueue.api.http.state import ENGINE
 from goqueue.supervisor.common.deliveries import Delivery
 

@@ -4,7 +4,6 @@ the same two actions in bulk over the letters a filter selects."""
 from __future__ import annotations
 
 from aiohttp import web
-from goqueue.api.http.errors import ApiError, bad_request, within
 from goqueue.api.http.openapi import operation
 from goqueue.api.http.params import (
     AFTER,
@@ -20,15 +19,18 @@ from goqueue.api.http.params import (
     path_id,
 )
 from goqueue.api.http.replies import (
+    ApiError,
     BulkPurged,
     BulkReplayed,
     DeadLetterList,
     DeadLetterOut,
     JobOut,
     Purged,
+    bad_request,
     dead_out,
     job_out,
     reply,
+    within,
 )
 from goqueue.api.http.state import BUDGET, ENGINE, STORE
 from goqueue.supervisor.common.errors import Draining

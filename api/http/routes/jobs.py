@@ -5,7 +5,6 @@ from __future__ import annotations
 import logging
 
 from aiohttp import web
-from goqueue.api.http.errors import STORE_TIMEOUT, ApiError, bad_request, from_domain, within
 from goqueue.api.http.openapi import Header, operation
 from goqueue.api.http.params import (
     CONCURRENCY_KEY,
@@ -29,6 +28,8 @@ from goqueue.api.http.params import (
 from goqueue.api.http.replies import (
     BATCH_DECODER,
     BULK_CANCEL_DECODER,
+    STORE_TIMEOUT,
+    ApiError,
     BatchItem,
     BatchRequest,
     BatchResponse,
@@ -37,8 +38,11 @@ from goqueue.api.http.replies import (
     EventList,
     JobList,
     JobOut,
+    bad_request,
+    from_domain,
     job_out,
     reply,
+    within,
 )
 from goqueue.api.http.state import BUDGET, EGRESS, ENGINE, SETTINGS, STORE
 from goqueue.api.http.strict import request_digest

@@ -3,9 +3,8 @@
 from __future__ import annotations
 
 from aiohttp import web
-from goqueue.api.http.errors import within
 from goqueue.api.http.openapi import Text, operation
-from goqueue.api.http.replies import JSON, Health, Ready, reply
+from goqueue.api.http.replies import JSON, Health, Ready, reply, within
 from goqueue.api.http.state import ENGINE, EXPOSURE, GAUGES, OPENAPI
 from goqueue.supervisor.common.errors import StoreUnavailable
 from msgspec import UNSET

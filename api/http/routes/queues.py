@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 from aiohttp import web
-from goqueue.api.http.errors import within
 from goqueue.api.http.openapi import operation
 from goqueue.api.http.params import queue_name
-from goqueue.api.http.replies import StatsOut, reply
+from goqueue.api.http.replies import StatsOut, reply, within
 from goqueue.api.http.state import BUDGET, ENGINE, STORE
 from goqueue.supervisor.common.reads import QueueStats
 

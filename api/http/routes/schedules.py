@@ -5,9 +5,8 @@ from __future__ import annotations
 import re
 
 from aiohttp import web
-from goqueue.api.http.errors import ApiError, bad_request, within
 from goqueue.api.http.openapi import operation
-from goqueue.api.http.replies import reply
+from goqueue.api.http.replies import ApiError, bad_request, reply, within
 from goqueue.api.http.state import ENGINE
 from goqueue.api.wire import ScheduleList, ScheduleOut
 from goqueue.supervisor.schedules.scheduler import ScheduleView

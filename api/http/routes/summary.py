@@ -15,7 +15,6 @@ from typing import Any
 
 import msgspec
 from aiohttp import web
-from goqueue.api.http.errors import bad_request, within
 from goqueue.api.http.openapi import operation
 from goqueue.api.http.params import (
     AFTER,
@@ -29,7 +28,7 @@ from goqueue.api.http.params import (
     TYPE,
     IntParam,
 )
-from goqueue.api.http.replies import reply
+from goqueue.api.http.replies import bad_request, reply, within
 from goqueue.api.http.state import ENGINE, STORE
 from goqueue.supervisor.common.enums import Status
 from goqueue.supervisor.common.errors import StoreUnavailable

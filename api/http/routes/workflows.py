@@ -10,7 +10,6 @@ import hashlib
 
 import msgspec
 from aiohttp import web
-from goqueue.api.http.errors import ApiError, bad_request, within
 from goqueue.api.http.openapi import operation
 from goqueue.api.http.params import (
     LIMIT,
@@ -22,7 +21,7 @@ from goqueue.api.http.params import (
     path_id,
     read_body,
 )
-from goqueue.api.http.replies import reply
+from goqueue.api.http.replies import ApiError, bad_request, reply, within
 from goqueue.api.http.routes.jobs import IDEMPOTENCY
 from goqueue.api.http.state import BUDGET, EGRESS, ENGINE, SETTINGS, STORE
 from goqueue.api.http.strict import check_spec_text, check_utf8, request_digest

@@ -8,8 +8,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from goqueue.api.http.errors import ApiError
 from goqueue.api.http.queue_budget import QueueBudget
+from goqueue.api.http.replies import ApiError
 from goqueue.supervisor.common.jobs import JobSpec
 from goqueue.supervisor.store.memory.store import MemoryStore
 

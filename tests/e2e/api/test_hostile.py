@@ -11,7 +11,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
-from goqueue.api.http.errors import STORE_UNAVAILABLE, from_domain
+from goqueue.api.http.replies import STORE_UNAVAILABLE, from_domain
 from goqueue.supervisor.common.errors import StoreUnavailable
 
 from tests.conftest import Node, wait_for

@@ -18,9 +18,8 @@ import aiohttp
 import msgspec
 import pytest
 from aiohttp import web
-from goqueue.api.http.errors import from_domain, within
 from goqueue.api.http.middleware import front_middleware
-from goqueue.api.http.replies import HIDDEN_JOB_FIELDS, LIVE_JOB_FIELDS, JobOut
+from goqueue.api.http.replies import HIDDEN_JOB_FIELDS, LIVE_JOB_FIELDS, JobOut, from_domain, within
 from goqueue.supervisor.common.enums import Status, WorkerState
 from goqueue.supervisor.common.errors import StoreUnavailable
 from goqueue.supervisor.common.jobs import Job, JobSpec

@@ -8,7 +8,7 @@ import asyncio
 import json
 
 import pytest
-from goqueue.api.http.errors import OUTCOME_UNKNOWN, from_domain, within
+from goqueue.api.http.replies import OUTCOME_UNKNOWN, from_domain, within
 from goqueue.supervisor.common.errors import OutcomeUnknown, StoreUnavailable
 
 pytestmark = pytest.mark.timeout(10)
