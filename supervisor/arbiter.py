@@ -311,8 +311,9 @@ class Arbiter:
             self.pool.stop(worker)
 
     async def _chores(self) -> None:
-        """Gauges and scaling every tick; the lease chores when due (`Leases.tick`)."""
+        """Gauges, history and scaling every tick; the lease chores when due (`Leases.tick`)."""
         self._refresh_gauges()
+        self.node.history.sample()
         await self._scale()
         await self.leases.tick(time.monotonic(), self.settings, self.catalog)
 

@@ -120,9 +120,9 @@ def build_node(
     lifecycle = Lifecycle()
     wakeup = Wakeup()  # the dispatcher's, made first: the store calls it
     store, webhooks = make_store(settings, wakeup.wake, metrics)
-    history = History()
+    history = History(metrics.finished)  # samples the counts the metrics keep
     waiters = Waiters(store.get)  # GET /jobs/{id}?wait=: woken by outcomes recorded here
-    hooks = Hooks([metrics, job_logs(), WebhookHook(webhooks), history, waiters])
+    hooks = Hooks([metrics, job_logs(), WebhookHook(webhooks), waiters])
     catalog = Catalog((), settings.limits)  # the first worker's Ready fills it in
     pool = Pool(
         asyncio.get_running_loop(),

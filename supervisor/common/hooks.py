@@ -4,7 +4,7 @@ and the `Hooks` fan-out.
 Two places report what happened to jobs through one `Hooks` fan-out: the engine (jobs
 enqueued, by a client or a schedule, and cancelled) and the dispatcher's `Outcomes`
 (attempts started and ended, outcomes recorded). Each concern (`observe/metrics.py`'s
-`Metrics`, the job logs in `observe/hooks.py`, webhooks in `webhooks/hook.py`, history,
+`Metrics`, the job logs in `observe/hooks.py`, webhooks in `webhooks/hook.py`,
 waiters) is a `Hook` that overrides the methods it cares about. Hooks run in list order;
 one that raises is logged and the others still run. There are only "after" hooks: should
 "before" hooks be added, they run in list order and the "after" ones in reverse, as

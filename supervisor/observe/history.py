@@ -1,10 +1,12 @@
 """What happened on this node lately: jobs finished and attempts failed per 5 s over the
 last hour (a ring buffer), queue depth where someone looked, and the last worker exits.
 
-Recording costs a clock read and a counter bump per outcome; buckets roll lazily when
-the clock has passed the current one, so no timer runs. Depth is not read on a timer
-either: it is noted whenever store counts are read anyway (a dashboard's summary, a
-Prometheus scrape), so a node nobody watches pays nothing for it.
+Nothing here is on a job's path: the counts are `Metrics`' own, sampled on the arbiter's
+tick (every half second) and before every read, and the difference since the last sample
+lands in the bucket of the sample's time. Buckets roll lazily when the clock has passed
+the current one. Depth is not read on a timer either: it is noted whenever store counts
+are read anyway (a dashboard's summary, a Prometheus scrape), so a node nobody watches
+pays nothing for it.
 """
 
 from __future__ import annotations
@@ -16,9 +18,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 
 import msgspec
-from goqueue.supervisor.common.enums import Status
-from goqueue.supervisor.common.hooks import Hook
-from goqueue.supervisor.common.jobs import AwareTime, Outcome, utcnow
+from goqueue.supervisor.common.jobs import AwareTime, utcnow
 from goqueue.supervisor.workers.handle import Worker
 from goqueue.supervisor.workers.pool import describe_exit
 
@@ -103,11 +103,13 @@ class Bucket:
     depth: int | None = None
 
 
-class History(Hook):
-    """This node's recent past, kept in memory and bounded; an after-outcome hook."""
+class History:
+    """This node's recent past, kept in memory and bounded. `finished` gives the running
+    totals of jobs done and of attempts failed (retried or dead-lettered)."""
 
     def __init__(
         self,
+        finished: Callable[[], tuple[int, int]],
         *,
         bucket_seconds: int = BUCKET_SECONDS,
         size: int = BUCKETS,
@@ -116,6 +118,8 @@ class History(Hook):
         self.bucket_seconds = bucket_seconds
         self.size = size
         self.clock = clock
+        self.finished = finished
+        self._seen = finished()
         self._buckets: deque[Bucket] = deque(maxlen=size)
         self._end = 0.0  # when the newest bucket ends
         self._exits: deque[WorkerExit] = deque(maxlen=RECENT_EXITS)
@@ -126,13 +130,15 @@ class History(Hook):
 
     # -- recording -------------------------------------------------------------------
 
-    def after_outcome(self, outcome: Outcome) -> None:
-        """Count a recorded outcome: done, or a failed attempt (retried or dead-lettered)."""
-        status = outcome.job.status
-        if status == Status.DONE:
-            self._current().done += 1
-        elif status in (Status.PENDING, Status.FAILED):
-            self._current().failed += 1
+    def sample(self) -> None:
+        """Count what finished since the last sample in the current bucket."""
+        done, failed = self.finished()
+        seen_done, seen_failed = self._seen
+        if done != seen_done or failed != seen_failed:
+            bucket = self._current()
+            bucket.done += done - seen_done
+            bucket.failed += failed - seen_failed
+            self._seen = (done, failed)
 
     def note_depth(self, pending: int) -> None:
         """Pending jobs in the store, as just read."""
@@ -170,6 +176,7 @@ class History(Hook):
     def window(self, since: int = 0) -> Window:
         """The buckets that start at or after `since` (unix seconds), oldest first; the
         last one is still filling."""
+        self.sample()
         self._current()
         picked: list[Bucket] = []
         for bucket in reversed(self._buckets):

@@ -270,6 +270,16 @@ class Metrics(Hook):
     def after_cancel(self, job: Job, force: bool) -> None:
         self.jobs.inc((job.type, Status.CANCELLED))
 
+    def finished(self) -> tuple[int, int]:
+        """Jobs done and attempts failed (retried or dead-lettered) since the node started."""
+        done = failed = 0
+        for (_type, status), count in list(self.jobs.counts.items()):
+            if status == Status.DONE:
+                done += int(count)
+            elif status == Status.FAILED:
+                failed += int(count)
+        return done, failed + int(sum(list(self.retries.counts.values())))
+
     def worker_restart(self, reason: RestartReason) -> None:
         """A worker process was replaced."""
         self.restarts.labels(reason).inc()

@@ -1,5 +1,6 @@
 """The summary routes the dashboard polls, and the dashboard's static files, over real
-HTTP against a real engine (in-memory store, no workers)."""
+HTTP against a real engine (in-memory store, no workers), and the history of a live node
+that runs jobs."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 import pytest
 from goqueue.api.http.ui import load_assets
 
+from tests.conftest import Node, wait_for
 from tests.e2e.api.conftest import ApiServer
 from tests.e2e.api.test_routes import UNKNOWN_ID, email, enqueue, make_dead_letter
 
@@ -44,6 +46,22 @@ def test_history_answers_the_ring_and_shared_store_counts(api_server: ApiServer)
     newest = series["start"][-1]
     assert api_server.get(f"/stats/history?since={newest}").json["series"]["start"] == [newest]
     assert api_server.get(f"/stats/history?since={newest + 3600}").json["series"]["start"] == []
+
+
+def test_a_live_nodes_history_counts_the_jobs_it_ran_and_the_attempts_that_failed(
+    node: Node,
+) -> None:
+    for _ in range(3):
+        node.enqueue(type="noop")
+    node.enqueue(type="failnow")  # dead-lettered at its first attempt
+    node.enqueue(type="later", payload={"delay": 0.05})  # retried once, then done
+
+    def counted() -> tuple[int, int] | None:
+        series = node.get("/stats/history").body["series"]
+        totals = sum(series["done"]), sum(series["failed"])
+        return totals if totals == (4, 2) else None
+
+    wait_for(counted, timeout=15)
 
 
 @pytest.mark.parametrize(

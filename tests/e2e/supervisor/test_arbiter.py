@@ -116,7 +116,7 @@ def arbiter() -> tuple[Arbiter, FakePool, FakeDispatcher, Metrics]:
         pool=pool,
         dispatcher=dispatcher,
         metrics=metrics,
-        history=History(),
+        history=History(metrics.finished),
         reload_settings=lambda: settings,
         scheduler=FakeScheduler(),  # type: ignore[arg-type]
         **parts,
@@ -334,7 +334,7 @@ class BootDispatcher(FakeDispatcher):
 
 def booting(recorder: Recorder) -> tuple[Arbiter, FakeEngine]:
     settings = Settings(workers=1, shutdown_grace=1.0)
-    engine = FakeEngine()
+    engine, metrics = FakeEngine(), Metrics()
     node = Node(
         settings=settings,
         lifecycle=Lifecycle(),
@@ -345,8 +345,8 @@ def booting(recorder: Recorder) -> tuple[Arbiter, FakeEngine]:
         dispatcher=BootDispatcher(),  # type: ignore[arg-type]
         engine=engine,  # type: ignore[arg-type]
         hooks=None,  # type: ignore[arg-type]
-        history=History(),
-        metrics=Metrics(),
+        history=History(metrics.finished),
+        metrics=metrics,
         webhooks=FakeWebhooks(recorder.calls),  # type: ignore[arg-type]
         leases=None,  # type: ignore[arg-type]
         http=FakeHttp(recorder.calls),

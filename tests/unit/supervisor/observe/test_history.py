@@ -1,4 +1,5 @@
-"""The node's ring buffer and worker-exit log, driven by a controllable clock."""
+"""The node's ring buffer and worker-exit log, driven by a controllable clock and fed
+by the counts a real `Metrics` keeps."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ from typing import Any
 import msgspec
 from goqueue.supervisor.common.jobs import Job, JobSpec, Lease, Outcome, utcnow
 from goqueue.supervisor.observe.history import ExitReason, History
+from goqueue.supervisor.observe.metrics import Metrics
 from goqueue.supervisor.workers.pool import Worker
 
 
@@ -25,6 +27,11 @@ def outcome(status: str) -> Outcome:
     return Outcome(job, [])
 
 
+def recorder(clock: Clock, **kwargs: Any) -> tuple[Metrics, History]:
+    metrics = Metrics()
+    return metrics, History(metrics.finished, clock=clock, **kwargs)
+
+
 def worker(pid: int, kill_reason: str | None, exitcode: int, job_id: str | None = None) -> Any:
     w = Worker(slot=pid % 10, generation=0, pid=pid, pidfd=-1, channel=None)  # type: ignore[arg-type]
     w.kill_reason = kill_reason
@@ -38,12 +45,14 @@ def worker(pid: int, kill_reason: str | None, exitcode: int, job_id: str | None 
 
 def test_outcomes_are_counted_in_the_bucket_of_their_time() -> None:
     clock = Clock(1000.0)
-    history = History(bucket_seconds=5, size=10, clock=clock)
+    metrics, history = recorder(clock, bucket_seconds=5, size=10)
     for status in ("done", "done", "pending", "failed", "cancelled", "running"):
-        history.after_outcome(outcome(status))
+        metrics.after_outcome(outcome(status))
+    metrics.after_cancel(outcome("cancelled").job, force=False)
+    history.sample()  # the arbiter's tick
     clock.now = 1007.0  # next bucket
-    history.after_outcome(outcome("done"))
-    window = history.window()
+    metrics.after_outcome(outcome("done"))
+    window = history.window()  # a read samples first
     assert window.start == [1000, 1005]
     assert window.done == [2, 1]
     assert window.failed == [2, 0]  # a retried attempt and a dead-lettered one
@@ -52,8 +61,9 @@ def test_outcomes_are_counted_in_the_bucket_of_their_time() -> None:
 
 def test_quiet_time_becomes_empty_buckets_and_the_ring_keeps_its_size() -> None:
     clock = Clock(1000.0)
-    history = History(bucket_seconds=5, size=10, clock=clock)
-    history.after_outcome(outcome("done"))
+    metrics, history = recorder(clock, bucket_seconds=5, size=10)
+    metrics.after_outcome(outcome("done"))
+    history.sample()
     clock.now = 1022.0
     history.note_depth(7)
     window = history.window()
@@ -68,9 +78,9 @@ def test_quiet_time_becomes_empty_buckets_and_the_ring_keeps_its_size() -> None:
 
 def test_window_since_answers_only_newer_buckets() -> None:
     clock = Clock(1000.0)
-    history = History(bucket_seconds=5, size=720, clock=clock)
+    metrics, history = recorder(clock, bucket_seconds=5, size=720)
     clock.now = 1031.0
-    history.after_outcome(outcome("done"))
+    metrics.after_outcome(outcome("done"))
     assert history.window(1025).start == [1025, 1030]
     assert history.window(1030).done == [1]
     assert history.window(2000).start == []
@@ -79,15 +89,25 @@ def test_window_since_answers_only_newer_buckets() -> None:
 
 def test_a_clock_going_back_does_not_break_the_ring() -> None:
     clock = Clock(1000.0)
-    history = History(bucket_seconds=5, size=10, clock=clock)
-    history.after_outcome(outcome("done"))
+    metrics, history = recorder(clock, bucket_seconds=5, size=10)
+    metrics.after_outcome(outcome("done"))
+    history.sample()
     clock.now = 990.0
-    history.after_outcome(outcome("done"))
+    metrics.after_outcome(outcome("done"))
     assert history.window().done == [2]
 
 
+def test_what_finished_before_the_history_began_is_not_counted_in_it() -> None:
+    metrics = Metrics()
+    metrics.after_outcome(outcome("done"))  # before a reload made a new history, say
+    history = History(metrics.finished, bucket_seconds=5, size=10, clock=Clock(1000.0))
+    metrics.after_outcome(outcome("failed"))
+    assert history.window().done == [0]
+    assert history.window().failed == [1]
+
+
 def test_worker_exits_are_named_and_counted() -> None:
-    history = History()
+    history = History(Metrics().finished)
     history.worker_exited(worker(101, None, -11))
     history.worker_exited(worker(102, "cancel", -9, job_id="j-1"))
     history.worker_exited(worker(103, "stopped", 0))
