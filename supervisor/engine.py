@@ -23,6 +23,7 @@ from goqueue.supervisor.common.errors import (
     InvalidJob,
     StoreError,
     StoreUnavailable,
+    TooManyQueues,
     UnknownJobType,
 )
 from goqueue.supervisor.common.hooks import Hook
@@ -52,6 +53,7 @@ from goqueue.supervisor.common.summaries import (
 from goqueue.supervisor.observe.history import History
 from goqueue.supervisor.observe.metrics import Metrics
 from goqueue.supervisor.observe.shared_reads import Coalesced
+from goqueue.supervisor.queue_budget import QueueBudget
 from goqueue.supervisor.schedules.scheduler import Scheduler
 from goqueue.supervisor.store.base import NewJob, Store
 from goqueue.supervisor.store.new_workflow import WorkflowCreated, prepare_workflow
@@ -86,10 +88,12 @@ class Engine:
         waiters: Waiters,
         schedules: Scheduler,
         lifecycle: Lifecycle,
+        budget: QueueBudget,
         dispatch: Callable[[NewJob], Awaitable[Enqueued]] | None = None,
         tracing: Tracing | None = None,
     ) -> None:
         self.store = store
+        self.budget = budget  # --max-queues: every queue a job names is admitted first
         self.tracing = tracing  # --otel: a PRODUCER span for each enqueue
         self.pool = pool
         self.catalog = catalog
@@ -116,10 +120,12 @@ class Engine:
         """True once the node is shutting down: it accepts no new jobs."""
         return self.lifecycle.winding_down
 
-    def set_catalog(self, catalog: Catalog) -> None:
-        """Adopt the actors of a reload (and forget the cached list of known types)."""
+    def set_catalog(self, catalog: Catalog, reserved: frozenset[str]) -> None:
+        """Adopt the actors of a reload (and forget the cached list of known types), and
+        the queues the node is there for, never refused by the queue budget."""
         self.catalog = catalog
         self._types_at = 0.0
+        self.budget.reserve(reserved)
 
     # -- writes ----------------------------------------------------------------------
 
@@ -161,7 +167,7 @@ class Engine:
             try:
                 news.append(await self._prepare(spec, None, None, strict))
                 answers.append(None)
-            except (UnknownJobType, InvalidJob) as exc:
+            except (UnknownJobType, InvalidJob, TooManyQueues) as exc:
                 answers.append(exc)
         stored = iter(await self.store.enqueue_many(news) if news else [])
         out: list[Enqueued | Exception] = []
@@ -187,6 +193,7 @@ class Engine:
             await self.until_started()
         known = await self._known_types() if strict else None
         resolved = resolve_spec(spec, self.catalog.actors.get, known)
+        await self.budget.admit_spec(resolved)
         new = NewJob(
             spec=resolved,
             max_retries=resolved.max_retries,
@@ -289,6 +296,8 @@ class Engine:
         if self.draining:
             raise Draining("the node is shutting down and accepts no new jobs")
         dead = await self.store.get_dead(dead_id)
+        if dead is not None:
+            await self.budget.admit_spec(self.with_defaults(dead.job.replay_spec()), "job.")
         retries = dead.job.max_retries if dead else DEFAULT_MAX_RETRIES
         job = await self.store.replay_dead(dead_id, retries)
         self.hooks.after_enqueue(job)
@@ -322,7 +331,10 @@ class Engine:
         return await self.store.stats(), self.workers()
 
     async def set_paused(self, queue: str, paused: bool) -> QueueStats:
-        """Pause or resume a queue; answers its stats."""
+        """Pause or resume a queue; answers its stats. A paused queue counts in the
+        queue budget even empty, so pausing admits it first."""
+        if paused:
+            await self.budget.admit(queue, "name")
         await self.store.set_paused(queue, paused)
         self._queues.invalidate()
         return await self.store.queue_stats(queue)
@@ -332,9 +344,17 @@ class Engine:
         return await self.store.purge_dead(dead_id)
 
     async def replay_many(self, filters: DeadFilter, limit: int) -> Replayed:
-        """Re-enqueue up to `limit` matching dead letters, oldest first."""
+        """Re-enqueue up to `limit` matching dead letters, oldest first: their queues are
+        admitted first (read just before the replay: a guard, not a lock), so a refusal
+        names the first queue refused and replays none."""
         if self.draining:
             raise Draining("the node is shutting down and accepts no new jobs")
+        first = await self.store.dead_briefs(filters, limit, 0, 1)
+        page = first
+        if first.total > limit:  # listed newest first: the oldest `limit` are the last ones
+            page = await self.store.dead_briefs(filters, limit, first.total - limit, 1)
+        for queue in dict.fromkeys(brief.queue for brief in page.items):
+            await self.budget.admit(queue)
         replayed = await self.store.replay_dead_many(filters, limit)
         for job in replayed.jobs:
             self.hooks.after_enqueue(job)

@@ -22,6 +22,7 @@ from goqueue.supervisor.observe.history import History
 from goqueue.supervisor.observe.hooks import job_logs
 from goqueue.supervisor.observe.loop import Work
 from goqueue.supervisor.observe.metrics import Metrics
+from goqueue.supervisor.queue_budget import QueueBudget, reserved_queues
 from goqueue.supervisor.schedules.scheduler import Scheduler
 from goqueue.supervisor.settings import config
 from goqueue.supervisor.settings.config import Settings
@@ -70,7 +71,7 @@ class Node:
     dispatcher: Dispatcher
     engine: Engine
     hooks: Hooks
-    history: History  # the recent past the dashboard shows (also one of the hooks)
+    history: History  # the recent past the dashboard shows
     metrics: Metrics
     webhooks: Webhooks  # the outbox with SQLite and PostgreSQL, in process in memory
     leases: Leases
@@ -164,6 +165,9 @@ def build_node(
         metrics,
         produced=None if tracing is None else tracing.produced,
     )
+    # the actors' own queues are reserved too once the first worker's Ready names them
+    reserved = reserved_queues(settings.queues, (), settings.schedules)
+    budget = QueueBudget(store, settings.max_queues, reserved=reserved)
     engine = Engine(
         store,
         pool,
@@ -176,6 +180,7 @@ def build_node(
         waiters=waiters,
         schedules=scheduler,
         lifecycle=lifecycle,
+        budget=budget,
         dispatch=dispatcher.at_enqueue.enqueue,
         tracing=tracing,
     )

@@ -21,6 +21,7 @@ from goqueue.supervisor.common.errors import BootError, StoreUnavailable
 from goqueue.supervisor.dispatch.leases import Leases
 from goqueue.supervisor.dispatch.policy import Policy
 from goqueue.supervisor.node import Node
+from goqueue.supervisor.queue_budget import reserved_queues
 from goqueue.supervisor.settings.config import Settings
 from goqueue.supervisor.store.base import Store
 from goqueue.supervisor.workers.pool import Pool
@@ -93,7 +94,9 @@ def adopt(node: Node, catalog: Catalog, settings: Settings) -> list[str]:
     schedules of `settings` and the actors; returns the actors' schedules that are invalid
     (left out)."""
     node.dispatcher.reconfigure(catalog, Policy.of(settings))
-    node.engine.set_catalog(catalog)
+    node.engine.set_catalog(
+        catalog, reserved_queues(settings.queues, catalog.actors.values(), settings.schedules)
+    )
     node.metrics.declare_types(catalog.types)
     problems = node.scheduler.configure(settings.schedules, catalog)
     for problem in problems:

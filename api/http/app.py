@@ -7,7 +7,6 @@ from goqueue.api.http import openapi, ui
 from goqueue.api.http.connections import ConnectionGuard, connection_cap
 from goqueue.api.http.exposure import Exposure
 from goqueue.api.http.middleware import front_middleware
-from goqueue.api.http.queue_budget import QueueBudget, reserved_queues
 from goqueue.api.http.routes import (
     deliveries,
     dlq,
@@ -20,7 +19,6 @@ from goqueue.api.http.routes import (
 )
 from goqueue.api.http.scrape_gauges import GaugeRefresh
 from goqueue.api.http.state import (
-    BUDGET,
     CONNECTIONS,
     EGRESS,
     ENGINE,
@@ -74,16 +72,6 @@ def create_app(engine: Engine, settings: Settings) -> web.Application:
     app[SETTINGS] = settings
     app[EGRESS] = EgressPolicy.of(settings.webhook_allow_hosts, settings.webhook_allow_networks)
     app[CONNECTIONS] = guard
-    app[BUDGET] = QueueBudget(
-        engine.store,
-        settings.max_queues,
-        engine.with_defaults,
-        booted=engine.until_started,
-        # read when asked: the catalog is filled in once the first worker is ready
-        reserved=lambda: reserved_queues(
-            settings.queues, engine.catalog.actors.values(), settings.schedules
-        ),
-    )
     app[EXPOSURE] = exposure = Exposure.of(settings)
     engine.metrics.set_open_api(exposure.open)
     app[GAUGES] = gauges = GaugeRefresh(engine.refresh_gauges)

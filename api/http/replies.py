@@ -58,6 +58,7 @@ from goqueue.supervisor.common.errors import (
     OutcomeUnknown,
     StoreFull,
     StoreUnavailable,
+    TooManyQueues,
     UnknownJobType,
 )
 from msgspec import UNSET
@@ -124,6 +125,7 @@ T = TypeVar("T")
 
 STORE_TIMEOUT = 10.0
 RETRY_AFTER_FULL = "1"
+RETRY_AFTER_QUEUES = "5"
 RETRY_AFTER_UNAVAILABLE = "5"
 STORE_UNAVAILABLE = "the store is unavailable; retry later"
 # POST /jobs and POST /workflows take an Idempotency-Key; the other writes are checked by
@@ -207,6 +209,9 @@ def from_domain(exc: GoQueueError) -> ApiError | None:
             return ApiError(400, message, {"field": exc.path, "type": exc.job_type})
         case InvalidWorkflow() | InvalidJob():
             return ApiError(400, message, {"field": exc.field})
+        case TooManyQueues():
+            refused = {"field": exc.field, "max_queues": exc.limit}
+            return ApiError(429, message, refused, headers={"Retry-After": RETRY_AFTER_QUEUES})
         case StoreFull():
             return ApiError(503, message, headers={"Retry-After": RETRY_AFTER_FULL})
         case StoreUnavailable():

@@ -6,7 +6,6 @@ from aiohttp import web
 from goqueue.api.http.connections import ConnectionGuard
 from goqueue.api.http.exposure import Exposure
 from goqueue.api.http.openapi import Document
-from goqueue.api.http.queue_budget import QueueBudget
 from goqueue.api.http.scrape_gauges import GaugeRefresh
 from goqueue.supervisor.engine import Engine
 from goqueue.supervisor.settings.config import Settings
@@ -18,7 +17,6 @@ STORE = web.AppKey("store", Store)  # reads go straight to it; writes go through
 SETTINGS = web.AppKey("settings", Settings)
 OPENAPI = web.AppKey("openapi", Document)
 EGRESS = web.AppKey("egress", EgressPolicy)  # where webhooks may go, checked at enqueue
-BUDGET = web.AppKey("queue_budget", QueueBudget)
 EXPOSURE = web.AppKey("exposure", Exposure)
 GAUGES = web.AppKey("gauges", GaugeRefresh)
 CONNECTIONS = web.AppKey("connections", ConnectionGuard)

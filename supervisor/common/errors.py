@@ -39,6 +39,19 @@ class IdempotencyMismatch(StoreError):
         self.existing_id = existing_id
 
 
+class TooManyQueues(GoQueueError):
+    """A job names a new queue while `--max-queues` queues hold pending jobs or are
+    paused; `field` names where (`queue`, `on_success.queue`)."""
+
+    def __init__(self, limit: int, field: str = "queue") -> None:
+        super().__init__(
+            f"too many queues: {limit} queues hold pending jobs or are paused "
+            "(--max-queues); use an existing queue, or retry once some have emptied"
+        )
+        self.limit = limit
+        self.field = field
+
+
 class StoreFull(StoreError):
     """The bounded in-memory store holds as many pending jobs as it may."""
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 import msgspec
-from goqueue.supervisor.common.errors import InvalidPayload, UnknownJobType
+from goqueue.supervisor.common.errors import InvalidPayload, TooManyQueues, UnknownJobType
 from goqueue.supervisor.common.jobs import JobSpec
 from goqueue.supervisor.common.steps import (
     Workflow,
@@ -65,8 +65,9 @@ async def prepare_workflow(
     request_hash: str | None = None,
 ) -> NewWorkflow:
     """The workflow to store: checked (`plan`), each step's defaults resolved by
-    `prepare` (the engine's, which checks types), in order, parents first. An unknown
-    type is named under its step (`jobs[3].type`)."""
+    `prepare` (the engine's, which checks types and admits queues), in order, parents
+    first. An unknown type, a bad payload or a queue refused is named under its step
+    (`jobs[3].type`)."""
     order = plan(request.jobs)
     steps: list[NewStep] = []
     for i in order:
@@ -77,6 +78,8 @@ async def prepare_workflow(
             raise UnknownJobType(exc.job_type, f"jobs[{i}].{exc.path}") from None
         except InvalidPayload as exc:
             raise InvalidPayload(exc.reason, f"jobs[{i}].{exc.field}") from None
+        except TooManyQueues as exc:
+            raise TooManyQueues(exc.limit, f"jobs[{i}].{exc.field}") from None
         steps.append(NewStep(key=step.key, after=list(dict.fromkeys(step.after)), new=new))
     return NewWorkflow(
         id=workflow_id,

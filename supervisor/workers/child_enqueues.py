@@ -21,6 +21,7 @@ from goqueue.supervisor.common.errors import (
     OutcomeUnknown,
     StoreFull,
     StoreUnavailable,
+    TooManyQueues,
     UnknownJobType,
 )
 from goqueue.supervisor.common.jobs import JobSpec
@@ -62,7 +63,7 @@ async def answer(enqueue: EnqueueChild, request: EnqueueRequest) -> EnqueueReply
     except DuplicateJob as exc:
         refuse(reply, Refusal.DUPLICATE, str(exc))
         reply.existing_id = exc.existing_id
-    except (StoreUnavailable, OutcomeUnknown, StoreFull, Draining) as exc:
+    except (StoreUnavailable, OutcomeUnknown, StoreFull, TooManyQueues, Draining) as exc:
         refuse(reply, Refusal.UNAVAILABLE, str(exc))
     except TimeoutError:
         refuse(reply, Refusal.UNAVAILABLE, f"the store did not answer within {ENQUEUE_TIMEOUT:g}s")

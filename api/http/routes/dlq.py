@@ -32,7 +32,7 @@ from goqueue.api.http.replies import (
     reply,
     within,
 )
-from goqueue.api.http.state import BUDGET, ENGINE, STORE
+from goqueue.api.http.state import ENGINE, STORE
 from goqueue.supervisor.common.errors import Draining
 from goqueue.supervisor.common.jobs import DeadLetter
 from goqueue.supervisor.common.summaries import DeadFilter
@@ -99,18 +99,6 @@ def not_found(some_id: str) -> ApiError:
     )
 
 
-async def admit_queues(request: web.Request, filters: DeadFilter, limit: int) -> None:
-    """Admit (`--max-queues`) the queues of the letters a bulk replay will take, the
-    oldest `limit` matching: 429 naming the first refused, before anything is replayed.
-    Read just before the replay, as the single replay does: a guard, not a lock."""
-    first = await within(request.app[STORE].dead_briefs(filters, limit, 0, 1))
-    page = first
-    if first.total > limit:  # listed newest first: the oldest `limit` are the last ones
-        page = await within(request.app[STORE].dead_briefs(filters, limit, first.total - limit, 1))
-    for queue in dict.fromkeys(brief.queue for brief in page.items):
-        await request.app[BUDGET].admit(queue, "queue")
-
-
 @routes.get("/dlq")
 @operation(responses={200: DeadLetterList}, query_params=(*FILTERS, *PAGE))
 async def list_dead(request: web.Request) -> web.Response:
@@ -130,7 +118,6 @@ async def replay_matching(request: web.Request) -> web.Response:
     engine = request.app[ENGINE]
     if engine.draining:  # a replay adds work, like POST /jobs
         raise Draining("the node is shutting down and accepts no new jobs")
-    await admit_queues(request, filters, limit)
     replayed = await within(engine.replay_many(filters, limit), writes=True)
     return reply(BulkReplayed(len(replayed.jobs), replayed.remaining))
 
@@ -162,7 +149,6 @@ async def replay_dead(request: web.Request) -> web.Response:
     if engine.draining:  # a replay adds work, like POST /jobs
         raise Draining("the node is shutting down and accepts no new jobs")
     dead = await find_dead(request)
-    await request.app[BUDGET].admit_spec(dead.job.replay_spec(), "job.")
     job = await within(engine.replay(dead.id), writes=True)
     return reply(job_out(job), 201, {"Location": f"/jobs/{job.id}"})
 

@@ -44,7 +44,7 @@ from goqueue.api.http.replies import (
     reply,
     within,
 )
-from goqueue.api.http.state import BUDGET, EGRESS, ENGINE, SETTINGS, STORE
+from goqueue.api.http.state import EGRESS, ENGINE, SETTINGS, STORE
 from goqueue.api.http.strict import request_digest
 from goqueue.api.wire import TimeoutOut
 from goqueue.supervisor.common.bulk import CancelFilter
@@ -87,7 +87,6 @@ async def enqueue(request: web.Request) -> web.Response:
     strict = STRICT.parse(request.query) if request.query_string else STRICT.default
     body = await read_body(request, settings.max_body_bytes, settings.body_timeout)
     spec = decode_spec(body, app[EGRESS])
-    await app[BUDGET].admit_spec(spec)
     digest = request_digest(spec) if key is not None else None
     engine = app[ENGINE]
     enqueued = await within(
@@ -124,7 +123,6 @@ async def enqueue_batch(request: web.Request) -> web.Response:
         prefix = f"jobs[{index}]."
         try:
             spec = decode_spec(bytes(raw), request.app[EGRESS], prefix)
-            await request.app[BUDGET].admit_spec(spec, prefix)
         except ApiError as exc:
             answers.append(refused_item(exc))
             continue

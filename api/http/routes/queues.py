@@ -6,7 +6,7 @@ from aiohttp import web
 from goqueue.api.http.openapi import operation
 from goqueue.api.http.params import queue_name
 from goqueue.api.http.replies import StatsOut, reply, within
-from goqueue.api.http.state import BUDGET, ENGINE, STORE
+from goqueue.api.http.state import ENGINE, STORE
 from goqueue.supervisor.common.reads import QueueStats
 
 routes = web.RouteTableDef()
@@ -33,7 +33,6 @@ async def queue_stats(request: web.Request) -> web.Response:
 async def pause(request: web.Request) -> web.Response:
     """Stop dispatching from a queue (on every node sharing the store)."""
     name = queue_name(request)
-    await request.app[BUDGET].admit(name, "name")  # a paused queue counts, even empty
     return reply(await within(request.app[ENGINE].set_paused(name, True), writes=True))
 
 

@@ -23,7 +23,7 @@ from goqueue.api.http.params import (
 )
 from goqueue.api.http.replies import ApiError, bad_request, reply, within
 from goqueue.api.http.routes.jobs import IDEMPOTENCY
-from goqueue.api.http.state import BUDGET, EGRESS, ENGINE, SETTINGS, STORE
+from goqueue.api.http.state import EGRESS, ENGINE, SETTINGS, STORE
 from goqueue.api.http.strict import check_spec_text, check_utf8, request_digest
 from goqueue.api.wire import WorkflowList, WorkflowOut, WorkflowRequest, workflow_out
 from goqueue.supervisor.common.enums import WorkflowStatus
@@ -80,7 +80,6 @@ async def create_workflow(request: web.Request) -> web.Response:
                     f"{name} is not allowed in a workflow step (its workflow is its key)",
                     field=prefix + name,
                 )
-        await app[BUDGET].admit_spec(step, prefix)
     digest = _digest(wanted) if key is not None else None
     made = await within(
         app[ENGINE].submit_workflow(wanted, idempotency_key=key, request_hash=digest),

@@ -29,6 +29,7 @@ from goqueue.supervisor.common.catalog import Catalog
 from goqueue.supervisor.common.lifecycle import NodePhase
 from goqueue.supervisor.engine import Engine
 from goqueue.supervisor.node import Node
+from goqueue.supervisor.queue_budget import reserved_queues
 from goqueue.supervisor.settings.config import Settings
 from goqueue.supervisor.store.memory.store import MemoryStore
 from goqueue.supervisor.workers.handle import Worker
@@ -122,7 +123,7 @@ class ApiServer:
         node.pool.listen(replace(node.listeners, workers=NoArbiter()))
         await self.store.open(node.links)
         catalog = Catalog(ACTORS, {})
-        node.engine.set_catalog(catalog)
+        node.engine.set_catalog(catalog, reserved_queues(None, catalog.actors.values(), ()))
         await self.store.register_node(catalog.limits())
         node.lifecycle.enter(NodePhase.SERVING)
         await node.webhooks.start()

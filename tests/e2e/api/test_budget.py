@@ -3,15 +3,10 @@ existing queues is never refused by it. On both stores."""
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from goqueue.api.http.queue_budget import QueueBudget
-from goqueue.api.http.replies import ApiError
-from goqueue.supervisor.common.jobs import JobSpec
-from goqueue.supervisor.store.memory.store import MemoryStore
 
 from tests.conftest import Node, wait_for
 from tests.e2e.api.hostile import send, state
@@ -85,26 +80,18 @@ def test_a_flood_of_one_off_queues_never_locks_out_the_queues_nodes_are_there_fo
     assert post(node, "more-0") == 429
 
 
-async def test_the_budget_reads_the_store_at_most_once_per_ttl() -> None:
-    store = MemoryStore("n")
-    reads = 0
-    original = store.queue_names
-
-    async def counted(limit: int) -> frozenset[str]:
-        nonlocal reads
-        reads += 1
-        return await original(limit)
-
-    store.queue_names = counted  # type: ignore[method-assign]
-    budget = QueueBudget(store, limit=1000, with_defaults=lambda spec: spec, ttl=60.0)
-    await asyncio.gather(*(budget.admit(f"q{i}") for i in range(500)))
-    assert reads == 1  # concurrent callers share one read; the rest are counted locally
-    for i in range(500, 1000):
-        await budget.admit(f"q{i}")
-    with pytest.raises(ApiError) as caught:
-        await budget.admit_spec(JobSpec(type="t", queue="q1001"))
-    assert caught.value.status == 429 and reads == 1
-    await budget.admit("q3")  # known: admitted without a read
+def test_a_running_jobs_own_enqueue_is_held_to_the_budget_too(
+    make_store_node: Callable[..., Node],
+) -> None:
+    node = make_store_node("--max-queues", "2", "--queues", "default", "--workers", "1")
+    assert [post(node, q, delay_seconds=3600) for q in ("a", "b")] == [201, 201]
+    children = [{"type": "noop", "options": {"queue": q}} for q in ("c", "a")]
+    job = node.enqueue(type="parent", payload={"children": children})  # its queue: served
+    done = node.wait_status(job["id"], "done", timeout=15)
+    refused, taken = done["result"]
+    assert refused["refusal"] == "unavailable" and "too many queues" in refused["error"]
+    assert "id" in taken  # an existing queue takes a running job's work as any other
+    assert node.get("/queues/c/stats").body["counts"].get("pending", 0) == 0
 
 
 def test_batch_items_share_the_budget_with_each_other(make_store_node: Callable[..., Node]) -> None:

@@ -109,7 +109,8 @@ def test_queue_and_priority_are_the_jobs_else_the_actors_else_the_servers(
     api_server: ApiServer,
 ) -> None:
     routed = ActorInfo("routed", None, 1, None, "special", 8)
-    api_server.sync(lambda: api_server.engine.set_catalog(Catalog([*ACTORS, routed], {})))  # type: ignore[union-attr]
+    catalog = Catalog([*ACTORS, routed], {})
+    api_server.sync(lambda: api_server.engine.set_catalog(catalog, frozenset()))  # type: ignore[union-attr]
     plain = enqueue(api_server)
     assert (plain["queue"], plain["priority"], plain["max_retries"]) == ("default", 5, 3)
     declared = enqueue(api_server, type="routed")

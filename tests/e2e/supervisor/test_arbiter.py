@@ -322,7 +322,7 @@ class FakeEngine:
     def release_all(self) -> None:
         self.released += 1
 
-    def set_catalog(self, catalog: Catalog) -> None:
+    def set_catalog(self, catalog: Catalog, reserved: frozenset[str]) -> None:
         self.catalog = catalog
 
 

@@ -2,11 +2,13 @@
 
 A queue exists while it holds pending jobs or is paused. Every queue costs something on
 every claim, scrape and summary, and a queue name is free to invent, so without a bound
-one client could make a node track 100k of them. An enqueue (or a pause) that would add
-a queue beyond the bound is answered 429, naming the field; work in existing queues
-is never refused by it, nor work in the queues the node is there for (`reserved_queues`:
-those it serves, those its actors and its schedules name), so a flood of one-off names
-cannot lock the real queues out.
+one client could make a node track 100k of them. The engine admits every queue a job
+names as it prepares the job, whoever asks (a client's enqueue, batch, workflow or
+replay, and a running job's own `ctx.enqueue`), and a queue before it is paused: one
+beyond the bound is refused (`TooManyQueues`, a 429 naming the field). Work in existing
+queues is never refused by it, nor work in the queues the node is there for
+(`reserved_queues`: those it serves, those its actors and its schedules name), so a
+flood of one-off names cannot lock the real queues out.
 
 Counting is cheap: the names are read from the store (`Store.queue_names`) at most every
 `ttl` seconds, and only when a request names a queue not seen since; queues admitted in
@@ -17,17 +19,16 @@ admit within `ttl`: it is a guard against runaway growth, not an exact quota.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable, Container, Iterable, Iterator
+from collections.abc import Iterable, Iterator
 
 from goqueue.actors.protocol import ActorInfo
-from goqueue.api.http.replies import ApiError, within
+from goqueue.supervisor.common.errors import TooManyQueues
 from goqueue.supervisor.common.jobs import DEFAULT_QUEUE, JobSpec
 from goqueue.supervisor.common.schedule import ScheduleSpec
 from goqueue.supervisor.observe.shared_reads import Coalesced
 from goqueue.supervisor.store.base import Store
 
 NAMES_TTL = 2.0
-RETRY_AFTER = "5"
 
 
 class QueueBudget:
@@ -37,24 +38,23 @@ class QueueBudget:
         self,
         store: Store,
         limit: int,
-        with_defaults: Callable[[JobSpec], JobSpec],
         ttl: float = NAMES_TTL,
-        booted: Callable[[], Awaitable[None]] | None = None,
-        reserved: Callable[[], Container[str]] = frozenset,
+        reserved: frozenset[str] = frozenset(),
     ) -> None:
-        self.with_defaults = with_defaults  # the job's queue if it names none (its actor's)
-        self.booted = booted  # waits for a booting node: its store and its actors' queues
-        self.reserved = reserved  # queues never refused (asked when the budget is full)
+        self.reserved = reserved  # queues never refused (see `reserve`)
         self.limit = limit
         self._names = Coalesced(lambda: store.queue_names(limit + 1), ttl)
         self._known: frozenset[str] = frozenset()
         self._added: set[str] = set()
 
+    def reserve(self, queues: frozenset[str]) -> None:
+        """The queues never refused from now on (the node's, as its actors and
+        configuration say: set again when they change)."""
+        self.reserved = queues
+
     async def admit_spec(self, spec: JobSpec, prefix: str = "") -> None:
-        """Admit every queue a job names (its templates' too); 429 naming the first refused."""
-        if self.booted is not None:
-            await self.booted()
-        spec = self.with_defaults(spec)
+        """Admit every queue a job names (its templates' too), `spec` with its defaults
+        resolved; raise TooManyQueues naming the first refused."""
         if spec.on_success is None and spec.on_failure is None and spec.queue is not None:
             await self.admit(spec.queue, f"{prefix}queue")  # the usual job: no templates
             return
@@ -62,26 +62,18 @@ class QueueBudget:
             await self.admit(queue, field)
 
     async def admit(self, queue: str, field: str = "queue") -> None:
-        """Admit one queue name, or raise a 429 naming `field`."""
+        """Admit one queue name, or raise TooManyQueues naming `field`."""
         if queue in self._known or queue in self._added:
             return
-        if self.booted is not None:
-            await self.booted()
-        known = await within(self._names.get())
+        known = await self._names.get()
         if known is not self._known:  # a fresh read already counts what was added before it
             self._known, self._added = known, set()
         if queue in self._known or queue in self._added:
             return
         if len(self._known) + len(self._added) >= self.limit:
-            if queue in self.reserved():
+            if queue in self.reserved:
                 return  # not counted in `_added`: it never takes a one-off name's place
-            raise ApiError(
-                429,
-                f"too many queues: {self.limit} queues hold pending jobs or are paused "
-                "(--max-queues); use an existing queue, or retry once some have emptied",
-                {"field": field, "max_queues": self.limit},
-                headers={"Retry-After": RETRY_AFTER},
-            )
+            raise TooManyQueues(self.limit, field)
         self._added.add(queue)
 
 
