@@ -1,5 +1,6 @@
-"""Where PostgreSQL spends a job: each statement's share of a burn-down, and of the batch
-enqueues that filled it, per job, from `pg_stat_statements`.
+"""Where PostgreSQL spends a job: each statement's share of a burn-down, of the batch
+enqueues that filled it, and of jobs sent one at a time by one producer (each enqueued,
+run and finished on its own), per job, from `pg_stat_statements`.
 
 The shared server does not load `pg_stat_statements`, and its settings are not ours to
 change, so this makes a throwaway cluster of its own (the installed server's `initdb`, a
@@ -23,6 +24,8 @@ from typing import Any
 
 import psycopg
 
+from benchmarks.bench import NOOP, _until_done
+from benchmarks.cost import produce
 from benchmarks.loadgen import LoadClient
 from benchmarks.nodes import BenchNode
 from benchmarks.snapshot import drain, fill
@@ -105,6 +108,13 @@ async def run(args: argparse.Namespace) -> None:
             await drain(client, args.n, last, before)
             spent = time.monotonic() - started, cluster_cpu(cluster) - cpu
             report(admin, "burn-down", args.n, *spent, args.top)
+            one = args.n // 4
+            admin.execute("SELECT pg_stat_statements_reset()")
+            cpu, started = cluster_cpu(cluster), time.monotonic()
+            await produce(client, client.build("POST", "/jobs", NOOP), one, 1)
+            await _until_done(client, args.n + one, None)
+            spent = time.monotonic() - started, cluster_cpu(cluster) - cpu
+            report(admin, "one producer, end to end", one, *spent, args.top)
         finally:
             client.close()
             node.stop()

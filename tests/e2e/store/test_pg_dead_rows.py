@@ -10,8 +10,11 @@ from datetime import timedelta
 
 import psycopg
 import pytest
-from goqueue.supervisor.common.jobs import utcnow
+from goqueue.supervisor.common.jobs import JobSpec, new_id, utcnow
+from goqueue.supervisor.store.postgres.rows import insert_params
+from goqueue.supervisor.store.postgres.sql.statements import Sql, Statements
 from goqueue.supervisor.store.postgres.upkeep import TableCare
+from psycopg.types.json import Json
 
 from tests.conftest import wait_for_async
 from tests.e2e.store.pg_nodes import Nodes, new, plan_of
@@ -185,6 +188,40 @@ def test_starts_and_completes_do_not_walk_the_status_indexes(
         )
         assert await _buffers(nodes, start, ([job.id],)) < 40
         assert await a.start(lease) is not None
+
+    nodes.run(body)
+
+
+def test_a_start_at_enqueue_looks_for_a_job_ahead_of_it_once(
+    nodes: Nodes, snapshot: object
+) -> None:
+    """The statement that stores a job started for a waiting worker first checks that no
+    due job is ahead of it; that check walks the dead pending versions a held snapshot
+    keeps, and must do so once, not once for each column that depends on it."""
+
+    async def body(nodes: Nodes) -> None:
+        a = await nodes.open("a")
+        await a.enqueue_many([new() for _ in range(10_000)])
+        while await a.claim(500, None, {"t": 500}):
+            pass
+        params = insert_params(JobSpec(type="t"), 3) | {
+            "node": "a",
+            "token": new_id(),
+            "lease": 30.0,
+            "live": 60.0,
+            "types": ["t"],
+            "queues": None,
+            "payload": Json(None),  # not Raw: this connection has no adapter for it
+        }
+        statement = Statements(nodes.schema)[Sql.ADD_JOB_STARTED]
+        check = (
+            "SELECT NOT EXISTS (SELECT 1 FROM {s}.jobs j WHERE j.status = 'pending'"
+            " AND j.type = ANY (%(types)s::text[]) AND j.priority >= %(priority)s"
+            " AND j.run_at <= now())"
+        )
+        once = await _buffers(nodes, check, params)
+        stored = await _buffers(nodes, statement, params)
+        assert stored < 2 * once, (stored, once)
 
     nodes.run(body)
 

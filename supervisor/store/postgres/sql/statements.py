@@ -199,7 +199,7 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
             WITH due AS (
                 SELECT coalesce(%(run_at)s::timestamptz,
                     now() + %(delay)s::float8 * interval '1 second') AS run_at),
-            go AS (
+            go AS MATERIALIZED (  -- inlined, each use of `run` would run its checks again
                 SELECT due.run_at, due.run_at <= now()
                     AND NOT EXISTS (SELECT 1 FROM {{s}}.paused_queues WHERE queue = %(queue)s)
                     AND NOT EXISTS (
