@@ -28,6 +28,7 @@ from goqueue.supervisor.store.base import NewJob, StartNow
 from goqueue.supervisor.store.postgres import enqueue_steps as pg_steps
 from goqueue.supervisor.store.postgres import rows as pg_rows
 from goqueue.supervisor.store.postgres.connection import Conn, Connections
+from goqueue.supervisor.store.postgres.floors import PRIORITIES, ClaimFloors
 from goqueue.supervisor.store.postgres.group_commit import Batcher, WriteAgain, group_or_each
 from goqueue.supervisor.store.postgres.notify import Wakeups
 from goqueue.supervisor.store.postgres.sql.statements import LIVE_LEASES, Sql, Statements
@@ -64,11 +65,13 @@ class Enqueuer:
         node_id: str,
         wakeups: Wakeups,
         workflows: PgWorkflows,
+        floors: ClaimFloors,
         *,
         idempotency_ttl: float,
         lease_seconds: float,
     ) -> None:
         self._db = db
+        self._floors = floors  # a start at enqueue looks for jobs ahead as a claim does
         self._sql = sql
         self.node_id = node_id
         self._wakeups = wakeups
@@ -194,13 +197,19 @@ class Enqueuer:
         """Insert one plain job started for this node, or pending when it may not run now
         (`Sql.ADD_JOB_STARTED`)."""
         token = new_id()
+        types = sorted(start.types)
+        floor_at, floor_seq = self._floors.arrays(start.queues, types)
+        at = new.spec.priority_value  # each type's floor at the job's own priority
+        floor_at, floor_seq = floor_at[at::PRIORITIES], floor_seq[at::PRIORITIES]
         params |= {
             "node": self.node_id,
             "token": token,
             "lease": self.lease_seconds,
             "live": self._live,
-            "types": list(start.types),
-            "queues": None if start.queues is None else list(start.queues),
+            "types": types,
+            "queues": None if start.queues is None else sorted(start.queues),
+            "floor_at": floor_at,
+            "floor_seq": floor_seq,
         }
         row = await self._db.fetchone(conn, self._sql[Sql.ADD_JOB_STARTED], params)
         assert row is not None

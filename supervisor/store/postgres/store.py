@@ -103,6 +103,7 @@ class PostgresStore:
             node_id,
             self._wakeups,
             self._workflows,
+            self._floors,
             idempotency_ttl=idempotency_ttl,
             lease_seconds=lease_seconds,
         )

@@ -10,7 +10,9 @@ from datetime import timedelta
 
 import psycopg
 import pytest
+from goqueue.supervisor.common.enums import Status
 from goqueue.supervisor.common.jobs import JobSpec, new_id, utcnow
+from goqueue.supervisor.store.base import NewJob, StartNow
 from goqueue.supervisor.store.postgres.rows import insert_params
 from goqueue.supervisor.store.postgres.sql.statements import Sql, Statements
 from goqueue.supervisor.store.postgres.upkeep import TableCare
@@ -212,6 +214,8 @@ def test_a_start_at_enqueue_looks_for_a_job_ahead_of_it_once(
             "types": ["t"],
             "queues": None,
             "payload": Json(None),  # not Raw: this connection has no adapter for it
+            "floor_at": [None],  # no floor: walked from the start, as the check below
+            "floor_seq": [None],
         }
         statement = Statements(nodes.schema)[Sql.ADD_JOB_STARTED]
         check = (
@@ -222,6 +226,57 @@ def test_a_start_at_enqueue_looks_for_a_job_ahead_of_it_once(
         once = await _buffers(nodes, check, params)
         stored = await _buffers(nodes, statement, params)
         assert stored < 2 * once, (stored, once)
+
+    nodes.run(body)
+
+
+def started() -> NewJob:
+    """An enqueue for which a worker of the node waits (`Sql.ADD_JOB_STARTED`)."""
+    asked = new()
+    asked.start = StartNow(frozenset({"t"}))
+    return asked
+
+
+def test_a_start_at_enqueue_looks_for_jobs_ahead_from_the_claims_floors(
+    nodes: Nodes, snapshot: object
+) -> None:
+    """Once the node has drained 10,000 jobs (their pending versions kept by a held
+    snapshot), a job started at its enqueue looks for a job ahead of it from where the
+    node's claims left off, as a claim does, not through every version drained; and a
+    job ahead is still seen, so the new one waits its turn."""
+
+    async def body(nodes: Nodes) -> None:
+        a = await nodes.open("a")
+        await a.enqueue_many([new() for _ in range(10_000)])
+        taken = []
+        while leases := await a.claim(500, None, {"t": 500}):
+            taken += leases
+        last = taken[-1].job
+        params = insert_params(JobSpec(type="t"), 3) | {
+            "node": "a",
+            "token": new_id(),
+            "lease": 30.0,
+            "live": 60.0,
+            "types": ["t"],
+            "queues": None,
+            "payload": Json(None),  # not Raw: this connection has no adapter for it
+            "floor_at": [None],  # each type's floor at the job's priority
+            "floor_seq": [None],
+        }
+        statement = Statements(nodes.schema)[Sql.ADD_JOB_STARTED]
+        walked = await _buffers(nodes, statement, params)
+        floors = {"floor_at": [last.run_at], "floor_seq": [last.seq]}
+        floored = await _buffers(nodes, statement, params | floors)
+        assert floored * 4 < walked, (floored, walked)
+        # through the store, with the floors its claims raised: a pending job ahead
+        # keeps the new one from starting; once that one is claimed, the next starts
+        ahead = (await a.enqueue(new())).job
+        waits = await a.enqueue(started())
+        assert waits.lease is None and waits.job.status == Status.PENDING
+        claimed = await a.claim(10, None, {"t": 10})
+        assert [x.job.id for x in claimed] == [ahead.id, waits.job.id]
+        starts = await a.enqueue(started())
+        assert starts.lease is not None and starts.job.status == Status.RUNNING
 
     nodes.run(body)
 

@@ -195,6 +195,9 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
         # limit on its type, or a pending job the waiting worker could run instead (of
         # `types`, in `queues`, at least as urgent) is due (then it is stored pending, as
         # ADD_JOB stores it: a claim takes the jobs in their order). The last columns tell.
+        # That look is one probe of `jobs_claim` per type, from this node's claim floor
+        # (`floors.py`) of the job's priority, so it steps over no job of that priority
+        # the node drained already (the floors of the higher ones do not apply).
         Sql.ADD_JOB_STARTED: f"""
             WITH due AS (
                 SELECT coalesce(%(run_at)s::timestamptz,
@@ -206,12 +209,19 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
                         SELECT 1 FROM {{s}}.nodes, jsonb_each_text(limits) l
                         WHERE {{live_nodes}} AND l.key = %(type)s AND l.value IS NOT NULL)
                     AND NOT EXISTS (
-                        SELECT 1 FROM {{s}}.jobs j
-                        WHERE j.status = 'pending' AND j.type = ANY (%(types)s::text[])
-                          AND j.priority >= %(priority)s AND j.run_at <= now()
-                          AND (%(queues)s::text[] IS NULL OR j.queue = ANY (%(queues)s::text[]))
-                          AND NOT EXISTS (
-                              SELECT 1 FROM {{s}}.paused_queues p WHERE p.queue = j.queue))
+                        SELECT 1
+                        FROM unnest(%(types)s::text[], %(floor_at)s::timestamptz[],
+                            %(floor_seq)s::bigint[]) AS t(type, floor_at, floor_seq)
+                        CROSS JOIN LATERAL (
+                            SELECT 1 FROM {{s}}.jobs j
+                            WHERE j.status = 'pending' AND j.type = t.type
+                              AND (j.priority, j.run_at, j.seq) >= (%(priority)s::int2,
+                                  coalesce(t.floor_at, '-infinity'), coalesce(t.floor_seq, 0))
+                              AND j.run_at <= now()
+                              AND (%(queues)s::text[] IS NULL OR j.queue = ANY (%(queues)s::text[]))
+                              AND NOT EXISTS (
+                                  SELECT 1 FROM {{s}}.paused_queues p WHERE p.queue = j.queue)
+                            ORDER BY j.priority, j.run_at, j.seq LIMIT 1) ahead)  -- `jobs_claim`
                     AS run
                 FROM due),
             changed AS (
