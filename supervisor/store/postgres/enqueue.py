@@ -200,7 +200,6 @@ class Enqueuer:
         types = sorted(start.types)
         floor_at, floor_seq = self._floors.arrays(start.queues, types)
         at = new.spec.priority_value  # each type's floor at the job's own priority
-        floor_at, floor_seq = floor_at[at::PRIORITIES], floor_seq[at::PRIORITIES]
         params |= {
             "node": self.node_id,
             "token": token,
@@ -208,8 +207,8 @@ class Enqueuer:
             "live": self._live,
             "types": types,
             "queues": None if start.queues is None else sorted(start.queues),
-            "floor_at": floor_at,
-            "floor_seq": floor_seq,
+            "floor_at": pg_rows.array_literal(floor_at[at::PRIORITIES]),
+            "floor_seq": pg_rows.array_literal(floor_seq[at::PRIORITIES]),
         }
         row = await self._db.fetchone(conn, self._sql[Sql.ADD_JOB_STARTED], params)
         assert row is not None

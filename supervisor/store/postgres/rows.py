@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import uuid
 from collections.abc import Mapping, Sequence
+from datetime import datetime
 from typing import Any
 
 import msgspec
@@ -243,6 +244,20 @@ def dead_prepare(filters: DeadFilter) -> bool | None:
 def _like_escape(text: str) -> str:
     """`text` matched literally inside a LIKE pattern."""
     return text.replace("\\", "\\\\").replace("%", "\\%").replace("_", "\\_")
+
+
+def array_literal(values: Sequence[datetime | int | None]) -> str:
+    """`values` as the text of a PostgreSQL array, to cast where it is used: a list
+    parameter costs psycopg tens of microseconds to adapt (a list of times the most),
+    one string next to nothing. Times are written with their offset; no value needs
+    quoting."""
+    return "{" + ",".join(_element(v) for v in values) + "}"
+
+
+def _element(value: datetime | int | None) -> str:
+    if value is None:
+        return "NULL"
+    return value.isoformat() if isinstance(value, datetime) else str(value)
 
 
 def text(value: str | None) -> str | None:

@@ -13,7 +13,7 @@ import pytest
 from goqueue.supervisor.common.enums import Status
 from goqueue.supervisor.common.jobs import JobSpec, new_id, utcnow
 from goqueue.supervisor.store.base import NewJob, StartNow
-from goqueue.supervisor.store.postgres.rows import insert_params
+from goqueue.supervisor.store.postgres.rows import array_literal, insert_params
 from goqueue.supervisor.store.postgres.sql.statements import Sql, Statements
 from goqueue.supervisor.store.postgres.upkeep import TableCare
 from psycopg.types.json import Json
@@ -214,8 +214,8 @@ def test_a_start_at_enqueue_looks_for_a_job_ahead_of_it_once(
             "types": ["t"],
             "queues": None,
             "payload": Json(None),  # not Raw: this connection has no adapter for it
-            "floor_at": [None],  # no floor: walked from the start, as the check below
-            "floor_seq": [None],
+            "floor_at": "{NULL}",  # no floor: walked from the start, as the check below
+            "floor_seq": "{NULL}",
         }
         statement = Statements(nodes.schema)[Sql.ADD_JOB_STARTED]
         check = (
@@ -260,12 +260,12 @@ def test_a_start_at_enqueue_looks_for_jobs_ahead_from_the_claims_floors(
             "types": ["t"],
             "queues": None,
             "payload": Json(None),  # not Raw: this connection has no adapter for it
-            "floor_at": [None],  # each type's floor at the job's priority
-            "floor_seq": [None],
+            "floor_at": "{NULL}",  # each type's floor at the job's priority
+            "floor_seq": "{NULL}",
         }
         statement = Statements(nodes.schema)[Sql.ADD_JOB_STARTED]
         walked = await _buffers(nodes, statement, params)
-        floors = {"floor_at": [last.run_at], "floor_seq": [last.seq]}
+        floors = {"floor_at": array_literal([last.run_at]), "floor_seq": array_literal([last.seq])}
         floored = await _buffers(nodes, statement, params | floors)
         assert floored * 4 < walked, (floored, walked)
         # through the store, with the floors its claims raised: a pending job ahead

@@ -210,8 +210,8 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
                         WHERE {{live_nodes}} AND l.key = %(type)s AND l.value IS NOT NULL)
                     AND NOT EXISTS (
                         SELECT 1
-                        FROM unnest(%(types)s::text[], %(floor_at)s::timestamptz[],
-                            %(floor_seq)s::bigint[]) AS t(type, floor_at, floor_seq)
+                        FROM unnest(%(types)s::text[], %(floor_at)s::text::timestamptz[],
+                            %(floor_seq)s::text::bigint[]) AS t(type, floor_at, floor_seq)
                         CROSS JOIN LATERAL (
                             SELECT 1 FROM {{s}}.jobs j
                             WHERE j.status = 'pending' AND j.type = t.type
