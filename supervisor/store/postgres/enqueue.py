@@ -205,8 +205,8 @@ class Enqueuer:
             "token": token,
             "lease": self.lease_seconds,
             "live": self._live,
-            "types": types,
-            "queues": None if start.queues is None else sorted(start.queues),
+            "types": pg_rows.array_literal(types),
+            "queues": None if start.queues is None else pg_rows.array_literal(sorted(start.queues)),
             "floor_at": pg_rows.array_literal(floor_at[at::PRIORITIES]),
             "floor_seq": pg_rows.array_literal(floor_seq[at::PRIORITIES]),
         }

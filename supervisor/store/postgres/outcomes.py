@@ -137,19 +137,20 @@ class Outcomes:
         if limit <= 0 or not types:
             return []
         floor_at, floor_seq = self._floors.arrays(queues, types)
+        literal = pg_rows.array_literal  # lists cost psycopg far more to adapt
         params = {
-            "types": types,
-            "caps": [slots[t] for t in types],
-            "queues": None if queues is None else sorted(queues),
+            "types": literal(types),
+            "caps": literal([slots[t] for t in types]),
+            "queues": None if queues is None else literal(sorted(queues)),
             "limit": limit,
             "node": self.node_id,
             "lease": self.lease_seconds,
             "live": self.live_window,
             "lock_ns": self._lock_ns,
             "start": limit if start is None else start,
-            "floor_at": floor_at,
-            "floor_seq": floor_seq,
-            "start_types": sorted(start_types),
+            "floor_at": literal(floor_at),
+            "floor_seq": literal(floor_seq),
+            "start_types": literal(sorted(start_types)),
         }
         rows = await self._db.execute(self._sql[Sql.CLAIM], params)
         # One row holds no job: which types are limited, the database's now() and, after

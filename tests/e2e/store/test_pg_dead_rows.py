@@ -18,7 +18,7 @@ from goqueue.supervisor.store.postgres.sql.statements import Sql, Statements
 from goqueue.supervisor.store.postgres.upkeep import TableCare
 from psycopg.types.json import Json
 
-from tests.conftest import wait_for_async
+from tests.conftest import wait_for, wait_for_async
 from tests.e2e.store.pg_nodes import Nodes, new, plan_of
 
 pytestmark = pytest.mark.postgres
@@ -31,8 +31,13 @@ def snapshot(dsn: str) -> Iterator[psycopg.Connection]:
     conn = psycopg.connect(dsn, application_name="held-snapshot")
     conn.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
     conn.execute("SELECT 1")
+    pid = conn.info.backend_pid
     yield conn
     conn.close()
+    # its backend ends a moment after: until then it still holds back the next test's VACUUM
+    with psycopg.connect(dsn, autocommit=True) as probe:
+        query = "SELECT count(*) FROM pg_stat_activity WHERE pid = %s"
+        wait_for(lambda: probe.execute(query, (pid,)).fetchone() == (0,), timeout=10)
 
 
 async def _buffers(nodes: Nodes, query: str, params: object) -> int:

@@ -210,7 +210,7 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
                         WHERE {{live_nodes}} AND l.key = %(type)s AND l.value IS NOT NULL)
                     AND NOT EXISTS (
                         SELECT 1
-                        FROM unnest(%(types)s::text[], %(floor_at)s::text::timestamptz[],
+                        FROM unnest(%(types)s::text::text[], %(floor_at)s::text::timestamptz[],
                             %(floor_seq)s::text::bigint[]) AS t(type, floor_at, floor_seq)
                         CROSS JOIN LATERAL (
                             SELECT 1 FROM {{s}}.jobs j
@@ -218,7 +218,8 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
                               AND (j.priority, j.run_at, j.seq) >= (%(priority)s::int2,
                                   coalesce(t.floor_at, '-infinity'), coalesce(t.floor_seq, 0))
                               AND j.run_at <= now()
-                              AND (%(queues)s::text[] IS NULL OR j.queue = ANY (%(queues)s::text[]))
+                              AND (%(queues)s::text IS NULL
+                                  OR j.queue = ANY (%(queues)s::text::text[]))
                               AND NOT EXISTS (
                                   SELECT 1 FROM {{s}}.paused_queues p WHERE p.queue = j.queue)
                             ORDER BY j.priority, j.run_at, j.seq LIMIT 1) ahead)  -- `jobs_claim`
@@ -335,11 +336,11 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
         # it starts (the others are `claimed`).
         Sql.CLAIM: f"""
             WITH c AS (
-                SELECT * FROM {{s}}.claim_floored(%(types)s::text[], %(caps)s::int[],
-                    %(queues)s::text[], %(limit)s::int, %(node)s::text, %(lease)s::float8,
-                    %(live)s::float8, %(lock_ns)s::text, %(start)s::int,
-                    %(floor_at)s::timestamptz[], %(floor_seq)s::bigint[],
-                    %(start_types)s::text[])),
+                SELECT * FROM {{s}}.claim_floored(%(types)s::text::text[],
+                    %(caps)s::text::int[], %(queues)s::text::text[], %(limit)s::int,
+                    %(node)s::text, %(lease)s::float8, %(live)s::float8, %(lock_ns)s::text,
+                    %(start)s::int, %(floor_at)s::text::timestamptz[],
+                    %(floor_seq)s::text::bigint[], %(start_types)s::text::text[])),
             changed AS (
                 SELECT (c.o_job).id, (c.o_job).attempts FROM c
                 WHERE (c.o_job).id IS NOT NULL AND (c.o_job).status = 'running'),
