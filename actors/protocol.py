@@ -14,14 +14,17 @@ them back to back, one at a time. The first attempt handed to an idle worker sta
 once; each one queued behind others is announced (`Started`) before it runs, so the
 supervisor arms its deadline then. An attempt whose start is not yet durable waits for
 `Go`; one not started by its `start_by` is not run but handed back (`Dropped`), as are
-those the supervisor takes back (`Withdraw`) before they start. The worker answers each
-attempt with `JobDone` or `JobFailed`, and sends what it has to say in one write when
-it moves on to the next attempt (an outcome and the next `Started`). `Extend` comes
-from the pool's own timer, a few times per allowance, while the worker holds attempts
-(never from the arbiter's tick, which may be waiting on a database). While a job runs,
-the worker may send `Progress` and `EnqueueRequest` (each request answered by one
-`EnqueueReply`). A worker the supervisor stopped extending dies by SIGALRM at the end of
-its allowance, saying nothing (`lease_alarm.py`). `Shutdown` ends an idle worker.
+those the supervisor takes back (`Withdraw`) before they start. An attempt handed to run
+at once has a `start_by` too where another node may take its job over: a worker that
+reads it only after a freeze of its node (a SIGSTOP, a paused machine) drops it. The
+worker answers each attempt with `JobDone` or `JobFailed`, and sends what it has to say
+in one write when it moves on to the next attempt (an outcome and the next `Started`).
+`Extend` comes from the pool's own timer, a few times per allowance, while the worker
+holds attempts (never from the arbiter's tick, which may be waiting on a database).
+While a job runs, the worker may send `Progress` and `EnqueueRequest` (each request
+answered by one `EnqueueReply`). A worker the supervisor stopped extending dies by
+SIGALRM at the end of its allowance, saying nothing (`lease_alarm.py`). `Shutdown` ends
+an idle worker.
 """
 
 from __future__ import annotations

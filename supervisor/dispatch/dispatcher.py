@@ -287,7 +287,8 @@ class Dispatcher:
             self.outcomes.started(lease.job)
 
     def job_dropped(self, lease: Lease, worker: Worker) -> None:
-        """A queued attempt will not run on `worker` (`WorkerQueues.dropped`)."""
+        """An attempt will not run on `worker`: a queued one, or one handed to run at
+        once that the worker read too late (`WorkerQueues.dropped`)."""
         self.worker_queues.dropped(lease, worker)
 
     # -- leases held -----------------------------------------------------------------

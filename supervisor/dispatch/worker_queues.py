@@ -207,9 +207,10 @@ class WorkerQueues:
             self.attempts.started(attempt, held)
 
     def dropped(self, lease: Lease, worker: Worker) -> None:
-        """A queued attempt will not run on `worker`: in hand again for an idle worker
-        when it was taken back for one, else back to the store at no cost (unless it is
-        no longer ours, or its start being written hands it back when done)."""
+        """An attempt will not run on `worker` (queued, or handed to run at once and read
+        past its `start_by`): in hand again for an idle worker when it was taken back
+        for one, else back to the store at no cost (unless it is no longer ours, or its
+        start being written hands it back when done)."""
         attempt = self.attempts.get(lease.token)
         if attempt is None:
             log.error("a worker dropped an attempt not held here", extra={"job_id": lease.job.id})

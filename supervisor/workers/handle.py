@@ -131,11 +131,17 @@ class Worker:
         return None
 
     def drop(self, job_ids: list[str]) -> list[Lease]:
-        """The worker will not run these queued attempts: their leases."""
+        """The worker will not run these attempts, queued or handed to run at once (read
+        past its `start_by`): their leases."""
         names = set(job_ids)
         dropped = [entry.lease for entry in self.queued if entry.lease.job.id in names]
         if dropped:
             self.queued = deque(e for e in self.queued if e.lease.job.id not in names)
+        if self.lease is not None and self.lease.job.id in names:
+            dropped.append(self.lease)
+            self.lease = None
+            self.cancel_timers()
+        if dropped:
             self._free_if_empty()
         return dropped
 

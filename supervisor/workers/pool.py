@@ -246,10 +246,15 @@ class Pool:
 
     def run(self, worker: Worker, lease: Lease, timeout: float) -> None:
         """Hand a started `lease` to an idle worker, which runs it at once, and arm its
-        deadline."""
+        deadline. With a lease allowance, the worker drops it (`Dropped`) instead if it
+        reads it only once the allowance has passed: the node was frozen (a SIGSTOP, a
+        paused machine) before the worker could start it, so its lease may have lapsed
+        and another node may be running the job already."""
         worker.begin(lease)
         worker.set_deadline(self.loop, self.loop.time() + timeout, self._timed_out)
-        self._send(worker, RunJobs([self._attempt(lease)]))
+        allowance = self.lease_allowance
+        start_by = None if allowance is None else time.monotonic() + allowance
+        self._send(worker, RunJobs([self._attempt(lease, start_by=start_by)]))
         if not self.watch.armed:
             self.watch.arm()
 
@@ -259,7 +264,9 @@ class Pool:
         jobs = []
         for handoff in handoffs:
             worker.queue(handoff.lease, handoff.timeout, handoff.start_by)
-            attempt = self._attempt(handoff.lease, go=handoff.go, start_by=handoff.start_by)
+            attempt = self._attempt(
+                handoff.lease, go=handoff.go, start_by=handoff.start_by, announce=True
+            )
             jobs.append(attempt)
         self._send(worker, RunJobs(jobs))
         if not self.watch.armed:
@@ -274,7 +281,14 @@ class Pool:
         started (`Dropped`, heard as `job_dropped`)."""
         self._send(worker, Withdraw(job_ids))
 
-    def _attempt(self, lease: Lease, *, go: bool = True, start_by: float | None = None) -> RunJob:
+    def _attempt(
+        self,
+        lease: Lease,
+        *,
+        go: bool = True,
+        start_by: float | None = None,
+        announce: bool = False,
+    ) -> RunJob:
         job = lease.job
         started = job.status == Status.RUNNING  # a claimed job is charged when it starts
         return RunJob(
@@ -286,7 +300,7 @@ class Pool:
             self.lease_allowance,
             job.trace_context,
             None if job.parents is None else bytes(job.parents),
-            announce=start_by is not None,
+            announce=announce,
             go=go,
             start_by=start_by,
         )
@@ -342,7 +356,7 @@ class Pool:
                     self._settle(worker, message)
             case Started(job_id=job_id):
                 self._started(worker, job_id)
-            case Dropped(job_ids=job_ids):
+            case Dropped(job_ids=job_ids):  # queued ones, or the one handed to run at once
                 for lease in worker.drop(job_ids):
                     self.listeners.jobs.job_dropped(lease, worker)
                 if worker.state == WorkerState.IDLE:

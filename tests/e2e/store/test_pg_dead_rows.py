@@ -6,7 +6,8 @@ holds cleanup back."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
+from typing import Any
 
 import psycopg
 import pytest
@@ -199,6 +200,22 @@ def test_starts_and_completes_do_not_walk_the_status_indexes(
     nodes.run(body)
 
 
+def start_params(floor_at: datetime | None = None, floor_seq: int | None = None) -> dict[str, Any]:
+    """`Sql.ADD_JOB_STARTED`'s parameters for a job of type `t` that a worker of node `a`
+    (serving `t` alone) waits for, from the given claim floor at its priority."""
+    return insert_params(JobSpec(type="t"), 3) | {
+        "node": "a",
+        "token": new_id(),
+        "lease": 30.0,
+        "live": 60.0,
+        "types": array_literal(["t"]),
+        "queues": None,
+        "payload": Json(None),  # not Raw: this connection has no adapter for it
+        "floor_at": array_literal([floor_at]),
+        "floor_seq": array_literal([floor_seq]),
+    }
+
+
 def test_a_start_at_enqueue_looks_for_a_job_ahead_of_it_once(
     nodes: Nodes, snapshot: object
 ) -> None:
@@ -211,21 +228,11 @@ def test_a_start_at_enqueue_looks_for_a_job_ahead_of_it_once(
         await a.enqueue_many([new() for _ in range(10_000)])
         while await a.claim(500, None, {"t": 500}):
             pass
-        params = insert_params(JobSpec(type="t"), 3) | {
-            "node": "a",
-            "token": new_id(),
-            "lease": 30.0,
-            "live": 60.0,
-            "types": ["t"],
-            "queues": None,
-            "payload": Json(None),  # not Raw: this connection has no adapter for it
-            "floor_at": "{NULL}",  # no floor: walked from the start, as the check below
-            "floor_seq": "{NULL}",
-        }
+        params = start_params()  # no floor: walked from the start, as the check
         statement = Statements(nodes.schema)[Sql.ADD_JOB_STARTED]
         check = (
             "SELECT NOT EXISTS (SELECT 1 FROM {s}.jobs j WHERE j.status = 'pending'"
-            " AND j.type = ANY (%(types)s::text[]) AND j.priority >= %(priority)s"
+            " AND j.type = ANY (%(types)s::text::text[]) AND j.priority >= %(priority)s"
             " AND j.run_at <= now())"
         )
         once = await _buffers(nodes, check, params)
@@ -257,21 +264,10 @@ def test_a_start_at_enqueue_looks_for_jobs_ahead_from_the_claims_floors(
         while leases := await a.claim(500, None, {"t": 500}):
             taken += leases
         last = taken[-1].job
-        params = insert_params(JobSpec(type="t"), 3) | {
-            "node": "a",
-            "token": new_id(),
-            "lease": 30.0,
-            "live": 60.0,
-            "types": ["t"],
-            "queues": None,
-            "payload": Json(None),  # not Raw: this connection has no adapter for it
-            "floor_at": "{NULL}",  # each type's floor at the job's priority
-            "floor_seq": "{NULL}",
-        }
+        params = start_params()
         statement = Statements(nodes.schema)[Sql.ADD_JOB_STARTED]
         walked = await _buffers(nodes, statement, params)
-        floors = {"floor_at": array_literal([last.run_at]), "floor_seq": array_literal([last.seq])}
-        floored = await _buffers(nodes, statement, params | floors)
+        floored = await _buffers(nodes, statement, start_params(last.run_at, last.seq))
         assert floored * 4 < walked, (floored, walked)
         # through the store, with the floors its claims raised: a pending job ahead
         # keeps the new one from starting; once that one is claimed, the next starts

@@ -849,6 +849,22 @@ async def test_a_dropped_attempt_goes_back_to_the_store_at_no_cost() -> None:
     assert r.dispatcher.held_leases() == []
 
 
+async def test_an_attempt_its_worker_read_too_late_to_start_goes_back_at_no_cost() -> None:
+    """A node frozen right after handing a job to an idle worker: once thawed, the worker
+    reads it past its `start_by` and drops it rather than run a lease that may have
+    lapsed; the lease goes back to the store uncounted and the worker is idle again."""
+    held = lease("a")
+    r = rig(leases=[held], workers=[worker(both())])
+    await r.dispatcher.fill()
+    (ran,) = [w for w, x, _ in r.pool.runs if x.token == held.token]
+    assert ran.drop([held.job.id]) == [held]
+    assert ran.lease is None and ran.state == WorkerState.IDLE and ran.deadline is None
+    r.dispatcher.job_dropped(held, ran)
+    await r.dispatcher.flush(5)
+    assert ("release", held.job.id) in r.log
+    assert r.dispatcher.held_leases() == []
+
+
 async def test_an_idle_worker_takes_attempts_queued_on_a_busy_one() -> None:
     queued = [claimed("a"), claimed("a")]
     r = rig(leases=list(queued), prefetch=3, durable=False)
