@@ -28,7 +28,7 @@ from goqueue.supervisor.store.base import NewJob, StartNow
 from goqueue.supervisor.store.postgres import enqueue_steps as pg_steps
 from goqueue.supervisor.store.postgres import rows as pg_rows
 from goqueue.supervisor.store.postgres.connection import Conn, Connections
-from goqueue.supervisor.store.postgres.floors import PRIORITIES, ClaimFloors
+from goqueue.supervisor.store.postgres.floors import ClaimFloors
 from goqueue.supervisor.store.postgres.group_commit import Batcher, WriteAgain, group_or_each
 from goqueue.supervisor.store.postgres.notify import Wakeups
 from goqueue.supervisor.store.postgres.sql.statements import LIVE_LEASES, Sql, Statements
@@ -198,8 +198,7 @@ class Enqueuer:
         (`Sql.ADD_JOB_STARTED`)."""
         token = new_id()
         types = sorted(start.types)
-        floor_at, floor_seq = self._floors.arrays(start.queues, types)
-        at = new.spec.priority_value  # each type's floor at the job's own priority
+        floor_at, floor_seq = self._floors.at(start.queues, types, new.spec.priority_value)
         params |= {
             "node": self.node_id,
             "token": token,
@@ -207,8 +206,8 @@ class Enqueuer:
             "live": self._live,
             "types": pg_rows.array_literal(types),
             "queues": None if start.queues is None else pg_rows.array_literal(sorted(start.queues)),
-            "floor_at": pg_rows.array_literal(floor_at[at::PRIORITIES]),
-            "floor_seq": pg_rows.array_literal(floor_seq[at::PRIORITIES]),
+            "floor_at": pg_rows.array_literal(floor_at),
+            "floor_seq": pg_rows.array_literal(floor_seq),
         }
         row = await self._db.fetchone(conn, self._sql[Sql.ADD_JOB_STARTED], params)
         assert row is not None

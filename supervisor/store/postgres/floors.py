@@ -67,11 +67,24 @@ class ClaimFloors:
     ) -> tuple[list[datetime | None], list[int | None]]:
         """The floors of `types` for a claim from `queues`, 11 per type in order (None
         where there is none); all None, once every `rescan` seconds."""
-        if self._clock() >= self._rescan_at:
-            self.reset()
-        known = self._floors.get(queues, {})
+        known = self._known(queues)
         floors = [known.get((t, p)) for t in types for p in range(PRIORITIES)]
         return [f and f[0] for f in floors], [f and f[1] for f in floors]
+
+    def at(
+        self, queues: Queues, types: Sequence[str], priority: int
+    ) -> tuple[list[datetime | None], list[int | None]]:
+        """`arrays`, at one priority only: one floor per type (a start at enqueue looks
+        for jobs ahead of its own priority from there)."""
+        known = self._known(queues)
+        floors = [known.get((t, priority)) for t in types]
+        return [f and f[0] for f in floors], [f and f[1] for f in floors]
+
+    def _known(self, queues: Queues) -> dict[tuple[str, int], Floor]:
+        """The floors of claims from `queues`, forgotten first when a rescan is due."""
+        if self._clock() >= self._rescan_at:
+            self.reset()
+        return self._floors.get(queues, {})
 
     def claimed(
         self,

@@ -132,3 +132,15 @@ def test_a_type_limited_by_key_alone_is_one_a_short_claim_may_exhaust() -> None:
     floors = ClaimFloors()
     floors.declare(["t", "u"], ["u"])
     assert floors.key_only == {"t"}  # "u" is limited as a whole too: its claim may be cut
+
+
+def test_the_floors_at_one_priority_are_the_claims_at_that_priority() -> None:
+    floors = ClaimFloors()
+    floors.claimed(None, [lease(job(3, at=1)), lease(job(9, at=2))], [], None)
+    at, seq = floors.arrays(None, ["t", "u"])
+    for priority in range(PRIORITIES):
+        assert floors.at(None, ["t", "u"], priority) == (
+            at[priority::PRIORITIES],
+            seq[priority::PRIORITIES],
+        )
+    assert floors.at(None, ["t"], 5) == ([T0 + timedelta(seconds=2)], [9])
