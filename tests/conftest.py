@@ -306,14 +306,12 @@ def node(make_node: Callable[..., Node]) -> Node:
 
 
 # Modules that load the machine (thousands of jobs, 100k rows, a fresh install, faults
-# injected into nodes and databases), time what a node does against the clock (rate
-# limits, scaling, the cost of open dashboards) or hold a snapshot open on the shared
-# database while another checks what VACUUM removes: under xdist they take turns on one
+# injected into nodes and databases) or time what a node does against the clock (rate
+# limits, scaling, the cost of open dashboards): under xdist they take turns on one
 # process, while the other modules share both.
 HEAVY_MODULES = frozenset(
     {"tests/e2e/test_fresh_install.py", "tests/e2e/api/test_metrics_cost.py",
      "tests/e2e/supervisor/test_cluster.py", "tests/e2e/test_chaos.py",
-     "tests/e2e/store/test_pg_dead_rows.py",
      "tests/e2e/test_faults.py", "tests/e2e/test_hardening.py",
      "tests/e2e/supervisor/test_rate_limit_nodes.py", "tests/e2e/supervisor/test_scaling.py",
      "tests/e2e/supervisor/test_sqlite_disk.py", "tests/e2e/ui/test_dashboard.py"}

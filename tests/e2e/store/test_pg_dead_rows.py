@@ -5,9 +5,11 @@ holds cleanup back."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from datetime import datetime, timedelta
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import psycopg
 import pytest
@@ -19,10 +21,25 @@ from goqueue.supervisor.store.postgres.sql.statements import Sql, Statements
 from goqueue.supervisor.store.postgres.upkeep import TableCare
 from psycopg.types.json import Json
 
-from tests.conftest import wait_for, wait_for_async
+from tests.conftest import postgres_dsn, wait_for, wait_for_async
 from tests.e2e.store.pg_nodes import Nodes, new, plan_of
 
 pytestmark = pytest.mark.postgres
+
+
+@pytest.fixture(scope="module")
+def dsn() -> Iterator[str]:
+    """A database of this module's own: the node looks for the oldest snapshot across its
+    whole database, so another test's transaction on the shared one (a node of its own
+    named `a`, a snapshot it holds) would be named instead of this module's, or keep its
+    VACUUM from removing anything."""
+    shared = postgres_dsn()
+    name = f"gq_dead_rows_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(shared, autocommit=True) as admin:
+        admin.execute(f'CREATE DATABASE "{name}"')
+    yield urlunsplit(urlsplit(shared)._replace(path=f"/{name}"))
+    with psycopg.connect(shared, autocommit=True) as admin:
+        admin.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
 
 
 @pytest.fixture
