@@ -17,10 +17,7 @@ from collections.abc import Callable
 from enum import StrEnum
 from functools import partial
 
-from goqueue.supervisor.observe.tallies import Tally, TallyHistogram
-
 PERIOD = 0.1  # seconds between two lag samples
-LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 
 class Work(StrEnum):
@@ -32,31 +29,21 @@ class Work(StrEnum):
 
 
 class LoopWatch:
-    """The loop's lag (sampled) and its busy time by kind of work (tallied), as Prometheus
-    series: `goqueue_loop_lag_seconds` and `goqueue_loop_busy_seconds_total{work}`."""
+    """Samples the loop's lag into `lag` (seconds late) and hands out what to call with
+    the loop's busy time by kind of work (`busy(key, seconds)`); `Metrics` keeps both as
+    `goqueue_loop_lag_seconds` and `goqueue_loop_busy_seconds_total{work}`."""
 
-    def __init__(self) -> None:
-        self.lag = TallyHistogram(
-            "goqueue_loop_lag_seconds",
-            "How late the supervisor's event loop ran a timer due every 0.1 s.",
-            [],
-            LAG_BUCKETS,
-        )
-        self.busy = Tally(
-            "goqueue_loop_busy_seconds",
-            "Seconds the supervisor's event loop spent in each kind of work (HTTP: wall time "
-            "of request handlers, which may include waits on the store).",
-            ["work"],
-        )
-        for work in Work:
-            self.busy.declare((work,))
-        self.lag.declare(())
+    def __init__(
+        self, lag: Callable[[float], None], busy: Callable[[tuple[str, ...], float], None]
+    ) -> None:
+        self._lag = lag
+        self._busy = busy
         self._timer: asyncio.TimerHandle | None = None
 
     def spent(self, work: Work) -> Callable[[float], None]:
         """What to call with the seconds the loop spent on `work` each time (the tally's
         own count: a call on every job's path)."""
-        return partial(self.busy.inc, (work,))
+        return partial(self._busy, (work,))
 
     def start(self, loop: asyncio.AbstractEventLoop) -> None:
         """Sample the lag from now on."""
@@ -70,5 +57,5 @@ class LoopWatch:
 
     def _sample(self, loop: asyncio.AbstractEventLoop, due: float) -> None:
         now = time.monotonic()
-        self.lag.observe((), max(0.0, now - due))
+        self._lag(max(0.0, now - due))
         self._timer = loop.call_later(PERIOD, self._sample, loop, now + PERIOD)

@@ -1,15 +1,20 @@
 """Prometheus series for one node, on a registry of its own (no default REGISTRY).
 
 `Metrics` is itself the hook that counts what happens to jobs, as dramatiq's Prometheus
-middleware is: the series move in the call that reports the event. Workers report their
+middleware is: the series move in the call that reports the event. The series that move
+on every job or request are tallies (`Tally`, `TallyHistogram`): plain counts, turned
+into Prometheus families only when scraped. Workers report their
 outcomes to the supervisor over the pipe and only the supervisor records them, so plain
 single-process collectors suffice (no multiprocess mode).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator, Mapping
+from bisect import bisect_left
+from collections import defaultdict
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from enum import StrEnum
+from functools import partial
 from typing import Any
 
 from goqueue.supervisor.common.enums import (
@@ -25,7 +30,6 @@ from goqueue.supervisor.common.jobs import Job, Outcome
 from goqueue.supervisor.common.reads import OTHER_QUEUES as OTHER_QUEUES
 from goqueue.supervisor.common.reads import QueueDepths
 from goqueue.supervisor.observe.loop import LoopWatch, Work
-from goqueue.supervisor.observe.tallies import Tally, TallyHistogram
 from goqueue.supervisor.store.base import Upkeep
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
@@ -34,14 +38,16 @@ from prometheus_client import (
     Gauge,
     generate_latest,
 )
-from prometheus_client.core import Metric
+from prometheus_client.core import CounterMetricFamily, HistogramMetricFamily, Metric
 from prometheus_client.registry import Collector
+from prometheus_client.utils import floatToGoString
 
 TERMINAL_STATUSES: tuple[Status, ...] = tuple(s for s in Status if s in TERMINAL)
 DEFAULT_DEPTH_QUEUES = 100
 
 ATTEMPT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300)
 HTTP_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1)
+LAG_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0)
 
 
 class ConnectionClose(StrEnum):
@@ -54,6 +60,82 @@ class ConnectionClose(StrEnum):
 
 _WITH_CREATED = frozenset({"counter", "histogram", "summary"})
 _HTTP_WORK = (Work.HTTP,)
+
+
+class Tally:
+    """A labelled counter kept as plain counts, for series that move on every request or
+    job: an update is one dict operation (no lock, no child lookup), and the Prometheus
+    family is built only when scraped. Registered on a registry as a custom collector."""
+
+    def __init__(self, name: str, documentation: str, labels: Sequence[str]) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labels = list(labels)
+        self.counts: defaultdict[tuple[str, ...], float] = defaultdict(float)
+
+    def inc(self, key: tuple[str, ...], amount: float = 1) -> None:
+        """Count `amount` for the label values `key`."""
+        self.counts[key] += amount
+
+    def declare(self, key: tuple[str, ...]) -> None:
+        """Export the series for `key` at zero until it moves."""
+        self.counts.setdefault(key, 0)
+
+    def describe(self) -> list[Metric]:
+        """The family, without samples (for the registry's name check)."""
+        return [CounterMetricFamily(self.name, self.documentation, labels=self.labels)]
+
+    def collect(self) -> Iterator[Metric]:
+        """The family with one sample per label set seen."""
+        family = CounterMetricFamily(self.name, self.documentation, labels=self.labels)
+        for key, count in list(self.counts.items()):
+            family.add_metric([str(value) for value in key], count)
+        yield family
+
+
+class TallyHistogram:
+    """A labelled histogram kept as plain counts per bucket (see `Tally`)."""
+
+    def __init__(
+        self, name: str, documentation: str, labels: Sequence[str], buckets: Sequence[float]
+    ) -> None:
+        self.name = name
+        self.documentation = documentation
+        self.labels = list(labels)
+        self.bounds = tuple(buckets)
+        self.buckets: dict[tuple[str, ...], list[int]] = {}  # one count per bound, then +Inf
+        self.sums: dict[tuple[str, ...], float] = {}
+
+    def observe(self, key: tuple[str, ...], value: float) -> None:
+        """One observation for the label values `key`."""
+        buckets = self.buckets.get(key)
+        if buckets is None:
+            buckets = self.declare(key)
+        buckets[bisect_left(self.bounds, value)] += 1
+        self.sums[key] += value
+
+    def declare(self, key: tuple[str, ...]) -> list[int]:
+        """Export the series for `key` at zero until it moves; its bucket counts."""
+        if key not in self.buckets:
+            self.buckets[key] = [0] * (len(self.bounds) + 1)
+            self.sums[key] = 0.0
+        return self.buckets[key]
+
+    def describe(self) -> list[Metric]:
+        """The family, without samples (for the registry's name check)."""
+        return [HistogramMetricFamily(self.name, self.documentation, labels=self.labels)]
+
+    def collect(self) -> Iterator[Metric]:
+        """The family with cumulative buckets per label set."""
+        family = HistogramMetricFamily(self.name, self.documentation, labels=self.labels)
+        bounds = [*map(floatToGoString, self.bounds), "+Inf"]
+        for key, counts in list(self.buckets.items()):
+            cumulative, total = [], 0
+            for bound, count in zip(bounds, counts, strict=True):
+                total += count
+                cumulative.append((bound, total))
+            family.add_metric([str(value) for value in key], cumulative, self.sums[key])
+        yield family
 
 
 class WithoutCreated(Collector):
@@ -105,7 +187,23 @@ class Metrics(Hook):
             ["route"],
             HTTP_BUCKETS,
         )
-        self.loop = LoopWatch()  # the supervisor's loop: its lag and where its time goes
+        # the supervisor's loop: its lag and where its time goes
+        self.loop_lag = TallyHistogram(
+            "goqueue_loop_lag_seconds",
+            "How late the supervisor's event loop ran a timer due every 0.1 s.",
+            [],
+            LAG_BUCKETS,
+        )
+        self.loop_busy = Tally(
+            "goqueue_loop_busy_seconds",
+            "Seconds the supervisor's event loop spent in each kind of work (HTTP: wall time "
+            "of request handlers, which may include waits on the store).",
+            ["work"],
+        )
+        for work in Work:
+            self.loop_busy.declare((work,))
+        self.loop_lag.declare(())
+        self.loop = LoopWatch(partial(self.loop_lag.observe, ()), self.loop_busy.inc)
         for tally in (
             self.jobs,
             self.retries,
@@ -114,8 +212,8 @@ class Metrics(Hook):
             self.enqueued_jobs,
             self.http_requests,
             self.http_seconds,
-            self.loop.lag,
-            self.loop.busy,
+            self.loop_lag,
+            self.loop_busy,
         ):
             reg.register(tally)
         self.queue_depth = Gauge(
@@ -292,7 +390,7 @@ class Metrics(Hook):
         """An answered request; `route` must be the route template, never the raw path."""
         self.http_requests.inc((route, method, str(status)))
         self.http_seconds.observe((route,), duration)
-        self.loop.busy.inc(_HTTP_WORK, duration)
+        self.loop_busy.inc(_HTTP_WORK, duration)
 
     def rate_limit_wait(self, job_type: str) -> None:
         """A dispatch pass held `job_type` back: its window's starts were used up."""

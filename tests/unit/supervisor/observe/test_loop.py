@@ -6,13 +6,15 @@ import asyncio
 import time
 
 import pytest
-from goqueue.supervisor.observe.loop import PERIOD, LoopWatch, Work
+from goqueue.supervisor.observe.loop import PERIOD, Work
+from goqueue.supervisor.observe.metrics import Metrics
 
 pytestmark = pytest.mark.timeout(10)
 
 
 async def test_a_blocked_loop_shows_as_lag_and_busy_time_adds_up_by_work() -> None:
-    watch = LoopWatch()
+    metrics = Metrics()
+    watch = metrics.loop
     watch.start(asyncio.get_running_loop())
     try:
         await asyncio.sleep(PERIOD * 1.5)
@@ -20,11 +22,12 @@ async def test_a_blocked_loop_shows_as_lag_and_busy_time_adds_up_by_work() -> No
         await asyncio.sleep(PERIOD * 1.5)
     finally:
         watch.stop()
-    counts = watch.lag.buckets[()]
-    late = sum(counts[watch.lag.bounds.index(0.1) + 1 :])  # samples later than 0.1 s
+    lag = metrics.loop_lag
+    counts = lag.buckets[()]
+    late = sum(counts[lag.bounds.index(0.1) + 1 :])  # samples later than 0.1 s
     assert sum(counts) >= 2 and late == 1, counts
     spent = watch.spent(Work.WORKERS)
     spent(0.25)
     spent(0.5)
-    assert watch.busy.counts[(Work.WORKERS,)] == 0.75
-    assert watch.busy.counts[(Work.HTTP,)] == 0  # declared: exported at zero
+    assert metrics.loop_busy.counts[(Work.WORKERS,)] == 0.75
+    assert metrics.loop_busy.counts[(Work.HTTP,)] == 0  # declared: exported at zero
