@@ -27,9 +27,14 @@ from goqueue.supervisor.common.summaries import DeadFilter
 from goqueue.supervisor.store.base import NewJob, StartNow
 from goqueue.supervisor.store.postgres import enqueue_steps as pg_steps
 from goqueue.supervisor.store.postgres import rows as pg_rows
-from goqueue.supervisor.store.postgres.connection import Conn, Connections
+from goqueue.supervisor.store.postgres.connection import (
+    Batcher,
+    Conn,
+    Connections,
+    WriteAgain,
+    group_or_each,
+)
 from goqueue.supervisor.store.postgres.floors import ClaimFloors
-from goqueue.supervisor.store.postgres.group_commit import Batcher, WriteAgain, group_or_each
 from goqueue.supervisor.store.postgres.notify import Wakeups
 from goqueue.supervisor.store.postgres.sql.statements import LIVE_LEASES, Sql, Statements
 from goqueue.supervisor.store.postgres.workflows import PgWorkflows
@@ -146,9 +151,9 @@ class Enqueuer:
                 await self._add_plain(conn, news, plain, answers)
         done = [a for a in answers if a is not None]
         assert len(done) == len(news)
-        self._wakeups.pending(
-            [a.job for a in done if isinstance(a, Enqueued) and a.created and a.lease is None]
-        )
+        fresh = [a.job for a in done if isinstance(a, Enqueued) and a.created and a.lease is None]
+        if fresh:  # (a job started at its enqueue wakes nobody)
+            self._wakeups.pending(fresh)
         return done
 
     async def _enqueue_keyed(self, conn: Conn, new: NewJob) -> Answer:

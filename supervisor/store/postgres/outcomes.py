@@ -31,10 +31,9 @@ from goqueue.supervisor.common.jobs import (
 )
 from goqueue.supervisor.store.base import LATE_OUTCOME
 from goqueue.supervisor.store.postgres import rows as pg_rows
-from goqueue.supervisor.store.postgres.connection import Conn, Connections
+from goqueue.supervisor.store.postgres.connection import Batcher, Conn, Connections, group_or_each
 from goqueue.supervisor.store.postgres.enqueue import Enqueuer
 from goqueue.supervisor.store.postgres.floors import ClaimFloors
-from goqueue.supervisor.store.postgres.group_commit import Batcher, group_or_each
 from goqueue.supervisor.store.postgres.notify import Wakeups
 from goqueue.supervisor.store.postgres.rows import Row
 from goqueue.supervisor.store.postgres.sql.claim_keys import HELD_MARK
@@ -281,9 +280,9 @@ class Outcomes:
         pending = [job for outcome in done for job in (*outcome.followups, *outcome.released)]
         if pending:
             self._wakeups.pending(pending)
-        if self._wakeups.limited:  # (most nodes have no type under a global limit)
-            for outcome in done:
-                self._wakeups.freed(outcome.job)
+        limited = self._wakeups.limited  # (most jobs' types have no global limit)
+        for job in [outcome.job for outcome in done if outcome.job.type in limited]:
+            self._wakeups.freed(job)
         answers: list[Answer] = []
         by_done = iter(outcomes)
         for item in items:

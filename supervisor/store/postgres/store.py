@@ -14,12 +14,12 @@ on leases, due-ness and windows.
 
 `PostgresStore` owns the lifecycle and this node's row; every other request is answered
 by one of its parts, each a module beside it, whose own methods it hands out at
-construction: `connection` (pool, lanes, fault policy), `enqueue` (enqueues, follow-ups,
-replays), `outcomes` (claims and lease-fenced writes), `cancels`, `workflows`, `reads` (reads and
-pruning), `summaries` (what the dashboard shows), `schedules` (periodic jobs fired once
-per tick across nodes), `outbox` (the webhook outbox, delivered by `webhooks.outbox`),
-`notify` (NOTIFY, LISTEN and wake-ups), `group_commit`, `rows` (values to and from rows)
-and `sql/` (every statement, the schema and its migrations).
+construction: `connection` (pool, lanes, fault policy, group commit), `enqueue`
+(enqueues, follow-ups, replays), `outcomes` (claims and lease-fenced writes), `cancels`,
+`workflows`, `reads` (reads and pruning), `summaries` (what the dashboard shows),
+`schedules` (periodic jobs fired once per tick across nodes), `outbox` (the webhook
+outbox, delivered by `webhooks.outbox`), `notify` (NOTIFY, LISTEN and wake-ups), `rows`
+(values to and from rows) and `sql/` (every statement, the schema and its migrations).
 """
 
 from __future__ import annotations

@@ -28,7 +28,7 @@ from goqueue.supervisor.common.errors import (
 from goqueue.supervisor.common.jobs import Enqueued, JobSpec, Lease, Outcome, utcnow
 from goqueue.supervisor.common.reads import JobFilter
 from goqueue.supervisor.settings import stores
-from goqueue.supervisor.store.postgres.group_commit import Batcher
+from goqueue.supervisor.store.postgres.connection import Batcher
 from goqueue.supervisor.store.postgres.sql import schema as pg_schema
 from goqueue.supervisor.store.postgres.store import PostgresStore
 
