@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from typing import Protocol
 
 from goqueue.supervisor.common.catalog import Catalog
-from goqueue.supervisor.common.hooks import Hooks
 from goqueue.supervisor.common.lifecycle import Lifecycle
 from goqueue.supervisor.dispatch.dispatcher import Dispatcher
 from goqueue.supervisor.dispatch.leases import Leases
+from goqueue.supervisor.dispatch.outcomes import Hooks
 from goqueue.supervisor.dispatch.policy import Policy
 from goqueue.supervisor.dispatch.wakeup import Wakeup
 from goqueue.supervisor.engine import Engine

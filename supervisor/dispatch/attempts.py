@@ -1,4 +1,6 @@
-"""One record per attempt this node holds, and the phases it moves through.
+"""One record per attempt this node holds, the phases it moves through, and how long
+each type's attempts usually take here (`Durations`, for `policy.py`'s choice of what a
+worker's own queue may hold).
 
 An attempt is born when a lease comes back from the store (a claim, or an enqueue that
 started its job) and ends when its outcome is handed to `outcomes.py` or its lease is
@@ -20,18 +22,24 @@ in order, best first.
 
 from __future__ import annotations
 
+import math
 from collections import Counter, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
 from typing import TYPE_CHECKING
 
+from goqueue.supervisor.common.catalog import Catalog
 from goqueue.supervisor.common.enums import KillReason, Status
 from goqueue.supervisor.common.jobs import Lease
 
 if TYPE_CHECKING:
     from goqueue.supervisor.workers.handle import Worker
+
+SHORT = 0.05  # seconds: types whose attempts usually take less may wait in a worker's queue
+GO_AHEAD = 0.05  # seconds of work ahead within which queued starts are written early
+SMOOTHING = 0.2  # weight of the newest attempt in a type's usual run time
 
 
 class Phase(StrEnum):
@@ -233,3 +241,50 @@ class Attempts:
                 if first is None:
                     first = attempt
         return first
+
+
+class Durations:
+    """How long each type's attempts usually take on this node (a moving average of the
+    handlers' own run times), and so which types may be queued."""
+
+    def __init__(self, short: float = SHORT, go_ahead: float = GO_AHEAD) -> None:
+        self.short = short
+        self.go_ahead = go_ahead
+        self._usual: dict[str, float] = {}
+        self._short: set[str] = set()
+        self._cache: tuple[Catalog, frozenset[str]] | None = None
+
+    def add(self, job_type: str, seconds: float) -> None:
+        """One attempt of `job_type` ran for `seconds`."""
+        usual = self._usual.get(job_type)
+        usual = seconds if usual is None else usual + SMOOTHING * (seconds - usual)
+        self._usual[job_type] = usual
+        if (usual < self.short) != (job_type in self._short):
+            if usual < self.short:
+                self._short.add(job_type)
+            else:
+                self._short.discard(job_type)
+            self._cache = None
+
+    def expected(self, job_type: str) -> float:
+        """The usual run time of `job_type` (infinite until one ran here)."""
+        return self._usual.get(job_type, math.inf)
+
+    def soon(self, types: Iterable[str], catalog: Catalog, depth: int) -> frozenset[str]:
+        """Those of `types` that may wait in a worker's queue and of which `depth`
+        attempts usually take at most `go_ahead` seconds: a queue of them starts within
+        that, so their starts may be written as they are claimed."""
+        short = self.short_types(catalog)
+        usual = self._usual
+        return frozenset(t for t in types if t in short and usual[t] * depth <= self.go_ahead)
+
+    def short_types(self, catalog: Catalog) -> frozenset[str]:
+        """The types of `catalog` that may wait in a worker's queue: short, unlimited."""
+        cached = self._cache
+        if cached is not None and cached[0] is catalog:
+            return cached[1]
+        short = frozenset(
+            t for t in self._short if catalog.limit(t) is None and t not in catalog.rates
+        )
+        self._cache = (catalog, short)
+        return short

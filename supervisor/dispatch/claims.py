@@ -19,10 +19,10 @@ from goqueue.supervisor.common.enums import Status
 from goqueue.supervisor.common.errors import StoreUnavailable
 from goqueue.supervisor.common.jobs import Lease
 from goqueue.supervisor.common.lifecycle import Lifecycle
-from goqueue.supervisor.dispatch.attempts import Attempt, Attempts, Phase
+from goqueue.supervisor.dispatch.attempts import Attempt, Attempts, Durations, Phase
 from goqueue.supervisor.dispatch.feeding import types_of
 from goqueue.supervisor.dispatch.in_hand import InHand
-from goqueue.supervisor.dispatch.policy import Depth, Durations, Policy
+from goqueue.supervisor.dispatch.policy import Depth, Policy
 from goqueue.supervisor.dispatch.throttle import Held, Throttle
 from goqueue.supervisor.dispatch.wakeup import Wakeup
 from goqueue.supervisor.store.base import Store

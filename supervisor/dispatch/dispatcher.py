@@ -27,12 +27,12 @@ from goqueue.supervisor.common.hooks import Hook
 from goqueue.supervisor.common.jobs import Job, Lease, utcnow
 from goqueue.supervisor.common.lifecycle import Lifecycle
 from goqueue.supervisor.dispatch.at_enqueue import AtEnqueue
-from goqueue.supervisor.dispatch.attempts import MOVES, Attempt, Attempts, Phase
+from goqueue.supervisor.dispatch.attempts import MOVES, Attempt, Attempts, Durations, Phase
 from goqueue.supervisor.dispatch.claims import RETRY_CLAIM, Claims
 from goqueue.supervisor.dispatch.feeding import Feeding
 from goqueue.supervisor.dispatch.in_hand import InHand
 from goqueue.supervisor.dispatch.outcomes import Outcomes
-from goqueue.supervisor.dispatch.policy import DEFAULT_POLICY, Depth, Durations, Policy
+from goqueue.supervisor.dispatch.policy import DEFAULT_POLICY, Depth, Policy
 from goqueue.supervisor.dispatch.throttle import Throttle
 from goqueue.supervisor.dispatch.wakeup import Wakeup
 from goqueue.supervisor.dispatch.worker_queues import WorkerQueues

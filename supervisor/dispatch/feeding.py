@@ -12,8 +12,8 @@ from collections.abc import Callable
 
 from goqueue.supervisor.common.enums import WorkerState
 from goqueue.supervisor.common.jobs import Job
-from goqueue.supervisor.dispatch.attempts import Attempt, Attempts, Phase
-from goqueue.supervisor.dispatch.policy import Depth, Durations
+from goqueue.supervisor.dispatch.attempts import Attempt, Attempts, Durations, Phase
+from goqueue.supervisor.dispatch.policy import Depth
 from goqueue.supervisor.workers.handle import Worker
 from goqueue.supervisor.workers.pool import Pool
 

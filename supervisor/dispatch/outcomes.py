@@ -1,8 +1,9 @@
 """What happens when an attempt starts and ends, in one place (as dramatiq's middleware):
 the attempt hooks, the retry or dead-letter decision, the outcome's fenced store write
 (held and retried while the store is unavailable), then the after-outcome hooks, in that
-order. The dispatcher's other writes that must not be lost (leases handed back) are held
-here the same way.
+order; `Hooks` fans each event out to the hooks that care (the engine reports jobs
+enqueued and cancelled through it too). The dispatcher's other writes that must not be
+lost (leases handed back) are held here the same way.
 
 A finished attempt keeps its lease, heartbeated like a running one, until its outcome is
 written: `recording` holds those leases meanwhile.
@@ -14,7 +15,7 @@ import asyncio
 import logging
 import random
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime, timedelta
 from functools import partial
 from typing import TypeVar
@@ -32,6 +33,7 @@ from goqueue.supervisor.store.base import Store
 from goqueue.supervisor.workers.handle import Worker, death_notice
 
 log = logging.getLogger("goqueue.dispatch")
+hook_log = logging.getLogger("goqueue.hooks")
 
 WRITE_RETRY_BASE = 0.2  # a held outcome write is retried after 0.2 s, 0.4 s, ... 5 s
 WRITE_RETRY_CAP = 5.0
@@ -219,3 +221,71 @@ class Outcomes:
 
 async def _finish(waiting: eager.Waiting[None]) -> None:
     await waiting
+
+
+class Hooks(Hook):
+    """Every hook of a node, called in a fixed order; a hook that raises is logged.
+
+    Each event is fanned out only to the hooks that override its method: the calls sit
+    on every job's path, and most hooks care about few events."""
+
+    def __init__(self, hooks: Sequence[Hook]) -> None:
+        self.hooks = tuple(hooks)
+        hs = self.hooks
+        self._enqueue = [h for h in hs if type(h).after_enqueue is not Hook.after_enqueue]
+        self._start = [h for h in hs if type(h).after_start is not Hook.after_start]
+        self._attempt = [h for h in hs if type(h).after_attempt is not Hook.after_attempt]
+        self._error = [h for h in hs if type(h).after_error is not Hook.after_error]
+        self._outcome = [h for h in hs if type(h).after_outcome is not Hook.after_outcome]
+        self._cancel = [h for h in hs if type(h).after_cancel is not Hook.after_cancel]
+
+    def after_enqueue(self, job: Job) -> None:
+        for hook in self._enqueue:
+            try:
+                hook.after_enqueue(job)
+            except Exception:
+                _failed(hook, "after_enqueue")
+
+    def after_start(self, job: Job) -> None:
+        for hook in self._start:
+            try:
+                hook.after_start(job)
+            except Exception:
+                _failed(hook, "after_start")
+
+    def after_attempt(self, job_type: str, outcome: AttemptOutcome, duration: float) -> None:
+        for hook in self._attempt:
+            try:
+                hook.after_attempt(job_type, outcome, duration)
+            except Exception:
+                _failed(hook, "after_attempt")
+
+    def after_error(self, job: Job, error: str, traceback: str) -> None:
+        for hook in self._error:
+            try:
+                hook.after_error(job, error, traceback)
+            except Exception:
+                _failed(hook, "after_error")
+
+    def after_outcome(self, outcome: Outcome) -> None:
+        job = outcome.job
+        for hook in self._outcome:
+            if hook.quiet or (hook.needs is not None and not getattr(job, hook.needs)):
+                continue
+            try:
+                hook.after_outcome(outcome)
+            except Exception:
+                _failed(hook, "after_outcome")
+
+    def after_cancel(self, job: Job, force: bool) -> None:
+        for hook in self._cancel:
+            if hook.quiet:
+                continue
+            try:
+                hook.after_cancel(job, force)
+            except Exception:
+                _failed(hook, "after_cancel")
+
+
+def _failed(hook: Hook, event: str) -> None:
+    hook_log.exception("hook failed", extra={"hook": type(hook).__name__, "event": event})

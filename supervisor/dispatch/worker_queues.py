@@ -18,9 +18,8 @@ from goqueue.supervisor.common.enums import KillReason
 from goqueue.supervisor.common.errors import StoreUnavailable
 from goqueue.supervisor.common.jobs import Lease
 from goqueue.supervisor.common.lifecycle import Lifecycle
-from goqueue.supervisor.dispatch.attempts import Attempt, Attempts, Phase
+from goqueue.supervisor.dispatch.attempts import Attempt, Attempts, Durations, Phase
 from goqueue.supervisor.dispatch.outcomes import Outcomes
-from goqueue.supervisor.dispatch.policy import Durations
 from goqueue.supervisor.store.base import Store
 from goqueue.supervisor.workers.handle import Queued, Worker
 from goqueue.supervisor.workers.pool import Handoff, Pool

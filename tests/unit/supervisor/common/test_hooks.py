@@ -9,8 +9,9 @@ from datetime import UTC, datetime
 import pytest
 from goqueue.supervisor.common.deliveries import event_of
 from goqueue.supervisor.common.enums import AttemptOutcome, Status
-from goqueue.supervisor.common.hooks import Hook, Hooks
+from goqueue.supervisor.common.hooks import Hook
 from goqueue.supervisor.common.jobs import Job, JobSpec, Outcome
+from goqueue.supervisor.dispatch.outcomes import Hooks
 from goqueue.supervisor.observe.hooks import DebugLogHook, LogHook, job_logs
 from goqueue.supervisor.webhooks.hook import WebhookHook
 

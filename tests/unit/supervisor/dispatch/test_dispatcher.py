@@ -16,12 +16,13 @@ from goqueue.actors.protocol import ActorInfo, JobDone, JobFailed
 from goqueue.supervisor.common.catalog import Catalog
 from goqueue.supervisor.common.enums import AttemptOutcome, KillReason, Status, WorkerState
 from goqueue.supervisor.common.errors import StoreUnavailable
-from goqueue.supervisor.common.hooks import Hook, Hooks
+from goqueue.supervisor.common.hooks import Hook
 from goqueue.supervisor.common.jobs import Enqueued, Job, JobSpec, Lease, Outcome
 from goqueue.supervisor.common.rates import Rate, Taken
 from goqueue.supervisor.dispatch import in_hand as in_hand_module
 from goqueue.supervisor.dispatch.attempts import Phase
 from goqueue.supervisor.dispatch.dispatcher import Dispatcher
+from goqueue.supervisor.dispatch.outcomes import Hooks
 from goqueue.supervisor.dispatch.policy import Policy
 from goqueue.supervisor.store.base import NewJob, StoreTraits
 from goqueue.supervisor.workers.handle import Worker

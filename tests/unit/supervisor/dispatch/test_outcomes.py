@@ -6,8 +6,7 @@ import asyncio
 
 import pytest
 from goqueue.supervisor.common.errors import StoreUnavailable
-from goqueue.supervisor.common.hooks import Hooks
-from goqueue.supervisor.dispatch.outcomes import Outcomes
+from goqueue.supervisor.dispatch.outcomes import Hooks, Outcomes
 from goqueue.supervisor.store.memory.store import MemoryStore
 
 from tests.conftest import wait_for_async
