@@ -162,12 +162,22 @@ class Attempts:
     ) -> Attempt:
         """A lease that came back from the store, in hand (`first`: ahead of the others)
         or running on `worker` (its start written by the claim or the enqueue)."""
-        if Phase.NEW not in MOVES[phase]:
+        if Phase.NEW not in MOVES[phase]:  # (into hand, or running)
             raise WrongPhase(f"attempt of job {lease.job.id}: {Phase.NEW} -> {phase}")
-        attempt = Attempt(lease, Phase.NEW, renewed, lease.token, lease.job.type, taken=renewed)
+        token, job_type = lease.token, lease.job.type
+        attempt = Attempt(lease, phase, renewed, token, job_type, renewed)
         attempt.written = lease.job.status == Status.RUNNING
-        self._by_token[lease.token] = attempt
-        self.move(attempt, phase, worker=worker, window_end=window_end, first=first)
+        self._by_token[token] = attempt
+        counts = self._counts[phase]
+        counts[job_type] = counts.get(job_type, 0) + 1  # (a Counter's `+=` costs a call)
+        if phase is Phase.IN_HAND:
+            attempt.window_end = None if attempt.written else window_end
+            if first:
+                self.hand.appendleft(attempt)
+            else:
+                self.hand.append(attempt)
+        else:
+            attempt.worker = worker
         return attempt
 
     def move(
@@ -186,19 +196,22 @@ class Attempts:
         if came not in MOVES[to]:
             raise WrongPhase(f"attempt of job {attempt.lease.job.id}: {came} -> {to}")
         job_type, token = attempt.type, attempt.token
-        if came is not Phase.NEW:
-            counts = self._counts[came]
-            counts[job_type] -= 1
-            if counts[job_type] <= 0:
-                del counts[job_type]
+        counts = self._counts[came]
+        left = counts[job_type] - 1
+        if left > 0:
+            counts[job_type] = left
+        else:
+            del counts[job_type]
         if came is Phase.IN_HAND:
             self.hand.remove(attempt)
         attempt.phase = to
-        del self._by_token[token]  # re-added last: each phase in order of entry
+        by_token = self._by_token
+        del by_token[token]  # re-added last: each phase in order of entry
         if to is Phase.GONE:
             return
-        self._by_token[token] = attempt
-        self._counts[to][job_type] += 1
+        by_token[token] = attempt
+        counts = self._counts[to]
+        counts[job_type] = counts.get(job_type, 0) + 1
         if to is Phase.IN_HAND:
             attempt.worker = None
             attempt.window_end = None if attempt.written else window_end
