@@ -1,7 +1,10 @@
 """Start at enqueue: a job enqueued while a worker of this node waits for one like it is
 started by its own insert (`NewJob.start`: no claim is needed) and runs on that worker on
 the next turn of the loop, once the enqueue's answer is written: a client hears of its
-job before the job can do anything (even kill its node)."""
+job before the job can do anything (even kill its node). Should the node be frozen
+between the two (a SIGSTOP, a paused machine) for long enough that the lease may have
+lapsed, the job is not run there but goes into hand as a claimed one would, and so back
+to the store (fenced by its token: one another node took over costs nothing)."""
 
 from __future__ import annotations
 
@@ -24,7 +27,8 @@ class AtEnqueue:
 
     `kept` holds the ids of idle workers kept for a start being written (shared with the
     dispatcher's claims); `wakeup` says whether this node's last claim found nothing
-    more it could take (and nothing arrived since); `run` runs a started lease on an idle worker."""
+    more it could take (and nothing arrived since); `run` runs a started lease on an idle
+    worker; `fresh_since(t)` says whether a lease taken at `t` (monotonic) may still run."""
 
     def __init__(
         self,
@@ -39,6 +43,7 @@ class AtEnqueue:
         sees_ahead: bool,
         wakeup: Wakeup,
         run: Callable[[Lease, Worker], None],
+        fresh_since: Callable[[float], bool],
         nudge: Callable[[], None],
         monotonic: Callable[[], float],
     ) -> None:
@@ -50,6 +55,7 @@ class AtEnqueue:
         self.sees_ahead = sees_ahead
         self.wakeup = wakeup
         self.run = run
+        self.fresh_since = fresh_since
         self.nudge = nudge
         self.monotonic = monotonic
         self.catalog = catalog
@@ -65,6 +71,7 @@ class AtEnqueue:
         worker = self._keeper(new)
         if worker is None:
             return await self.store.enqueue(new)
+        asked = self.monotonic()  # the lease it may get runs from no earlier than this
         try:
             enqueued = await self.store.enqueue(new)
         except BaseException:
@@ -75,7 +82,7 @@ class AtEnqueue:
             self.kept.discard(id(worker))
             self.nudge()
         else:
-            asyncio.get_running_loop().call_soon(self._run_started, worker, enqueued.lease)
+            asyncio.get_running_loop().call_soon(self._run_started, worker, enqueued.lease, asked)
         return enqueued
 
     def _keeper(self, new: NewJob) -> Worker | None:
@@ -107,12 +114,14 @@ class AtEnqueue:
         new.start = StartNow(worker.types, queues)
         return worker
 
-    def _run_started(self, worker: Worker, lease: Lease) -> None:
-        """Run a job started at its enqueue on the worker kept for it (on the next idle
-        one if that one is gone)."""
+    def _run_started(self, worker: Worker, lease: Lease, asked: float) -> None:
+        """Run a job started at its enqueue (`asked`: when the enqueue was sent) on the
+        worker kept for it; else (that one is gone, or the lease is no longer fresh) put
+        it in hand, first, to be run on the next idle worker or handed back."""
         self.kept.discard(id(worker))
-        if not self.lifecycle.winding_down and self.pool.is_idle(worker):
+        fresh = self.fresh_since(asked)
+        if fresh and not self.lifecycle.winding_down and self.pool.is_idle(worker):
             self.run(lease, worker)
         else:
-            self.attempts.add(lease, Phase.IN_HAND, self.monotonic(), first=True)
+            self.attempts.add(lease, Phase.IN_HAND, asked, first=True)
             self.nudge()

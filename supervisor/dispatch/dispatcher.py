@@ -146,6 +146,7 @@ class Dispatcher:
             sees_ahead=traits.sees_ahead,
             wakeup=self.wakeup,
             run=self._start,
+            fresh_since=self.in_hand.fresh_since,
             nudge=self.nudge,
             monotonic=monotonic,
         )

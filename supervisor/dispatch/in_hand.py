@@ -70,6 +70,10 @@ class InHand:
         """True while `attempt` may still be run (`fresh_for`)."""
         return self.monotonic() - attempt.renewed < self.fresh_for
 
+    def fresh_since(self, renewed: float) -> bool:
+        """True while a lease extended (or taken) at `renewed` may still be run."""
+        return self.monotonic() - renewed < self.fresh_for
+
     def next_for(self, worker: Worker) -> Attempt | None:
         """The attempt in hand `worker` should run next, stale ones handed back on the way."""
         while True:

@@ -186,6 +186,54 @@ def test_sigstop_past_the_lease_hands_out_no_expired_lease(
     )
 
 
+def worker_pids(supervisor: int) -> list[int]:
+    """The live workers of `supervisor` (by their command line)."""
+    found = []
+    for proc in children(supervisor):
+        with contextlib.suppress(OSError):
+            if b"goqueue.actors.child" in Path(f"/proc/{proc.pid}/cmdline").read_bytes():
+                found.append(proc.pid)
+    return found
+
+
+def test_a_hand_off_read_after_its_lease_lapsed_is_dropped(
+    pg_nodes: NodeSet, tmp_path: Path
+) -> None:
+    """Scenario: node A (lease 2 s, one worker) takes a job at its enqueue while its
+    worker is SIGSTOPped, so the job is stored started for a worker that cannot read
+    it. A's supervisor is SIGSTOPped as its answer arrives (the hand-off, on the turn
+    after the answer, is in the worker's pipe or not sent yet), for as long as node B
+    takes to reap the lapsed lease and run the job; then A and its worker resume.
+    Invariant: the job runs once, on B, and stays done. A worker that reads the hand-off
+    late drops it; a supervisor that resumes before handing it off puts it back."""
+    a = pg_nodes.start("--lease-seconds", LEASE, workers=1)
+    b = pg_nodes.start("--lease-seconds", LEASE)
+    (worker,) = wait_until(lambda: worker_pids(a.proc.pid), 15, "A's worker started")
+    os.kill(worker, signal.SIGSTOP)
+    try:
+        job = a.enqueue(**logged(tmp_path, 0.0))
+        assert job["status"] == "running", job  # started by its own insert, on A
+        os.kill(a.proc.pid, signal.SIGSTOP)
+        try:
+            wait_job(b, job["id"], "done", timeout=40)
+        finally:
+            os.kill(a.proc.pid, signal.SIGCONT)
+    finally:
+        os.kill(worker, signal.SIGCONT)
+    resumed = time.monotonic()
+
+    def runs() -> list[Run]:
+        return read_runs(tmp_path).get(job["id"], [])
+
+    # a late run on A would start as soon as its worker read the hand-off
+    stays_true(
+        lambda: len(runs()) == 1, for_seconds=1.5, what=lambda: describe_runs(runs(), resumed)
+    )
+    (run,) = runs()
+    assert run.pgid == b.proc.pid and run.completed, describe_runs(runs(), resumed)
+    assert wait_job(a, job["id"], "done", timeout=10)["attempts"] == 2  # A's lapsed, B's
+
+
 # -- 3. a prefetched job is charged an attempt and shown as running ------------------
 
 

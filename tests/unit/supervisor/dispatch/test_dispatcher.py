@@ -646,6 +646,28 @@ async def test_a_job_may_start_at_its_enqueue_only_when_nothing_could_wait_ahead
     assert (await d.at_enqueue.enqueue(new_job("a"))).lease is not None
 
 
+async def test_a_job_started_at_its_enqueue_is_not_run_once_its_lease_may_have_lapsed() -> None:
+    """The node froze between the enqueue's answer and the hand-off on the next turn,
+    for long enough that the lease may have lapsed (another node may run the job): the
+    job goes into hand and back to the store, never to its worker."""
+    ticks = [10.0]
+    r = rig(actors=[ActorInfo("a")], workers=[worker(frozenset({"a"}))], ticks=ticks)
+    d = r.dispatcher
+    await d.fill()  # the store is empty: drained
+    started = (await d.at_enqueue.enqueue(new_job("a"))).lease
+    assert started is not None
+    ticks[0] += 2.5  # frozen for most of the 3 s lease before the next turn
+    await asyncio.sleep(0)
+    assert r.pool.runs == []
+    d._hand_out()
+    await d.flush(5)
+    assert r.pool.runs == [] and ("release", started.job.id) in r.log
+    assert d.held_leases() == []
+    fresh = (await d.at_enqueue.enqueue(new_job("a"))).lease  # no freeze: runs at once
+    await asyncio.sleep(0)
+    assert [x for _, x, _ in r.pool.runs] == [fresh]
+
+
 # -- a worker's own queue ----------------------------------------------------------------
 
 
