@@ -103,9 +103,7 @@ class Claims:
             return None
         # a lease the claim started runs at once on a worker kept for it (the rest, and
         # any the claim took too long to run safely, go into hand)
-        fresh = (
-            not self.lifecycle.winding_down and self.monotonic() - asked < self.in_hand.fresh_for
-        )
+        fresh = not self.lifecycle.winding_down and self.in_hand.fresh_since(asked)
         ready = [w for w in self.pool.idle() if id(w) in kept] if fresh else []
         for lease in leases:
             worker = _taker(lease, ready) if ready else None

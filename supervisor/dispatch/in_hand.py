@@ -68,10 +68,11 @@ class InHand:
 
     def fresh(self, attempt: Attempt) -> bool:
         """True while `attempt` may still be run (`fresh_for`)."""
-        return self.monotonic() - attempt.renewed < self.fresh_for
+        return self.fresh_since(attempt.renewed)
 
     def fresh_since(self, renewed: float) -> bool:
-        """True while a lease extended (or taken) at `renewed` may still be run."""
+        """True while a lease extended (or taken, or asked for) at `renewed` may still be
+        run."""
         return self.monotonic() - renewed < self.fresh_for
 
     def next_for(self, worker: Worker) -> Attempt | None:

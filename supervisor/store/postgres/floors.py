@@ -68,8 +68,7 @@ class ClaimFloors:
         """The floors of `types` for a claim from `queues`, 11 per type in order (None
         where there is none); all None, once every `rescan` seconds."""
         known = self._known(queues)
-        floors = [known.get((t, p)) for t in types for p in range(PRIORITIES)]
-        return [f and f[0] for f in floors], [f and f[1] for f in floors]
+        return _columns([known.get((t, p)) for t in types for p in range(PRIORITIES)])
 
     def at(
         self, queues: Queues, types: Sequence[str], priority: int
@@ -77,8 +76,7 @@ class ClaimFloors:
         """`arrays`, at one priority only: one floor per type (a start at enqueue looks
         for jobs ahead of its own priority from there)."""
         known = self._known(queues)
-        floors = [known.get((t, priority)) for t in types]
-        return [f and f[0] for f in floors], [f and f[1] for f in floors]
+        return _columns([known.get((t, priority)) for t in types])
 
     def _known(self, queues: Queues) -> dict[tuple[str, int], Floor]:
         """The floors of claims from `queues`, forgotten first when a rescan is due."""
@@ -132,3 +130,8 @@ def _raise(known: dict[tuple[str, int], Floor], key: tuple[str, int], floor: Flo
     held = known.get(key)
     if held is None or floor > held:
         known[key] = floor
+
+
+def _columns(floors: list[Floor | None]) -> tuple[list[datetime | None], list[int | None]]:
+    """`floors` as the two arrays the statements take: run_at, then seq (None for none)."""
+    return [f and f[0] for f in floors], [f and f[1] for f in floors]
