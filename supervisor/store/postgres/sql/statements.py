@@ -86,6 +86,16 @@ def _trail(event: EventKind) -> str:
             SELECT id, '{event}', now(), %(node)s, attempts, NULL FROM changed)"""
 
 
+# The last line of a statement whose commit need not wait for the WAL to reach the disk
+# (`synchronous_commit` off for its transaction, as a claim's): starts and outcomes.
+# A crash of the server may lose the last of them, never one without those before it
+# (the WAL loses only a suffix): a lost start leaves its job claimed, a lost outcome its
+# job running, and either is reaped and runs again, its chained jobs and events with it.
+# A statement that changed no row writes nothing to wait for. The scalar subquery runs
+# once, at the first row.
+_NO_FLUSH_WAIT = "WHERE (SELECT set_config('synchronous_commit', 'off', true)) = 'off'"
+
+
 # Success needs no more than the commit's time back: the rest of the job is the lease's
 # (its row cannot change while the lease holds, except through the fence).
 _COMPLETE = f"""
@@ -96,7 +106,7 @@ _COMPLETE = f"""
                 RETURNING id, attempts, finished_at, {{hooked}}),
             {{outbox}},
             {_trail(EventKind.SUCCEEDED)}
-            SELECT finished_at FROM changed"""
+            SELECT finished_at FROM changed {_NO_FLUSH_WAIT}"""
 # The ids become a uuid[] once (an initplan): a cast of the text[] parameter in the
 # condition would run again for every row a generic plan happens to scan.
 _COMPLETE_MANY = f"""
@@ -110,7 +120,7 @@ _COMPLETE_MANY = f"""
                 RETURNING j.id, c.token, j.attempts, j.finished_at, {{hooked_j}}),
             {{outbox}},
             {_trail(EventKind.SUCCEEDED)}
-            SELECT id, token, finished_at FROM changed"""
+            SELECT id, token, finished_at FROM changed {_NO_FLUSH_WAIT}"""
 
 
 def _unhooked(template: str) -> str:
@@ -363,7 +373,7 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
                   AND j.id = c.id AND j.lease_token = c.token AND {by_id("j.status", "claimed")}
                 RETURNING j.id, j.lease_token, j.attempts, j.started_at),
             {_trail(EventKind.STARTED)}
-            SELECT id, lease_token, attempts, started_at FROM changed""",
+            SELECT id, lease_token, attempts, started_at FROM changed {_NO_FLUSH_WAIT}""",
         # A heartbeat never waits for a row lock: rows an outcome, a start or another
         # node's cancel is writing are left alone (that write ends or extends the lease),
         # so it cannot deadlock with a group of such writes locking rows in another order.
