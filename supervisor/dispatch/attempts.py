@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 
 SHORT = 0.05  # seconds: types whose attempts usually take less may wait in a worker's queue
 GO_AHEAD = 0.05  # seconds of work ahead within which queued starts are written early
+# seconds: the most usual work a worker holds (its running job included), so a job queued
+# behind others waits no longer than behind 7 of the longest that may be queued (SHORT)
+HELD_WORK = 8 * SHORT
 SMOOTHING = 0.2  # weight of the newest attempt in a type's usual run time
 
 
@@ -282,6 +285,13 @@ class Durations:
     def expected(self, job_type: str) -> float:
         """The usual run time of `job_type` (infinite until one ran here)."""
         return self._usual.get(job_type, math.inf)
+
+    def held_at_most(self, job_type: str) -> int:
+        """How many attempts a worker whose jobs are of `job_type` should hold, its
+        running one included: as many as usually take `HELD_WORK` seconds (one for a type
+        not seen run yet). Quick jobs go deep, and each claim takes more of them."""
+        usual = self._usual.get(job_type)
+        return 1 if usual is None else max(1, int(HELD_WORK / max(usual, 1e-6)))
 
     def soon(self, types: Iterable[str], catalog: Catalog, depth: int) -> frozenset[str]:
         """Those of `types` that may wait in a worker's queue and of which `depth`

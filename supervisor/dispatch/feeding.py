@@ -48,7 +48,11 @@ class Feeding:
                 running = worker.lease
                 if running is not None and self.durations.expected(running.job.type) >= short:
                     continue  # behind a long job (or one of unknown length) nothing waits
-                room = self.depth.room(worker.held)
+                if running is None:
+                    at_most = self.depth.limit
+                else:  # no more than about HELD_WORK of its usual work
+                    at_most = self.durations.held_at_most(running.job.type)
+                room = self.depth.room(worker.held, at_most)
                 left = recycle.left(worker)
                 if left is not None:
                     room = min(room, left)  # a worker due for recycling takes no more
@@ -68,7 +72,7 @@ class Feeding:
             last = worker.last_type
             if last is None or self.durations.expected(last) >= self.durations.short:
                 continue
-            room = self.depth.current - 1
+            room = min(self.depth.current, self.durations.held_at_most(last)) - 1
             left = recycle.left(worker)
             if left is not None:
                 room = min(room, left - 1)  # a worker due for recycling takes no more

@@ -65,12 +65,13 @@ class Depth:
         self.limit = max(1, limit)
         self.current = 1
 
-    def room(self, held: int) -> int:
-        """How many more a worker holding `held` should take now: none until its queue is
-        down to half, then enough to fill it."""
-        if held > self.current // 2:
+    def room(self, held: int, at_most: int) -> int:
+        """How many more a worker holding `held` should take now, holding no more than
+        `at_most`: none until its queue is down to half, then enough to fill it."""
+        depth = min(self.current, at_most)
+        if held > depth // 2:
             return 0
-        return self.current - held
+        return depth - held
 
     def deep(self) -> None:
         """A batch came back full: more is waiting."""

@@ -113,7 +113,7 @@ class Settings(msgspec.Struct, kw_only=True, frozen=True):
     max_pending: int | None = None  # None: unlimited on SQLite, MEMORY_MAX_PENDING in memory
     max_body_bytes: int = 1_048_576
     lease_seconds: float = 30.0
-    prefetch: int = 7
+    prefetch: int = 31
     webhook_secret: str | None = None
     webhook_allow_hosts: tuple[str, ...] | None = None
     webhook_timeout: float = 5.0

@@ -782,6 +782,29 @@ async def test_an_idle_worker_that_ran_short_jobs_gets_its_queue_in_the_same_cla
     assert r.dispatcher.depth.current == 4  # it came back full: the queue is still deep
 
 
+async def test_a_worker_holds_no_more_of_its_usual_work_than_a_slower_short_job_allows() -> None:
+    # quick jobs go as deep as the prefetch allows; jobs near the short limit hold about
+    # as much work as 8 of the longest short ones: no deeper than a smaller prefetch did
+    for usual, asked in ((0.002, 31), (0.04, 9)):
+        busy = worker(both(), pid=1)
+        busy.begin(lease("a"))
+        r = rig(workers=[busy], prefetch=31, durable=False)
+        r.dispatcher.durations.add("a", usual)
+        r.dispatcher.depth.current = 32  # earlier batches came back full
+        await r.dispatcher.fill()
+        assert r.store.claims == [(asked, {"a": asked, "b": asked})], usual
+
+
+async def test_an_idle_worker_whose_last_job_neared_the_short_limit_gets_a_shorter_queue() -> None:
+    idle = worker(both())
+    idle.last_type = "a"
+    r = rig(workers=[idle], prefetch=31, durable=False)
+    r.dispatcher.durations.add("a", 0.04)  # 10 of them usually take HELD_WORK (0.4 s)
+    r.dispatcher.depth.current = 32
+    await r.dispatcher.fill()
+    assert r.store.claims[0][0] == 10  # its job and 9 behind it, not 31
+
+
 async def test_an_idle_worker_whose_last_job_ran_long_is_claimed_one_job_alone() -> None:
     held = lease("a")
     idle = worker(both())
