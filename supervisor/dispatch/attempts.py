@@ -290,8 +290,7 @@ class Durations:
         """How many attempts a worker whose jobs are of `job_type` should hold, its
         running one included: as many as usually take `HELD_WORK` seconds (one for a type
         not seen run yet). Quick jobs go deep, and each claim takes more of them."""
-        usual = self._usual.get(job_type)
-        return 1 if usual is None else max(1, int(HELD_WORK / max(usual, 1e-6)))
+        return max(1, int(HELD_WORK / max(self.expected(job_type), 1e-6)))
 
     def soon(self, types: Iterable[str], catalog: Catalog, depth: int) -> frozenset[str]:
         """Those of `types` that may wait in a worker's queue and of which `depth`
