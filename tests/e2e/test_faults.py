@@ -186,14 +186,10 @@ def test_sigstop_past_the_lease_hands_out_no_expired_lease(
     )
 
 
-def worker_pids(supervisor: int) -> list[int]:
-    """The live workers of `supervisor` (by their command line)."""
-    found = []
-    for proc in children(supervisor):
-        with contextlib.suppress(OSError):
-            if b"goqueue.actors.child" in Path(f"/proc/{proc.pid}/cmdline").read_bytes():
-                found.append(proc.pid)
-    return found
+def idle_worker_pids(node: Node) -> list[int]:
+    """The workers `node` reports idle: booted, and waiting for a job."""
+    workers = node.get("/workers").body["workers"]
+    return [w["pid"] for w in workers if w["state"] == "idle"]
 
 
 def test_a_hand_off_read_after_its_lease_lapsed_is_dropped(
@@ -208,7 +204,8 @@ def test_a_hand_off_read_after_its_lease_lapsed_is_dropped(
     late drops it; a supervisor that resumes before handing it off puts it back."""
     a = pg_nodes.start("--lease-seconds", LEASE, workers=1)
     b = pg_nodes.start("--lease-seconds", LEASE)
-    (worker,) = wait_until(lambda: worker_pids(a.proc.pid), 15, "A's worker started")
+    # booted, not merely spawned: a booting worker takes no job at its enqueue
+    (worker,) = wait_until(lambda: idle_worker_pids(a), 15, "A's worker idle")
     os.kill(worker, signal.SIGSTOP)
     try:
         job = a.enqueue(**logged(tmp_path, 0.0))
