@@ -89,23 +89,19 @@ class Timed:
         self._times = times
 
     def execute(self, sql: str, *args: Any) -> Any:
-        started = time.perf_counter()
-        try:
-            return self._conn.execute(sql, *args)
-        finally:
-            self._note(sql, time.perf_counter() - started)
+        return self._timed(self._conn.execute, sql, args)
 
     def executemany(self, sql: str, *args: Any) -> Any:
+        return self._timed(self._conn.executemany, sql, args)
+
+    def _timed(self, call: Callable[..., Any], sql: str, args: tuple[Any, ...]) -> Any:
         started = time.perf_counter()
         try:
-            return self._conn.executemany(sql, *args)
+            return call(sql, *args)
         finally:
-            self._note(sql, time.perf_counter() - started)
-
-    def _note(self, sql: str, seconds: float) -> None:
-        entry = self._times[" ".join(sql.split())[:64]]
-        entry[0] += 1
-        entry[1] += seconds
+            entry = self._times[" ".join(sql.split())[:64]]
+            entry[0] += 1
+            entry[1] += time.perf_counter() - started
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self._conn, name)
