@@ -11,7 +11,7 @@ fsyncs per job, and with `--statements` each statement's time per job.
 
     python -m benchmarks.store_cost [--stores memory sqlite postgres]
         [--concurrency 1 8] [--jobs 4000] [--rounds 3] [--statements]
-        [--database-url postgresql://...]  # a database of its own: it is recreated
+        [--database-url postgresql://...]  # throwaway databases there, dropped after
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from collections import defaultdict
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlsplit, urlunsplit
 
 import msgspec
 import psycopg
@@ -40,6 +39,8 @@ from goqueue.supervisor.store.postgres.sql.statements import Sql, Statements
 from goqueue.supervisor.store.postgres.store import PostgresStore
 from goqueue.supervisor.store.sqlite.store import SqliteStore
 
+from benchmarks.cost import own_database
+
 SPEC = msgspec.json.decode(b'{"type":"noop","payload":{"key":"w"}}', type=JobSpec)
 START = StartNow(types=frozenset({"noop"}))
 WARM_UP = 200
@@ -50,6 +51,11 @@ def cpu_now() -> float:
     """User + system CPU this process has used so far, in seconds."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
+
+
+def sent(jobs: int, concurrency: int) -> int:
+    """How many jobs `measure` sends in all, its warm-up included."""
+    return (WARM_UP // concurrency + jobs // concurrency) * concurrency
 
 
 async def measure(batch: Callable[[int], Awaitable[None]], jobs: int, concurrency: int) -> float:
@@ -107,13 +113,18 @@ class Timed:
         return getattr(self._conn, name)
 
 
-async def memory_cost(jobs: int, concurrency: int) -> str:
+# A round's CPU per job, and what it prints.
+Round = tuple[float, str]
+
+
+async def memory_cost(jobs: int, concurrency: int) -> Round:
     store = MemoryStore(NODE, max_pending=None)
     await store.open()
-    return f"{await measure(store_jobs(store), jobs, concurrency):6.1f} us"
+    cpu = await measure(store_jobs(store), jobs, concurrency)
+    return cpu, f"{cpu:6.1f} us"
 
 
-async def sqlite_cost(jobs: int, concurrency: int, statements: bool) -> str:
+async def sqlite_cost(jobs: int, concurrency: int, statements: bool) -> Round:
     with tempfile.TemporaryDirectory() as folder:
         store = SqliteStore(str(Path(folder) / "cost.db"), NODE, max_pending=None)
         await store.reserve()
@@ -124,7 +135,7 @@ async def sqlite_cost(jobs: int, concurrency: int, statements: bool) -> str:
         try:
             before = (store.db.transactions, store.db.syncs)
             cpu = await measure(store_jobs(store), jobs, concurrency)
-            n = jobs + WARM_UP
+            n = sent(jobs, concurrency)  # the counts and timings include the warm-up
             transactions = (store.db.transactions - before[0]) / n
             syncs = (store.db.syncs - before[1]) / n
         finally:
@@ -132,33 +143,32 @@ async def sqlite_cost(jobs: int, concurrency: int, statements: bool) -> str:
     lines = [f"{cpu:6.1f} us  ({transactions:.2f} transactions, {syncs:.2f} fsyncs a job)"]
     for text, (calls, seconds) in sorted(times.items(), key=lambda kv: -kv[1][1])[:8]:
         lines.append(f"      {seconds / n * 1e6:6.1f} us a job, {calls / n:5.2f} a job  {text}")
-    return "\n".join(lines)
+    return cpu, "\n".join(lines)
 
 
-def recreate(url: str) -> None:
-    """Drop and create the database `url` names (through the server's `postgres` one)."""
-    parts = urlsplit(url)
-    name = parts.path.lstrip("/")
-    admin = urlunsplit(parts._replace(path="/postgres"))
-    with psycopg.connect(admin, autocommit=True) as conn:
-        conn.execute(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)')
-        conn.execute(f'CREATE DATABASE "{name}"')
+async def postgres_cost(server: str, jobs: int, concurrency: int) -> Round:
+    with own_database(server) as url:
+        store = PostgresStore(url, NODE)
+        await store.open()
+        try:
+            cpu = await measure(store_jobs(store), jobs, concurrency)
+        finally:
+            await store.close()
+    return cpu, f"{cpu:6.1f} us"
 
 
-async def postgres_cost(url: str, jobs: int, concurrency: int) -> str:
-    recreate(url)
-    store = PostgresStore(url, NODE)
-    await store.open()
-    try:
-        cpu = await measure(store_jobs(store), jobs, concurrency)
-    finally:
-        await store.close()
-    return f"{cpu:6.1f} us"
-
-
-async def driver_cost(url: str, jobs: int) -> str:
+async def driver_cost(server: str, jobs: int) -> Round:
     """The same two statements, one job at a time, from psycopg alone: an autocommit
-    connection for each, as the store's lanes, with the store's adapters."""
+    connection for each, as the store's lanes, with the store's adapters (in a database
+    the store migrated)."""
+    with own_database(server) as url:
+        store = PostgresStore(url, NODE)
+        await store.open()
+        await store.close()
+        return await _driver_jobs(url, jobs)
+
+
+async def _driver_jobs(url: str, jobs: int) -> Round:
     sql = Statements("goqueue")
     add, complete = sql[Sql.ADD_JOB_STARTED], sql[Sql.COMPLETE_UNHOOKED]
     options = {"autocommit": True, "context": pg_rows.adapters()}
@@ -183,7 +193,8 @@ async def driver_cost(url: str, jobs: int) -> str:
         await (await completing.execute(complete, done)).fetchone()
 
     try:
-        return f"{await measure(one, jobs, 1):6.1f} us"
+        cpu = await measure(one, jobs, 1)
+        return cpu, f"{cpu:6.1f} us"
     finally:
         await enqueuing.close()
         await completing.close()
@@ -196,7 +207,7 @@ async def run(args: argparse.Namespace) -> None:
             print("postgres: skipped (give --database-url)")
             continue
         for k in args.concurrency:
-            rounds = []
+            rounds: list[Round] = []
             for _ in range(args.rounds):
                 if name == "memory":
                     rounds.append(await memory_cost(args.jobs, k))
@@ -210,10 +221,10 @@ async def run(args: argparse.Namespace) -> None:
             print(f"psycopg alone, the same two statements, 1 at a time: {_median(rounds)}")
 
 
-def _median(rounds: list[str]) -> str:
-    """The round whose CPU per job (its first number) is the median."""
-    ranked = sorted(rounds, key=lambda text: float(text.split()[0]))
-    return ranked[len(ranked) // 2] + f"  (rounds: {', '.join(r.split()[0] for r in rounds)})"
+def _median(rounds: list[Round]) -> str:
+    """What the median round (by CPU per job) printed, and every round's CPU."""
+    median = sorted(rounds)[len(rounds) // 2][1]
+    return median + f"  (rounds: {', '.join(f'{cpu:.1f}' for cpu, _ in rounds)})"
 
 
 def main() -> None:
@@ -223,7 +234,7 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=4000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--statements", action="store_true", help="SQLite: time each statement")
-    parser.add_argument("--database-url", help="PostgreSQL: a database of its own (recreated)")
+    parser.add_argument("--database-url", help="PostgreSQL: throwaway databases on its server")
     uvloop.run(run(parser.parse_args()))
 
 
