@@ -54,6 +54,17 @@ def _keyed(new: NewJob) -> bool:
     )
 
 
+def _key_only(new: NewJob) -> bool:
+    """True when `new`'s only key is an idempotency key: `Sql.ADD_JOB_KEYED` stores it."""
+    spec = new.spec
+    return (
+        new.idempotency_key is not None
+        and spec.unique_key is None
+        and spec.debounce_key is None
+        and not (spec.dedupe_key is not None and pg_steps.dedupes(spec))
+    )
+
+
 def _key_order(new: NewJob) -> tuple[str, str, str, str]:
     spec = new.spec
     keys = (spec.dedupe_key or "", spec.unique_key or "", spec.debounce_key or "")
@@ -120,7 +131,17 @@ class Enqueuer:
         return await group_or_each(self._store_group, news)
 
     async def _store_group(self, news: list[NewJob]) -> list[Answer]:
-        """Store a group of enqueues in one transaction on the enqueue lane."""
+        """Store a group of enqueues in one transaction on the enqueue lane; a lone job
+        whose only key is an idempotency key in one statement, when the key is free."""
+        if len(news) == 1 and _key_only(news[0]):
+            async with self._db.connection("enqueue") as conn:
+                self._db.committing(conn)  # autocommit: the insert is its own commit
+                new = news[0]
+                stored = await self._add_started(conn, new, new.start, keyed=True)
+            if stored is not None:
+                if stored.lease is None:
+                    self._wakeups.pending([stored.job])
+                return [stored]
         return await self._store_jobs(news, sort_keys=True, lane="enqueue")
 
     async def _store_jobs(
@@ -197,25 +218,44 @@ class Enqueuer:
             answers[i] = Enqueued(job, created=True)
 
     async def _add_started(
-        self, conn: Conn, new: NewJob, start: StartNow, params: dict[str, Any]
-    ) -> Enqueued:
-        """Insert one plain job started for this node, or pending when it may not run now
-        (`Sql.ADD_JOB_STARTED`)."""
+        self,
+        conn: Conn,
+        new: NewJob,
+        start: StartNow | None,
+        params: dict[str, Any] | None = None,
+        *,
+        keyed: bool = False,
+    ) -> Enqueued | None:
+        """Insert one job started for this node, or pending when it may not run now
+        (`Sql.ADD_JOB_STARTED`); with `keyed`, claiming its idempotency key in the same
+        statement (`Sql.ADD_JOB_KEYED`: pending when `start` is None), and None when the
+        key was held already."""
         token = new_id()
-        types = sorted(start.types)
-        floor_at, floor_seq = self._floors.at(start.queues, types, new.spec.priority_value)
-        params |= {
+        queues = None if start is None else start.queues
+        types = [] if start is None else sorted(start.types)
+        floor_at, floor_seq = self._floors.at(queues, types, new.spec.priority_value)
+        params = (_params(new) if params is None else params) | {
             "node": self.node_id,
             "token": token,
             "lease": self.lease_seconds,
             "live": self._live,
             "types": pg_rows.array_literal(types),
-            "queues": None if start.queues is None else pg_rows.array_literal(sorted(start.queues)),
+            "queues": None if queues is None else pg_rows.array_literal(sorted(queues)),
             "floor_at": pg_rows.array_literal(floor_at),
             "floor_seq": pg_rows.array_literal(floor_seq),
         }
-        row = await self._db.fetchone(conn, self._sql[Sql.ADD_JOB_STARTED], params)
-        assert row is not None
+        statement = Sql.ADD_JOB_STARTED
+        if keyed:
+            statement = Sql.ADD_JOB_KEYED
+            params |= {
+                "key": pg_rows.text(new.idempotency_key),
+                "hash": pg_rows.text(new.request_hash) or "",
+                "ttl": self.idempotency_ttl,
+                "start": start is not None,
+            }
+        row = await self._db.fetchone(conn, self._sql[statement], params)
+        if row is None:
+            return None
         run_at, created_at, seq, started_at, expires_at = row
         job = pg_rows.pending(params, new.spec, (run_at, created_at, seq))
         if started_at is None:

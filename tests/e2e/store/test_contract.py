@@ -457,6 +457,33 @@ async def test_an_enqueue_a_worker_waits_for_is_stored_started(open_store) -> No
         assert (await store.get(stored.id)).status == "done"
 
 
+async def test_an_idempotent_enqueue_a_worker_waits_for_is_stored_started_once(
+    open_store,
+) -> None:
+    async with open_store() as store:
+        await store.register_node({"a": None, "b": None})
+        first = await store.enqueue(new("a", start=True, idempotency_key="k", request_hash="h"))
+        lease = first.lease
+        assert first.created and lease is not None and lease.job.status == "running"
+        stored = await store.get(lease.job.id)
+        assert stored is not None and stored == lease.job
+        assert [e.event for e in await store.events(stored.id)] == ["enqueued", "started"]
+        again = await store.enqueue(new("a", start=True, idempotency_key="k", request_hash="h"))
+        assert not again.created and again.lease is None and again.job.id == stored.id
+        with pytest.raises(IdempotencyMismatch):
+            await store.enqueue(new("b", start=True, idempotency_key="k", request_hash="x"))
+        await store.set_paused("held", True)
+        held = await store.enqueue(
+            new("a", start=True, queue="held", idempotency_key="k2", request_hash="h")
+        )
+        assert held.created and held.lease is None and held.job.status == "pending"
+        not_waited = await store.enqueue(new("a", idempotency_key="k3", request_hash="h"))
+        assert not_waited.created and not_waited.lease is None
+        assert (await store.list_jobs(JobFilter(), 10, 0)).total == 3
+        assert (await store.get(stored.id)).attempts == 1  # its repeat started nothing
+        assert [x.job.id for x in await store.claim(5, None, ALL)] == [not_waited.job.id]
+
+
 async def test_an_enqueue_to_start_stays_pending_when_it_may_not_run_now(open_store) -> None:
     async with open_store() as store:
         await store.register_node({"a": None, "b": 1})

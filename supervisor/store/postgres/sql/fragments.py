@@ -145,6 +145,7 @@ class Sql(StrEnum):
     INSERT_JOB = auto()
     ADD_JOB = auto()
     ADD_JOB_STARTED = auto()
+    ADD_JOB_KEYED = auto()
     ADD_JOBS = auto()
     CLAIM_DEDUPE = auto()
     DEDUPE_HOLDER = auto()

@@ -134,6 +134,75 @@ def _unhooked(template: str) -> str:
     return text
 
 
+# An idempotency key claimed for job %(id)s (free, or held past its expiry): its row.
+_CLAIM_IDEMPOTENCY = """
+            INSERT INTO {s}.idempotency (key, request_hash, job_id, expires_at)
+            VALUES (%(key)s, %(hash)s, %(id)s, now() + %(ttl)s::float8 * interval '1 second')
+            ON CONFLICT (key) DO UPDATE SET request_hash = EXCLUDED.request_hash,
+                job_id = EXCLUDED.job_id, expires_at = EXCLUDED.expires_at
+            WHERE idempotency.expires_at <= now()
+            RETURNING job_id"""
+
+
+def _add_started(*, keyed: bool) -> str:
+    """`Sql.ADD_JOB_STARTED`, or with `keyed` `Sql.ADD_JOB_KEYED`: the job's idempotency
+    key claimed first (as `Sql.CLAIM_IDEMPOTENCY`), the job stored only if it was, and
+    started only if `%(start)s`."""
+    held = f"held AS ({_CLAIM_IDEMPOTENCY}),\n            " if keyed else ""
+    after_due = "\n                FROM held" if keyed else ""
+    start = "%(start)s::bool AND " if keyed else ""
+    return f"""
+            WITH {held}due AS (
+                SELECT coalesce(%(run_at)s::timestamptz,
+                    now() + %(delay)s::float8 * interval '1 second') AS run_at{after_due}),
+            go AS MATERIALIZED (  -- inlined, each use of `run` would run its checks again
+                SELECT due.run_at, {start}due.run_at <= now()
+                    AND NOT EXISTS (SELECT 1 FROM {{s}}.paused_queues WHERE queue = %(queue)s)
+                    AND NOT EXISTS (
+                        SELECT 1 FROM {{s}}.nodes, jsonb_each_text(limits) l
+                        WHERE {{live_nodes}} AND l.key = %(type)s AND l.value IS NOT NULL)
+                    AND NOT EXISTS (
+                        SELECT 1
+                        FROM unnest(%(types)s::text::text[], %(floor_at)s::text::timestamptz[],
+                            %(floor_seq)s::text::bigint[]) AS t(type, floor_at, floor_seq)
+                        CROSS JOIN LATERAL (
+                            SELECT 1 FROM {{s}}.jobs j
+                            WHERE j.status = 'pending' AND j.type = t.type
+                              AND (j.priority, j.run_at, j.seq) >= (%(priority)s::int2,
+                                  coalesce(t.floor_at, '-infinity'), coalesce(t.floor_seq, 0))
+                              AND j.run_at <= now()
+                              AND (%(queues)s::text IS NULL
+                                  OR j.queue = ANY (%(queues)s::text::text[]))
+                              AND NOT EXISTS (
+                                  SELECT 1 FROM {{s}}.paused_queues p WHERE p.queue = j.queue)
+                            ORDER BY j.priority, j.run_at, j.seq LIMIT 1) ahead)  -- `jobs_claim`
+                    AS run
+                FROM due),
+            changed AS (
+                INSERT INTO {{s}}.jobs ({_INSERTED},
+                    started_at, lease_owner, lease_token, lease_expires_at)
+                SELECT %(id)s, %(type)s, %(queue)s, %(payload)s, %(priority)s,
+                    CASE WHEN go.run THEN 'running' ELSE 'pending' END,
+                    CASE WHEN go.run THEN 1 ELSE 0 END, %(max_retries)s, go.run_at,
+                    %(timeout)s, %(dedupe_key)s, %(unique_key)s, %(webhook_url)s,
+                    %(on_success)s, %(on_failure)s, %(parent_id)s, now(), now(),
+                    %(trace_context)s, %(concurrency_key)s, %(debounce_key)s,
+                    CASE WHEN go.run THEN now() END,
+                    CASE WHEN go.run THEN %(node)s END,
+                    CASE WHEN go.run THEN %(token)s::uuid END,
+                    CASE WHEN go.run THEN now() + %(lease)s::float8 * interval '1 second' END
+                FROM go
+                RETURNING id, status, run_at, created_at, seq, started_at, lease_expires_at),
+            trail AS (
+                INSERT INTO {{s}}.events (job_id, event, at, node, attempt, detail)
+                SELECT changed.id, e.event, now(), %(node)s, e.attempt, NULL
+                FROM changed CROSS JOIN unnest(ARRAY['{EventKind.ENQUEUED}', '{EventKind.STARTED}'],
+                    ARRAY[0, 1]) WITH ORDINALITY AS e(event, attempt, n)
+                WHERE e.n = 1 OR changed.status = 'running'
+                ORDER BY e.n)
+            SELECT run_at, created_at, seq, started_at, lease_expires_at FROM changed"""
+
+
 def _purge_dead_many(matching: str) -> str:
     """Delete the oldest matching letters; how many went, and how many are left
     (`matching`, counted in the statement's snapshot, less those)."""
@@ -208,56 +277,12 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
         # That look is one probe of `jobs_claim` per type, from this node's claim floor
         # (`floors.py`) of the job's priority, so it steps over no job of that priority
         # the node drained already (the floors of the higher ones do not apply).
-        Sql.ADD_JOB_STARTED: f"""
-            WITH due AS (
-                SELECT coalesce(%(run_at)s::timestamptz,
-                    now() + %(delay)s::float8 * interval '1 second') AS run_at),
-            go AS MATERIALIZED (  -- inlined, each use of `run` would run its checks again
-                SELECT due.run_at, due.run_at <= now()
-                    AND NOT EXISTS (SELECT 1 FROM {{s}}.paused_queues WHERE queue = %(queue)s)
-                    AND NOT EXISTS (
-                        SELECT 1 FROM {{s}}.nodes, jsonb_each_text(limits) l
-                        WHERE {{live_nodes}} AND l.key = %(type)s AND l.value IS NOT NULL)
-                    AND NOT EXISTS (
-                        SELECT 1
-                        FROM unnest(%(types)s::text::text[], %(floor_at)s::text::timestamptz[],
-                            %(floor_seq)s::text::bigint[]) AS t(type, floor_at, floor_seq)
-                        CROSS JOIN LATERAL (
-                            SELECT 1 FROM {{s}}.jobs j
-                            WHERE j.status = 'pending' AND j.type = t.type
-                              AND (j.priority, j.run_at, j.seq) >= (%(priority)s::int2,
-                                  coalesce(t.floor_at, '-infinity'), coalesce(t.floor_seq, 0))
-                              AND j.run_at <= now()
-                              AND (%(queues)s::text IS NULL
-                                  OR j.queue = ANY (%(queues)s::text::text[]))
-                              AND NOT EXISTS (
-                                  SELECT 1 FROM {{s}}.paused_queues p WHERE p.queue = j.queue)
-                            ORDER BY j.priority, j.run_at, j.seq LIMIT 1) ahead)  -- `jobs_claim`
-                    AS run
-                FROM due),
-            changed AS (
-                INSERT INTO {{s}}.jobs ({_INSERTED},
-                    started_at, lease_owner, lease_token, lease_expires_at)
-                SELECT %(id)s, %(type)s, %(queue)s, %(payload)s, %(priority)s,
-                    CASE WHEN go.run THEN 'running' ELSE 'pending' END,
-                    CASE WHEN go.run THEN 1 ELSE 0 END, %(max_retries)s, go.run_at,
-                    %(timeout)s, %(dedupe_key)s, %(unique_key)s, %(webhook_url)s,
-                    %(on_success)s, %(on_failure)s, %(parent_id)s, now(), now(),
-                    %(trace_context)s, %(concurrency_key)s, %(debounce_key)s,
-                    CASE WHEN go.run THEN now() END,
-                    CASE WHEN go.run THEN %(node)s END,
-                    CASE WHEN go.run THEN %(token)s::uuid END,
-                    CASE WHEN go.run THEN now() + %(lease)s::float8 * interval '1 second' END
-                FROM go
-                RETURNING id, status, run_at, created_at, seq, started_at, lease_expires_at),
-            trail AS (
-                INSERT INTO {{s}}.events (job_id, event, at, node, attempt, detail)
-                SELECT changed.id, e.event, now(), %(node)s, e.attempt, NULL
-                FROM changed CROSS JOIN unnest(ARRAY['{EventKind.ENQUEUED}', '{EventKind.STARTED}'],
-                    ARRAY[0, 1]) WITH ORDINALITY AS e(event, attempt, n)
-                WHERE e.n = 1 OR changed.status = 'running'
-                ORDER BY e.n)
-            SELECT run_at, created_at, seq, started_at, lease_expires_at FROM changed""",
+        Sql.ADD_JOB_STARTED: _add_started(keyed=False),
+        # The same for a job whose only key is an idempotency key (the common one):
+        # stored with its key claimed in one statement, no transaction around it; no row
+        # when the key is held already (a repeat, or a mismatch: the caller then takes
+        # the keyed path of `enqueue_steps.py`, which tells which).
+        Sql.ADD_JOB_KEYED: _add_started(keyed=True),
         # Several plain jobs in one statement (group commit, batches): one round trip, one
         # plan, rows inserted (and seq assigned) in array order. Parameters go binary.
         Sql.ADD_JOBS: f"""
@@ -328,13 +353,7 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
         Sql.IDEMPOTENCY_MOVE: """
             UPDATE {s}.idempotency SET job_id = %(id)s WHERE key = %(key)s
             RETURNING job_id""",
-        Sql.CLAIM_IDEMPOTENCY: """
-            INSERT INTO {s}.idempotency (key, request_hash, job_id, expires_at)
-            VALUES (%(key)s, %(hash)s, %(id)s, now() + %(ttl)s::float8 * interval '1 second')
-            ON CONFLICT (key) DO UPDATE SET request_hash = EXCLUDED.request_hash,
-                job_id = EXCLUDED.job_id, expires_at = EXCLUDED.expires_at
-            WHERE idempotency.expires_at <= now()
-            RETURNING job_id""",
+        Sql.CLAIM_IDEMPOTENCY: _CLAIM_IDEMPOTENCY,
         Sql.IDEMPOTENCY_HOLDER: """
             SELECT request_hash, job_id FROM {s}.idempotency WHERE key = %(key)s""",
         Sql.TAKE_DEAD: """
