@@ -1,0 +1,116 @@
+"""One producer's enqueues with an `Idempotency-Key` against none, on each store.
+
+For each round and store, two fresh nodes in turn: one producer sends N `bench.noop`
+jobs, one request at a time, each waiting for its 201; first without a key, then each with
+a fresh `Idempotency-Key`. Times the enqueues until the last job is done, and reads the
+supervisor's CPU from `/proc`. Prints each run as a JSON line, then the medians and the
+keyed run's figures over the keyless one per store.
+
+    python -m benchmarks.idempotent --database-url postgresql://postgres@127.0.0.1:5432/test
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+from benchmarks.cost import own_database
+from benchmarks.loadgen import LoadClient
+from benchmarks.nodes import BenchNode
+from benchmarks.snapshot import call
+
+TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User and system CPU of process `pid` so far."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+    return (int(fields[11]) + int(fields[12])) / TICKS
+
+
+def post(key: str | None) -> bytes:
+    """One `POST /jobs` of a no-op job, with `key` as its `Idempotency-Key`."""
+    body = b'{"type": "bench.noop", "payload": {}}'
+    header = f"Idempotency-Key: {key}\r\n" if key else ""
+    head = (
+        f"POST /jobs HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n{header}"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    )
+    return head.encode() + body
+
+
+async def one_run(store: str, dsn: str | None, n: int, keyed: bool, workers: int) -> dict[str, Any]:
+    """A fresh node; `n` enqueues from one producer; jobs/s and supervisor CPU per job."""
+    node = BenchNode("--workers", str(workers), dsn=dsn, schema="goqueue", store=store)
+    client = LoadClient("127.0.0.1", node.port)
+    try:
+        await node.ready(client)
+        for _ in range(200):  # warm up: connections, prepared statements
+            await client.send(post(uuid.uuid4().hex if keyed else None))
+        cpu, started = cpu_seconds(node.proc.pid), time.perf_counter()
+        for _ in range(n):
+            status, answer = await client.send(post(uuid.uuid4().hex if keyed else None))
+            if status != 201:
+                raise RuntimeError(f"POST /jobs answered {status}: {answer[:300]!r}")
+        while (await call(client, "GET", "/stats"))["counts"]["done"] < n + 200:
+            await asyncio.sleep(0.01)
+        took = time.perf_counter() - started
+        cpu = cpu_seconds(node.proc.pid) - cpu
+        return {"jobs_per_s": round(n / took), "cpu_us_per_job": round(cpu / n * 1e6)}
+    finally:
+        client.close()
+        node.stop()
+
+
+async def run(args: argparse.Namespace) -> None:
+    runs: dict[tuple[str, bool], list[dict[str, Any]]] = {}
+    for round_ in range(args.rounds):
+        for store in args.stores:
+            for keyed in (False, True):
+                if store == "postgres":
+                    with own_database(args.database_url) as dsn:
+                        out = await one_run(store, dsn, args.n, keyed, args.workers)
+                else:
+                    out = await one_run(store, None, args.n, keyed, args.workers)
+                runs.setdefault((store, keyed), []).append(out)
+                line = {"round": round_ + 1, "store": store, "keyed": keyed}
+                print(json.dumps(line | out), flush=True)
+    summary: dict[str, Any] = {}
+    for store in args.stores:
+        figures = {}
+        for keyed, label in ((False, "none"), (True, "keyed")):
+            done = runs[(store, keyed)]
+            figures[label] = {
+                name: statistics.median(r[name] for r in done)
+                for name in ("jobs_per_s", "cpu_us_per_job")
+            }
+        none, keyed_ = figures["none"], figures["keyed"]
+        summary[store] = figures | {
+            "rate_ratio": round(keyed_["jobs_per_s"] / none["jobs_per_s"], 2),
+            "cpu_ratio": round(keyed_["cpu_us_per_job"] / none["cpu_us_per_job"], 2),
+        }
+    print(json.dumps({"n": args.n, "rounds": args.rounds} | summary))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--database-url", help="PostgreSQL server for the postgres store")
+    parser.add_argument("-n", type=int, default=3000, help="enqueues per run")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--stores", nargs="+", default=["memory", "sqlite", "postgres"])
+    args = parser.parse_args()
+    if "postgres" in args.stores and not args.database_url:
+        parser.error("--database-url is needed for the postgres store")
+    asyncio.run(run(args))
+
+
+if __name__ == "__main__":
+    main()
