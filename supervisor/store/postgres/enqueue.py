@@ -65,10 +65,15 @@ def _key_only(new: NewJob) -> bool:
     )
 
 
-def _key_order(new: NewJob) -> tuple[str, str, str, str]:
-    spec = new.spec
-    keys = (spec.dedupe_key or "", spec.unique_key or "", spec.debounce_key or "")
-    return (new.idempotency_key or "", *keys)
+def key_sorted(news: Sequence[NewJob], indexes: list[int]) -> list[int]:
+    """`indexes` in the order of their jobs' keys."""
+
+    def order(i: int) -> tuple[str, str, str, str]:
+        spec = news[i].spec
+        keys = (spec.dedupe_key or "", spec.unique_key or "", spec.debounce_key or "")
+        return (news[i].idempotency_key or "", *keys)
+
+    return sorted(indexes, key=order)
 
 
 class Enqueuer:
@@ -131,17 +136,7 @@ class Enqueuer:
         return await group_or_each(self._store_group, news)
 
     async def _store_group(self, news: list[NewJob]) -> list[Answer]:
-        """Store a group of enqueues in one transaction on the enqueue lane; a lone job
-        whose only key is an idempotency key in one statement, when the key is free."""
-        if len(news) == 1 and _key_only(news[0]):
-            async with self._db.connection("enqueue") as conn:
-                self._db.committing(conn)  # autocommit: the insert is its own commit
-                new = news[0]
-                stored = await self._add_started(conn, new, new.start, keyed=True)
-            if stored is not None:
-                if stored.lease is None:
-                    self._wakeups.pending([stored.job])
-                return [stored]
+        """Store a group of enqueues in one transaction on the enqueue lane."""
         return await self._store_jobs(news, sort_keys=True, lane="enqueue")
 
     async def _store_jobs(
@@ -149,33 +144,58 @@ class Enqueuer:
     ) -> list[Answer]:
         """Store jobs in one transaction, each answered on its own.
 
-        The plain jobs go in one statement: without keyed ones that is the whole
-        transaction, one round trip. A job with a dedupe or idempotency key gets a
-        savepoint first, so its refusal undoes only itself; in key order when `sort_keys`
-        (a group's order is arbitrary anyway), so two nodes rarely wait on each other.
+        The plain jobs, and those whose only key is an idempotency key, go in one
+        statement that claims those keys: without other keyed jobs that is the whole
+        transaction, one round trip. The others get a savepoint each after it, so that a
+        refusal undoes only itself: a job with a dedupe, unique or debounce key, one
+        whose idempotency key a job before it in the group has, and one whose key the
+        statement found held (a repeat or a mismatch, told apart there). With
+        `sort_keys` (a group's order is arbitrary anyway) they go in key order, so two
+        nodes rarely wait on each other.
         """
         answers: list[Answer | None] = [None] * len(news)
         keyed: list[int] = []
         plain: list[int] = []
+        claimed: set[str] = set()  # the idempotency keys the statement claims
         for i, new in enumerate(news):  # each job asked once
-            (keyed if _keyed(new) else plain).append(i)
-        if sort_keys:
-            keyed.sort(key=lambda i: _key_order(news[i]))
+            key = new.idempotency_key
+            if _keyed(new) and not (_key_only(new) and key not in claimed):
+                keyed.append(i)
+            else:
+                plain.append(i)
+                if key is not None:
+                    claimed.add(key)
+        if sort_keys and claimed:
+            plain.sort(key=lambda i: news[i].idempotency_key or "")
         async with self._db.connection(lane) as conn:
             if keyed:
                 async with conn.pipeline(), self._db.transaction(conn):
-                    for i in keyed:
-                        answers[i] = await self._enqueue_keyed(conn, news[i])
-                    await self._add_plain(conn, news, plain, answers)
+                    held = await self._add_plain(conn, news, plain, answers)
+                    await self._add_keyed(conn, news, keyed + held, answers, sort_keys)
             else:
                 self._db.committing(conn)  # autocommit: the insert is its own commit
-                await self._add_plain(conn, news, plain, answers)
+                held = await self._add_plain(conn, news, plain, answers)
+                # (each in a transaction of its own)
+                await self._add_keyed(conn, news, held, answers, sort_keys)
         done = [a for a in answers if a is not None]
         assert len(done) == len(news)
         fresh = [a.job for a in done if isinstance(a, Enqueued) and a.created and a.lease is None]
         if fresh:  # (a job started at its enqueue wakes nobody)
             self._wakeups.pending(fresh)
         return done
+
+    async def _add_keyed(
+        self,
+        conn: Conn,
+        news: Sequence[NewJob],
+        indexes: list[int],
+        answers: list[Answer | None],
+        sort_keys: bool,
+    ) -> None:
+        """Enqueue `news[i]` for i in `indexes`, each in a savepoint of its own."""
+        order = key_sorted(news, indexes) if sort_keys else sorted(indexes)
+        for i in order:
+            answers[i] = await self._enqueue_keyed(conn, news[i])
 
     async def _enqueue_keyed(self, conn: Conn, new: NewJob) -> Answer:
         """Enqueue a job with keys in a savepoint; a refusal is its answer."""
@@ -193,29 +213,51 @@ class Enqueuer:
         news: Sequence[NewJob],
         indexes: list[int],
         answers: list[Answer | None],
-    ) -> None:
-        """Insert the jobs without keys (`news[i]` for i in `indexes`) in one statement."""
+    ) -> list[int]:
+        """Insert the jobs without keys but an idempotency one (`news[i]` for i in
+        `indexes`) in one statement, claiming those keys; those whose key was held
+        already are not stored, and returned."""
         if not indexes:
-            return
+            return []
         todo = [(i, _params(news[i])) for i in indexes]
-        start = news[todo[0][0]].start if len(todo) == 1 else None
-        if start is not None:
-            i, params = todo[0]
-            answers[i] = await self._add_started(conn, news[i], start, params)
-            return
+        keys = [news[i].idempotency_key for i in indexes]
+        keyed = any(key is not None for key in keys)
         if len(todo) == 1:
-            params = todo[0][1] | {"node": self.node_id}
+            (i, params), new = todo[0], news[indexes[0]]
+            if new.start is not None or keyed:
+                stored = await self._add_started(conn, new, new.start, params, keyed=keyed)
+                if stored is None:
+                    return [i]
+                answers[i] = stored
+                return []
+            params = params | {"node": self.node_id}
             row = await self._db.fetchone(conn, self._sql[Sql.ADD_JOB], params)
             assert row is not None
             decided = {params["id"]: row}
         else:
             columns: dict[str, Any] = pg_rows.columns([p for _, p in todo])
             columns["node"] = self.node_id
-            cur = await conn.execute(self._sql[Sql.ADD_JOBS], columns)
+            statement = Sql.ADD_JOBS
+            if keyed:
+                statement = Sql.ADD_JOBS_KEYED
+                digests = [pg_rows.text(news[i].request_hash) or "" for i in indexes]
+                hashes = [d if k is not None else None for d, k in zip(digests, keys, strict=True)]
+                columns |= {
+                    "key": [pg_rows.text(key) for key in keys],
+                    "hash": hashes,
+                    "ttl": self.idempotency_ttl,
+                }
+            cur = await conn.execute(self._sql[statement], columns)
             decided = {r[0]: r[1:] for r in await cur.fetchall()}
+        held = []
         for i, params in todo:
-            job = pg_rows.pending(params, news[i].spec, decided[params["id"]])
+            row = decided.get(params["id"])
+            if row is None:  # its idempotency key was held
+                held.append(i)
+                continue
+            job = pg_rows.pending(params, news[i].spec, row)
             answers[i] = Enqueued(job, created=True)
+        return held
 
     async def _add_started(
         self,

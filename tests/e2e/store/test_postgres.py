@@ -497,6 +497,47 @@ def test_enqueue_many_answers_each_item(nodes: Nodes) -> None:
 
 
 @pytest.mark.timeout(30)
+def test_idempotency_keys_of_a_group_are_claimed_in_its_statement(nodes: Nodes) -> None:
+    async def body(nodes: Nodes) -> None:
+        a = await nodes.open("a")
+        original = await a.enqueue(new(idempotency_key="old", request_hash="h"))
+        slow: list[str | None] = []  # the idempotency keys that took a savepoint
+        keyed = a._enqueuer._enqueue_keyed
+
+        async def spy(conn: Any, job: Any) -> Any:
+            slow.append(job.idempotency_key)
+            return await keyed(conn, job)
+
+        a._enqueuer._enqueue_keyed = spy  # type: ignore[method-assign]
+        out = await a.enqueue_many(
+            [
+                new(idempotency_key="old", request_hash="h"),  # held before: a repeat
+                new(idempotency_key="k1", request_hash="h"),
+                new(),
+                new(idempotency_key="k2", request_hash="h"),
+                new(idempotency_key="k1", request_hash="other"),  # k1 again in the group
+                new(idempotency_key="old", request_hash="x"),  # held before: a mismatch
+            ]
+        )
+        repeat, k1, plain, k2, again, mismatch = out
+        assert isinstance(repeat, Enqueued) and not repeat.created
+        assert repeat.job.id == original.job.id
+        for made in (k1, plain, k2):
+            assert isinstance(made, Enqueued) and made.created
+        assert isinstance(again, IdempotencyMismatch) and again.existing_id == k1.job.id
+        assert isinstance(mismatch, IdempotencyMismatch)
+        assert mismatch.existing_id == original.job.id
+        # the new jobs went in the group's statement, their keys claimed there; only the
+        # keys held already (and k1 again) took a savepoint, to tell repeat from mismatch
+        assert sorted(slow, key=str) == ["k1", "old", "old"]
+        assert (await a.stats()).counts["pending"] == 4
+        again_k2 = await a.enqueue(new(idempotency_key="k2", request_hash="h"))
+        assert not again_k2.created and again_k2.job.id == k2.job.id
+
+    nodes.run(body)
+
+
+@pytest.mark.timeout(30)
 def test_json_is_kept_byte_for_byte_and_nul_characters_are_safe(nodes: Nodes) -> None:
     async def body(nodes: Nodes) -> None:
         a = await nodes.open("a")

@@ -147,6 +147,7 @@ class Sql(StrEnum):
     ADD_JOB_STARTED = auto()
     ADD_JOB_KEYED = auto()
     ADD_JOBS = auto()
+    ADD_JOBS_KEYED = auto()
     CLAIM_DEDUPE = auto()
     DEDUPE_HOLDER = auto()
     UNIQUE_HOLDER = auto()

@@ -203,6 +203,49 @@ def _add_started(*, keyed: bool) -> str:
             SELECT run_at, created_at, seq, started_at, lease_expires_at FROM changed"""
 
 
+def _add_jobs(*, keyed: bool) -> str:
+    """`Sql.ADD_JOBS`, or with `keyed` `Sql.ADD_JOBS_KEYED`: first the idempotency keys
+    of the jobs that have one (`%(key)s`, `%(hash)s`; NULL for the others, and no key
+    twice) are claimed, as `Sql.CLAIM_IDEMPOTENCY` claims one; a job whose key was held
+    already is not stored (it is not among the rows answered)."""
+    held = stored = key_array = key_column = ""
+    if keyed:
+        held = """held AS (
+                INSERT INTO {s}.idempotency (key, request_hash, job_id, expires_at)
+                SELECT k.key, k.hash, k.id, now() + %(ttl)s::float8 * interval '1 second'
+                FROM unnest(%(key)b::text[], %(hash)b::text[], %(id)b::uuid[]) AS k(key, hash, id)
+                WHERE k.key IS NOT NULL
+                ON CONFLICT (key) DO UPDATE SET request_hash = EXCLUDED.request_hash,
+                    job_id = EXCLUDED.job_id, expires_at = EXCLUDED.expires_at
+                WHERE idempotency.expires_at <= now()
+                RETURNING job_id),
+            """
+        key_array, key_column = ", %(key)b::text[]", ", key"
+        stored = "\n                WHERE t.key IS NULL OR t.id IN (SELECT job_id FROM held)"
+    return f"""
+            WITH {held}changed AS (
+                INSERT INTO {{s}}.jobs ({_INSERTED})
+                SELECT t.id, t.type, t.queue, t.payload::json, t.priority, 'pending', 0,
+                    t.max_retries, coalesce(t.run_at, now() + t.delay * interval '1 second'),
+                    t.timeout, t.dedupe_key, t.unique_key, t.webhook_url, t.on_success::json,
+                    t.on_failure::json, t.parent_id, now(), now(), t.trace_context::jsonb,
+                    t.concurrency_key, t.debounce_key
+                FROM unnest(%(id)b::uuid[], %(type)b::text[], %(queue)b::text[],
+                    %(payload)b::text[], %(priority)b::int2[], %(max_retries)b::int4[],
+                    %(run_at)b::timestamptz[], %(delay)b::float8[], %(timeout)b::float8[],
+                    %(dedupe_key)b::text[], %(unique_key)b::text[], %(webhook_url)b::text[],
+                    %(on_success)b::text[], %(on_failure)b::text[], %(parent_id)b::uuid[],
+                    %(trace_context)b::text[], %(concurrency_key)b::text[],
+                    %(debounce_key)b::text[]{key_array})
+                    AS t(id, type, queue, payload, priority, max_retries, run_at, delay,
+                         timeout, dedupe_key, unique_key, webhook_url, on_success, on_failure,
+                         parent_id, trace_context, concurrency_key,
+                         debounce_key{key_column}){stored}
+                RETURNING id, attempts, run_at, created_at, seq),
+            {_trail(EventKind.ENQUEUED)}
+            SELECT id, run_at, created_at, seq FROM changed"""
+
+
 def _purge_dead_many(matching: str) -> str:
     """Delete the oldest matching letters; how many went, and how many are left
     (`matching`, counted in the statement's snapshot, less those)."""
@@ -285,27 +328,9 @@ _WRITES: Final[Mapping[Sql, str]] = MappingProxyType(
         Sql.ADD_JOB_KEYED: _add_started(keyed=True),
         # Several plain jobs in one statement (group commit, batches): one round trip, one
         # plan, rows inserted (and seq assigned) in array order. Parameters go binary.
-        Sql.ADD_JOBS: f"""
-            WITH changed AS (
-                INSERT INTO {{s}}.jobs ({_INSERTED})
-                SELECT t.id, t.type, t.queue, t.payload::json, t.priority, 'pending', 0,
-                    t.max_retries, coalesce(t.run_at, now() + t.delay * interval '1 second'),
-                    t.timeout, t.dedupe_key, t.unique_key, t.webhook_url, t.on_success::json,
-                    t.on_failure::json, t.parent_id, now(), now(), t.trace_context::jsonb,
-                    t.concurrency_key, t.debounce_key
-                FROM unnest(%(id)b::uuid[], %(type)b::text[], %(queue)b::text[],
-                    %(payload)b::text[], %(priority)b::int2[], %(max_retries)b::int4[],
-                    %(run_at)b::timestamptz[], %(delay)b::float8[], %(timeout)b::float8[],
-                    %(dedupe_key)b::text[], %(unique_key)b::text[], %(webhook_url)b::text[],
-                    %(on_success)b::text[], %(on_failure)b::text[], %(parent_id)b::uuid[],
-                    %(trace_context)b::text[], %(concurrency_key)b::text[],
-                    %(debounce_key)b::text[])
-                    AS t(id, type, queue, payload, priority, max_retries, run_at, delay,
-                         timeout, dedupe_key, unique_key, webhook_url, on_success, on_failure,
-                         parent_id, trace_context, concurrency_key, debounce_key)
-                RETURNING id, attempts, run_at, created_at, seq),
-            {_trail(EventKind.ENQUEUED)}
-            SELECT id, run_at, created_at, seq FROM changed""",
+        Sql.ADD_JOBS: _add_jobs(keyed=False),
+        # The same with the idempotency keys of the jobs whose only key is one.
+        Sql.ADD_JOBS_KEYED: _add_jobs(keyed=True),
         Sql.CLAIM_DEDUPE: """
             INSERT INTO {s}.dedupe (key, job_id, expires_at)
             VALUES (%(key)s, %(id)s, now() + %(window)s::float8 * interval '1 second')
