@@ -1,12 +1,14 @@
-"""One producer's enqueues with an `Idempotency-Key` against none, on each store.
+"""Enqueues with an `Idempotency-Key` against none, on each store.
 
-For each round and store, two fresh nodes in turn: one producer sends N `bench.noop`
-jobs, one request at a time, each waiting for its 201; first without a key, then each with
-a fresh `Idempotency-Key`. Times the enqueues until the last job is done, and reads the
-supervisor's CPU from `/proc`. Prints each run as a JSON line, then the medians and the
-keyed run's figures over the keyless one per store.
+For each round and store, two fresh nodes in turn: P producers (one by default) send N
+`bench.noop` jobs between them, each a request at a time on its own connection, waiting
+for its 201; first without a key, then each with a fresh `Idempotency-Key`. Times the
+enqueues until the last job is done, and reads the supervisor's CPU from `/proc`. Prints
+each run as a JSON line, then the medians and the keyed run's figures over the keyless
+one per store.
 
     python -m benchmarks.idempotent --database-url postgresql://postgres@127.0.0.1:5432/test
+    python -m benchmarks.idempotent --producers 16 --stores postgres --database-url …
 """
 
 from __future__ import annotations
@@ -46,8 +48,19 @@ def post(key: str | None) -> bytes:
     return head.encode() + body
 
 
-async def one_run(store: str, dsn: str | None, n: int, keyed: bool, workers: int) -> dict[str, Any]:
-    """A fresh node; `n` enqueues from one producer; jobs/s and supervisor CPU per job."""
+async def produce(client: LoadClient, n: int, keyed: bool) -> None:
+    """One producer: `n` enqueues, one at a time."""
+    for _ in range(n):
+        status, answer = await client.send(post(uuid.uuid4().hex if keyed else None))
+        if status != 201:
+            raise RuntimeError(f"POST /jobs answered {status}: {answer[:300]!r}")
+
+
+async def one_run(
+    store: str, dsn: str | None, n: int, keyed: bool, workers: int, producers: int
+) -> dict[str, Any]:
+    """A fresh node; `n` enqueues from `producers` at once; jobs/s and supervisor CPU
+    per job."""
     node = BenchNode("--workers", str(workers), dsn=dsn, schema="goqueue", store=store)
     client = LoadClient("127.0.0.1", node.port)
     try:
@@ -55,10 +68,9 @@ async def one_run(store: str, dsn: str | None, n: int, keyed: bool, workers: int
         for _ in range(200):  # warm up: connections, prepared statements
             await client.send(post(uuid.uuid4().hex if keyed else None))
         cpu, started = cpu_seconds(node.proc.pid), time.perf_counter()
-        for _ in range(n):
-            status, answer = await client.send(post(uuid.uuid4().hex if keyed else None))
-            if status != 201:
-                raise RuntimeError(f"POST /jobs answered {status}: {answer[:300]!r}")
+        share = n // producers
+        await asyncio.gather(*(produce(client, share, keyed) for _ in range(producers)))
+        n = share * producers
         while (await call(client, "GET", "/stats"))["counts"]["done"] < n + 200:
             await asyncio.sleep(0.01)
         took = time.perf_counter() - started
@@ -71,14 +83,15 @@ async def one_run(store: str, dsn: str | None, n: int, keyed: bool, workers: int
 
 async def run(args: argparse.Namespace) -> None:
     runs: dict[tuple[str, bool], list[dict[str, Any]]] = {}
+    each = (args.workers, args.producers)
     for round_ in range(args.rounds):
         for store in args.stores:
             for keyed in (False, True):
                 if store == "postgres":
                     with own_database(args.database_url) as dsn:
-                        out = await one_run(store, dsn, args.n, keyed, args.workers)
+                        out = await one_run(store, dsn, args.n, keyed, *each)
                 else:
-                    out = await one_run(store, None, args.n, keyed, args.workers)
+                    out = await one_run(store, None, args.n, keyed, *each)
                 runs.setdefault((store, keyed), []).append(out)
                 line = {"round": round_ + 1, "store": store, "keyed": keyed}
                 print(json.dumps(line | out), flush=True)
@@ -96,7 +109,8 @@ async def run(args: argparse.Namespace) -> None:
             "rate_ratio": round(keyed_["jobs_per_s"] / none["jobs_per_s"], 2),
             "cpu_ratio": round(keyed_["cpu_us_per_job"] / none["cpu_us_per_job"], 2),
         }
-    print(json.dumps({"n": args.n, "rounds": args.rounds} | summary))
+    head = {"n": args.n, "producers": args.producers, "rounds": args.rounds}
+    print(json.dumps(head | summary))
 
 
 def main() -> None:
@@ -105,6 +119,7 @@ def main() -> None:
     parser.add_argument("-n", type=int, default=3000, help="enqueues per run")
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--producers", type=int, default=1)
     parser.add_argument("--stores", nargs="+", default=["memory", "sqlite", "postgres"])
     args = parser.parse_args()
     if "postgres" in args.stores and not args.database_url:
