@@ -140,15 +140,20 @@ class Enqueuer:
         return await self._store_jobs(news, sort_keys=True, lane="enqueue")
 
     async def _store_jobs(
-        self, news: Sequence[NewJob], *, sort_keys: bool, lane: str | None = None
+        self,
+        news: Sequence[NewJob],
+        *,
+        sort_keys: bool,
+        lane: str | None = None,
+        claim_keys: bool = True,
     ) -> list[Answer]:
         """Store jobs in one transaction, each answered on its own.
 
-        The plain jobs, and those whose only key is an idempotency key, go in one
-        statement that claims those keys: without other keyed jobs that is the whole
-        transaction, one round trip. The others get a savepoint each after it, so that a
-        refusal undoes only itself: a job with a dedupe, unique or debounce key, one
-        whose idempotency key a job before it in the group has, and one whose key the
+        The plain jobs, and (with `claim_keys`) those whose only key is an idempotency
+        key, go in one statement that claims those keys: without other keyed jobs that is
+        the whole transaction, one round trip. The others get a savepoint each after it,
+        so that a refusal undoes only itself: a job with a dedupe, unique or debounce key,
+        one whose idempotency key a job before it in the group has, and one whose key the
         statement found held (a repeat or a mismatch, told apart there). With
         `sort_keys` (a group's order is arbitrary anyway) they go in key order, so two
         nodes rarely wait on each other.
@@ -159,7 +164,7 @@ class Enqueuer:
         claimed: set[str] = set()  # the idempotency keys the statement claims
         for i, new in enumerate(news):  # each job asked once
             key = new.idempotency_key
-            if _keyed(new) and not (_key_only(new) and key not in claimed):
+            if _keyed(new) and not (claim_keys and _key_only(new) and key not in claimed):
                 keyed.append(i)
             else:
                 plain.append(i)
@@ -167,22 +172,38 @@ class Enqueuer:
                     claimed.add(key)
         if sort_keys and claimed:
             plain.sort(key=lambda i: news[i].idempotency_key or "")
+        held: list[int] = []
         async with self._db.connection(lane) as conn:
             if keyed:
                 async with conn.pipeline(), self._db.transaction(conn):
                     held = await self._add_plain(conn, news, plain, answers)
                     await self._add_keyed(conn, news, keyed + held, answers, sort_keys)
+                held = []
             else:
                 self._db.committing(conn)  # autocommit: the insert is its own commit
                 held = await self._add_plain(conn, news, plain, answers)
-                # (each in a transaction of its own)
-                await self._add_keyed(conn, news, held, answers, sort_keys)
+        if held:  # the others are committed: a failure of these is theirs alone
+            try:
+                later = await group_or_each(self._store_keyed, [news[i] for i in held])
+            except Exception as exc:  # (StoreUnavailable, OutcomeUnknown)
+                later = [exc] * len(held)
+            for i, answer in zip(held, later, strict=True):
+                answers[i] = answer
         done = [a for a in answers if a is not None]
         assert len(done) == len(news)
-        fresh = [a.job for a in done if isinstance(a, Enqueued) and a.created and a.lease is None]
+        woken = set(held)  # (the call storing those woke for them)
+        fresh = [
+            a.job
+            for i, a in enumerate(done)
+            if isinstance(a, Enqueued) and a.created and a.lease is None and i not in woken
+        ]
         if fresh:  # (a job started at its enqueue wakes nobody)
             self._wakeups.pending(fresh)
         return done
+
+    async def _store_keyed(self, news: list[NewJob]) -> list[Answer]:
+        """Store jobs whose idempotency keys were held, each in a savepoint."""
+        return await self._store_jobs(news, sort_keys=True, claim_keys=False)
 
     async def _add_keyed(
         self,

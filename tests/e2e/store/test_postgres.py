@@ -538,6 +538,40 @@ def test_idempotency_keys_of_a_group_are_claimed_in_its_statement(nodes: Nodes) 
 
 
 @pytest.mark.timeout(30)
+def test_a_held_key_failing_after_its_group_committed_fails_alone(nodes: Nodes) -> None:
+    async def body(nodes: Nodes) -> None:
+        a = await nodes.open("a")
+        original = await a.enqueue(new(idempotency_key="old", request_hash="h"))
+        await a.enqueue(new(idempotency_key="old2", request_hash="h"))
+        keyed = a._enqueuer._enqueue_keyed
+
+        async def refuse(conn: Any, job: Any) -> Any:
+            if job.request_hash == "boom":
+                raise psycopg.errors.DataException("refused")
+            return await keyed(conn, job)
+
+        a._enqueuer._enqueue_keyed = refuse  # type: ignore[method-assign]
+        # no other keyed job: the statement commits on its own, the held keys after it
+        repeat, boom, fresh, plain = await a.enqueue_many(
+            [
+                new(idempotency_key="old", request_hash="h"),
+                new(idempotency_key="old2", request_hash="boom"),
+                new(idempotency_key="k", request_hash="h"),
+                new(),
+            ]
+        )
+        assert isinstance(repeat, Enqueued) and not repeat.created
+        assert repeat.job.id == original.job.id
+        assert isinstance(boom, psycopg.errors.DataException)
+        for made in (fresh, plain):
+            assert isinstance(made, Enqueued) and made.created
+            assert (await a.get(made.job.id)) is not None
+        assert (await a.stats()).counts["pending"] == 4
+
+    nodes.run(body)
+
+
+@pytest.mark.timeout(30)
 def test_json_is_kept_byte_for_byte_and_nul_characters_are_safe(nodes: Nodes) -> None:
     async def body(nodes: Nodes) -> None:
         a = await nodes.open("a")
