@@ -65,7 +65,7 @@ def _key_only(new: NewJob) -> bool:
     )
 
 
-def key_sorted(news: Sequence[NewJob], indexes: list[int]) -> list[int]:
+def _key_sorted(news: Sequence[NewJob], indexes: list[int]) -> list[int]:
     """`indexes` in the order of their jobs' keys."""
 
     def order(i: int) -> tuple[str, str, str, str]:
@@ -214,7 +214,7 @@ class Enqueuer:
         sort_keys: bool,
     ) -> None:
         """Enqueue `news[i]` for i in `indexes`, each in a savepoint of its own."""
-        order = key_sorted(news, indexes) if sort_keys else sorted(indexes)
+        order = _key_sorted(news, indexes) if sort_keys else sorted(indexes)
         for i in order:
             answers[i] = await self._enqueue_keyed(conn, news[i])
 
