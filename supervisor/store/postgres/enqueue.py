@@ -42,26 +42,15 @@ from goqueue.supervisor.store.postgres.workflows import PgWorkflows
 Answer = Enqueued | Exception
 
 
-def _keyed(new: NewJob) -> bool:
-    """True when storing `new` checks a key (idempotency, dedupe, unique, debounce): it
-    then needs a savepoint of its own, so that a refusal undoes only itself."""
-    spec = new.spec
+def _other_keys(spec: JobSpec) -> bool:
+    """True when storing a job of `spec` checks a key other than an idempotency key
+    (dedupe, unique, debounce): it then needs a savepoint of its own, so that a refusal
+    undoes only itself. A job whose only key is an idempotency key has it claimed by the
+    statement that stores it (`Sql.ADD_JOB_KEYED`, `Sql.ADD_JOBS_KEYED`)."""
     return (
-        new.idempotency_key is not None
-        or spec.unique_key is not None
+        spec.unique_key is not None
         or spec.debounce_key is not None
         or (spec.dedupe_key is not None and pg_steps.dedupes(spec))
-    )
-
-
-def _key_only(new: NewJob) -> bool:
-    """True when `new`'s only key is an idempotency key: `Sql.ADD_JOB_KEYED` stores it."""
-    spec = new.spec
-    return (
-        new.idempotency_key is not None
-        and spec.unique_key is None
-        and spec.debounce_key is None
-        and not (spec.dedupe_key is not None and pg_steps.dedupes(spec))
     )
 
 
@@ -164,7 +153,7 @@ class Enqueuer:
         claimed: set[str] = set()  # the idempotency keys the statement claims
         for i, new in enumerate(news):  # each job asked once
             key = new.idempotency_key
-            if _keyed(new) and not (claim_keys and _key_only(new) and key not in claimed):
+            if _other_keys(new.spec) or (key is not None and (not claim_keys or key in claimed)):
                 keyed.append(i)
             else:
                 plain.append(i)

@@ -134,14 +134,19 @@ def _unhooked(template: str) -> str:
     return text
 
 
-# An idempotency key claimed for job %(id)s (free, or held past its expiry): its row.
-_CLAIM_IDEMPOTENCY = """
-            INSERT INTO {s}.idempotency (key, request_hash, job_id, expires_at)
-            VALUES (%(key)s, %(hash)s, %(id)s, now() + %(ttl)s::float8 * interval '1 second')
+# An idempotency key is claimed when it is free, or held past its expiry: the rows
+# claimed answer their job ids.
+_TAKE_KEY = """
             ON CONFLICT (key) DO UPDATE SET request_hash = EXCLUDED.request_hash,
                 job_id = EXCLUDED.job_id, expires_at = EXCLUDED.expires_at
             WHERE idempotency.expires_at <= now()
             RETURNING job_id"""
+_CLAIM_IDEMPOTENCY = (
+    """
+            INSERT INTO {s}.idempotency (key, request_hash, job_id, expires_at)
+            VALUES (%(key)s, %(hash)s, %(id)s, now() + %(ttl)s::float8 * interval '1 second')"""
+    + _TAKE_KEY
+)
 
 
 def _add_started(*, keyed: bool) -> str:
@@ -210,15 +215,11 @@ def _add_jobs(*, keyed: bool) -> str:
     already is not stored (it is not among the rows answered)."""
     held = stored = key_array = key_column = ""
     if keyed:
-        held = """held AS (
-                INSERT INTO {s}.idempotency (key, request_hash, job_id, expires_at)
-                SELECT k.key, k.hash, k.id, now() + %(ttl)s::float8 * interval '1 second'
-                FROM unnest(%(key)b::text[], %(hash)b::text[], %(id)b::uuid[]) AS k(key, hash, id)
-                WHERE k.key IS NOT NULL
-                ON CONFLICT (key) DO UPDATE SET request_hash = EXCLUDED.request_hash,
-                    job_id = EXCLUDED.job_id, expires_at = EXCLUDED.expires_at
-                WHERE idempotency.expires_at <= now()
-                RETURNING job_id),
+        held = f"""held AS (
+            INSERT INTO {{s}}.idempotency (key, request_hash, job_id, expires_at)
+            SELECT k.key, k.hash, k.id, now() + %(ttl)s::float8 * interval '1 second'
+            FROM unnest(%(key)b::text[], %(hash)b::text[], %(id)b::uuid[]) AS k(key, hash, id)
+            WHERE k.key IS NOT NULL{_TAKE_KEY}),
             """
         key_array, key_column = ", %(key)b::text[]", ", key"
         stored = "\n                WHERE t.key IS NULL OR t.id IN (SELECT job_id FROM held)"
