@@ -496,19 +496,24 @@ def test_enqueue_many_answers_each_item(nodes: Nodes) -> None:
     nodes.run(body)
 
 
+def before_savepoints(store: PostgresStore, hook: Callable[[Any], object]) -> None:
+    """Call `hook(job)` before each job `store` enqueues in a savepoint of its own."""
+    keyed = store._enqueuer._enqueue_keyed
+
+    async def spy(conn: Any, job: Any) -> Any:
+        hook(job)
+        return await keyed(conn, job)
+
+    store._enqueuer._enqueue_keyed = spy  # type: ignore[method-assign]
+
+
 @pytest.mark.timeout(30)
 def test_idempotency_keys_of_a_group_are_claimed_in_its_statement(nodes: Nodes) -> None:
     async def body(nodes: Nodes) -> None:
         a = await nodes.open("a")
         original = await a.enqueue(new(idempotency_key="old", request_hash="h"))
         slow: list[str | None] = []  # the idempotency keys that took a savepoint
-        keyed = a._enqueuer._enqueue_keyed
-
-        async def spy(conn: Any, job: Any) -> Any:
-            slow.append(job.idempotency_key)
-            return await keyed(conn, job)
-
-        a._enqueuer._enqueue_keyed = spy  # type: ignore[method-assign]
+        before_savepoints(a, lambda job: slow.append(job.idempotency_key))
         out = await a.enqueue_many(
             [
                 new(idempotency_key="old", request_hash="h"),  # held before: a repeat
@@ -543,14 +548,12 @@ def test_a_held_key_failing_after_its_group_committed_fails_alone(nodes: Nodes) 
         a = await nodes.open("a")
         original = await a.enqueue(new(idempotency_key="old", request_hash="h"))
         await a.enqueue(new(idempotency_key="old2", request_hash="h"))
-        keyed = a._enqueuer._enqueue_keyed
 
-        async def refuse(conn: Any, job: Any) -> Any:
+        def refuse(job: Any) -> None:
             if job.request_hash == "boom":
                 raise psycopg.errors.DataException("refused")
-            return await keyed(conn, job)
 
-        a._enqueuer._enqueue_keyed = refuse  # type: ignore[method-assign]
+        before_savepoints(a, refuse)
         # no other keyed job: the statement commits on its own, the held keys after it
         repeat, boom, fresh, plain = await a.enqueue_many(
             [
