@@ -16,36 +16,22 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import time
 import uuid
-from pathlib import Path
 from typing import Any
 
-from benchmarks.cost import own_database
+from benchmarks.cost import cpu_seconds, own_database
 from benchmarks.loadgen import LoadClient
 from benchmarks.nodes import BenchNode
-from benchmarks.snapshot import call
+from benchmarks.snapshot import call, comparison_parser, run_comparison
 
-TICKS = os.sysconf("SC_CLK_TCK")
-
-
-def cpu_seconds(pid: int) -> float:
-    """User and system CPU of process `pid` so far."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
-    return (int(fields[11]) + int(fields[12])) / TICKS
+BODY = b'{"type": "bench.noop", "payload": {}}'
 
 
 def post(key: str | None) -> bytes:
     """One `POST /jobs` of a no-op job, with `key` as its `Idempotency-Key`."""
-    body = b'{"type": "bench.noop", "payload": {}}'
-    header = f"Idempotency-Key: {key}\r\n" if key else ""
-    head = (
-        f"POST /jobs HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n{header}"
-        f"Content-Length: {len(body)}\r\n\r\n"
-    )
-    return head.encode() + body
+    return LoadClient.build("POST", "/jobs", BODY, {"Idempotency-Key": key} if key else None)
 
 
 async def produce(client: LoadClient, n: int, keyed: bool) -> None:
@@ -114,17 +100,9 @@ async def run(args: argparse.Namespace) -> None:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--database-url", help="PostgreSQL server for the postgres store")
-    parser.add_argument("-n", type=int, default=3000, help="enqueues per run")
-    parser.add_argument("--rounds", type=int, default=3)
-    parser.add_argument("--workers", type=int, default=2)
+    parser = comparison_parser(__doc__, 3000, "enqueues per run")
     parser.add_argument("--producers", type=int, default=1)
-    parser.add_argument("--stores", nargs="+", default=["memory", "sqlite", "postgres"])
-    args = parser.parse_args()
-    if "postgres" in args.stores and not args.database_url:
-        parser.error("--database-url is needed for the postgres store")
-    asyncio.run(run(args))
+    run_comparison(parser, run)
 
 
 if __name__ == "__main__":

@@ -79,12 +79,15 @@ async def burn_down(
     return await drain(client, n, *await fill(client, n, job))
 
 
-def comparison_parser(doc: str) -> argparse.ArgumentParser:
+def comparison_parser(
+    doc: str, n: int = 20_000, n_help: str = "jobs per burn-down"
+) -> argparse.ArgumentParser:
     """The options of a script built on `compare_burn_downs` (which reads `--rounds`,
-    `--stores` and `--database-url`), with `-n` and `--workers` for its drains."""
+    `--stores` and `--database-url`), with `-n` and `--workers` for its drains (or
+    whatever a run of the script is: `n`, `n_help`)."""
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--database-url", help="PostgreSQL server for the postgres store")
-    parser.add_argument("-n", type=int, default=20_000, help="jobs per burn-down")
+    parser.add_argument("-n", type=int, default=n, help=n_help)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--stores", nargs="+", default=["memory", "sqlite", "postgres"])
