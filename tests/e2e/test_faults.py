@@ -206,6 +206,9 @@ def test_a_hand_off_read_after_its_lease_lapsed_is_dropped(
     b = pg_nodes.start("--lease-seconds", LEASE)
     # booted, not merely spawned: a booting worker takes no job at its enqueue
     (worker,) = wait_until(lambda: idle_worker_pids(a), 15, "A's worker idle")
+    # and for long enough that the claim its readiness sent has come back: a worker kept
+    # for a claim in flight takes no job at its enqueue (the job is stored pending)
+    stays_true(lambda: idle_worker_pids(a) == [worker], for_seconds=0.5, what="A's worker idle")
     os.kill(worker, signal.SIGSTOP)
     try:
         job = a.enqueue(**logged(tmp_path, 0.0))
