@@ -250,11 +250,12 @@ class Enqueuer:
             statement = Sql.ADD_JOBS
             if keyed:
                 statement = Sql.ADD_JOBS_KEYED
-                digests = [pg_rows.text(news[i].request_hash) or "" for i in indexes]
-                hashes = [d if k is not None else None for d, k in zip(digests, keys, strict=True)]
                 columns |= {
                     "key": [pg_rows.text(key) for key in keys],
-                    "hash": hashes,
+                    "hash": [
+                        None if key is None else pg_rows.text(news[i].request_hash) or ""
+                        for i, key in zip(indexes, keys, strict=True)
+                    ],
                     "ttl": self.idempotency_ttl,
                 }
             cur = await conn.execute(self._sql[statement], columns)
@@ -274,7 +275,7 @@ class Enqueuer:
         conn: Conn,
         new: NewJob,
         start: StartNow | None,
-        params: dict[str, Any] | None = None,
+        params: dict[str, Any],
         *,
         keyed: bool = False,
     ) -> Enqueued | None:
@@ -286,7 +287,7 @@ class Enqueuer:
         queues = None if start is None else start.queues
         types = [] if start is None else sorted(start.types)
         floor_at, floor_seq = self._floors.at(queues, types, new.spec.priority_value)
-        params = (_params(new) if params is None else params) | {
+        params = params | {
             "node": self.node_id,
             "token": token,
             "lease": self.lease_seconds,
