@@ -21,10 +21,10 @@ import time
 import uuid
 from typing import Any
 
-from benchmarks.cost import cpu_seconds, own_database
+from benchmarks.cost import cpu_seconds
 from benchmarks.loadgen import LoadClient
 from benchmarks.nodes import BenchNode
-from benchmarks.snapshot import call, comparison_parser, run_comparison
+from benchmarks.snapshot import call, comparison_parser, each_run, run_comparison
 
 BODY = b'{"type": "bench.noop", "payload": {}}'
 
@@ -68,19 +68,10 @@ async def one_run(
 
 
 async def run(args: argparse.Namespace) -> None:
-    runs: dict[tuple[str, bool], list[dict[str, Any]]] = {}
-    each = (args.workers, args.producers)
-    for round_ in range(args.rounds):
-        for store in args.stores:
-            for keyed in (False, True):
-                if store == "postgres":
-                    with own_database(args.database_url) as dsn:
-                        out = await one_run(store, dsn, args.n, keyed, *each)
-                else:
-                    out = await one_run(store, None, args.n, keyed, *each)
-                runs.setdefault((store, keyed), []).append(out)
-                line = {"round": round_ + 1, "store": store, "keyed": keyed}
-                print(json.dumps(line | out), flush=True)
+    async def one(store: str, dsn: str | None, keyed: bool) -> dict[str, float]:
+        return await one_run(store, dsn, args.n, keyed, args.workers, args.producers)
+
+    runs = await each_run(args, "keyed", (False, True), one)
     summary: dict[str, Any] = {}
     for store in args.stores:
         figures = {}

@@ -104,6 +104,30 @@ def run_comparison(
     asyncio.run(run(args))
 
 
+async def each_run(
+    args: argparse.Namespace,
+    name: str,
+    variants: tuple[Any, ...],
+    run: Callable[[str, str | None, Any], Awaitable[dict[str, float]]],
+) -> dict[tuple[str, Any], list[dict[str, float]]]:
+    """For each round and store, `run(store, dsn, v)` for each of `variants` (PostgreSQL on
+    a database of its own each time). Prints each run's figures as a JSON line (`name`:
+    its variant), and returns them by store and variant."""
+    runs: dict[tuple[str, Any], list[dict[str, float]]] = {}
+    for round_ in range(args.rounds):
+        for store in args.stores:
+            for variant in variants:
+                if store == "postgres":
+                    with own_database(args.database_url) as dsn:
+                        out = await run(store, dsn, variant)
+                else:
+                    out = await run(store, None, variant)
+                runs.setdefault((store, variant), []).append(out)
+                line = {"round": round_ + 1, "store": store, name: variant}
+                print(json.dumps(line | {k: round(v) for k, v in out.items()}), flush=True)
+    return runs
+
+
 async def compare_burn_downs(
     args: argparse.Namespace,
     name: str,
@@ -114,22 +138,15 @@ async def compare_burn_downs(
     """For each round and store, `drain(store, dsn, x)` with `x` of `name` at 0, then
     at `amount` (PostgreSQL on a database of its own each time). Prints each drain as a
     JSON line, then the medians (`labels`: without, with) and their ratio per store."""
-    rates: dict[tuple[str, int], list[float]] = {}
-    for round_ in range(args.rounds):
-        for store in args.stores:
-            for x in (0, amount):
-                if store == "postgres":
-                    with own_database(args.database_url) as dsn:
-                        rate = await drain(store, dsn, x)
-                else:
-                    rate = await drain(store, None, x)
-                rates.setdefault((store, x), []).append(rate)
-                line = {"round": round_ + 1, "store": store, name: x}
-                print(json.dumps(line | {"jobs_per_s": round(rate)}), flush=True)
+
+    async def one(store: str, dsn: str | None, x: int) -> dict[str, float]:
+        return {"jobs_per_s": await drain(store, dsn, x)}
+
+    runs = await each_run(args, name, (0, amount), one)
     summary: dict[str, Any] = {}
     for store in args.stores:
-        without = statistics.median(rates[(store, 0)])
-        with_ = statistics.median(rates[(store, amount)])
+        without = statistics.median(r["jobs_per_s"] for r in runs[(store, 0)])
+        with_ = statistics.median(r["jobs_per_s"] for r in runs[(store, amount)])
         summary[store] = {
             labels[0]: round(without),
             labels[1]: round(with_),
