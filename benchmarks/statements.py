@@ -1,6 +1,7 @@
 """Where PostgreSQL spends a job: each statement's share of a burn-down, of the batch
 enqueues that filled it, and of jobs sent one at a time by one producer (each enqueued,
-run and finished on its own), per job, from `pg_stat_statements`.
+run and finished on its own) and of sixteen producers sending at once, per job, from
+`pg_stat_statements`.
 
 The shared server does not load `pg_stat_statements`, and its settings are not ours to
 change, so this makes a throwaway cluster of its own (the installed server's `initdb`, a
@@ -115,6 +116,12 @@ async def run(args: argparse.Namespace) -> None:
             await _until_done(client, args.n + one, None)
             spent = time.monotonic() - started, cluster_cpu(cluster) - cpu
             report(admin, "one producer, end to end", one, *spent, args.top)
+            admin.execute("SELECT pg_stat_statements_reset()")
+            cpu, started = cluster_cpu(cluster), time.monotonic()
+            await produce(client, client.build("POST", "/jobs", NOOP), args.n, 16)
+            await _until_done(client, args.n * 2 + one, None)
+            spent = time.monotonic() - started, cluster_cpu(cluster) - cpu
+            report(admin, "sixteen producers, end to end", args.n, *spent, args.top)
         finally:
             client.close()
             node.stop()
