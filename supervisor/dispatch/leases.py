@@ -26,7 +26,15 @@ log = logging.getLogger("goqueue.leases")
 
 PRUNE_BATCH = 10_000
 SWEEP = 5.0  # seconds between claims that no notification asked for
-PRUNE_EVERY = 60.0  # seconds between deletions of expired finished jobs
+PRUNE_EVERY = 60.0  # seconds between deletions of expired finished jobs, at most
+PRUNE_EVERY_MIN = 1.0  # ... and at least
+PRUNE_SHARE = 0.1  # ... else this share of the retention: a short one is kept closely
+
+
+def prune_every(retention_seconds: float) -> float:
+    """Seconds between prunes for a retention: a tenth of it, between a second and a
+    minute, so a finished job outlives its retention by at most about a tenth of it."""
+    return min(PRUNE_EVERY, max(PRUNE_EVERY_MIN, retention_seconds * PRUNE_SHARE))
 
 
 class Leases:
@@ -60,7 +68,7 @@ class Leases:
         # up with any rate of finished jobs
         if (
             retention
-            and now - self._last_prune >= PRUNE_EVERY
+            and now - self._last_prune >= prune_every(retention)
             and await self.prune(retention) < PRUNE_BATCH
         ):
             self._last_prune = now

@@ -216,7 +216,8 @@ OPTIONS: tuple[Option, ...] = (
         "retention_seconds",
         "float",
         "finished jobs (done, failed, cancelled) and their audit trails are deleted this "
-        "long after they finish; 0 keeps them forever (dead letters always stay)",
+        "long after they finish (looked for every tenth of it, between once a second and "
+        "once a minute); 0 keeps them forever (dead letters always stay)",
         metavar="SECONDS",
         minimum=0,
     ),

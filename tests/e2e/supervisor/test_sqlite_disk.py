@@ -15,13 +15,13 @@ import time
 from collections import Counter
 from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
-from datetime import datetime
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.conftest import Node, request, stop_node, wait_for
+from tests.conftest import Node, request, stays_true, stop_node, wait_for
 
 MakeNode = Callable[..., Node]
 DB = ("--database-url", "sqlite:///jobs.db")  # in the test's folder, the nodes' cwd
@@ -80,12 +80,11 @@ def log_entries(node: Node, msg: str) -> list[dict[str, Any]]:
 # -- retention ---------------------------------------------------------------------------
 
 
-@pytest.mark.timeout(150)
+@pytest.mark.timeout(120)
 def test_finished_jobs_go_by_age_and_are_not_capped_by_count(make_node: MakeNode) -> None:
-    # the node prunes at its first tick and then every 60 s (PRUNE_EVERY, not an option):
-    # the test runs until the second prune, jobs on both sides of its cutoff
-    deadline = time.monotonic() + 100  # the second prune, 60 s after the first
-    node = make_node(*DB, "--retention-seconds", "15", "--idempotency-ttl", "1")
+    # a retention of 20 s is pruned every 2 s (a tenth of it): jobs finish one at a time
+    # on both sides of the prunes' cutoffs
+    node = make_node(*DB, "--retention-seconds", "20", "--idempotency-ttl", "1")
     batch = enqueue_batches(node, 3 * BATCH, {"type": "noop", "payload": {"n": 7}})
     wait_for(lambda: counts(node)["done"] == len(batch), timeout=60, what="3,000 jobs done")
     assert counts(node)["done"] == 3000  # all kept: no cap on finished jobs by count
@@ -95,32 +94,51 @@ def test_finished_jobs_go_by_age_and_are_not_capped_by_count(make_node: MakeNode
     trail = node.get(f"/jobs/{batch[0]}/events")
     assert trail.status == 200 and "succeeded" in [e["event"] for e in trail.body["events"]]
 
-    finished: dict[str, datetime] = {}  # a job at each look until the node prunes
+    finished: dict[str, datetime] = {}  # a job at each look, finished after the batch
 
-    def one_more_then_pruned() -> bool:
+    def one_more() -> str:
         job = node.enqueue(type="noop")
         done = node.wait_status(job["id"], "done")
         finished[job["id"]] = datetime.fromisoformat(done["finished_at"])
-        return bool(log_entries(node, "pruned finished jobs"))
+        return str(job["id"])
 
-    # a look every 0.1 s: a few hundred jobs, within one prune's batch (10,000)
+    early = one_more()
+    # a look every 0.1 s until the first of them is pruned: a few hundred jobs
     wait_for(
-        one_more_then_pruned, timeout=deadline - time.monotonic(), interval=0.1, what="a prune"
+        lambda: one_more() and node.get(f"/jobs/{early}").status == 404,
+        timeout=60,
+        interval=0.1,
+        what="the jobs finished 20 s before pruned",
     )
-    [pruned] = log_entries(node, "pruned finished jobs")
-    cutoff = datetime.fromisoformat(pruned["before"])
 
+    def between_prunes() -> tuple[list[dict[str, Any]], int] | None:
+        """The prunes logged so far and the count of done jobs, read where no prune
+        logged meanwhile (one whose delete the count saw is logged at once after it)."""
+        seen = log_entries(node, "pruned finished jobs")
+        done = counts(node)["done"]
+        try:
+            stays_true(lambda: len(log_entries(node, "pruned finished jobs")) == len(seen), 0.3)
+        except AssertionError:
+            return None
+        return seen, done
+
+    prunes, done = wait_for(between_prunes, what="a look between two prunes")
+    cutoff = datetime.fromisoformat(prunes[-1]["before"])
     older = [i for i, at in finished.items() if at < cutoff]
     newer = [i for i, at in finished.items() if at >= cutoff]
     assert older and newer, f"{len(older)} jobs before the cutoff, {len(newer)} after"
-    assert pruned["count"] == len(batch) + len(older)
-    assert counts(node)["done"] == len(newer)  # the counts say all; a sample is read
+    # every prune deleted all that was due then (far below its batch of 10,000)
+    assert sum(p["count"] for p in prunes) == len(batch) + len(older)
+    assert done == len(newer)  # the counts say all; a sample is read
     for job_id in [*batch[:: BATCH // 10], batch[-1], *older[::10], older[-1]]:
         assert node.get(f"/jobs/{job_id}").status == 404, job_id
         assert node.get(f"/jobs/{job_id}/events").status == 404, job_id
-    for job_id in [*newer[::10], newer[0], newer[-1]]:
-        kept = node.get(f"/jobs/{job_id}")
-        assert kept.status == 200 and kept.body["status"] == "done", kept
+    # those 10 s younger than the cutoff: no prune can reach them while they are read
+    kept = [i for i, at in finished.items() if at >= cutoff + timedelta(seconds=10)]
+    assert kept, "no job finished 10 s after the cutoff"
+    for job_id in [*kept[::10], kept[0], kept[-1]]:
+        got = node.get(f"/jobs/{job_id}")
+        assert got.status == 200 and got.body["status"] == "done", got
         assert node.get(f"/jobs/{job_id}/events").status == 200
 
 

@@ -10,7 +10,7 @@ import msgspec
 import pytest
 from goqueue.supervisor.common.enums import KillReason, Status
 from goqueue.supervisor.common.jobs import JobSpec, Lease
-from goqueue.supervisor.dispatch.leases import Leases
+from goqueue.supervisor.dispatch.leases import Leases, prune_every
 from goqueue.supervisor.store.base import NewJob
 from goqueue.supervisor.store.memory.store import MemoryStore
 
@@ -122,6 +122,12 @@ async def test_prune_removes_finished_jobs_past_retention_only() -> None:
     leases = Leases(store, FakeDispatcher(), FakePool())
     assert await leases.prune(3600, now=clock()) == 1
     assert await store.get(old.job.id) is None and await store.get(recent.job.id) is not None
+
+
+def test_a_short_retention_is_pruned_often_and_a_long_one_once_a_minute() -> None:
+    assert prune_every(15) == 1.5  # a job outlives 15 s by at most about 1.5 s
+    assert prune_every(2) == 1.0  # never more than once a second
+    assert prune_every(7 * 86400) == 60.0  # the default: once a minute
 
 
 async def test_after_the_store_comes_back_reaping_waits_a_lease_for_holders_to_extend() -> None:
