@@ -20,8 +20,9 @@ import argparse
 import asyncio
 import os
 import time
+from collections.abc import Awaitable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 
@@ -39,6 +40,7 @@ SETTINGS = {
     "autovacuum": "off",
     "shared_buffers": "128MB",
 }
+T = TypeVar("T")
 TOTALS = """
     SELECT coalesce(sum(total_exec_time), 0), coalesce(sum(shared_blks_hit + shared_blks_read), 0),
         coalesce(sum(wal_records), 0), coalesce(sum(wal_bytes), 0)
@@ -97,31 +99,29 @@ async def run(args: argparse.Namespace) -> None:
         dsn = cluster.dsn.rsplit("/", 1)[0] + "/bench"
         node = BenchNode("--workers", str(args.workers), dsn=dsn, schema="goqueue")
         client = LoadClient("127.0.0.1", node.port)
+        post = client.build("POST", "/jobs", NOOP)
+        one = args.n // 4
+
+        async def phase(name: str, n: int, work: Awaitable[T]) -> T:
+            """Run `work` (not started yet) as one phase, reported per job of its `n`."""
+            admin.execute("SELECT pg_stat_statements_reset()")
+            cpu, started = cluster_cpu(cluster), time.monotonic()
+            out = await work
+            spent = time.monotonic() - started, cluster_cpu(cluster) - cpu
+            report(admin, name, n, *spent, args.top)
+            return out
+
+        async def sent(producers: int, n: int, done: int) -> None:
+            await produce(client, post, n, producers)
+            await _until_done(client, done, None)
+
         try:
             await node.ready(client)
-            admin.execute("SELECT pg_stat_statements_reset()")
-            cpu, started = cluster_cpu(cluster), time.monotonic()
-            last, before = await fill(client, args.n)
-            spent = time.monotonic() - started, cluster_cpu(cluster) - cpu
-            report(admin, "batch enqueues", args.n, *spent, args.top)
-            admin.execute("SELECT pg_stat_statements_reset()")
-            cpu, started = cluster_cpu(cluster), time.monotonic()
-            await drain(client, args.n, last, before)
-            spent = time.monotonic() - started, cluster_cpu(cluster) - cpu
-            report(admin, "burn-down", args.n, *spent, args.top)
-            one = args.n // 4
-            admin.execute("SELECT pg_stat_statements_reset()")
-            cpu, started = cluster_cpu(cluster), time.monotonic()
-            await produce(client, client.build("POST", "/jobs", NOOP), one, 1)
-            await _until_done(client, args.n + one, None)
-            spent = time.monotonic() - started, cluster_cpu(cluster) - cpu
-            report(admin, "one producer, end to end", one, *spent, args.top)
-            admin.execute("SELECT pg_stat_statements_reset()")
-            cpu, started = cluster_cpu(cluster), time.monotonic()
-            await produce(client, client.build("POST", "/jobs", NOOP), args.n, 16)
-            await _until_done(client, args.n * 2 + one, None)
-            spent = time.monotonic() - started, cluster_cpu(cluster) - cpu
-            report(admin, "sixteen producers, end to end", args.n, *spent, args.top)
+            last, before = await phase("batch enqueues", args.n, fill(client, args.n))
+            await phase("burn-down", args.n, drain(client, args.n, last, before))
+            await phase("one producer, end to end", one, sent(1, one, args.n + one))
+            done = args.n * 2 + one
+            await phase("sixteen producers, end to end", args.n, sent(16, args.n, done))
         finally:
             client.close()
             node.stop()
